@@ -1,0 +1,1 @@
+"""Phoenix tracking store: SQLAlchemy models and the only module that writes SQL."""

@@ -1,0 +1,88 @@
+"""Plain entities returned by the store. ORM objects never leave db/."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass
+class RunInfo:
+    id: int
+    name: str
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    config: dict
+    target: str
+    draft: str | None
+    progress_done: int
+    progress_total: int
+    error: str | None = None
+
+
+@dataclass
+class PositionCount:
+    position: int
+    proposed: int
+    accepted: int
+
+
+@dataclass
+class BanditRecord:
+    t: int
+    epsilon: float
+    explored: bool
+    chosen_k: int
+    arm_means: dict
+    arm_counts: dict
+    reward: float
+
+
+@dataclass
+class RequestRecord:
+    run_id: int
+    seq: int
+    mode: str
+    k: int
+    prompt_id: str
+    prompt_tokens: int
+    output_tokens: int
+    latency_s: float
+    ttft_s: float | None
+    tokens_per_s: float
+    proposed: int
+    accepted: int
+    passes: int
+    draft_s: float
+    verify_s: float
+    output_text: str
+    output_sha256: str
+    identical: bool | None = None
+    diverged_at: int | None = None
+    trace_id: str | None = None
+    warmup: bool = False
+    positions: list[PositionCount] = field(default_factory=list)
+    bandit: BanditRecord | None = None
+    id: int | None = None
+    created_at: datetime | None = None
+
+
+@dataclass
+class ModeSummary:
+    mode: str
+    n: int
+    mean_latency_s: float
+    p50_latency_s: float
+    p95_latency_s: float
+    tokens_per_s: float
+    proposed: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    identical_n: int
+    checked_n: int
+    speedup: float | None = None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.proposed if self.proposed else None

@@ -1,0 +1,83 @@
+"""SQLAlchemy 2.0 typed models. Names are public: other tools query these tables."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    config: Mapped[dict] = mapped_column(JSON)
+    target: Mapped[str] = mapped_column(String(500))
+    draft: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Request(Base):
+    __tablename__ = "requests"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    mode: Mapped[str] = mapped_column(String(40))
+    k: Mapped[int] = mapped_column(Integer)
+    prompt_id: Mapped[str] = mapped_column(String(200))
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    latency_s: Mapped[float] = mapped_column(Float)
+    ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tokens_per_s: Mapped[float] = mapped_column(Float)
+    proposed: Mapped[int] = mapped_column(Integer)
+    accepted: Mapped[int] = mapped_column(Integer)
+    passes: Mapped[int] = mapped_column(Integer)
+    draft_s: Mapped[float] = mapped_column(Float)
+    verify_s: Mapped[float] = mapped_column(Float)
+    output_text: Mapped[str] = mapped_column(Text)
+    output_sha256: Mapped[str] = mapped_column(String(64))
+    identical: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    diverged_at: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    trace_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    warmup: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    __table_args__ = (
+        Index("ix_requests_run_mode", "run_id", "mode", "warmup"),
+        Index("ix_requests_run_seq", "run_id", "seq"),
+        Index("ix_requests_trace_id", "trace_id"),
+    )
+
+
+class RequestPosition(Base):
+    __tablename__ = "request_positions"
+    request_id: Mapped[int] = mapped_column(ForeignKey("requests.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    proposed: Mapped[int] = mapped_column(Integer)
+    accepted: Mapped[int] = mapped_column(Integer)
+
+
+class BanditStep(Base):
+    __tablename__ = "bandit_steps"
+    request_id: Mapped[int] = mapped_column(ForeignKey("requests.id", ondelete="CASCADE"), primary_key=True)
+    t: Mapped[int] = mapped_column(Integer)
+    epsilon: Mapped[float] = mapped_column(Float)
+    explored: Mapped[bool] = mapped_column(Boolean)
+    chosen_k: Mapped[int] = mapped_column(Integer)
+    arm_means: Mapped[dict] = mapped_column(JSON)
+    arm_counts: Mapped[dict] = mapped_column(JSON)
+    reward: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,253 @@
+"""The tracking store (mlflow style): one session_scope, plain entities out.
+
+SQLite gets WAL, foreign keys and a busy timeout on every connection, so the
+dashboard can read while a worker writes.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import entities as E
+from db.models import BanditStep, Request, RequestPosition, Run, utcnow
+
+DEFAULT_DB = "data/phoenix.db"
+BUSY_TIMEOUT_MS = 5000
+RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+
+
+class StoreError(Exception):
+    """A database problem the user can fix; the message says how."""
+
+    exit_code = 2
+
+
+def resolve_url(db: str | None = None) -> str:
+    """--db, else PHOENIX_DB, else data/phoenix.db; a SQLAlchemy URL or a file path."""
+    value = db or os.environ.get("PHOENIX_DB") or DEFAULT_DB
+    if "://" in value:
+        try:
+            make_url(value)
+        except ArgumentError:
+            raise StoreError(f"database URL {value!r} is not a valid SQLAlchemy URL") from None
+        return value
+    return f"sqlite:///{Path(value).expanduser()}"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        parent = Path(u.database).expanduser().resolve().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the database folder {parent}: {exc.strerror}; pass --db with a writable path") from None
+        if not os.access(parent, os.W_OK):
+            raise StoreError(f"the database folder {parent} is not writable; pass --db with a writable path")
+    engine = create_engine(url, future=True)
+    if u.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password hidden, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+class Store:
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session_scope(self) -> Iterator[Session]:
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except OperationalError as exc:
+            session.rollback()
+            raise _operational(exc, self.url) from None
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # runs -----------------------------------------------------------------
+    def create_run(self, name: str, config: dict, target: str, draft: str | None, total: int, status: str = "running") -> E.RunInfo:
+        with self.session_scope() as s:
+            run = Run(name=name, status=status, config=config, target=target, draft=draft, progress_total=total, progress_done=0)
+            s.add(run)
+            s.flush()
+            return _run(run)
+
+    def get_run(self, run_id: int) -> E.RunInfo | None:
+        with self.session_scope() as s:
+            run = s.get(Run, run_id)
+            return _run(run) if run else None
+
+    def list_runs(self, limit: int = 1000) -> list[E.RunInfo]:
+        with self.session_scope() as s:
+            rows = s.scalars(select(Run).order_by(Run.id.desc()).limit(limit)).all()
+            return [_run(r) for r in rows]
+
+    def set_status(self, run_id: int, status: str, error: str | None = None) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r}")
+        values = {"status": status}
+        if error is not None:
+            values["error"] = error[:4000]
+        if status in ("done", "failed", "cancelled", "interrupted"):
+            values["finished_at"] = utcnow()
+        with self.session_scope() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(**values))
+
+    def set_progress(self, run_id: int, done: int) -> None:
+        with self.session_scope() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(progress_done=done))
+
+    # requests ---------------------------------------------------------------
+    def add_requests(self, records: list[E.RequestRecord]) -> list[int]:
+        """Insert requests with their positions and bandit steps in one transaction."""
+        ids = []
+        with self.session_scope() as s:
+            for rec in records:
+                row = Request(**{k: v for k, v in vars(rec).items() if k not in ("positions", "bandit", "id", "created_at")})
+                s.add(row)
+                s.flush()
+                ids.append(row.id)
+                s.add_all(RequestPosition(request_id=row.id, position=p.position, proposed=p.proposed, accepted=p.accepted) for p in rec.positions)
+                if rec.bandit is not None:
+                    s.add(BanditStep(request_id=row.id, **vars(rec.bandit)))
+        return ids
+
+    def requests(self, run_id: int, include_warmup: bool = False) -> list[E.RequestRecord]:
+        with self.session_scope() as s:
+            q = select(Request).where(Request.run_id == run_id)
+            if not include_warmup:
+                q = q.where(Request.warmup.is_(False))
+            rows = s.scalars(q.order_by(Request.seq)).all()
+            positions = _positions_by_request(s, [r.id for r in rows])
+            return [_request(r, positions.get(r.id, [])) for r in rows]
+
+    def count_requests(self, run_id: int) -> int:
+        with self.session_scope() as s:
+            return s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0
+
+    def bandit_steps(self, run_id: int) -> list[tuple[int, E.BanditRecord]]:
+        """(request seq, step) for every bandit decision of a run, in order."""
+        with self.session_scope() as s:
+            rows = s.execute(
+                select(Request.seq, BanditStep).join(BanditStep, BanditStep.request_id == Request.id)
+                .where(Request.run_id == run_id).order_by(BanditStep.t)
+            ).all()
+            return [(seq, _bandit(b)) for seq, b in rows]
+
+    def mark_identity(self, request_id: int, identical: bool, diverged_at: int | None) -> None:
+        with self.session_scope() as s:
+            s.execute(update(Request).where(Request.id == request_id).values(identical=identical, diverged_at=diverged_at))
+
+
+def _operational(exc: OperationalError, url: str) -> StoreError:
+    text = str(exc.orig) if exc.orig is not None else str(exc)
+    where = safe_url(url)
+    if "locked" in text or "busy" in text:
+        return StoreError(f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; retry when it is free")
+    if "unable to open" in text or "readonly" in text or "read-only" in text:
+        return StoreError(f"cannot write the database {where} ({text}); pass --db with a writable path")
+    if "no such table" in text or "no such column" in text:
+        return StoreError(f"the database {where} has an old schema ({text}); run `python -m engine db upgrade`")
+    if "disk" in text and "full" in text:
+        return StoreError(f"the disk holding {where} is full; free space, then resume the run")
+    return StoreError(f"database error on {where}: {text}")
+
+
+def _run(r: Run) -> E.RunInfo:
+    return E.RunInfo(r.id, r.name, r.status, r.created_at, r.finished_at, dict(r.config or {}), r.target, r.draft,
+                     r.progress_done, r.progress_total, r.error)
+
+
+def _positions_by_request(s: Session, ids: list[int]) -> dict[int, list[E.PositionCount]]:
+    out: dict[int, list[E.PositionCount]] = {}
+    for chunk in range(0, len(ids), 500):
+        part = ids[chunk:chunk + 500]
+        rows = s.scalars(select(RequestPosition).where(RequestPosition.request_id.in_(part)).order_by(RequestPosition.position)).all()
+        for p in rows:
+            out.setdefault(p.request_id, []).append(E.PositionCount(p.position, p.proposed, p.accepted))
+    return out
+
+
+def _request(r: Request, positions: list[E.PositionCount]) -> E.RequestRecord:
+    cols = {c: getattr(r, c) for c in E.RequestRecord.__dataclass_fields__ if c not in ("positions", "bandit")}
+    return E.RequestRecord(**cols, positions=positions)
+
+
+def _bandit(b: BanditStep) -> E.BanditRecord:
+    return E.BanditRecord(b.t, b.epsilon, b.explored, b.chosen_k, dict(b.arm_means), dict(b.arm_counts), b.reward)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def mode_summaries(store: Store, run_id: int) -> list[E.ModeSummary]:
+    """Phoenix's results table for a run, computed from the database."""
+    from sqlalchemy import Integer, case, cast
+
+    r = Request
+    with store.session_scope() as s:
+        agg = s.execute(
+            select(r.mode, func.count(), func.avg(r.latency_s), func.sum(r.output_tokens), func.sum(r.latency_s),
+                   func.sum(r.proposed), func.sum(r.accepted), func.sum(r.draft_s), func.sum(r.verify_s),
+                   func.sum(cast(case((r.identical.is_(True), 1), else_=0), Integer)), func.count(r.identical),
+                   func.min(r.seq))
+            .where(r.run_id == run_id, r.warmup.is_(False)).group_by(r.mode).order_by(func.min(r.seq))
+        ).all()
+        lat = s.execute(select(r.mode, r.latency_s).where(r.run_id == run_id, r.warmup.is_(False))).all()
+    by_mode: dict[str, list[float]] = {}
+    for mode, value in lat:
+        by_mode.setdefault(mode, []).append(value)
+    out = []
+    for mode, n, mean_lat, toks, secs, prop, acc, d_s, v_s, ident, checked, _ in agg:
+        vals = by_mode.get(mode, [])
+        out.append(E.ModeSummary(mode, n, mean_lat, _percentile(vals, 50), _percentile(vals, 95),
+                                 toks / secs if secs else 0.0, prop or 0, acc or 0, d_s or 0.0, v_s or 0.0,
+                                 ident or 0, checked or 0))
+    base = next((m.tokens_per_s for m in out if m.mode == "target"), None)
+    for m in out:
+        m.speedup = m.tokens_per_s / base if base else None
+    return out
+
+
+def position_counts(store: Store, run_id: int) -> list[tuple[str, int, int, int, int]]:
+    """(mode, k, position, proposed, accepted) summed over a run's requests."""
+    with store.session_scope() as s:
+        rows = s.execute(
+            select(Request.mode, Request.k, RequestPosition.position, func.sum(RequestPosition.proposed), func.sum(RequestPosition.accepted))
+            .join(RequestPosition, RequestPosition.request_id == Request.id)
+            .where(Request.run_id == run_id, Request.warmup.is_(False))
+            .group_by(Request.mode, Request.k, RequestPosition.position)
+            .order_by(Request.mode, Request.k, RequestPosition.position)
+        ).all()
+    return [tuple(r) for r in rows]

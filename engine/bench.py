@@ -1,0 +1,169 @@
+"""Benchmark runner: every mode through the same prompts, every request recorded.
+
+Modes run interleaved per prompt (target first), so slow drift of a noisy
+machine hits all modes alike. One warm-up request per mode is stored with
+warmup=1 and left out of every figure.
+"""
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.store import Store
+from engine.bandit import DEFAULT_ARMS, POLICIES, make_policy
+from engine.errors import PhoenixError
+from engine.prompts import Prompt
+from engine.runner import K_MAX, Decoder, first_divergence, sha256_ids
+
+MODE_RE = re.compile(r"^(target|bandit|(fixed|ngram|hf)_(\d+))$")
+
+
+@dataclass
+class BenchConfig:
+    target: str = "embedded"  # 'embedded', a model directory or a cached HF id
+    draft: str | None = "embedded"  # None for model-free runs
+    drafter: str = "model"  # what fixed_<k> and bandit draft with: model | ngram
+    prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | FILE.jsonl
+    limit: int | None = 20  # first N prompts of the set
+    max_new_tokens: int = 128
+    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])
+    arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))
+    policy: str = "epsilon_greedy"
+    seed: int = 42  # bandit decisions and shadow sampling
+    name: str = ""  # defaults to the modes joined
+    shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
+    device: str = "auto"
+    dtype: str = "auto"
+    allow_pickle: bool = False
+    max_new_tokens_cap: int = 1024  # keeps a web form from becoming a DoS lever
+    max_prompts: int = 500
+
+
+def parse_mode(mode: str, drafter: str) -> tuple[str, int | None]:
+    """(backend, k) for a mode string; k is None for the bandit."""
+    m = MODE_RE.match(mode)
+    if not m:
+        raise PhoenixError(f"unknown mode {mode!r}: use target, fixed_<k>, ngram_<k>, hf_<k> or bandit")
+    if mode == "target":
+        return "model", 0
+    if mode == "bandit":
+        return drafter, None
+    kind, k = m.group(2), int(m.group(3))
+    if not 1 <= k <= K_MAX:
+        raise PhoenixError(f"mode {mode!r}: k must be in 1..{K_MAX}")
+    return {"fixed": drafter, "ngram": "ngram", "hf": "hf"}[kind], k
+
+
+def validate(cfg: BenchConfig) -> BenchConfig:
+    """Every option checked before anything loads or is written."""
+    if not cfg.modes:
+        raise PhoenixError("--modes is empty: pass e.g. target,fixed_4,bandit")
+    if len(set(cfg.modes)) != len(cfg.modes):
+        raise PhoenixError(f"--modes repeats a mode: {','.join(cfg.modes)}")
+    if cfg.drafter not in ("model", "ngram"):
+        raise PhoenixError(f"--drafter must be model or ngram, got {cfg.drafter!r}")
+    for mode in cfg.modes:
+        backend, _ = parse_mode(mode, cfg.drafter)
+        if backend in ("model", "hf") and mode != "target" and not cfg.draft:
+            raise PhoenixError(f"mode {mode!r} needs a draft model: pass --draft, or use ngram_<k> modes")
+    if not cfg.arms:
+        raise PhoenixError("--arms is empty: pass e.g. 0,2,4,6,8")
+    if len(set(cfg.arms)) != len(cfg.arms):
+        raise PhoenixError(f"--arms repeats an arm: {','.join(map(str, cfg.arms))}")
+    bad = [a for a in cfg.arms if not 0 <= a <= K_MAX]
+    if bad:
+        raise PhoenixError(f"--arms {bad[0]} is out of range: arms must be in 0..{K_MAX}")
+    if cfg.policy not in POLICIES:
+        raise PhoenixError(f"unknown --policy {cfg.policy!r}: use {', '.join(POLICIES)}")
+    if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
+        raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}")
+    if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
+        raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}")
+    if not 0.0 <= cfg.shadow_rate <= 1.0:
+        raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}")
+    return cfg
+
+
+def ordered_modes(modes: list[str]) -> list[str]:
+    return sorted(modes, key=lambda m: m != "target")  # target first: it is the reference
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class RunState:
+    """What a run carries between requests: references, policy, sequence numbers."""
+
+    decoder: Decoder
+    policy: object | None
+    reference: dict[str, list[int] | str] = field(default_factory=dict)
+    seq: int = 0
+
+
+def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool) -> RequestRecord:
+    return RequestRecord(
+        run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=prompt.id, prompt_tokens=stats.prompt_tokens,
+        output_tokens=stats.output_tokens, latency_s=stats.latency_s,
+        ttft_s=None if stats.ttft_s != stats.ttft_s else stats.ttft_s, tokens_per_s=stats.tokens_per_s,
+        proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
+        verify_s=stats.verify_s, output_text=text, output_sha256=sha256_ids(stats.output_ids),
+        trace_id=new_trace_id(), warmup=warmup,
+        positions=[PositionCount(i, p, a) for i, (p, a) in enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
+    )
+
+
+def check_identity(rec: RequestRecord, output_ids: list[int], reference) -> None:
+    """Fill rec.identical / rec.diverged_at against a target-only reference."""
+    if reference is None:
+        return
+    if isinstance(reference, str):  # only the sha is known (a resumed run)
+        rec.identical = rec.output_sha256 == reference
+        return
+    pos = first_divergence(output_ids, reference)
+    rec.identical = pos is None
+    rec.diverged_at = pos
+
+
+def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids: list[int], mode: str,
+            warmup: bool, shadow_rng: random.Random | None) -> tuple[RequestRecord, object]:
+    """Decode one (prompt, mode) and build its record; updates the policy."""
+    backend, k = parse_mode(mode, cfg.drafter)
+    decision = None
+    if k is None:
+        decision = state.policy.choose() if not warmup else None
+        k = decision.k if decision else max(cfg.arms)
+    stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if k else "model")
+    rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup)
+    state.seq += 1
+    if warmup:
+        return rec, stats
+    if mode == "target":
+        state.reference[prompt.id] = stats.output_ids
+        rec.identical, rec.diverged_at = True, None
+    elif prompt.id in state.reference:
+        check_identity(rec, stats.output_ids, state.reference[prompt.id])
+    elif shadow_rng is not None and shadow_rng.random() < cfg.shadow_rate:
+        ref = state.decoder.run(ids, 0, cfg.max_new_tokens, "model").output_ids
+        check_identity(rec, stats.output_ids, ref)
+    if decision is not None:
+        state.policy.update(k, rec.tokens_per_s)
+        means, counts = state.policy.snapshot()
+        rec.bandit = BanditRecord(decision.t, decision.epsilon, decision.explored, k, means, counts, rec.tokens_per_s)
+    return rec, stats
+
+
+def restore_policy(store: Store, run_id: int, policy) -> None:
+    steps = store.bandit_steps(run_id)
+    if steps:
+        _, last = steps[-1]
+        policy.restore(last.t + 1, last.arm_means, last.arm_counts)
+
+
+def make_state(decoder: Decoder, cfg: BenchConfig) -> RunState:
+    policy = make_policy(cfg.policy, cfg.arms, cfg.seed) if "bandit" in cfg.modes else None
+    return RunState(decoder=decoder, policy=policy)

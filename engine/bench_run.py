@@ -1,0 +1,161 @@
+"""Executing a benchmark run against the store: create, run, resume, report."""
+from __future__ import annotations
+
+import platform
+import random
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from db.entities import ModeSummary, RunInfo
+from db.store import Store, mode_summaries
+from engine.bench import BenchConfig, check_identity, make_state, ordered_modes, restore_policy, run_one, validate
+from engine.errors import PhoenixError
+from engine.models import load_pair
+from engine.prompts import load as load_prompts
+from engine.recorder import Recorder
+from engine.runner import Decoder
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict:
+    import sqlalchemy
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "sqlalchemy": sqlalchemy.__version__,
+            "python": platform.python_version(), "machine": platform.machine(), "processor": platform.processor(),
+            "git_sha": git_sha()}
+
+
+def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunInfo:
+    validate(cfg)
+    prompts = load_prompts(cfg.prompts, cfg.limit)
+    name = cfg.name or ",".join(cfg.modes)
+    config = {"bench": asdict(cfg), "environment": environment()}
+    return store.create_run(name, config, cfg.target, cfg.draft, len(prompts) * len(cfg.modes), status=status)
+
+
+def load_decoder(cfg: BenchConfig) -> Decoder:
+    pair = load_pair(cfg.target, cfg.draft, cfg.device, cfg.dtype, cfg.allow_pickle)
+    return Decoder(pair, max_new_cap=cfg.max_new_tokens_cap)
+
+
+def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None = None,
+            should_stop: Callable[[], bool] | None = None, progress: bool = True,
+            on_request: Callable | None = None) -> str:
+    """Run (or continue) a run; returns its final status. Rows written are never lost."""
+    validate(cfg)
+    prompts = load_prompts(cfg.prompts, cfg.limit)
+    try:
+        decoder = decoder or load_decoder(cfg)
+        encoded = {p.id: decoder.encode(p.text) for p in prompts}
+        for ids in encoded.values():
+            decoder.check_fits(ids, cfg.max_new_tokens)
+    except PhoenixError as exc:
+        store.set_status(run_id, "failed", str(exc))
+        raise
+    run = store.get_run(run_id)
+    config = dict(run.config)
+    config.setdefault("device", decoder.pair.device)
+    config.setdefault("dtype", decoder.pair.dtype)
+    state = make_state(decoder, cfg)
+    existing = store.requests(run_id, include_warmup=True)
+    done = {(r.prompt_id, r.mode) for r in existing if not r.warmup}
+    warmed = {r.mode for r in existing if r.warmup}
+    state.seq = max((r.seq for r in existing), default=-1) + 1
+    state.reference.update({r.prompt_id: r.output_sha256 for r in existing if r.mode == "target" and not r.warmup})
+    if state.policy is not None:
+        restore_policy(store, run_id, state.policy)
+    store.set_status(run_id, "running")
+    modes = ordered_modes(cfg.modes)
+    plan = [(p, m) for p in prompts for m in modes if (p.id, m) not in done]
+    shadow_rng = random.Random(f"shadow:{cfg.seed}:{len(done)}") if "target" not in modes else None
+    recorder = Recorder(store, run_id, progress_start=len(done))
+    status = "running"
+    try:
+        for mode in modes:
+            if mode not in warmed:
+                rec, _ = run_one(state, run_id, cfg, prompts[0], encoded[prompts[0].id], mode, True, None)
+                recorder.put(rec)
+        bar = _bar(len(plan), progress, run_id)
+        for prompt, mode in plan:
+            if should_stop and should_stop():
+                status = "cancelled"
+                break
+            rec, stats = run_one(state, run_id, cfg, prompt, encoded[prompt.id], mode, False, shadow_rng)
+            recorder.put(rec)
+            if on_request:
+                on_request(rec, stats)
+            bar.update(1)
+        bar.close()
+        if status == "running":
+            status = "done"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except PhoenixError as exc:
+        status = "failed"
+        _close(recorder)
+        store.set_status(run_id, status, str(exc))
+        raise
+    except Exception as exc:
+        status = "failed"
+        _close(recorder)
+        store.set_status(run_id, status, f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if status in ("done", "cancelled", "interrupted"):
+            recorder.close()
+            store.set_status(run_id, status)
+    return status
+
+
+def _close(recorder: Recorder) -> None:
+    try:
+        recorder.close()
+    except Exception:
+        pass  # the run is already failing; its first error is the one to report
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, show: bool, run_id: int):
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"run {run_id}", unit="req")
+
+
+def format_table(rows: list[ModeSummary]) -> str:
+    head = f"{'mode':<12}{'n':>5}{'mean lat (s)':>14}{'p50 (s)':>10}{'p95 (s)':>10}{'tok/s':>9}{'accept':>9}{'draft %':>9}{'identical':>11}{'speedup':>9}"
+    lines = [head, "-" * len(head)]
+    for m in rows:
+        acc = "n/a" if m.acceptance is None else f"{m.acceptance:.1%}"
+        share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
+        ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
+        speed = "n/a" if m.speedup is None else f"{m.speedup:.2f}x"
+        lines.append(f"{m.mode:<12}{m.n:>5}{m.mean_latency_s:>14.3f}{m.p50_latency_s:>10.3f}{m.p95_latency_s:>10.3f}"
+                     f"{m.tokens_per_s:>9.2f}{acc:>9}{share:>9.0%}{ident:>11}{speed:>9}")
+    return "\n".join(lines)
+
+
+def report(store: Store, run_id: int) -> str:
+    return format_table(mode_summaries(store, run_id))

@@ -1,0 +1,147 @@
+"""CLI commands over the tracking store: bench, runs, show, export, db upgrade."""
+from __future__ import annotations
+
+import sys
+
+from engine.errors import PhoenixError
+
+
+def open_store(db: str | None, create_if_empty: bool = True):
+    from db.migrate import ensure_schema
+    from db.store import Store, resolve_url
+
+    url = resolve_url(db)
+    ensure_schema(url, create_if_empty=create_if_empty)
+    return Store(url)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise PhoenixError(f"--arms must be comma-separated integers, got {text!r}") from None
+
+
+def bench_config(args):
+    from engine.bench import BenchConfig
+
+    return BenchConfig(
+        target=args.target, draft=None if args.draft in ("none", "") else args.draft, drafter=args.drafter,
+        prompts=args.prompts, limit=args.limit, max_new_tokens=args.max_new_tokens,
+        modes=[m.strip() for m in args.modes.split(",") if m.strip()], arms=_int_list(args.arms),
+        policy=args.policy, seed=args.seed, name=args.name or "", shadow_rate=args.shadow_rate,
+        device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
+    )
+
+
+def cmd_bench(args) -> int:
+    from engine.bench import validate
+    from engine.bench_run import create_run, execute, report
+
+    cfg = validate(bench_config(args))
+    store = open_store(args.db)
+    run = create_run(store, cfg)
+    print(f"run {run.id}: {run.name} ({run.progress_total} requests)", file=sys.stderr)
+    try:
+        status = execute(store, run.id, cfg)
+    except KeyboardInterrupt:
+        print(f"run {run.id} interrupted; its rows are kept (`python -m engine show {run.id}`)", file=sys.stderr)
+        return 130
+    print(report(store, run.id))
+    print(f"run {run.id}: {status}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs(args) -> int:
+    store = open_store(args.db)
+    for r in store.list_runs():
+        print(f"{r.id:>5}  {r.status:<12} {r.progress_done:>5}/{r.progress_total:<5} {r.created_at:%Y-%m-%d %H:%M}  {r.name}  [{r.target} / {r.draft}]")
+    return 0
+
+
+def _get_run(store, run_id: int):
+    run = store.get_run(run_id)
+    if run is None:
+        raise PhoenixError(f"no run {run_id}: see `python -m engine runs`")
+    return run
+
+
+def cmd_show(args) -> int:
+    from engine.bench_run import report
+
+    store = open_store(args.db)
+    run = _get_run(store, args.run)
+    print(f"run {run.id}: {run.name} [{run.status}] target={run.target} draft={run.draft}")
+    if run.error:
+        print(f"error: {run.error}")
+    print(report(store, run.id))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from db.export import export
+
+    store = open_store(args.db)
+    _get_run(store, args.run)
+    text = export(store, args.run, args.format)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_db_upgrade(args) -> int:
+    from db.migrate import upgrade
+    from db.store import make_engine, resolve_url, safe_url
+
+    url = resolve_url(args.db)
+    make_engine(url).dispose()
+    print(f"{safe_url(url)} is at schema {upgrade(url)}")
+    return 0
+
+
+def _db_arg(p) -> None:
+    p.add_argument("--db", default=None, help="SQLAlchemy URL or file path (default: $PHOENIX_DB or data/phoenix.db)")
+
+
+def add_bench_options(p) -> None:
+    from engine.cli import _add_model_args
+
+    _add_model_args(p)
+    _db_arg(p)
+    p.add_argument("--drafter", default="model", choices=["model", "ngram"])
+    p.add_argument("--prompts", default="humaneval-test")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--modes", default="target,fixed_4,bandit")
+    p.add_argument("--arms", default="0,2,4,6,8")
+    p.add_argument("--policy", default="epsilon_greedy")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--name", default="")
+    p.add_argument("--shadow-rate", type=float, default=0.1)
+
+
+def add_commands(sub) -> None:
+    b = sub.add_parser("bench", help="run modes through the same prompts and record every request")
+    add_bench_options(b)
+    b.set_defaults(func=cmd_bench)
+    r = sub.add_parser("runs", help="list runs")
+    _db_arg(r)
+    r.set_defaults(func=cmd_runs)
+    s = sub.add_parser("show", help="print a stored run's results table")
+    s.add_argument("run", type=int)
+    _db_arg(s)
+    s.set_defaults(func=cmd_show)
+    e = sub.add_parser("export", help="write a run's requests as CSV or JSON")
+    e.add_argument("run", type=int)
+    e.add_argument("--format", choices=["csv", "json"], default="csv")
+    e.add_argument("--out", default=None)
+    _db_arg(e)
+    e.set_defaults(func=cmd_export)
+    d = sub.add_parser("db", help="database schema")
+    dsub = d.add_subparsers(dest="db_command", required=True)
+    u = dsub.add_parser("upgrade", help="apply migrations up to head")
+    _db_arg(u)
+    u.set_defaults(func=cmd_db_upgrade)

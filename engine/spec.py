@@ -1,0 +1,166 @@
+"""The hot path: greedy speculative decoding in a few small verbs (gpt-fast style).
+
+No I/O, logging or database calls in here. Each function returns tensors or plain
+stats. Rejected drafts are dropped by cropping the KV cache, nothing else.
+
+Accounting follows vLLM: for draft position i (0-based) a pass counts as
+``proposed`` if it drafted a token there, and as ``accepted`` if the first i+1
+drafted tokens were all accepted (the unconditional definition).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+from transformers import DynamicCache
+
+
+class Drafter(Protocol):
+    name: str
+
+    def reset(self, prompt_ids: list[int]) -> None: ...
+
+    def draft(self, seq: list[int], k: int) -> list[int]: ...
+
+    def commit(self, valid_len: int) -> None: ...
+
+
+@dataclass
+class RequestStats:
+    prompt_tokens: int
+    k: int
+    output_ids: list[int] = field(default_factory=list)
+    proposed: int = 0
+    accepted: int = 0
+    passes: int = 0
+    per_position_proposed: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    ttft_s: float = 0.0
+    latency_s: float = 0.0
+    k_per_pass: list[int] = field(default_factory=list)
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.latency_s if self.latency_s > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.proposed if self.proposed else None
+
+    def count_pass(self, proposed: int, accepted: int) -> None:
+        grow = proposed - len(self.per_position_proposed)
+        if grow > 0:
+            self.per_position_proposed += [0] * grow
+            self.per_position_accepted += [0] * grow
+        for i in range(proposed):
+            self.per_position_proposed[i] += 1
+            if accepted > i:
+                self.per_position_accepted[i] += 1
+        self.proposed += proposed
+        self.accepted += accepted
+        self.passes += 1
+        self.k_per_pass.append(proposed)
+
+
+def sync(device: torch.device) -> None:
+    """Make timer reads honest on asynchronous devices."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def forward(model, cache: DynamicCache, ids: list[int], keep: int) -> torch.Tensor:
+    """Run ``ids`` through ``model`` on top of ``cache``; greedy ids of the last ``keep`` positions."""
+    x = torch.tensor([ids], device=model.device)
+    logits = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=keep).logits
+    return logits[0].argmax(dim=-1)
+
+
+def prefill(target, cache: DynamicCache, prompt_ids: list[int]) -> int:
+    """Fill the target cache with the prompt; return the first generated token."""
+    return int(forward(target, cache, prompt_ids, keep=1)[-1])
+
+
+def verify(target, cache: DynamicCache, pending: int, drafted: list[int]) -> list[int]:
+    """One target pass over the pending token and the drafts: its greedy pick after each."""
+    return forward(target, cache, [pending] + drafted, keep=len(drafted) + 1).tolist()
+
+
+def accepted_prefix(drafted: list[int], predicted: list[int]) -> int:
+    n = 0
+    while n < len(drafted) and drafted[n] == predicted[n]:
+        n += 1
+    return n
+
+
+def speculative_step(target, cache: DynamicCache, drafter: Drafter | None, seq: list[int], k: int, device) -> tuple[list[int], int, int, float, float]:
+    """Draft up to k tokens, verify them in one pass, keep the agreeing prefix plus
+    the target's own next token. ``seq`` ends with the pending (not yet cached) token.
+    Returns (new_tokens, proposed, accepted, draft_s, verify_s)."""
+    t0 = time.perf_counter()
+    drafted = drafter.draft(seq, k) if (drafter is not None and k > 0) else []
+    sync(device)
+    t1 = time.perf_counter()
+    predicted = verify(target, cache, seq[-1], drafted)
+    n = accepted_prefix(drafted, predicted)
+    if len(drafted) > n:
+        cache.crop(-(len(drafted) - n))
+    sync(device)
+    t2 = time.perf_counter()
+    return drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1
+
+
+def _finish(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
+    """Append ``new`` to ``out`` up to EOS or the token budget; True when done."""
+    for tok in new:
+        out.append(tok)
+        if tok == eos_id or len(out) >= max_new:
+            return True
+    return False
+
+
+def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max_new_tokens: int,
+             eos_id: int | None, choose_k: Callable[[RequestStats], int] | None = None) -> RequestStats:
+    """Greedy decoding with speculation; k=0 is target-only through the same code.
+
+    ``choose_k`` (optional) picks k before each pass from the stats so far, for
+    policies that adapt within a request; it must stay cheap and pure.
+    """
+    device = target.device
+    stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
+    cache = DynamicCache(config=target.config)
+    sync(device)
+    start = time.perf_counter()
+    first = prefill(target, cache, prompt_ids)
+    sync(device)
+    stats.ttft_s = time.perf_counter() - start
+    stats.verify_s += stats.ttft_s
+    seq = list(prompt_ids) + [first]
+    out = stats.output_ids
+    done = _finish(out, [first], eos_id, max_new_tokens)
+    if drafter is not None and (k > 0 or choose_k is not None) and not done:
+        t = time.perf_counter()
+        drafter.reset(list(prompt_ids))
+        sync(device)
+        stats.draft_s += time.perf_counter() - t
+    while not done:
+        step_k = choose_k(stats) if choose_k else k
+        step_k = max(0, min(step_k, max_new_tokens - len(out) - 1))
+        new, proposed, n, d_s, v_s = speculative_step(target, cache, drafter, seq, step_k, device)
+        stats.count_pass(proposed, n)
+        stats.draft_s += d_s
+        stats.verify_s += v_s
+        seq += new
+        if drafter is not None and proposed:
+            drafter.commit(len(seq) - 1)
+        done = _finish(out, new, eos_id, max_new_tokens)
+    sync(device)
+    stats.latency_s = time.perf_counter() - start
+    return stats

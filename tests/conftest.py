@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny random models of real architectures, saved as HF directories."""
+from __future__ import annotations
+
+import engine  # noqa: F401  (sets BLAS and offline env before torch loads)
+
+import pytest
+import torch
+
+
+def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2):
+    from transformers import LlamaConfig, Qwen3Config
+
+    cls = {"qwen3": Qwen3Config, "llama": LlamaConfig}[arch]
+    return cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
+               bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from engine.zoo import stdlib_texts, train_tokenizer
+
+    return train_tokenizer(stdlib_texts()[:12], 512)
+
+
+def make_model(arch: str, tokenizer, seed: int, **kw):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = _tiny_config(arch, len(tokenizer), tokenizer.eos_token_id, **kw)
+    model = AutoModelForCausalLM.from_config(cfg)
+    # Random init gives near-uniform logits; a larger scale gives decisive argmaxes,
+    # so greedy output is not decided by float noise.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(6.0)
+    return model.eval()
+
+
+def save_model(model, tokenizer, path):
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory, tiny_tokenizer):
+    """For each architecture: a target, an unrelated draft and a near-copy draft."""
+    root = tmp_path_factory.mktemp("tiny")
+    dirs = {}
+    for arch in ("qwen3", "llama"):
+        target = make_model(arch, tiny_tokenizer, seed=1)
+        near = make_model(arch, tiny_tokenizer, seed=1)
+        with torch.no_grad():
+            gen = torch.Generator().manual_seed(7)
+            for p in near.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * p.std() * 0.3)
+        dirs[arch] = {
+            "target": save_model(target, tiny_tokenizer, root / f"{arch}-target"),
+            "draft": save_model(make_model(arch, tiny_tokenizer, seed=2, layers=1), tiny_tokenizer, root / f"{arch}-draft"),
+            "near": save_model(near, tiny_tokenizer, root / f"{arch}-near"),
+        }
+    return dirs

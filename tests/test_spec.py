@@ -1,0 +1,153 @@
+"""The speculative loop: exact equality with target-only output, and its accounting."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.drafters import ModelDrafter
+from engine.models import load_pair
+from engine.runner import Decoder
+from engine.spec import generate
+
+PROMPTS = [
+    "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n",
+    "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n",
+]
+KS = [0, 1, 2, 4, 8]
+
+
+class _Decoders(dict):
+    """Loads each named pair on first use."""
+
+    def __init__(self, tiny_dirs):
+        super().__init__()
+        self.tiny_dirs = tiny_dirs
+
+    def __missing__(self, name):
+        if name == "embedded":
+            pair = load_pair("embedded", "embedded", "cpu", "float32")
+        else:
+            arch, _, near = name.partition("-")
+            d = self.tiny_dirs[arch]
+            pair = load_pair(d["target"], d["near" if near else "draft"], "cpu", "float32")
+        self[name] = Decoder(pair)
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def decoders(tiny_dirs):
+    return _Decoders(tiny_dirs)
+
+
+@pytest.mark.parametrize("name", ["embedded", "qwen3", "qwen3-near", "llama", "llama-near"])
+@pytest.mark.parametrize("backend", ["model", "ngram"])
+def test_speculative_output_equals_target_only_for_every_k(decoders, name, backend):
+    dec = decoders[name]
+    for prompt in PROMPTS:
+        ids = dec.encode(prompt)
+        reference = dec.run(ids, 0, 40).output_ids
+        assert len(reference) > 0
+        for k in KS:
+            stats = dec.run(ids, k, 40, backend)
+            assert stats.output_ids == reference, f"{name} {backend} k={k} diverged"
+            if k:
+                assert stats.passes > 0 and stats.proposed >= stats.accepted
+
+
+@pytest.mark.parametrize("name", ["embedded", "qwen3-near"])
+def test_hf_backend_matches_target_only_and_counts_acceptance(decoders, name):
+    dec = decoders[name]
+    ids = dec.encode(PROMPTS[0])
+    reference = dec.run(ids, 0, 30).output_ids
+    stats = dec.run(ids, 4, 30, "hf")
+    assert stats.output_ids == reference
+    assert stats.passes > 0 and 0 < stats.proposed
+    assert sum(stats.per_position_proposed) == stats.proposed
+    assert stats.per_position_accepted[0] >= stats.per_position_accepted[-1]
+
+
+def test_identical_draft_accepts_everything_so_cache_stays_in_sync(tiny_dirs):
+    d = tiny_dirs["qwen3"]
+    pair = load_pair(d["target"], d["target"], "cpu", "float32")
+    dec = Decoder(pair)
+    ids = dec.encode(PROMPTS[1])
+    stats = dec.run(ids, 4, 41)
+    # draft == target: every drafted token must be accepted on every pass, which
+    # only holds if the draft cache catches up after each full accept
+    assert stats.proposed > 0 and stats.accepted == stats.proposed
+    # 1 token from prefill, then 4 accepted + 1 bonus per pass
+    assert stats.passes == -(-(stats.output_tokens - 1) // 5)
+
+
+class CheckingDrafter(ModelDrafter):
+    """A model drafter that checks each draft against a cache-free recomputation."""
+
+    def draft(self, seq, k):
+        out = super().draft(seq, k)
+        expect, x = [], list(seq)
+        for _ in range(k):
+            with torch.no_grad():
+                nxt = int(self.model(input_ids=torch.tensor([x])).logits[0, -1].argmax())
+            expect.append(nxt)
+            x.append(nxt)
+        assert out == expect, "draft cache out of sync with the accepted sequence"
+        return out
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_draft_cache_stays_in_sync_after_partial_and_full_accepts(tiny_dirs, arch, k):
+    d = tiny_dirs[arch]
+    pair = load_pair(d["target"], d["near"], "cpu", "float32")
+    dec = Decoder(pair)
+    ids = dec.encode(PROMPTS[0])
+    with torch.inference_mode():
+        stats = generate(pair.target, CheckingDrafter(pair.draft), ids, k, 40, dec.eos_id)
+    full = sum(1 for n in stats.k_per_pass if n)  # passes that drafted
+    assert 0 < stats.accepted < stats.proposed, "need a mix of partial and full accepts"
+    assert full > 0
+
+
+class ScriptedDrafter:
+    """Proposes the reference continuation, corrupting chosen positions per pass."""
+
+    name = "scripted"
+
+    def __init__(self, reference, prompt_len, corrupt):
+        self.reference, self.prompt_len, self.corrupt, self.pass_no = reference, prompt_len, corrupt, 0
+
+    def reset(self, prompt_ids):
+        pass
+
+    def draft(self, seq, k):
+        done = len(seq) - self.prompt_len
+        out = list(self.reference[done:done + k])
+        bad = self.corrupt.get(self.pass_no)
+        if bad is not None:
+            out[bad] = (out[bad] + 1) % 512
+        self.pass_no += 1
+        return out
+
+    def commit(self, valid_len):
+        pass
+
+
+def test_per_position_accounting_matches_a_hand_checked_case(tiny_dirs):
+    d = tiny_dirs["qwen3"]
+    pair = load_pair(d["target"], None, "cpu", "float32")
+    dec = Decoder(pair)
+    ids = dec.encode(PROMPTS[0])
+    ref = dec.run(ids, 0, 12).output_ids
+    assert len(ref) == 12 and dec.eos_id not in ref
+    drafter = ScriptedDrafter(ref, len(ids), corrupt={0: 2, 2: 0})
+    with torch.inference_mode():
+        stats = generate(pair.target, drafter, ids, 3, 12, dec.eos_id)
+    # pass 0: 3 proposed, 3rd corrupted -> 2 accepted (+1 correction): 1+3 = 4 tokens
+    # pass 1: 3 proposed, all accepted (+ bonus): 8 tokens
+    # pass 2: 3 proposed, 1st corrupted -> 0 accepted (+ correction): 9 tokens
+    # pass 3: budget leaves room for 2 drafts, both accepted (+ bonus): 12 tokens
+    assert stats.output_ids == ref
+    assert stats.k_per_pass == [3, 3, 3, 2]
+    assert stats.per_position_proposed == [4, 4, 3]
+    assert stats.per_position_accepted == [3, 3, 1]
+    assert (stats.proposed, stats.accepted, stats.passes) == (11, 7, 4)
