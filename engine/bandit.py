@@ -6,6 +6,7 @@ so a resumed run makes exactly the choices an uninterrupted one would.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -66,8 +67,9 @@ class EpsilonGreedy:
     def update(self, k: int, reward: float) -> None:
         if k not in self.counts:
             raise ValueError(f"arm {k} is not in {self.arms}")
-        if reward != reward or reward in (float("inf"), float("-inf")):
+        if not math.isfinite(reward):
             reward = 0.0  # a broken timing must not poison the mean
+        reward = max(-1e12, min(1e12, reward))
         self.counts[k] += 1
         self.means[k] += (reward - self.means[k]) / self.counts[k]
         self.t += 1

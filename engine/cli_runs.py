@@ -36,14 +36,17 @@ def bench_config(args):
 
 def cmd_bench(args) -> int:
     from engine.bench import validate
-    from engine.bench_run import create_run, execute, report
+    from engine.bench_run import create_run, execute, load_decoder, report
+    from engine.prompts import load as load_prompts
 
     cfg = validate(bench_config(args))
+    load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
+    decoder = load_decoder(cfg)
     store = open_store(args.db)
     run = create_run(store, cfg)
     print(f"run {run.id}: {run.name} ({run.progress_total} requests)", file=sys.stderr)
     try:
-        status = execute(store, run.id, cfg)
+        status = execute(store, run.id, cfg, decoder=decoder)
     except KeyboardInterrupt:
         print(f"run {run.id} interrupted; its rows are kept (`python -m engine show {run.id}`)", file=sys.stderr)
         return 130

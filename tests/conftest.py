@@ -62,3 +62,27 @@ def tiny_dirs(tmp_path_factory, tiny_tokenizer):
             "near": save_model(near, tiny_tokenizer, root / f"{arch}-near"),
         }
     return dirs
+
+
+@pytest.fixture(scope="session")
+def other_vocab_dir(tmp_path_factory):
+    """A model whose tokenizer differs from the tiny ones: must be refused as a draft."""
+    from engine.zoo import stdlib_texts, train_tokenizer
+
+    tok = train_tokenizer(stdlib_texts()[20:26], 300)
+    return save_model(make_model("qwen3", tok, seed=3), tok, tmp_path_factory.mktemp("other") / "m")
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    import json
+
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"} for i in range(4)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def db_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'phoenix.db'}"

@@ -1,0 +1,115 @@
+"""Benchmark runner: modes side by side, identity checks, interruption and resume."""
+from __future__ import annotations
+
+import pytest
+
+from db import migrate
+from db.store import Store, mode_summaries
+from engine.bench import BenchConfig
+from engine.bench_run import create_run, execute, load_decoder
+from engine.runner import Decoder
+
+
+@pytest.fixture
+def store(db_url):
+    migrate.upgrade(db_url)
+    return Store(db_url)
+
+
+def cfg_for(tiny_dirs, prompt_file, **kw):
+    d = tiny_dirs["qwen3"]
+    base = dict(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=12,
+                modes=["target", "fixed_2", "ngram_2", "hf_2", "bandit"], arms=[0, 2, 4], device="cpu")
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_dirs):
+    d = tiny_dirs["qwen3"]
+    return load_decoder(BenchConfig(target=d["target"], draft=d["near"], device="cpu"))
+
+
+def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, tiny_dirs, prompt_file, decoder):
+    cfg = cfg_for(tiny_dirs, prompt_file)
+    run = create_run(store, cfg)
+    assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
+    rows = store.requests(run.id, include_warmup=True)
+    assert sum(r.warmup for r in rows) == 5
+    real = [r for r in rows if not r.warmup]
+    assert len(real) == 15
+    for mode in cfg.modes:
+        assert [r.prompt_id for r in real if r.mode == mode] == ["p0", "p1", "p2"]
+    assert all(r.identical for r in real)
+    assert all(len(r.trace_id) == 32 for r in real)
+    assert len(store.bandit_steps(run.id)) == 3
+    info = store.get_run(run.id)
+    assert (info.status, info.progress_done, info.progress_total) == ("done", 15, 15)
+    assert info.config["bench"]["modes"] == cfg.modes and "torch" in info.config["environment"]
+    fixed = [r for r in real if r.mode == "fixed_2"]
+    assert all(sum(p.proposed for p in r.positions) == r.proposed for r in fixed)
+    by = {m.mode: m for m in mode_summaries(store, run.id)}
+    assert by["target"].speedup == 1.0 and by["fixed_2"].n == 3
+
+
+class CorruptingDecoder(Decoder):
+    """Flips one token of every speculative output, as a bf16 near-tie would."""
+
+    def run(self, prompt_ids, k, max_new_tokens, backend="model", choose_k=None):
+        stats = super().run(prompt_ids, k, max_new_tokens, backend, choose_k)
+        if k > 0 and len(stats.output_ids) > 3:
+            stats.output_ids[3] += 1
+        return stats
+
+
+def test_a_forced_mismatch_is_recorded_with_its_first_diverging_position(store, tiny_dirs, prompt_file, decoder):
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=2)
+    run = create_run(store, cfg)
+    execute(store, run.id, cfg, decoder=CorruptingDecoder(decoder.pair), progress=False)
+    fixed = [r for r in store.requests(run.id) if r.mode == "fixed_2"]
+    assert [(r.identical, r.diverged_at) for r in fixed] == [(False, 3), (False, 3)]
+    target = [r for r in store.requests(run.id) if r.mode == "target"]
+    assert all(r.identical for r in target)
+
+
+def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, prompt_file, decoder):
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=1.0)
+    run = create_run(store, cfg)
+    execute(store, run.id, cfg, decoder=decoder, progress=False)
+    assert [r.identical for r in store.requests(run.id)] == [True, True, True]
+    cfg0 = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=0.0)
+    run0 = create_run(store, cfg0)
+    execute(store, run0.id, cfg0, decoder=decoder, progress=False)
+    assert [r.identical for r in store.requests(run0.id)] == [None, None, None]
+
+
+def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, tiny_dirs, prompt_file, decoder):
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "bandit"], limit=4)
+    run = create_run(store, cfg)
+    seen = []
+
+    def stop_after_five(rec, stats):
+        seen.append(rec.seq)
+        if len(seen) == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(store, run.id, cfg, decoder=decoder, progress=False, on_request=stop_after_five)
+    assert store.get_run(run.id).status == "interrupted"
+    kept = store.requests(run.id)
+    assert len(kept) == 5
+    assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
+    rows = store.requests(run.id)
+    assert len(rows) == 8
+    assert len({(r.prompt_id, r.mode) for r in rows}) == 8
+    assert [s.t for _, s in store.bandit_steps(run.id)] == [0, 1, 2, 3]
+    assert store.get_run(run.id).progress_done == 8
+
+
+def test_cancel_stops_at_a_request_boundary_and_keeps_rows(store, tiny_dirs, prompt_file, decoder):
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target"], limit=4)
+    run = create_run(store, cfg)
+    calls = iter([False, False, True])
+    assert execute(store, run.id, cfg, decoder=decoder, progress=False, should_stop=lambda: next(calls)) == "cancelled"
+    assert len(store.requests(run.id)) == 2
+    assert store.get_run(run.id).status == "cancelled"

@@ -1,0 +1,134 @@
+"""The CLI: a thin layer whose bad inputs get one clear line, exit 2, and no writes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, pattern):
+    import re
+
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("Loading weights")]
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dirs):
+    d = tiny_dirs["qwen3"]
+    code, out, _ = run_cli(capsys, "generate", "--target", d["target"], "--draft", d["near"], "--device", "cpu",
+                           "--k", "3", "--max-new-tokens", "10", "--prompt", "def f(x):", "--json")
+    assert code == 0
+    stats = json.loads(out)
+    assert stats["output_tokens"] == len(stats["output_ids"]) <= 10
+    assert stats["proposed"] == sum(p["proposed"] for p in stats["per_position"])
+    assert stats["accepted"] == sum(p["accepted"] for p in stats["per_position"])
+    for key in ("draft_s", "verify_s", "ttft_s", "latency_s", "tokens_per_s", "passes", "prompt_tokens"):
+        assert key in stats
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["generate", "--target", "/no/such/model"], "not found"),
+    (["generate", "--target", "nobody/no-such-model"], "not in the local Hugging Face cache"),
+    (["generate", "--prompt", ""], "prompt is empty"),
+    (["generate", "--prompt", "   "], "prompt is empty"),
+    (["generate", "--k", "17"], r"k=17 is out of range: use 0\.\.16"),
+    (["generate", "--k", "-1"], "out of range"),
+])
+def test_bad_generate_input_is_one_clear_line(capsys, argv, pattern):
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, pattern)
+
+
+def test_a_directory_that_is_not_a_model_is_refused(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "generate", "--target", str(tmp_path))
+    assert_one_line_error(code, err, "not a model")
+
+
+def test_draft_with_another_tokenizer_is_refused_before_any_work(capsys, tiny_dirs, other_vocab_dir):
+    code, _, err = run_cli(capsys, "generate", "--target", tiny_dirs["qwen3"]["target"], "--draft", other_vocab_dir, "--device", "cpu")
+    assert_one_line_error(code, err, "different tokenizers")
+
+
+@pytest.mark.parametrize("extra,pattern", [
+    (["--modes", "target,turbo_4"], "unknown mode 'turbo_4'"),
+    (["--modes", "target,target"], "repeats a mode"),
+    (["--arms", "0,2,2"], "repeats an arm"),
+    (["--arms", "0,40"], "out of range"),
+    (["--max-new-tokens", "0"], "max-new-tokens must be in"),
+    (["--max-new-tokens", "999999"], "max-new-tokens must be in"),
+    (["--modes", "fixed_0"], "k must be in"),
+])
+def test_bad_bench_options_write_nothing(capsys, tmp_path, extra, pattern):
+    db = tmp_path / "p.db"
+    code, _, err = run_cli(capsys, "bench", "--db", str(db), *extra)
+    assert_one_line_error(code, err, pattern)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("content,pattern", [
+    (b"", "no prompts"),
+    (b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": \n', "line 2 is not valid JSON"),
+    (b'{"id": "a", "prompt": "\xff\xfe"}\n', "not UTF-8"),
+    (b'{"id": "a", "prompt": ""}\n', "line 1 has an empty prompt"),
+])
+def test_bad_prompt_files_name_the_problem(capsys, tmp_path, content, pattern):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(content)
+    db = tmp_path / "p.db"
+    code, _, err = run_cli(capsys, "bench", "--db", str(db), "--prompts", str(path))
+    assert_one_line_error(code, err, pattern)
+    assert not db.exists()
+
+
+def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, prompt_file, tmp_path):
+    d = tiny_dirs["qwen3"]
+    db = str(tmp_path / "p.db")
+    code, out, err = run_cli(capsys, "bench", "--db", db, "--target", d["target"], "--draft", d["near"], "--device", "cpu",
+                             "--prompts", prompt_file, "--limit", "2", "--max-new-tokens", "8", "--modes", "target,fixed_2")
+    assert code == 0, err
+    assert "fixed_2" in out and "speedup" in out
+    code, out_show, _ = run_cli(capsys, "show", "1", "--db", db)
+    assert code == 0 and out.strip().splitlines()[-1] in out_show  # same table, recomputed from the DB
+    code, runs, _ = run_cli(capsys, "runs", "--db", db)
+    assert "done" in runs
+    code, js, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "json")
+    rows = json.loads(js)
+    assert len(rows) == 6 and {r["mode"] for r in rows} == {"target", "fixed_2"}
+    code, csv_text, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "csv")
+    assert csv_text.splitlines()[0].startswith("id,run_id,seq,mode,k") and len(csv_text.splitlines()) == 7
+    code, _, err = run_cli(capsys, "show", "99", "--db", db)
+    assert_one_line_error(code, err, "no run 99")
+
+
+def test_db_upgrade_then_a_stale_schema_names_the_command(capsys, tmp_path):
+    import sqlite3
+
+    db = tmp_path / "p.db"
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", str(db))
+    assert code == 0 and "0001" in out
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE alembic_version")
+    code, _, err = run_cli(capsys, "runs", "--db", str(db))
+    assert_one_line_error(code, err, r"run `python -m engine db upgrade --db 'sqlite:///")
+
+
+def test_the_module_entry_point_exits_2_without_a_traceback():
+    proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--k", "99"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: k=99 is out of range: use 0..16"

@@ -1,0 +1,151 @@
+"""The tracking store: migrations, round trips, aggregates, and clear errors."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from db import migrate
+from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.models import Base
+from db.store import Store, StoreError, mode_summaries, position_counts, resolve_url
+
+
+@pytest.fixture
+def url(tmp_path):
+    return f"sqlite:///{tmp_path / 'phoenix.db'}"
+
+
+@pytest.fixture
+def store(url):
+    migrate.upgrade(url)
+    return Store(url)
+
+
+def record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw):
+    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"p{seq}", prompt_tokens=5,
+                         output_tokens=tokens, latency_s=latency, ttft_s=0.1, tokens_per_s=tokens / latency,
+                         proposed=proposed, accepted=accepted, passes=3, draft_s=0.4, verify_s=0.6,
+                         output_text="x", output_sha256="0" * 64, trace_id="a" * 32, **kw)
+
+
+def test_migrations_reach_head_and_match_the_models(url):
+    assert migrate.upgrade(url) == migrate.head()
+    engine = create_engine(url)
+    insp = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        db_cols = {c["name"] for c in insp.get_columns(table.name)}
+        assert db_cols == {c.name for c in table.columns}, table.name
+        model_idx = {i.name for i in table.indexes}
+        assert model_idx <= {i["name"] for i in insp.get_indexes(table.name)}, table.name
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(store):
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+
+
+def test_requests_round_trip_with_positions_and_bandit_steps(store):
+    run = store.create_run("r", {"bench": {"seed": 1}}, "t", "d", total=2)
+    rec = record(run.id, 0, mode="bandit", positions=[PositionCount(0, 3, 2), PositionCount(1, 3, 1)],
+                 bandit=BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0))
+    store.add_requests([rec, record(run.id, 1)])
+    got = store.requests(run.id)
+    assert [r.seq for r in got] == [0, 1]
+    assert got[0].positions == [PositionCount(0, 3, 2), PositionCount(1, 3, 1)]
+    assert got[0].latency_s == rec.latency_s and got[0].trace_id == rec.trace_id
+    steps = store.bandit_steps(run.id)
+    assert steps == [(0, BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0))]
+    assert type(got[0]).__module__ == "db.entities"  # plain entities, not ORM rows
+
+
+def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
+    run = store.create_run("r", {}, "t", "d", total=4)
+    store.add_requests([
+        record(run.id, 0, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, warmup=True),
+        record(run.id, 1, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, identical=True),
+        record(run.id, 2, mode="fixed_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
+        record(run.id, 3, mode="fixed_4", latency=3.0, tokens=20, proposed=8, accepted=2, identical=False, diverged_at=5),
+    ])
+    by = {m.mode: m for m in mode_summaries(store, run.id)}
+    assert by["target"].n == 1 and by["target"].tokens_per_s == 10.0
+    assert by["fixed_4"].tokens_per_s == 40 / 4.0
+    assert by["fixed_4"].acceptance == 8 / 16
+    assert by["fixed_4"].p50_latency_s == 2.0 and by["fixed_4"].mean_latency_s == 2.0
+    assert by["fixed_4"].speedup == 1.0
+    assert (by["fixed_4"].identical_n, by["fixed_4"].checked_n) == (1, 2)
+
+
+def test_position_counts_sum_per_mode_and_arm(store):
+    run = store.create_run("r", {}, "t", "d", total=2)
+    store.add_requests([record(run.id, i, positions=[PositionCount(0, 2, 2), PositionCount(1, 2, 1)]) for i in range(2)])
+    assert position_counts(store, run.id) == [("fixed_4", 4, 0, 4, 4), ("fixed_4", 4, 1, 4, 2)]
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("x.db", "sqlite:///x.db"),
+    ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
+    ("postgresql+psycopg://u:p@h/db", "postgresql+psycopg://u:p@h/db"),
+])
+def test_db_location_is_a_url_or_a_path(value, expected):
+    assert resolve_url(value) == expected
+
+
+def test_db_location_falls_back_to_env_then_default(monkeypatch):
+    monkeypatch.setenv("PHOENIX_DB", "/tmp/env.db")
+    assert resolve_url(None) == "sqlite:////tmp/env.db"
+    monkeypatch.delenv("PHOENIX_DB")
+    assert resolve_url(None) == "sqlite:///data/phoenix.db"
+
+
+def test_empty_database_is_created_at_head(url):
+    migrate.ensure_schema(url)
+    assert migrate.current(url) == migrate.head()
+
+
+def test_stale_schema_names_the_exact_upgrade_command(url, tmp_path):
+    migrate.upgrade(url)
+    with sqlite3.connect(tmp_path / "phoenix.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'base0'")
+    with pytest.raises(StoreError, match="newer than this Phoenix"):
+        migrate.ensure_schema(url)
+
+
+def test_unversioned_database_with_tables_asks_for_upgrade(url, tmp_path):
+    with sqlite3.connect(tmp_path / "phoenix.db") as conn:
+        conn.execute("CREATE TABLE runs (id INTEGER)")
+    with pytest.raises(StoreError, match=r"python -m engine db upgrade --db 'sqlite:///.*phoenix.db'"):
+        migrate.ensure_schema(url)
+
+
+def test_unwritable_database_path_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # root ignores permission bits, so block with a file
+    with pytest.raises(StoreError, match="cannot create the database folder .*pass --db"):
+        Store(f"sqlite:///{blocker / 'sub' / 'x.db'}")
+
+
+def test_locked_database_fails_with_a_clear_message_and_keeps_rows(store, tmp_path, monkeypatch):
+    import db.store as store_mod
+
+    run = store.create_run("r", {}, "t", "d", total=1)
+    store.add_requests([record(run.id, 0)])
+    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 100)
+    short = Store(store.url)
+    blocker = sqlite3.connect(tmp_path / "phoenix.db")
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match="locked by another writer"):
+            short.add_requests([record(run.id, 1)])
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert [r.seq for r in store.requests(run.id)] == [0]
