@@ -1,0 +1,117 @@
+"""Altair charts for the Run, Break-even and Compare pages. Pure: DataFrames in, charts out."""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from engine.analysis import fit_a, predicted_speedup, rates
+
+
+def arm_label(mode: str, k: int) -> str:
+    return mode if mode in ("target",) or mode.endswith(f"_{k}") else f"{mode} k={k}"
+
+
+def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Per arm and position: unconditional, conditional and fitted a^(i+1) rates."""
+    rows, fits = [], {}
+    for (mode, k), g in pos.groupby(["mode", "k"], sort=True):
+        g = g.sort_values("position")
+        proposed, accepted = g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist()
+        uncond, cond = rates(proposed, accepted)
+        a = fit_a(proposed, accepted)
+        arm = arm_label(mode, int(k))
+        if a is not None:
+            fits[arm] = a
+        for i, (u, c, p, acc) in enumerate(zip(uncond, cond, proposed, accepted)):
+            base = {"arm": arm, "position": i + 1, "proposed": p, "accepted": acc}
+            rows.append({**base, "kind": "unconditional (vLLM)", "rate": u})
+            rows.append({**base, "kind": "conditional", "rate": c})
+            if a is not None:
+                rows.append({**base, "kind": "fit a^(i+1)", "rate": a ** (i + 1)})
+    return pd.DataFrame(rows), fits
+
+
+def acceptance_chart(df: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("position:O", title="draft position"),
+        y=alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("arm:N"),
+        strokeDash=alt.StrokeDash("kind:N"),
+        tooltip=["arm", "kind", "position", alt.Tooltip("rate:Q", format=".3f"), "accepted", "proposed"],
+    ).properties(height=320)
+
+
+def _with_links(df: pd.DataFrame, trace_url) -> pd.DataFrame:
+    df = df.copy()
+    df["trace"] = [trace_url(t) or "" for t in df["trace_id"]]
+    return df
+
+
+def tokens_per_arm_chart(sample: pd.DataFrame, trace_url) -> alt.LayerChart:
+    df = _with_links(sample, trace_url)
+    df["arm"] = [arm_label(m, k) for m, k in zip(df["mode"], df["k"])]
+    base = alt.Chart(df).encode(x=alt.X("arm:N", title="mode / arm"), y=alt.Y("tokens_per_s:Q", title="tokens/sec"))
+    box = base.mark_boxplot(extent="min-max", opacity=0.35)
+    strip = base.mark_circle(size=28, opacity=0.7).encode(
+        color="mode:N", href="trace:N",
+        tooltip=["mode", "k", "prompt_id", alt.Tooltip("tokens_per_s:Q", format=".2f"), "trace_id", "trace"])
+    return (box + strip).properties(height=320)
+
+
+def time_split_chart(split: pd.DataFrame) -> alt.Chart:
+    rows = []
+    for r in split.itertuples():
+        arm = arm_label(r.mode, int(r.k))
+        total = r.draft_s + r.verify_s
+        for part, secs in (("draft", r.draft_s), ("verify", r.verify_s)):
+            rows.append({"arm": arm, "part": part, "seconds_per_request": secs / r.n, "share": secs / total if total else 0.0, "n": r.n})
+    return alt.Chart(pd.DataFrame(rows)).mark_bar().encode(
+        y=alt.Y("arm:N", title="mode / arm"),
+        x=alt.X("seconds_per_request:Q", title="seconds per request", stack="zero"),
+        color=alt.Color("part:N", scale=alt.Scale(domain=["draft", "verify"], range=["#e45756", "#4c78a8"])),
+        tooltip=["arm", "part", alt.Tooltip("seconds_per_request:Q", format=".3f"), alt.Tooltip("share:Q", format=".0%"), "n"],
+    ).properties(height=40 + 30 * max(1, len(split)))
+
+
+def bandit_charts(steps: pd.DataFrame, trace_url) -> alt.VConcatChart:
+    df = _with_links(steps, trace_url)
+    df["decision"] = df["explored"].map({True: "explored", False: "exploited"})
+    chosen = alt.Chart(df).mark_circle(size=60).encode(
+        x=alt.X("t:Q", title="decision t"), y=alt.Y("chosen_k:O", title="chosen k", sort="descending"),
+        color=alt.Color("decision:N", scale=alt.Scale(domain=["explored", "exploited"], range=["#f58518", "#54a24b"])),
+        href="trace:N", tooltip=["t", "chosen_k", "decision", alt.Tooltip("epsilon:Q", format=".3f"),
+                                 alt.Tooltip("reward:Q", format=".2f"), "trace_id"],
+    ).properties(height=180)
+    eps = alt.Chart(df).mark_line().encode(x="t:Q", y=alt.Y("epsilon:Q", title="epsilon")).properties(height=100)
+    means = [{"t": r.t, "arm": f"k={a}", "mean_reward": m} for r in df.itertuples() for a, m in (r.arm_means or {}).items()
+             if (r.arm_counts or {}).get(a, 0) > 0]
+    mean_chart = alt.Chart(pd.DataFrame(means or [{"t": 0, "arm": "k=0", "mean_reward": 0.0}])).mark_line().encode(
+        x="t:Q", y=alt.Y("mean_reward:Q", title="running mean tokens/sec"), color="arm:N",
+        tooltip=["t", "arm", alt.Tooltip("mean_reward:Q", format=".2f")]).properties(height=180)
+    return alt.vconcat(chosen, eps, mean_chart)
+
+
+def latency_chart(sample: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(sample).mark_boxplot(extent=1.5).encode(
+        x=alt.X("latency_s:Q", title="latency (s)"), y=alt.Y("mode:N", title="mode"), color="mode:N",
+    ).properties(height=40 + 30 * max(1, sample["mode"].nunique()))
+
+
+def breakeven_chart(a: float, c: float, k_max: int, measured: pd.DataFrame | None = None) -> alt.LayerChart:
+    curve = pd.DataFrame({"k": list(range(k_max + 1))})
+    curve["predicted speedup"] = [predicted_speedup(a, c, k) for k in curve["k"]]
+    line = alt.Chart(curve).mark_line(point=True).encode(
+        x=alt.X("k:Q", title="draft length k"), y=alt.Y("predicted speedup:Q", title="speedup vs target"),
+        tooltip=["k", alt.Tooltip("predicted speedup:Q", format=".2f")])
+    rule = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
+    layers = [line, rule]
+    if measured is not None and not measured.empty:
+        layers.append(alt.Chart(measured).mark_point(size=90, shape="diamond", color="#e45756", filled=True).encode(
+            x="k:Q", y="measured speedup:Q", tooltip=["k", alt.Tooltip("measured speedup:Q", format=".2f"), "n"]))
+    return alt.layer(*layers).properties(height=320)
+
+
+def compare_chart(df: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(df).mark_boxplot(extent="min-max").encode(
+        x=alt.X("series:N", title=None), y=alt.Y("tokens_per_s:Q", title="tokens/sec"), color="series:N",
+    ).properties(height=300)

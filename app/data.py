@@ -1,0 +1,114 @@
+"""The dashboard's one data module: every read goes through here, cached briefly.
+
+SQL lives in db/queries.py with bound parameters; this module only adds caching
+and hands back DataFrames and plain entities.
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import streamlit as st
+
+from db import queries
+from db.migrate import ensure_schema
+from db.store import Store, StoreError, mode_summaries, resolve_url
+
+TTL = 5  # seconds: a running benchmark shows up within one refresh
+
+
+def db_url() -> str:
+    return resolve_url(os.environ.get("PHOENIX_DB"))
+
+
+@st.cache_resource(show_spinner=False)
+def _store(url: str) -> Store:
+    ensure_schema(url)
+    return Store(url)
+
+
+def store() -> Store:
+    return _store(db_url())
+
+
+def schema_problem() -> str | None:
+    """None when the database is usable, else the one line that says what to do."""
+    try:
+        store()
+        return None
+    except StoreError as exc:
+        _store.clear()
+        return str(exc)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def runs(url: str, name: str = "", model: str = "", status: str = "") -> pd.DataFrame:
+    df = queries.runs_frame(_store(url), name, model, status)
+    if df.empty:
+        return df
+    rates = queries.run_mode_rates(_store(url), df["id"].tolist())
+    df["modes"] = df["config"].map(lambda c: ",".join((c or {}).get("bench", {}).get("modes", [])))
+    prompts = rates.groupby("run_id")["prompts"].max() if not rates.empty else pd.Series(dtype=float)
+    df["prompts"] = df["id"].map(prompts).fillna(0).astype(int)
+    df["best_speedup"] = df["id"].map(_best_speedup(rates))
+    return df.drop(columns=["config"])
+
+
+def _best_speedup(rates: pd.DataFrame) -> dict:
+    out = {}
+    for run_id, g in rates.groupby("run_id") if not rates.empty else []:
+        base = g.loc[g["mode"] == "target", "tokens_per_s"]
+        others = g.loc[g["mode"] != "target", "tokens_per_s"]
+        if len(base) and len(others) and base.iloc[0]:
+            out[run_id] = float(others.max() / base.iloc[0])
+    return out
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def run(url: str, run_id: int):
+    return _store(url).get_run(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def summaries(url: str, run_id: int):
+    return mode_summaries(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def positions(url: str, run_id: int) -> pd.DataFrame:
+    return queries.positions(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def request_sample(url: str, run_id: int) -> pd.DataFrame:
+    return queries.request_sample(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def time_split(url: str, run_id: int) -> pd.DataFrame:
+    return queries.time_split(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def bandit(url: str, run_id: int) -> pd.DataFrame:
+    return queries.bandit_frame(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def identity(url: str, run_id: int):
+    return queries.identity(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def requests(url: str, run_id: int, mode: str, k: int | None, identical: str, prompt: str) -> pd.DataFrame:
+    return queries.requests_frame(_store(url), run_id, mode, k, identical, prompt)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def request_detail(url: str, request_id: int):
+    return queries.request_detail(_store(url), request_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def rewards(url: str, run_id: int, modes: tuple[str, ...]) -> pd.DataFrame:
+    return queries.rewards(_store(url), run_id, list(modes))

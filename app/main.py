@@ -1,0 +1,19 @@
+"""Phoenix dashboard entry point: builds the navigation and nothing else."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="Phoenix", page_icon="🔥", layout="wide")
+st.navigation([
+    st.Page("views/runs.py", title="Runs", url_path="runs", default=True),
+    st.Page("views/run.py", title="Run", url_path="run"),
+    st.Page("views/breakeven.py", title="Break-even", url_path="breakeven"),
+    st.Page("views/compare.py", title="Compare", url_path="compare"),
+    st.Page("views/requests.py", title="Requests", url_path="requests"),
+    st.Page("views/new_run.py", title="New run", url_path="new"),
+]).run()

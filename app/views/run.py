@@ -1,0 +1,110 @@
+"""Run: KPIs per mode and the charts that explain them."""
+from __future__ import annotations
+
+import math
+from urllib.parse import quote
+
+import streamlit as st
+
+from app import charts, common, data
+from app.fit import fit_run
+from engine.analysis import diagnose
+
+
+def render() -> None:
+    url = common.guard()
+    st.title("Run")
+    run_id = common.run_picker(url)
+    if run_id is None:
+        return
+    info = data.run(url, run_id)
+    if info.status in ("running", "queued"):
+        live(url, run_id)
+    else:
+        body(url, run_id)
+    common.show_share_link("run")
+
+
+@st.fragment(run_every="3s")
+def live(url: str, run_id: int) -> None:
+    data.run.clear()
+    body(url, run_id)
+
+
+def body(url: str, run_id: int) -> None:
+    info = data.run(url, run_id)
+    bench = info.config.get("bench", {})
+    st.caption(f"#{info.id} · {info.status} · target `{info.target}` · draft `{info.draft}` · drafter "
+               f"{bench.get('drafter', '?')} · max new tokens {bench.get('max_new_tokens', '?')} · "
+               f"{info.progress_done}/{info.progress_total} requests")
+    if info.status in ("running", "queued") and info.progress_total:
+        st.progress(min(info.progress_done / info.progress_total, 1.0))
+    if info.error:
+        st.error(f"Run failed: {info.error}")
+    identity_banner(url, run_id)
+    sentry_explorer(run_id)
+    summaries = data.summaries(url, run_id)
+    if not summaries:
+        st.info("No requests recorded yet.")
+        return
+    kpis(summaries)
+    pos, split, sample = data.positions(url, run_id), data.time_split(url, run_id), data.request_sample(url, run_id)
+    fit = fit_run(pos, split)
+    st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
+    st.subheader("Per-position acceptance")
+    if pos.empty:
+        st.caption("No drafted tokens in this run.")
+    else:
+        frame, fits = charts.acceptance_frame(pos)
+        st.altair_chart(charts.acceptance_chart(frame), width="stretch")
+        st.caption("Unconditional: drafts whose first i tokens were all accepted, over all drafts (vLLM's definition). "
+                   "Conditional: accepted at i given accepted up to i-1. Fitted a per arm: "
+                   + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
+        common.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
+    st.subheader("Tokens/sec per arm")
+    st.altair_chart(charts.tokens_per_arm_chart(sample, common.trace_url), width="stretch")
+    st.subheader("Where the time goes")
+    st.altair_chart(charts.time_split_chart(split), width="stretch")
+    common.csv_download(split, f"run{run_id}-time-split", key="dl_split")
+    steps = data.bandit(url, run_id)
+    if not steps.empty:
+        st.subheader("Bandit over time")
+        st.altair_chart(charts.bandit_charts(steps, common.trace_url), width="stretch")
+    st.subheader("Latency distribution")
+    st.altair_chart(charts.latency_chart(sample), width="stretch")
+    common.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
+
+
+def kpis(summaries) -> None:
+    for m in summaries:
+        st.markdown(f"**{m.mode}** · n = {m.n}")
+        cols = st.columns(7)
+        cols[0].metric("tokens/sec", f"{m.tokens_per_s:.2f}")
+        cols[1].metric("mean latency", f"{m.mean_latency_s:.3f} s")
+        cols[2].metric("p50", f"{m.p50_latency_s:.3f} s")
+        cols[3].metric("p95", f"{m.p95_latency_s:.3f} s")
+        cols[4].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}")
+        cols[5].metric("speedup", "n/a" if m.speedup is None or math.isnan(m.speedup) else f"{m.speedup:.2f}x")
+        cols[6].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
+
+
+def identity_banner(url: str, run_id: int) -> None:
+    same, checked, bad = data.identity(url, run_id)
+    if checked == 0:
+        st.warning("No output of this run was checked against target-only decoding (add `target` mode or a shadow rate).")
+    elif bad.empty:
+        st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")
+    else:
+        st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
+                 "Greedy speculation should never change the text; in bf16/fp16 batched verification can flip near-tie argmaxes.")
+        st.dataframe(bad, hide_index=True, width="stretch")
+
+
+def sentry_explorer(run_id: int) -> None:
+    base = common.sentry_web()
+    if base:
+        st.markdown(f"[Traces of this run in Sentry]({base}/explore/traces/?query={quote(f'run_id:{run_id}')}&statsPeriod=30d)")
+
+
+if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
+    render()
