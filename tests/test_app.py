@@ -1,0 +1,196 @@
+"""Every dashboard page through AppTest, on a database made through the store."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from db import migrate
+from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.store import Store, mode_summaries
+
+PAGES = ["runs", "run", "breakeven", "compare", "requests", "new_run"]
+XSS = "<script>alert('pwned')</script>"
+
+
+def _rec(run_id, seq, mode, k, rng, **kw):
+    tokens = 64
+    latency = {0: 2.0, 4: 1.4}.get(k, 1.6) * rng.uniform(0.9, 1.1)
+    proposed = 4 * 12 if k else 0
+    per_pos = [PositionCount(i, 12, max(0, 12 - 3 * i)) for i in range(k)]
+    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"HumanEval/{seq % 5}", prompt_tokens=50,
+                         output_tokens=tokens, latency_s=latency, ttft_s=0.05, tokens_per_s=tokens / latency,
+                         proposed=proposed, accepted=sum(p.accepted for p in per_pos), passes=12 if k else 64,
+                         draft_s=0.3 * (k > 0), verify_s=latency - 0.3 * (k > 0), output_text=f"return x  # {XSS}",
+                         output_sha256="0" * 64, identical=True, trace_id=f"{seq:032x}", positions=per_pos, **kw)
+
+
+def build_db(url: str) -> Store:
+    migrate.upgrade(url)
+    store = Store(url)
+    rng = random.Random(0)
+    for r in range(2):
+        run = store.create_run(f"run-{r}", {"bench": {"modes": ["target", "fixed_4", "bandit"], "prompts": "humaneval-test",
+                                                      "drafter": "model", "max_new_tokens": 64}}, "embedded", "embedded", 30, status="done")
+        recs, seq = [], 0
+        for i in range(10):
+            recs.append(_rec(run.id, seq, "target", 0, rng))
+            recs.append(_rec(run.id, seq + 1, "fixed_4", 4, rng))
+            b = _rec(run.id, seq + 2, "bandit", [0, 2, 4][i % 3], rng)
+            b.bandit = BanditRecord(i, 1.0 if i < 6 else 0.2, i < 6, b.k, {"0": 30.0, "2": 38.0, "4": 45.0},
+                                    {"0": 3, "2": 3, "4": 4}, b.tokens_per_s)
+            recs.append(b)
+            seq += 3
+        if r == 1:
+            recs[4].identical, recs[4].diverged_at = False, 17
+        store.add_requests(recs)
+    return store
+
+
+@pytest.fixture
+def app_db(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    store = build_db(url)
+    monkeypatch.setenv("PHOENIX_DB", url)
+    monkeypatch.delenv("PHOENIX_SENTRY_WEB", raising=False)
+    return store
+
+
+def open_page(page: str, **params) -> AppTest:
+    at = AppTest.from_file("../app/main.py", default_timeout=60)
+    for key, value in params.items():
+        at.query_params[key] = str(value)
+    at.run()  # a fresh session lands on the default page (Runs), as a shared link would
+    if page != "runs":
+        for key, value in params.items():
+            at.query_params[key] = str(value)
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("vega_lite_chart")]
+
+
+def fields(spec) -> set[str]:
+    out = set()
+    if isinstance(spec, dict):
+        if "field" in spec and isinstance(spec["field"], str):
+            out.add(spec["field"])
+        for v in spec.values():
+            out |= fields(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            out |= fields(v)
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_an_empty_database(tmp_path, monkeypatch, page):
+    monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{tmp_path / 'empty.db'}")
+    at = open_page(page)
+    assert at.title[0].value
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_a_recorded_database(app_db, page):
+    open_page(page, run=1)
+
+
+def test_empty_install_explains_and_shows_the_demo_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{tmp_path / 'empty.db'}")
+    at = open_page("runs")
+    assert "No runs yet" in at.info[0].value
+    assert "python -m engine bench" in at.code[0].value
+
+
+def test_run_page_kpis_equal_what_the_store_computes(app_db):
+    at = open_page("run", run=1)
+    expected = {m.mode: m for m in mode_summaries(app_db, 1)}
+    tps = [m.value for m in at.metric if m.label == "tokens/sec"]
+    assert tps == [f"{expected[mode].tokens_per_s:.2f}" for mode in ("target", "fixed_4", "bandit")]
+    speed = [m.value for m in at.metric if m.label == "speedup"]
+    assert speed[1] == f"{expected['fixed_4'].speedup:.2f}x"
+
+
+def test_run_page_charts_carry_the_expected_fields(app_db):
+    specs = charts(open_page("run", run=1))
+    assert len(specs) == 5
+    assert {"position", "rate", "arm", "kind"} <= fields(specs[0])
+    assert {"tokens_per_s", "trace"} <= fields(specs[1])
+    assert {"seconds_per_request", "part"} <= fields(specs[2])
+    assert {"chosen_k", "epsilon", "mean_reward"} <= fields(specs[3])
+    assert "latency_s" in fields(specs[4])
+
+
+def chart_frames(at: AppTest, index: int):
+    import pyarrow as pa
+
+    el = at.get("vega_lite_chart")[index]
+    return [pa.ipc.open_stream(ds.data.data).read_pandas() for ds in el.proto.datasets]
+
+
+def test_acceptance_chart_data_holds_the_unconditional_rate(app_db):
+    df = chart_frames(open_page("run", run=1), 0)[0]
+    row = df[(df["arm"] == "fixed_4") & (df["kind"] == "unconditional (vLLM)") & (df["position"] == 2)]
+    # every fixed_4 request proposes 12 per position and accepts 12, 9, 6, 3
+    assert row["rate"].tolist() == [pytest.approx(9 / 12)]
+    fit = df[(df["arm"] == "fixed_4") & (df["kind"] == "fit a^(i+1)")].sort_values("position")
+    assert 0.6 < fit["rate"].iloc[0] < 1.0
+
+
+def test_query_params_round_trip_to_the_same_view(app_db):
+    at = open_page("run", run=2)
+    assert at.selectbox(key="pick_run").value == 2
+    assert at.query_params["run"] == ["2"] or at.query_params["run"] == "2"
+    at = open_page("requests", run=2, mode="fixed_4", identical="no")
+    assert at.selectbox(key="r_mode").value == "fixed_4"
+    assert len(at.dataframe[0].value) == 1  # the one forced mismatch
+
+
+def test_a_divergence_stands_out_with_its_position(app_db):
+    at = open_page("run", run=2)
+    assert any("DIVERGENCE" in e.value for e in at.error)
+    bad = at.dataframe[0].value
+    assert bad["diverged_at"].tolist() == [17]
+    assert any("identical to target-only" in s.value for s in open_page("run", run=1).success)
+
+
+def test_request_text_is_shown_as_code_never_as_html(app_db):
+    at = open_page("requests", run=1)
+    assert any(XSS in c.value for c in at.code)
+    assert not any(XSS in m.value for m in at.markdown)
+    assert not at.get("html")
+
+
+def test_without_sentry_the_trace_id_is_shown_instead_of_a_dead_link(app_db, monkeypatch):
+    at = open_page("requests", run=1)
+    assert any("trace id:" in c.value for c in at.caption)
+    monkeypatch.setenv("PHOENIX_SENTRY_WEB", "https://myorg.sentry.io")
+    at = open_page("requests", run=1)
+    df = at.dataframe[0].value
+    assert df["trace"].iloc[0] == f"https://myorg.sentry.io/explore/traces/trace/{df['trace_id'].iloc[0]}"
+
+
+def test_compare_gives_welch_p_values_and_a_verdict(app_db):
+    at = open_page("compare", series="1:target,1:fixed_4", alpha="0.05")
+    table = at.dataframe[0].value
+    assert set(table["metric"]) == {"tokens_per_s", "latency_s"}
+    assert table["verdict"].isin(["significant", "NOT_SIGNIFICANT"]).all()
+    assert (table["p-value"] < 0.05).all()  # 2.0 s vs 1.4 s latency over 10 requests each
+
+
+def test_breakeven_fits_a_and_c_from_a_run(app_db):
+    at = open_page("breakeven", run=1)
+    assert any("Fitted a =" in c.value for c in at.caption)
+    assert len(charts(at)) == 1
+
+
+@pytest.mark.parametrize("hostile", ["'; DROP TABLE runs; --", "%", "_", "\" OR 1=1 --"])
+def test_filters_reach_sql_as_bound_parameters(app_db, hostile):
+    at = open_page("runs", name=hostile)
+    assert any("No run matches" in w.value for w in at.warning)
+    assert len(app_db.list_runs()) == 2
