@@ -43,6 +43,9 @@ def schema_problem() -> str | None:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def runs(url: str, name: str = "", model: str = "", status: str = "") -> pd.DataFrame:
+    from engine.worker import STALE_AFTER_S
+
+    _store(url).mark_stale(STALE_AFTER_S)  # a dead worker's run shows as interrupted
     df = queries.runs_frame(_store(url), name, model, status)
     if df.empty:
         return df

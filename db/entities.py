@@ -18,6 +18,9 @@ class RunInfo:
     progress_done: int
     progress_total: int
     error: str | None = None
+    worker_id: str | None = None
+    heartbeat_at: datetime | None = None
+    cancel_requested: bool = False
 
 
 @dataclass

@@ -121,9 +121,62 @@ class Store:
         with self.session_scope() as s:
             s.execute(update(Run).where(Run.id == run_id).values(**values))
 
+    # queue ------------------------------------------------------------------
+    def claim_next(self, worker_id: str) -> E.RunInfo | None:
+        """Atomically take the oldest queued run: one UPDATE guarded by status, so
+        two workers can never both win it."""
+        with self.session_scope() as s:
+            oldest = select(Run.id).where(Run.status == "queued").order_by(Run.id).limit(1).scalar_subquery()
+            res = s.execute(update(Run).where(Run.id == oldest, Run.status == "queued")
+                            .values(status="running", worker_id=worker_id, heartbeat_at=utcnow(), cancel_requested=False))
+            if res.rowcount != 1:
+                return None
+            run = s.scalars(select(Run).where(Run.worker_id == worker_id, Run.status == "running")
+                            .order_by(Run.heartbeat_at.desc(), Run.id.desc()).limit(1)).first()
+            return _run(run) if run else None
+
+    def heartbeat(self, run_id: int) -> None:
+        with self.session_scope() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(heartbeat_at=utcnow()))
+
+    def request_cancel(self, run_id: int) -> str | None:
+        """Queued runs are cancelled at once; running ones at the next request boundary."""
+        with self.session_scope() as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                return None
+            if run.status == "queued":
+                run.status, run.finished_at = "cancelled", utcnow()
+            elif run.status == "running":
+                run.cancel_requested = True
+            return run.status
+
+    def cancel_requested(self, run_id: int) -> bool:
+        with self.session_scope() as s:
+            return bool(s.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+
+    def requeue(self, run_id: int) -> bool:
+        """Put an interrupted, failed or cancelled run back in the queue to resume it."""
+        with self.session_scope() as s:
+            res = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(("interrupted", "failed", "cancelled")))
+                            .values(status="queued", error=None, finished_at=None, cancel_requested=False))
+            return res.rowcount == 1
+
+    def mark_stale(self, timeout_s: float) -> list[int]:
+        """Runs whose worker stopped beating for timeout_s become 'interrupted'."""
+        from datetime import timedelta
+
+        cutoff = utcnow() - timedelta(seconds=timeout_s)
+        with self.session_scope() as s:
+            ids = list(s.scalars(select(Run.id).where(Run.status == "running", Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)))
+            if ids:
+                s.execute(update(Run).where(Run.id.in_(ids), Run.status == "running")
+                          .values(status="interrupted", finished_at=utcnow(), error="worker stopped (no heartbeat); resume it to continue"))
+            return ids
+
     def set_progress(self, run_id: int, done: int) -> None:
         with self.session_scope() as s:
-            s.execute(update(Run).where(Run.id == run_id).values(progress_done=done))
+            s.execute(update(Run).where(Run.id == run_id).values(progress_done=done, heartbeat_at=utcnow()))
 
     # requests ---------------------------------------------------------------
     def add_requests(self, records: list[E.RequestRecord]) -> list[int]:
@@ -183,7 +236,7 @@ def _operational(exc: OperationalError, url: str) -> StoreError:
 
 def _run(r: Run) -> E.RunInfo:
     return E.RunInfo(r.id, r.name, r.status, r.created_at, r.finished_at, dict(r.config or {}), r.target, r.draft,
-                     r.progress_done, r.progress_total, r.error)
+                     r.progress_done, r.progress_total, r.error, r.worker_id, r.heartbeat_at, bool(r.cancel_requested))
 
 
 def _positions_by_request(s: Session, ids: list[int]) -> dict[int, list[E.PositionCount]]:

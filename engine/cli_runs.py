@@ -148,3 +148,78 @@ def add_commands(sub) -> None:
     u = dsub.add_parser("upgrade", help="apply migrations up to head")
     _db_arg(u)
     u.set_defaults(func=cmd_db_upgrade)
+    add_queue_commands(sub)
+
+
+def cmd_submit(args) -> int:
+    from engine.bench import validate
+    from engine.bench_run import create_run
+    from engine.models import check_same_tokenizer_files, resolve
+    from engine.prompts import load as load_prompts
+
+    cfg = validate(bench_config(args))
+    load_prompts(cfg.prompts, cfg.limit)
+    target = resolve(cfg.target, "target")
+    if cfg.draft:
+        check_same_tokenizer_files(target, resolve(cfg.draft, "draft"), cfg.target, cfg.draft)
+    store = open_store(args.db)
+    run = create_run(store, cfg, status="queued")
+    print(f"run {run.id} queued: {run.name} ({run.progress_total} requests)")
+    return 0
+
+
+def cmd_worker(args) -> int:
+    from engine.worker import Worker, WorkerConfig, log_line
+
+    store = open_store(args.db)
+    Worker(store, WorkerConfig(once=args.once, poll_s=args.poll, max_idle_s=args.max_idle), log=log_line).serve()
+    return 0
+
+
+def cmd_resume(args) -> int:
+    from engine.bench import BenchConfig
+    from engine.bench_run import execute, report
+    from engine.config import from_dict
+
+    store = open_store(args.db)
+    run = _get_run(store, args.run)
+    if run.status in ("done", "running", "queued"):
+        raise PhoenixError(f"run {run.id} is {run.status}; only interrupted, failed or cancelled runs resume")
+    cfg = from_dict(BenchConfig, run.config.get("bench", {}))
+    store.requeue(run.id)
+    try:
+        status = execute(store, run.id, cfg)
+    except KeyboardInterrupt:
+        print(f"run {run.id} interrupted again; its rows are kept", file=sys.stderr)
+        return 130
+    print(report(store, run.id))
+    print(f"run {run.id}: {status}", file=sys.stderr)
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    store = open_store(args.db)
+    _get_run(store, args.run)
+    status = store.request_cancel(args.run)
+    print(f"run {args.run}: {'cancel requested' if status == 'running' else status}")
+    return 0
+
+
+def add_queue_commands(sub) -> None:
+    s = sub.add_parser("submit", help="queue a run for the background worker (same options as bench)")
+    add_bench_options(s)
+    s.set_defaults(func=cmd_submit)
+    w = sub.add_parser("worker", help="the background engine: claim and execute queued runs")
+    _db_arg(w)
+    w.add_argument("--once", action="store_true", help="process one run and exit")
+    w.add_argument("--poll", type=float, default=1.0)
+    w.add_argument("--max-idle", type=float, default=None, help="exit after this many idle seconds")
+    w.set_defaults(func=cmd_worker)
+    r = sub.add_parser("resume", help="continue an interrupted, failed or cancelled run in this process")
+    r.add_argument("run", type=int)
+    _db_arg(r)
+    r.set_defaults(func=cmd_resume)
+    c = sub.add_parser("cancel", help="cancel a queued or running run (rows are kept)")
+    c.add_argument("run", type=int)
+    _db_arg(c)
+    c.set_defaults(func=cmd_cancel)

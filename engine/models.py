@@ -120,6 +120,19 @@ def check_same_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: 
         raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different vocabulary sizes; pick a draft from the target's family")
 
 
+def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
+    """The vocabulary check without loading weights, for forms and queued runs."""
+    from transformers import AutoTokenizer
+
+    try:
+        t_tok = AutoTokenizer.from_pretrained(target_path, trust_remote_code=False)
+        d_tok = AutoTokenizer.from_pretrained(draft_path, trust_remote_code=False)
+    except Exception as exc:
+        raise PhoenixError(f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if t_tok.get_vocab() != d_tok.get_vocab():
+        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family")
+
+
 def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str = "auto",
               dtype: str = "auto", allow_pickle: bool = False) -> LoadedPair:
     dev = pick_device(device)

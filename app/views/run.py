@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import streamlit as st
 
-from app import charts, common, data
+from app import charts, common, data, operate
 from app.fit import fit_run
 from engine.analysis import diagnose
 
@@ -18,6 +18,7 @@ def render() -> None:
     if run_id is None:
         return
     info = data.run(url, run_id)
+    actions(info)
     if info.status in ("running", "queued"):
         live(url, run_id)
     else:
@@ -29,6 +30,32 @@ def render() -> None:
 def live(url: str, run_id: int) -> None:
     data.run.clear()
     body(url, run_id)
+
+
+def actions(info) -> None:
+    """Cancel a queued or running run; resume an interrupted, failed or cancelled one."""
+    can_cancel = info.status in ("queued", "running")
+    can_resume = info.status in ("interrupted", "failed", "cancelled")
+    if not (can_cancel or can_resume):
+        return
+    with st.expander("Cancel" if can_cancel else "Resume"):
+        token = operate.token_field("run_token")
+        label = f"Cancel run #{info.id}" if can_cancel else f"Resume run #{info.id}"
+        if st.button(label, key="run_action"):
+            denied = operate.permission(token)
+            if denied:
+                st.error(denied)
+                return
+            if can_cancel:
+                st.info(f"Run #{info.id}: {data.store().request_cancel(info.id)}; rows already written are kept.")
+            else:
+                from engine.autostart import ensure_worker
+
+                ok = data.store().requeue(info.id)
+                st.info(f"Run #{info.id} queued to resume; done prompts are skipped." if ok else "This run cannot be resumed.")
+                ensure_worker(data.db_url())
+            data.run.clear()
+            data.runs.clear()
 
 
 def body(url: str, run_id: int) -> None:

@@ -1,0 +1,24 @@
+"""worker claim and heartbeat on runs
+
+Revision ID: 0002
+Revises: 0001
+"""
+from alembic import op
+import sqlalchemy as sa
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("worker_id", sa.String(length=100), nullable=True))
+        batch_op.add_column(sa.Column("heartbeat_at", sa.DateTime(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.drop_column("heartbeat_at")
+        batch_op.drop_column("worker_id")

@@ -1,0 +1,214 @@
+"""The background worker, with real processes: submit, cancel, SIGKILL and resume, races."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from db import migrate
+from db.store import Store
+from engine.bench import BenchConfig
+from engine.bench_run import create_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def store(db_url):
+    migrate.upgrade(db_url)
+    return Store(db_url)
+
+
+def bench_cfg(tiny_dirs, prompt_file, **kw):
+    d = tiny_dirs["qwen3"]
+    base = dict(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=10,
+                modes=["target", "fixed_2"], device="cpu")
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+def start_worker(db_url, *extra):
+    env = {**os.environ, "PHOENIX_DB": db_url}
+    log = open(Path(db_url.removeprefix("sqlite:///")).with_suffix(f".worker{time.monotonic_ns()}.log"), "w")
+    return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--poll", "0.2", *extra], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(cond, timeout=120.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_a_queued_run_is_executed_by_a_worker_process(store, db_url, tiny_dirs, prompt_file):
+    run = create_run(store, bench_cfg(tiny_dirs, prompt_file), status="queued")
+    proc = start_worker(db_url, "--once")
+    try:
+        proc.wait(180)
+    finally:
+        stop(proc)
+    info = store.get_run(run.id)
+    assert (info.status, info.progress_done, info.progress_total) == ("done", 6, 6)
+    assert info.worker_id and info.heartbeat_at is not None
+    assert len(store.requests(run.id)) == 6
+
+
+def test_a_model_that_fails_to_load_fails_its_run_and_the_worker_moves_on(store, db_url, tiny_dirs, prompt_file):
+    bad = create_run(store, bench_cfg(tiny_dirs, prompt_file, target=str(ROOT / "no-such-model")), status="queued")
+    good = create_run(store, bench_cfg(tiny_dirs, prompt_file), status="queued")
+    proc = start_worker(db_url, "--max-idle", "2")
+    try:
+        proc.wait(180)
+    finally:
+        stop(proc)
+    assert store.get_run(bad.id).status == "failed" and "not found" in store.get_run(bad.id).error
+    assert store.get_run(good.id).status == "done"
+
+
+def test_cancel_stops_a_running_run_at_a_request_boundary_and_keeps_rows(store, db_url, tiny_dirs, prompt_file):
+    run = create_run(store, bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=40, modes=["target", "fixed_2", "hf_2"]),
+                     status="queued")
+    proc = start_worker(db_url, "--once")
+    try:
+        wait_for(lambda: store.count_requests(run.id) >= 4, what="first rows")
+        assert store.request_cancel(run.id) == "running"
+        proc.wait(120)
+    finally:
+        stop(proc)
+    info = store.get_run(run.id)
+    assert info.status == "cancelled"
+    kept = store.count_requests(run.id)
+    assert 4 <= kept < 12 + 3  # stopped early, rows kept
+    assert store.request_cancel(run.id) == "cancelled"
+
+
+def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(store, db_url, tiny_dirs, prompt_file):
+    cfg = bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=40, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2])
+    run = create_run(store, cfg, status="queued")
+    proc = start_worker(db_url, "--once")
+    try:
+        wait_for(lambda: store.count_requests(run.id) >= 6, what="rows before the kill")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        stop(proc)
+    before = {r.id: r.output_sha256 for r in store.requests(run.id, include_warmup=True)}
+    assert store.get_run(run.id).status == "running"
+    assert store.mark_stale(0.0) == [run.id]
+    assert store.get_run(run.id).status == "interrupted"
+    done = subprocess.run([sys.executable, "-m", "engine", "resume", str(run.id), "--db", db_url], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = store.requests(run.id, include_warmup=True)
+    assert {r.id: r.output_sha256 for r in after if r.id in before} == before  # nothing written was lost
+    real = [r for r in after if not r.warmup]
+    assert len(real) == 16 and len({(r.prompt_id, r.mode) for r in real}) == 16
+    steps = [s.t for _, s in store.bandit_steps(run.id)]
+    assert steps == list(range(4))  # the bandit resumed at the next t
+    assert store.get_run(run.id).status == "done"
+
+
+def test_two_workers_racing_never_take_the_same_run(store, db_url, tiny_dirs, prompt_file):
+    runs = [create_run(store, bench_cfg(tiny_dirs, prompt_file, limit=1, modes=["target"]), status="queued") for _ in range(3)]
+    procs = [start_worker(db_url, "--max-idle", "2") for _ in range(2)]
+    try:
+        for p in procs:
+            p.wait(240)
+    finally:
+        for p in procs:
+            stop(p)
+    for r in runs:
+        info = store.get_run(r.id)
+        assert info.status == "done"
+        assert len(store.requests(r.id)) == 1  # executed once, by one worker
+
+
+def test_claims_from_many_threads_hand_each_run_to_exactly_one(store):
+    ids = [store.create_run(f"r{i}", {"bench": {}}, "t", None, 1, status="queued").id for i in range(40)]
+    won: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def claimer(name):
+        while True:
+            run = store.claim_next(name)
+            if run is None:
+                return
+            with lock:
+                won.append((name, run.id))
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r for _, r in won) == ids
+
+
+def test_submit_cli_queues_without_loading_models(db_url, tiny_dirs, prompt_file, capsys):
+    from engine.cli import main
+
+    d = tiny_dirs["qwen3"]
+    code = main(["submit", "--db", db_url, "--target", d["target"], "--draft", d["near"], "--prompts", prompt_file,
+                 "--limit", "2", "--modes", "target,fixed_2"])
+    assert code == 0 and "queued" in capsys.readouterr().out
+    run = Store(db_url).list_runs()[0]
+    assert run.status == "queued" and run.config["bench"]["limit"] == 2
+    assert asdict(BenchConfig(**run.config["bench"]))["modes"] == ["target", "fixed_2"]
+
+
+def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_dirs, prompt_file, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("PHOENIX_DB", db_url)
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
+    at = AppTest.from_file("../app/main.py", default_timeout=60)
+    at.run()
+    at.switch_page("views/new_run.py").run()
+    at.selectbox(key="n_target").set_value("other…")
+    at.text_input(key="n_target_typed").input("/no/such/dir")
+    at.text_input(key="n_arms").input("0,2,2")
+    at.text_input(key="n_prompts_file").input(prompt_file)
+    at.get("form_submit_button")[0].click()
+    at.run()
+    errors = [e.value for e in at.error]
+    assert any("not found" in e for e in errors)
+    assert not store.list_runs()  # nothing queued
+    at.text_input(key="n_target_typed").input(tiny_dirs["qwen3"]["target"])
+    at.selectbox(key="n_draft").set_value("other…")
+    at.text_input(key="n_draft_typed").input(tiny_dirs["qwen3"]["near"])
+    at.text_input(key="n_arms").input("0,2")
+    at.multiselect(key="n_modes").set_value(["target", "fixed_2"])
+    at.number_input(key="n_limit").set_value(2)
+    at.number_input(key="n_max_new").set_value(8)
+    at.get("form_submit_button")[0].click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("queued" in s.value for s in at.success), [e.value for e in at.error]
+    run = store.list_runs()[0]
+    assert run.status == "queued" and run.config["bench"]["arms"] == [0, 2]
+    proc = start_worker(db_url, "--once")
+    try:
+        proc.wait(180)
+    finally:
+        stop(proc)
+    assert store.get_run(run.id).status == "done"
