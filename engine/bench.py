@@ -17,6 +17,7 @@ from engine.bandit import DEFAULT_ARMS, POLICIES, make_policy
 from engine.errors import PhoenixError
 from engine.prompts import Prompt
 from engine.runner import K_MAX, Decoder, first_divergence, sha256_ids
+from engine.telemetry import SentryConfig, Telemetry, utcnow
 
 MODE_RE = re.compile(r"^(target|bandit|(fixed|ngram|hf)_(\d+))$")
 
@@ -101,18 +102,20 @@ class RunState:
 
     decoder: Decoder
     policy: object | None
+    telemetry: Telemetry = field(default_factory=lambda: Telemetry(False, SentryConfig()))
     reference: dict[str, list[int] | str] = field(default_factory=dict)
     seq: int = 0
 
 
-def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool) -> RequestRecord:
+def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool,
+                trace_id: str) -> RequestRecord:
     return RequestRecord(
         run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=prompt.id, prompt_tokens=stats.prompt_tokens,
         output_tokens=stats.output_tokens, latency_s=stats.latency_s,
         ttft_s=None if stats.ttft_s != stats.ttft_s else stats.ttft_s, tokens_per_s=stats.tokens_per_s,
         proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
         verify_s=stats.verify_s, output_text=text, output_sha256=sha256_ids(stats.output_ids),
-        trace_id=new_trace_id(), warmup=warmup,
+        trace_id=trace_id, warmup=warmup,
         positions=[PositionCount(i, p, a) for i, (p, a) in enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
     )
 
@@ -137,11 +140,27 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
     if k is None:
         decision = state.policy.choose() if not warmup else None
         k = decision.k if decision else max(cfg.arms)
-    stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if k else "model")
-    rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup)
-    state.seq += 1
+    trace_id, start = new_trace_id(), utcnow()
     if warmup:
+        stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if k else "model")
+        rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), True, trace_id)
+        state.seq += 1
         return rec, stats
+    with state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id) as txn:
+        stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if k else "model")
+        rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), False, trace_id)
+        state.seq += 1
+        judge(state, cfg, rec, stats, prompt, ids, mode, decision, shadow_rng)
+        state.telemetry.finish_request(txn, rec, stats, start)
+    if rec.bandit is not None:
+        state.telemetry.bandit_decision(run_id, rec.bandit)
+    return rec, stats
+
+
+def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: Prompt, ids: list[int], mode: str,
+          decision, shadow_rng: random.Random | None) -> None:
+    """Identity against target-only, and the policy update with its recorded step."""
+    k = rec.k
     if mode == "target":
         state.reference[prompt.id] = stats.output_ids
         rec.identical, rec.diverged_at = True, None
@@ -154,7 +173,6 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
         state.policy.update(k, rec.tokens_per_s)
         means, counts = state.policy.snapshot()
         rec.bandit = BanditRecord(decision.t, decision.epsilon, decision.explored, k, means, counts, rec.tokens_per_s)
-    return rec, stats
 
 
 def restore_policy(store: Store, run_id: int, policy) -> None:
@@ -164,6 +182,6 @@ def restore_policy(store: Store, run_id: int, policy) -> None:
         policy.restore(last.t + 1, last.arm_means, last.arm_counts)
 
 
-def make_state(decoder: Decoder, cfg: BenchConfig) -> RunState:
+def make_state(decoder: Decoder, cfg: BenchConfig, telemetry: Telemetry | None = None) -> RunState:
     policy = make_policy(cfg.policy, cfg.arms, cfg.seed) if "bandit" in cfg.modes else None
-    return RunState(decoder=decoder, policy=policy)
+    return RunState(decoder=decoder, policy=policy, telemetry=telemetry or Telemetry(False, SentryConfig()))

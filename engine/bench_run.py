@@ -53,7 +53,7 @@ def load_decoder(cfg: BenchConfig) -> Decoder:
 
 def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None = None,
             should_stop: Callable[[], bool] | None = None, progress: bool = True,
-            on_request: Callable | None = None) -> str:
+            on_request: Callable | None = None, telemetry=None) -> str:
     """Run (or continue) a run; returns its final status. Rows written are never lost."""
     validate(cfg)
     prompts = load_prompts(cfg.prompts, cfg.limit)
@@ -69,7 +69,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     config = dict(run.config)
     config.setdefault("device", decoder.pair.device)
     config.setdefault("dtype", decoder.pair.dtype)
-    state = make_state(decoder, cfg)
+    state = make_state(decoder, cfg, telemetry)
     existing = store.requests(run_id, include_warmup=True)
     done = {(r.prompt_id, r.mode) for r in existing if not r.warmup}
     warmed = {r.mode for r in existing if r.warmup}
@@ -118,7 +118,17 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
         if status in ("done", "cancelled", "interrupted"):
             recorder.close()
             store.set_status(run_id, status)
+        _report_acceptance(store, run_id, state.telemetry)
     return status
+
+
+def _report_acceptance(store: Store, run_id: int, telemetry) -> None:
+    try:
+        rows = [m for m in mode_summaries(store, run_id) if m.proposed]
+        telemetry.run_acceptance(run_id, sum(m.accepted for m in rows), sum(m.proposed for m in rows))
+        telemetry.flush()
+    except Exception:
+        pass  # telemetry must never turn a finished run into a failed one
 
 
 def _close(recorder: Recorder) -> None:

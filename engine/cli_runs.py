@@ -41,12 +41,13 @@ def cmd_bench(args) -> int:
 
     cfg = validate(bench_config(args))
     load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
+    telemetry = start_telemetry(args)
     decoder = load_decoder(cfg)
     store = open_store(args.db)
     run = create_run(store, cfg)
     print(f"run {run.id}: {run.name} ({run.progress_total} requests)", file=sys.stderr)
     try:
-        status = execute(store, run.id, cfg, decoder=decoder)
+        status = execute(store, run.id, cfg, decoder=decoder, telemetry=telemetry)
     except KeyboardInterrupt:
         print(f"run {run.id} interrupted; its rows are kept (`python -m engine show {run.id}`)", file=sys.stderr)
         return 130
@@ -109,6 +110,26 @@ def _db_arg(p) -> None:
     p.add_argument("--db", default=None, help="SQLAlchemy URL or file path (default: $PHOENIX_DB or data/phoenix.db)")
 
 
+def _sentry_args(p) -> None:
+    p.add_argument("--sentry-dsn", default=None, help="Sentry DSN (default: $PHOENIX_SENTRY_DSN); never printed")
+    p.add_argument("--sentry-environment", default=None)
+    p.add_argument("--traces-sample-rate", type=float, default=None)
+    p.add_argument("--no-profiling", action="store_true")
+    p.add_argument("--acceptance-floor", type=float, default=None)
+
+
+def start_telemetry(args):
+    from engine.bench_run import git_sha
+    from engine.telemetry import SentryConfig, init
+
+    cfg = SentryConfig.from_env(dsn=getattr(args, "sentry_dsn", None), environment=getattr(args, "sentry_environment", None),
+                                traces_sample_rate=getattr(args, "traces_sample_rate", None),
+                                acceptance_floor=getattr(args, "acceptance_floor", None))
+    if getattr(args, "no_profiling", False):
+        cfg.profiling = False
+    return init(cfg, release=git_sha())
+
+
 def add_bench_options(p) -> None:
     from engine.cli import _add_model_args
 
@@ -124,6 +145,7 @@ def add_bench_options(p) -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--name", default="")
     p.add_argument("--shadow-rate", type=float, default=0.1)
+    _sentry_args(p)
 
 
 def add_commands(sub) -> None:
@@ -171,8 +193,10 @@ def cmd_submit(args) -> int:
 def cmd_worker(args) -> int:
     from engine.worker import Worker, WorkerConfig, log_line
 
+    telemetry = start_telemetry(args)
     store = open_store(args.db)
-    Worker(store, WorkerConfig(once=args.once, poll_s=args.poll, max_idle_s=args.max_idle), log=log_line).serve()
+    Worker(store, WorkerConfig(once=args.once, poll_s=args.poll, max_idle_s=args.max_idle), log=log_line,
+           telemetry=telemetry).serve()
     return 0
 
 
@@ -181,14 +205,18 @@ def cmd_resume(args) -> int:
     from engine.bench_run import execute, report
     from engine.config import from_dict
 
+    from engine.worker import STALE_AFTER_S
+
     store = open_store(args.db)
+    store.mark_stale(STALE_AFTER_S)
     run = _get_run(store, args.run)
     if run.status in ("done", "running", "queued"):
         raise PhoenixError(f"run {run.id} is {run.status}; only interrupted, failed or cancelled runs resume")
     cfg = from_dict(BenchConfig, run.config.get("bench", {}))
+    telemetry = start_telemetry(args)
     store.requeue(run.id)
     try:
-        status = execute(store, run.id, cfg)
+        status = execute(store, run.id, cfg, telemetry=telemetry)
     except KeyboardInterrupt:
         print(f"run {run.id} interrupted again; its rows are kept", file=sys.stderr)
         return 130
@@ -214,10 +242,12 @@ def add_queue_commands(sub) -> None:
     w.add_argument("--once", action="store_true", help="process one run and exit")
     w.add_argument("--poll", type=float, default=1.0)
     w.add_argument("--max-idle", type=float, default=None, help="exit after this many idle seconds")
+    _sentry_args(w)
     w.set_defaults(func=cmd_worker)
     r = sub.add_parser("resume", help="continue an interrupted, failed or cancelled run in this process")
     r.add_argument("run", type=int)
     _db_arg(r)
+    _sentry_args(r)
     r.set_defaults(func=cmd_resume)
     c = sub.add_parser("cancel", help="cancel a queued or running run (rows are kept)")
     c.add_argument("run", type=int)

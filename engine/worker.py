@@ -72,8 +72,8 @@ class CancelCheck:
 
 
 class Worker:
-    def __init__(self, store: Store, cfg: WorkerConfig | None = None, log=print):
-        self.store, self.cfg, self.log = store, cfg or WorkerConfig(), log
+    def __init__(self, store: Store, cfg: WorkerConfig | None = None, log=print, telemetry=None):
+        self.store, self.cfg, self.log, self.telemetry = store, cfg or WorkerConfig(), log, telemetry
         self.id = worker_id()
         self._decoder = None
         self._decoder_key = None
@@ -102,7 +102,7 @@ class Worker:
             with Heartbeat(self.store, run.id):
                 decoder = self.decoder_for(bench)
                 status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
-                                 should_stop=CancelCheck(self.store, run.id))
+                                 should_stop=CancelCheck(self.store, run.id), telemetry=self.telemetry)
             self.log(f"worker {self.id}: run {run.id} {status}")
         except PhoenixError as exc:
             self.store.set_status(run.id, "failed", str(exc))
