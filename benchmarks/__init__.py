@@ -1,0 +1,1 @@
+"""Benchmarks: one script per question, each writing JSON to benchmarks/results/."""

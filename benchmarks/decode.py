@@ -1,0 +1,115 @@
+"""Decode speed: target-only, our loop, transformers' assisted generation and n-gram
+lookup, interleaved per prompt in one process, on held-out HumanEval prompts.
+
+Every figure is a ratio against target-only measured on the same prompt in the
+same repeat; the report gives the median and interquartile range of those ratios.
+
+    python -m benchmarks.decode [--limit 10] [--max-new-tokens 96] [--repeats 2] [--ks 2,4,6,8]
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import engine  # noqa: F401  (BLAS and offline settings before torch loads)
+from benchmarks.common import spread, write
+from engine.analysis import fit_a, measured_c, predicted_speedup, rates
+from engine.models import load_pair
+from engine.prompts import load as load_prompts
+from engine.runner import Decoder
+
+
+def configs(ks: list[int]) -> list[tuple[str, str, int]]:
+    out = [("target", "model", 0)]
+    for k in ks:
+        out += [(f"ours_{k}", "model", k), (f"hf_{k}", "hf", k), (f"ngram_{k}", "ngram", k)]
+    return out
+
+
+def run(args) -> dict:
+    pair = load_pair(args.target, args.draft, args.device, args.dtype)
+    dec = Decoder(pair)
+    prompts = load_prompts(args.prompts, args.limit)
+    encoded = [(p.id, dec.encode(p.text)) for p in prompts]
+    plan = configs(args.ks)
+    for _, backend, k in plan:  # warm-up, excluded
+        dec.run(encoded[0][1], k, 8, backend)
+    rows = []
+    for rep in range(args.repeats):
+        for pid, ids in encoded:
+            order = plan if rep % 2 == 0 else [plan[0]] + plan[1:][::-1]  # alternate order against drift
+            ref = None
+            for name, backend, k in order:
+                s = dec.run(ids, k, args.max_new_tokens, backend)
+                if name == "target":
+                    ref = s.output_ids
+                rows.append({"config": name, "backend": backend, "k": k, "prompt": pid, "repeat": rep,
+                             "tokens_per_s": s.tokens_per_s, "latency_s": s.latency_s, "output_tokens": s.output_tokens,
+                             "proposed": s.proposed, "accepted": s.accepted, "passes": s.passes, "draft_s": s.draft_s,
+                             "verify_s": s.verify_s, "per_position_proposed": s.per_position_proposed,
+                             "per_position_accepted": s.per_position_accepted, "identical": s.output_ids == ref})
+    return summarise(rows, plan, args)
+
+
+def summarise(rows: list[dict], plan, args) -> dict:
+    base = {(r["prompt"], r["repeat"]): r["tokens_per_s"] for r in rows if r["config"] == "target"}
+    tgt = [r for r in rows if r["config"] == "target"]
+    step_s = sum(r["verify_s"] for r in tgt) / sum(r["passes"] for r in tgt)
+    table = {}
+    for name, backend, k in plan:
+        rs = [r for r in rows if r["config"] == name]
+        prop = [sum(r["per_position_proposed"][i] for r in rs if i < len(r["per_position_proposed"])) for i in range(k)]
+        acc = [sum(r["per_position_accepted"][i] for r in rs if i < len(r["per_position_accepted"])) for i in range(k)]
+        uncond, cond = rates(prop, acc) if k else ([], [])
+        a = fit_a(prop, acc) if k else None
+        c = measured_c(sum(r["draft_s"] for r in rs), sum(r["proposed"] for r in rs), step_s) if (k and backend == "model") else None
+        table[name] = {
+            "backend": backend, "k": k,
+            "tokens_per_s": spread([r["tokens_per_s"] for r in rs]),
+            "ratio_vs_target": spread([r["tokens_per_s"] / base[(r["prompt"], r["repeat"])] for r in rs]),
+            "acceptance": (sum(acc) / sum(prop)) if k and sum(prop) else None,
+            "per_position_unconditional": uncond, "per_position_conditional": cond, "fitted_a": a, "c": c,
+            "predicted_speedup": predicted_speedup(a, c, k) if (a is not None and c is not None) else None,
+            "identical": f"{sum(r['identical'] for r in rs)}/{len(rs)}",
+            "draft_share": sum(r["draft_s"] for r in rs) / max(1e-9, sum(r["latency_s"] for r in rs)),
+        }
+    ours_vs_hf = {}
+    for k in args.ks:
+        pairs = {(r["prompt"], r["repeat"]): r["tokens_per_s"] for r in rows if r["config"] == f"hf_{k}"}
+        ours_vs_hf[k] = spread([r["tokens_per_s"] / pairs[(r["prompt"], r["repeat"])] for r in rows if r["config"] == f"ours_{k}"])
+    return {"settings": vars(args) | {"ks": args.ks}, "target_step_s": step_s, "table": table, "ours_vs_hf": ours_vs_hf, "rows": rows}
+
+
+def print_table(result: dict) -> None:
+    print(f"{'config':<10}{'tok/s':>8}{'x target (IQR)':>22}{'accept':>8}{'a':>7}{'c':>7}{'pred':>7}{'draft%':>8}{'identical':>11}")
+    for name, t in result["table"].items():
+        r = t["ratio_vs_target"]
+        fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
+        print(f"{name:<10}{t['tokens_per_s']['median']:>8.1f}{r['median']:>9.2f} ({r['p25']:.2f}-{r['p75']:.2f})"
+              f"{fmt(t['acceptance'], '.1%'):>8}{fmt(t['fitted_a'], '.3f'):>7}{fmt(t['c'], '.3f'):>7}"
+              f"{fmt(t['predicted_speedup'], '.2f'):>7}{t['draft_share']:>8.0%}{t['identical']:>11}")
+    for k, s in result["ours_vs_hf"].items():
+        print(f"ours/hf at k={k}: median {s['median']:.2f} (IQR {s['p25']:.2f}-{s['p75']:.2f}, n={s['n']})")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="embedded")
+    p.add_argument("--draft", default="embedded")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--prompts", default="humaneval-test")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6, 8])
+    p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    args = p.parse_args(argv)
+    result = run(args)
+    path = write("decode", result, Path(args.out)) if args.out else write("decode", result)
+    print_table(result)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

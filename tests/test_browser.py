@@ -1,0 +1,85 @@
+"""A real browser: streamlit run on a free localhost port, Playwright with Debian's chromium."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from test_app import XSS, build_db
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    db = tmp_path_factory.mktemp("browser") / "b.db"
+    build_db(f"sqlite:///{db}")
+    port = free_port()
+    env = {**os.environ, "PHOENIX_DB": f"sqlite:///{db}", "PHOENIX_AUTOSTART_WORKER": "0",
+           "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+                             "--server.headless", "true"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    yield base
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                                                               "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+def test_a_shared_run_link_opens_the_run_page_with_its_charts(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 2600})
+    page.goto(f"{server}/run?run=2")
+    page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60000)
+    page.wait_for_timeout(1500)
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() == 5
+    assert page.get_by_text("DIVERGENCE").count() >= 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "run-page.png"), full_page=True)
+    page.close()
+
+
+def test_a_script_payload_in_outputs_is_shown_as_text_and_never_runs(server, browser):
+    page = browser.new_page()
+    alerts = []
+    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
+    page.goto(f"{server}/requests?run=1")
+    page.wait_for_selector('[data-testid="stCode"]', timeout=60000)
+    page.wait_for_timeout(1500)
+    assert page.get_by_text(XSS).count() >= 1  # visible as text
+    assert alerts == []
+    assert page.locator("script:text('pwned')").count() == 0
+    page.close()
