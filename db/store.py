@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy import create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -180,17 +180,22 @@ class Store:
 
     # requests ---------------------------------------------------------------
     def add_requests(self, records: list[E.RequestRecord]) -> list[int]:
-        """Insert requests with their positions and bandit steps in one transaction."""
-        ids = []
+        """Insert requests with their positions and bandit steps in one transaction
+        (bulk INSERT ... RETURNING, so the ids come back in parameter order)."""
+        if not records:
+            return []
+        skip = ("positions", "bandit", "id", "created_at")
+        now = utcnow()
+        rows = [{**{k: v for k, v in vars(r).items() if k not in skip}, "created_at": r.created_at or now} for r in records]
         with self.session_scope() as s:
-            for rec in records:
-                row = Request(**{k: v for k, v in vars(rec).items() if k not in ("positions", "bandit", "id", "created_at")})
-                s.add(row)
-                s.flush()
-                ids.append(row.id)
-                s.add_all(RequestPosition(request_id=row.id, position=p.position, proposed=p.proposed, accepted=p.accepted) for p in rec.positions)
-                if rec.bandit is not None:
-                    s.add(BanditStep(request_id=row.id, **vars(rec.bandit)))
+            ids = list(s.scalars(insert(Request).returning(Request.id, sort_by_parameter_order=True), rows))
+            positions = [{"request_id": rid, "position": p.position, "proposed": p.proposed, "accepted": p.accepted}
+                         for rid, rec in zip(ids, records) for p in rec.positions]
+            if positions:
+                s.execute(insert(RequestPosition), positions)
+            steps = [{"request_id": rid, **vars(rec.bandit)} for rid, rec in zip(ids, records) if rec.bandit is not None]
+            if steps:
+                s.execute(insert(BanditStep), steps)
         return ids
 
     def requests(self, run_id: int, include_warmup: bool = False) -> list[E.RequestRecord]:

@@ -36,7 +36,7 @@ def bench_config(args):
 
 def cmd_bench(args) -> int:
     from engine.bench import validate
-    from engine.bench_run import create_run, execute, load_decoder, report
+    from engine.bench_run import create_run, load_decoder
     from engine.prompts import load as load_prompts
 
     cfg = validate(bench_config(args))
@@ -46,13 +46,19 @@ def cmd_bench(args) -> int:
     store = open_store(args.db)
     run = create_run(store, cfg)
     print(f"run {run.id}: {run.name} ({run.progress_total} requests)", file=sys.stderr)
+    return _execute_and_report(store, run.id, cfg, decoder=decoder, telemetry=telemetry)
+
+
+def _execute_and_report(store, run_id: int, cfg, **kwargs) -> int:
+    from engine.bench_run import execute, report
+
     try:
-        status = execute(store, run.id, cfg, decoder=decoder, telemetry=telemetry)
+        status = execute(store, run_id, cfg, **kwargs)
     except KeyboardInterrupt:
-        print(f"run {run.id} interrupted; its rows are kept (`python -m engine show {run.id}`)", file=sys.stderr)
+        print(f"run {run_id} interrupted; its rows are kept (`python -m engine resume {run_id}` continues it)", file=sys.stderr)
         return 130
-    print(report(store, run.id))
-    print(f"run {run.id}: {status}", file=sys.stderr)
+    print(report(store, run_id))
+    print(f"run {run_id}: {status}", file=sys.stderr)
     return 0
 
 
@@ -202,7 +208,6 @@ def cmd_worker(args) -> int:
 
 def cmd_resume(args) -> int:
     from engine.bench import BenchConfig
-    from engine.bench_run import execute, report
     from engine.config import from_dict
 
     from engine.worker import STALE_AFTER_S
@@ -215,14 +220,7 @@ def cmd_resume(args) -> int:
     cfg = from_dict(BenchConfig, run.config.get("bench", {}))
     telemetry = start_telemetry(args)
     store.requeue(run.id)
-    try:
-        status = execute(store, run.id, cfg, telemetry=telemetry)
-    except KeyboardInterrupt:
-        print(f"run {run.id} interrupted again; its rows are kept", file=sys.stderr)
-        return 130
-    print(report(store, run.id))
-    print(f"run {run.id}: {status}", file=sys.stderr)
-    return 0
+    return _execute_and_report(store, run.id, cfg, telemetry=telemetry)
 
 
 def cmd_cancel(args) -> int:

@@ -21,3 +21,13 @@ def test_decode_then_efficiency_and_report_on_tiny_models(tiny_dirs, tmp_path, m
     md = report.render()
     assert "| ours_2 |" in md and "x target" in md
     json.dumps(result)  # everything stored is plain JSON
+
+
+def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path):
+    from benchmarks import dashboard
+
+    dashboard.main(["--sizes", "300", "--repeats", "1", "--out", str(tmp_path)])
+    result = latest("dashboard", tmp_path)
+    row = result["results"]["300"]
+    assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0
+    assert set(row["queries"]) >= {"mode_summaries", "positions", "request_sample", "all_queries_median_s"}

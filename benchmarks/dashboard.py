@@ -1,0 +1,112 @@
+"""Dashboard at scale: synthetic requests written through the store, then the Run
+page's queries and one AppTest render of it, timed.
+
+    python -m benchmarks.dashboard [--sizes 10000,200000] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import spread, write
+from db import migrate, queries
+from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.store import Store, mode_summaries
+
+MODES = [("target", 0), ("fixed_4", 4), ("bandit", None)]
+
+
+def synthetic(run_id: int, seq: int, rng: random.Random) -> RequestRecord:
+    mode, k = MODES[seq % 3]
+    k = rng.choice([0, 2, 4, 6, 8]) if k is None else k
+    acc = [rng.randint(0, 40) for _ in range(k)]
+    acc = sorted(acc, reverse=True)
+    latency = rng.uniform(0.5, 3.0)
+    rec = RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"HumanEval/{seq % 164}", prompt_tokens=120,
+                        output_tokens=128, latency_s=latency, ttft_s=0.02, tokens_per_s=128 / latency, proposed=40 * k,
+                        accepted=sum(acc), passes=40, draft_s=0.2 * k / 8, verify_s=latency - 0.2 * k / 8,
+                        output_text="def f(x):\n    return x\n", output_sha256="0" * 64, identical=True,
+                        trace_id=f"{seq:032x}", positions=[PositionCount(i, 40, a) for i, a in enumerate(acc)])
+    if mode == "bandit":
+        rec.bandit = BanditRecord(seq // 3, 0.05, False, k, {"4": 50.0}, {"4": seq // 3}, rec.tokens_per_s)
+    return rec
+
+
+def build(url: str, n: int, batch: int = 5000) -> float:
+    migrate.upgrade(url)
+    store = Store(url)
+    run = store.create_run("scale", {"bench": {"modes": [m for m, _ in MODES], "prompts": "humaneval-test"}}, "embedded", "embedded", n, status="done")
+    rng = random.Random(0)
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        store.add_requests([synthetic(run.id, s, rng) for s in range(start, min(n, start + batch))])
+    return n / (time.perf_counter() - t0)
+
+
+def time_queries(url: str, repeats: int) -> dict:
+    store = Store(url)
+    steps = {
+        "mode_summaries": lambda: mode_summaries(store, 1),
+        "positions": lambda: queries.positions(store, 1),
+        "request_sample": lambda: queries.request_sample(store, 1),
+        "time_split": lambda: queries.time_split(store, 1),
+        "bandit": lambda: queries.bandit_frame(store, 1),
+        "identity": lambda: queries.identity(store, 1),
+        "runs_frame": lambda: queries.runs_frame(store),
+    }
+    out = {}
+    for name, fn in steps.items():
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        out[name] = spread(times)
+    out["all_queries_median_s"] = sum(v["median"] for v in out.values() if isinstance(v, dict))
+    return out
+
+
+def time_page(url: str) -> float:
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["PHOENIX_DB"] = url
+    os.environ["PHOENIX_AUTOSTART_WORKER"] = "0"
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app" / "main.py"), default_timeout=120)
+    at.query_params["run"] = "1"
+    at.run()
+    at.switch_page("views/run.py")
+    t = time.perf_counter()
+    at.run()
+    elapsed = time.perf_counter() - t
+    if at.exception:
+        raise RuntimeError(at.exception[0].value)
+    return elapsed
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10_000, 200_000])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.sizes:
+            url = f"sqlite:///{tmp}/scale-{n}.db"
+            rate = build(url, n)
+            q = time_queries(url, args.repeats)
+            page = time_page(url)
+            results[n] = {"insert_rows_per_s": rate, "queries": q, "run_page_render_s": page}
+            print(f"{n:>8} requests: insert {rate:,.0f} req/s; Run page queries {q['all_queries_median_s']:.3f} s; "
+                  f"AppTest render {page:.2f} s")
+    payload = {"settings": vars(args), "results": results}
+    path = write("dashboard", payload, Path(args.out)) if args.out else write("dashboard", payload)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
