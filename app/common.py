@@ -19,6 +19,11 @@ def guard() -> str:
     return data.db_url()
 
 
+def code_span(text: object) -> str:
+    """User text inside inline code in Markdown: backticks removed so it cannot break out."""
+    return "`" + str(text).replace("`", "'") + "`"
+
+
 def qp(name: str, default: str = "") -> str:
     return st.query_params.get(name, default)
 

@@ -61,13 +61,14 @@ def actions(info) -> None:
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
     bench = info.config.get("bench", {})
-    st.caption(f"#{info.id} · {info.status} · target `{info.target}` · draft `{info.draft}` · drafter "
-               f"{bench.get('drafter', '?')} · max new tokens {bench.get('max_new_tokens', '?')} · "
+    st.caption(f"#{info.id} · {info.status} · target {common.code_span(info.target)} · draft {common.code_span(info.draft)} · drafter "
+               f"{common.code_span(bench.get('drafter', '?'))} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
                f"{info.progress_done}/{info.progress_total} requests")
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.error:
-        st.error(f"Run failed: {info.error}")
+        st.error("Run failed with this error:")
+        st.code(info.error, language=None)
     identity_banner(url, run_id)
     sentry_explorer(run_id)
     summaries = data.summaries(url, run_id)

@@ -32,7 +32,7 @@ def table(url: str, name: str, model: str, status: str) -> None:
         return
     for r in df[df["status"].isin(["running", "queued"])].itertuples():
         frac = r.progress_done / r.progress_total if r.progress_total else 0.0
-        st.progress(min(frac, 1.0), text=f"#{r.id} {r.name}: {r.status}, {r.progress_done}/{r.progress_total} requests")
+        st.progress(min(frac, 1.0), text=f"run #{r.id}: {r.status}, {r.progress_done}/{r.progress_total} requests")
     view = df[["id", "name", "status", "target", "draft", "modes", "prompts", "best_speedup", "progress_done",
                "progress_total", "created_at"]].copy()
     view.insert(1, "open", [f"{common.public_base()}/run?run={i}" for i in view["id"]])
