@@ -86,8 +86,30 @@ def run_picker(url: str, key: str = "run") -> int | None:
 def empty_state() -> None:
     st.info("No runs yet. Phoenix records every request of a benchmark run here: per-position acceptance, "
             "tokens/sec per draft length, where the time goes, and whether outputs match the target alone.")
-    st.markdown("Start a quick demo on the embedded model pair from the **New run** page, or from a shell:")
+    if st.button("Start a quick demo on the embedded pair (5 prompts, 64 tokens)", key="empty_demo", type="primary"):
+        from app import operate
+        from app.views.new_run import DEMO, queue
+
+        denied = operate.permission("")
+        if denied:
+            st.error(denied)
+        else:
+            queue(data.db_url(), DEMO())
+    st.markdown("Or from a shell, in the foreground:")
     st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,fixed_4,bandit", language="bash")
+
+
+def identity_banner(url: str, run_id: int) -> None:
+    same, checked, bad = data.identity(url, run_id)
+    if checked == 0:
+        st.warning("No output of this run was checked against target-only decoding (add `target` mode or a shadow rate).")
+    elif bad.empty:
+        st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")
+    else:
+        st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
+                 "Greedy speculation should never change the text; in bf16/fp16 batched verification can flip near-tie argmaxes.")
+        st.dataframe(bad, hide_index=True, width="stretch")
+        csv_download(bad, f"run{run_id}-divergences", key="dl_div")
 
 
 def csv_download(df: pd.DataFrame, name: str, key: str) -> None:

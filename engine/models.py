@@ -65,8 +65,11 @@ def resolve(spec: str, role: str) -> Path:
 def _from_hub_cache(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
+    import os
+
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        # read at call time, so a cache set after start-up (or by a test) is honoured
+        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=os.environ.get("HF_HUB_CACHE") or None))
     except Exception:
         raise PhoenixError(
             f"model {repo_id!r} is not in the local Hugging Face cache: run `hf download {repo_id}` "

@@ -100,11 +100,18 @@ def test_every_page_renders_on_a_recorded_database(app_db, page):
     open_page(page, run=1)
 
 
-def test_empty_install_explains_and_shows_the_demo_command(tmp_path, monkeypatch):
-    monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{tmp_path / 'empty.db'}")
+def test_empty_install_explains_and_its_demo_button_queues_a_run(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    monkeypatch.setenv("PHOENIX_DB", url)
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
     at = open_page("runs")
     assert "No runs yet" in at.info[0].value
     assert "python -m engine bench" in at.code[0].value
+    at.button(key="empty_demo").click().run()
+    assert not at.exception
+    runs = Store(url).list_runs()
+    assert [(r.status, r.config["bench"]["limit"], r.config["bench"]["modes"]) for r in runs] == [
+        ("queued", 5, ["target", "fixed_4", "bandit"])]
 
 
 def test_run_page_kpis_equal_what_the_store_computes(app_db):
@@ -148,7 +155,8 @@ def test_query_params_round_trip_to_the_same_view(app_db):
     assert at.query_params["run"] == ["2"] or at.query_params["run"] == "2"
     at = open_page("requests", run=2, mode="fixed_4", identical="no")
     assert at.selectbox(key="r_mode").value == "fixed_4"
-    assert len(at.dataframe[0].value) == 1  # the one forced mismatch
+    requests_table = at.dataframe[-1].value
+    assert len(requests_table) == 1 and requests_table["diverged_at"].tolist() == [17]  # the one forced mismatch
 
 
 def test_a_divergence_stands_out_with_its_position(app_db):

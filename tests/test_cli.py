@@ -132,3 +132,17 @@ def test_the_module_entry_point_exits_2_without_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--k", "99"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: k=99 is out of range: use 0..16"
+
+
+def test_a_hub_id_in_the_local_cache_loads_through_the_same_path(capsys, tiny_dirs, tmp_path, monkeypatch):
+    import shutil
+
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-Tiny" / "snapshots" / ("a" * 40)
+    shutil.copytree(tiny_dirs["qwen3"]["target"], snap)
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    code, out, err = run_cli(capsys, "generate", "--target", "Qwen/Qwen3-Tiny", "--draft", tiny_dirs["qwen3"]["near"],
+                             "--device", "cpu", "--k", "2", "--max-new-tokens", "6", "--prompt", "x = 1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["output_tokens"] == 6

@@ -57,6 +57,7 @@ def render() -> None:
                    "k+1-token verification as one target step; where diamonds sit below the curve, verification or "
                    "Python overhead costs more than that.")
         st.dataframe(fit.measured, hide_index=True)
+        common.csv_download(fit.measured, "breakeven-measured", key="dl_be")
     common.show_share_link("breakeven")
 
 

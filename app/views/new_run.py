@@ -14,6 +14,10 @@ from engine.prompts import load as load_prompts
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "hf_4", "bandit"]
+def DEMO() -> BenchConfig:  # noqa: N802  (a constant, built fresh each time)
+    return BenchConfig(limit=5, max_new_tokens=64, name="demo", modes=["target", "fixed_4", "bandit"])
+
+
 FORM_LIMITS = {"max_prompts": 50, "max_new_tokens": 512}  # the form is no DoS lever
 
 
@@ -112,7 +116,7 @@ def render() -> None:
         modes=list(modes), seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
         max_new_tokens_cap=FORM_LIMITS["max_new_tokens"], max_prompts=FORM_LIMITS["max_prompts"])
     if demo:
-        cfg = BenchConfig(limit=5, max_new_tokens=64, name="demo", modes=["target", "fixed_4", "bandit"])
+        cfg = DEMO()
     errors = field_checks(cfg, arms if not demo else "0,2,4,6,8")
     if errors:
         for field, message in errors.items():

@@ -15,6 +15,7 @@ def render() -> None:
     run_id = common.run_picker(url)
     if run_id is None:
         return
+    common.identity_banner(url, run_id)
     modes = [""] + [m.mode for m in data.summaries(url, run_id)]
     c1, c2, c3, c4 = st.columns(4)
     mode_q = common.qp("mode")

@@ -69,7 +69,7 @@ def body(url: str, run_id: int) -> None:
     if info.error:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)
-    identity_banner(url, run_id)
+    common.identity_banner(url, run_id)
     sentry_explorer(run_id)
     summaries = data.summaries(url, run_id)
     if not summaries:
@@ -114,18 +114,6 @@ def kpis(summaries) -> None:
         cols[4].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}")
         cols[5].metric("speedup", "n/a" if m.speedup is None or math.isnan(m.speedup) else f"{m.speedup:.2f}x")
         cols[6].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
-
-
-def identity_banner(url: str, run_id: int) -> None:
-    same, checked, bad = data.identity(url, run_id)
-    if checked == 0:
-        st.warning("No output of this run was checked against target-only decoding (add `target` mode or a shadow rate).")
-    elif bad.empty:
-        st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")
-    else:
-        st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
-                 "Greedy speculation should never change the text; in bf16/fp16 batched verification can flip near-tie argmaxes.")
-        st.dataframe(bad, hide_index=True, width="stretch")
 
 
 def sentry_explorer(run_id: int) -> None:
