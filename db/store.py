@@ -19,7 +19,7 @@ from db import entities as E
 from db.models import BanditStep, Request, RequestPosition, Run, utcnow
 
 DEFAULT_DB = "data/phoenix.db"
-BUSY_TIMEOUT_MS = 5000
+BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
 RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 
 
@@ -234,8 +234,8 @@ def _operational(exc: OperationalError, url: str) -> StoreError:
         return StoreError(f"cannot write the database {where} ({text}); pass --db with a writable path")
     if "no such table" in text or "no such column" in text:
         return StoreError(f"the database {where} has an old schema ({text}); run `python -m engine db upgrade`")
-    if "disk" in text and "full" in text:
-        return StoreError(f"the disk holding {where} is full; free space, then resume the run")
+    if ("disk" in text and "full" in text) or "disk I/O error" in text:
+        return StoreError(f"cannot write {where} ({text}): the disk is probably full; free space, then resume the run")
     return StoreError(f"database error on {where}: {text}")
 
 

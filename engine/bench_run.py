@@ -51,6 +51,14 @@ def load_decoder(cfg: BenchConfig) -> Decoder:
     return Decoder(pair, max_new_cap=cfg.max_new_tokens_cap)
 
 
+def encode_all(decoder: Decoder, prompts, max_new_tokens: int) -> dict[str, list[int]]:
+    """Token ids per prompt id, each checked against the target's context."""
+    encoded = {p.id: decoder.encode(p.text) for p in prompts}
+    for ids in encoded.values():
+        decoder.check_fits(ids, max_new_tokens)
+    return encoded
+
+
 def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None = None,
             should_stop: Callable[[], bool] | None = None, progress: bool = True,
             on_request: Callable | None = None, telemetry=None) -> str:
@@ -59,9 +67,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     prompts = load_prompts(cfg.prompts, cfg.limit)
     try:
         decoder = decoder or load_decoder(cfg)
-        encoded = {p.id: decoder.encode(p.text) for p in prompts}
-        for ids in encoded.values():
-            decoder.check_fits(ids, cfg.max_new_tokens)
+        encoded = encode_all(decoder, prompts, cfg.max_new_tokens)
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
@@ -83,12 +89,12 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     shadow_rng = random.Random(f"shadow:{cfg.seed}:{len(done)}") if "target" not in modes else None
     recorder = Recorder(store, run_id, progress_start=len(done))
     status = "running"
+    bar = _bar(len(plan), progress, run_id)
     try:
         for mode in modes:
             if mode not in warmed:
                 rec, _ = run_one(state, run_id, cfg, prompts[0], encoded[prompts[0].id], mode, True, None)
                 recorder.put(rec)
-        bar = _bar(len(plan), progress, run_id)
         for prompt, mode in plan:
             if should_stop and should_stop():
                 status = "cancelled"
@@ -98,7 +104,6 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
             if on_request:
                 on_request(rec, stats)
             bar.update(1)
-        bar.close()
         if status == "running":
             status = "done"
     except KeyboardInterrupt:
@@ -115,6 +120,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
         store.set_status(run_id, status, f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        bar.close()  # before any error line, so that line is the last one printed
         if status in ("done", "cancelled", "interrupted"):
             recorder.close()
             store.set_status(run_id, status)

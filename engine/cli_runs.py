@@ -36,13 +36,14 @@ def bench_config(args):
 
 def cmd_bench(args) -> int:
     from engine.bench import validate
-    from engine.bench_run import create_run, load_decoder
+    from engine.bench_run import create_run, encode_all, load_decoder
     from engine.prompts import load as load_prompts
 
     cfg = validate(bench_config(args))
-    load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
-    telemetry = start_telemetry(args)
+    prompts = load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
     decoder = load_decoder(cfg)
+    encode_all(decoder, prompts, cfg.max_new_tokens)
+    telemetry = start_telemetry(args)
     store = open_store(args.db)
     run = create_run(store, cfg)
     print(f"run {run.id}: {run.name} ({run.progress_total} requests)", file=sys.stderr)

@@ -45,7 +45,7 @@ def pick_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
-def resolve(spec: str, role: str) -> Path:
+def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
     """Turn 'embedded', a directory or a cached hub id into a checked model directory."""
     if spec == EMBEDDED:
         path = EMBEDDED_DIR / role
@@ -54,11 +54,11 @@ def resolve(spec: str, role: str) -> Path:
         return path
     path = Path(spec).expanduser()
     if path.is_dir():
-        return check_model_dir(path, spec)
+        return check_model_dir(path, spec, allow_pickle)
     if path.exists():
         raise PhoenixError(f"{spec!r} is a file, not a model directory: pass a directory holding config.json and weights")
     if spec.count("/") == 1 and not spec.startswith((".", "/")):
-        return check_model_dir(_from_hub_cache(spec), spec)
+        return check_model_dir(_from_hub_cache(spec), spec, allow_pickle)
     raise PhoenixError(f"model {spec!r} not found: pass 'embedded', a local model directory, or a Hugging Face id already in the local cache")
 
 
@@ -99,9 +99,7 @@ def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
 def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve(spec, role)
-    if allow_pickle:
-        check_model_dir(path, spec, allow_pickle=True)
+    path = resolve(spec, role, allow_pickle)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(
