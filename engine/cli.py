@@ -62,6 +62,11 @@ def cmd_zoo_build(args) -> int:
     cfg = config_from_args({k: cast.get(types.get(k, "str"), str)(v) for k, v in overrides.items()})
     if args.out:
         cfg.out = args.out
+    if getattr(args, "stage", None) == "distill-draft":
+        from engine.zoo import distill_draft_on_answers
+
+        print(json.dumps(distill_draft_on_answers(cfg)))
+        return 0
     print(json.dumps(build(cfg)))
     return 0
 
@@ -85,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     zb.add_argument("--out", default=None)
     zb.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a ZooConfig field")
     zb.set_defaults(func=cmd_zoo_build)
+    zd = zsub.add_parser("distill-draft", help="only the last stage: retrain the draft on the target's answers")
+    zd.add_argument("--out", default=None)
+    zd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a ZooConfig field")
+    zd.set_defaults(func=cmd_zoo_build, stage="distill-draft")
 
     from engine import cli_runs
 

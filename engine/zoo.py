@@ -46,6 +46,13 @@ class ZooConfig:
     draft_steps: int = 240
     draft_batch: int = 16
     draft_lr: float = 3e-3
+    # sequence-level distillation: the draft learns the target's own greedy
+    # continuations of training prompts (HumanEval train split + stdlib windows)
+    seq_prompts: int = 200
+    seq_new_tokens: int = 96
+    seq_steps: int = 300
+    seq_batch: int = 8
+    seq_lr: float = 2e-3
     warmup_steps: int = 30
     save_dtype: str = "float16"  # keeps the committed pair under ~40 MB; loaded as fp32
 
@@ -172,13 +179,91 @@ def build(cfg: ZooConfig) -> dict:
     torch.manual_seed(cfg.seed + 1)
     draft = Qwen3ForCausalLM(qwen3_config(vocab, cfg.draft_hidden, cfg.draft_layers, cfg.draft_ffn, cfg.draft_heads, cfg.draft_kv_heads, eos_id))
     d_losses = _train(draft, ids, cfg, cfg.draft_steps, cfg.draft_batch, cfg.draft_lr, cfg.seed + 1, "draft (distil)", teacher=target)
+    torch.manual_seed(cfg.seed + 2)
+    a_losses = train_on_sequences(draft, teacher_sequences(target, tokenizer, ids, cfg), cfg)
     corpus = {"source": "stdlib top-level *.py", "files": len(texts), "tokens": int(len(ids))}
     common = {"zoo_config": asdict(cfg), "corpus": corpus, "torch": torch.__version__}
     out = Path(cfg.out)
     _save(target, tokenizer, out / "target", cfg, {**common, "role": "target", "loss": t_losses})
-    _save(draft, tokenizer, out / "draft", cfg, {**common, "role": "draft", "kl_loss": d_losses})
+    _save(draft, tokenizer, out / "draft", cfg, {**common, "role": "draft", "kl_loss": d_losses, "answers_loss": a_losses})
     return {"out": str(out), "tokens": int(len(ids)), "seconds": round(time.perf_counter() - t0, 1),
-            "target_final_loss": t_losses[-1], "draft_final_kl": d_losses[-1]}
+            "target_final_loss": t_losses[-1], "draft_final_kl": d_losses[-1], "draft_final_answers_loss": a_losses[-1]}
+
+
+def teacher_sequences(target, tokenizer, ids, cfg: ZooConfig) -> list[tuple[list[int], int]]:
+    """(prompt + greedy continuation, prompt length) from the target, on prompts
+    that never include the held-out HumanEval test split."""
+    import torch
+    from tqdm import tqdm
+
+    from engine.prompts import humaneval, split
+    from engine.spec import generate
+
+    train, _ = split(humaneval())
+    prompts = [tokenizer(p.text, add_special_tokens=False)["input_ids"] for p in train][: cfg.seq_prompts]
+    gen = torch.Generator().manual_seed(cfg.seed + 2)
+    while len(prompts) < cfg.seq_prompts:
+        start = int(torch.randint(0, len(ids) - 64, (1,), generator=gen))
+        prompts.append(ids[start:start + 64].tolist())
+    out = []
+    with torch.inference_mode():
+        for p in tqdm(prompts, desc="teacher answers"):
+            cont = generate(target, None, p, 0, cfg.seq_new_tokens, tokenizer.eos_token_id).output_ids
+            out.append((p + cont, len(p)))
+    return out
+
+
+def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: ZooConfig) -> list[float]:
+    """Cross-entropy on the teacher's continuation tokens only (prompts are context)."""
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.seq_lr, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(cfg.seed + 3)
+    draft.train()
+    losses = []
+    for step in (bar := tqdm(range(cfg.seq_steps), desc="draft (teacher answers)")):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, cfg.seq_steps, cfg.seq_lr, cfg.warmup_steps)
+        pick = torch.randint(0, len(seqs), (cfg.seq_batch,), generator=gen).tolist()
+        width = max(len(seqs[i][0]) for i in pick)
+        x = torch.zeros(len(pick), width, dtype=torch.long)
+        mask = torch.zeros(len(pick), width, dtype=torch.bool)
+        for row, i in enumerate(pick):
+            seq, plen = seqs[i]
+            x[row, : len(seq)] = torch.tensor(seq)
+            mask[row, plen: len(seq)] = True  # predict continuation tokens
+        logits = draft(input_ids=x).logits[:, :-1]
+        loss = F.cross_entropy(logits[mask[:, 1:]], x[:, 1:][mask[:, 1:]])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(round(loss.item(), 4))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    draft.eval()
+    return losses
+
+
+def distill_draft_on_answers(cfg: ZooConfig) -> dict:
+    """Stage 3 alone, on an already built pair: `python -m engine zoo distill-draft`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(cfg.out)
+    tokenizer = AutoTokenizer.from_pretrained(out / "target")
+    target = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(out / "draft", dtype=torch.float32)
+    ids = torch.tensor(tokenizer(EOS.join(stdlib_texts()))["input_ids"], dtype=torch.long)
+    torch.manual_seed(cfg.seed + 2)
+    seqs = teacher_sequences(target, tokenizer, ids, cfg)
+    losses = train_on_sequences(draft, seqs, cfg)
+    card = json.loads((out / "draft" / "phoenix_card.json").read_text())
+    card.update({"answers_loss": losses, "answers": {"sequences": len(seqs), "new_tokens": cfg.seq_new_tokens,
+                                                     "sources": "HumanEval train split + stdlib windows"}})
+    _save(draft, tokenizer, out / "draft", cfg, card)
+    return {"sequences": len(seqs), "final_loss": losses[-1]}
 
 
 def config_from_args(overrides: dict) -> ZooConfig:
