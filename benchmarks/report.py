@@ -48,13 +48,24 @@ def efficiency_md(e: dict) -> str:
     return "\n".join(lines)
 
 
+def dashboard_md(b: dict) -> str:
+    p = b["provenance"]
+    lines = ["", f"**Dashboard at scale** ({p['date']}, runs of {b['settings'].get('run_size', 'n/a')} requests; the page shows one run):", "",
+             "| requests in DB | insert rate (req/s) | Run page queries (s) | AppTest render of Run page (s) |", "|---:|---:|---:|---:|"]
+    for n, r in b["results"].items():
+        lines.append(f"| {int(n):,} | {r['insert_rows_per_s']:,.0f} | {r['queries']['all_queries_median_s']:.3f} | {r['run_page_render_s']:.2f} |")
+    return "\n".join(lines)
+
+
 def render() -> str:
     parts = []
-    d, e = latest("decode"), latest("efficiency")
+    d, e, b = latest("decode"), latest("efficiency"), latest("dashboard")
     if d:
         parts.append(decode_md(d))
     if e:
         parts.append(efficiency_md(e))
+    if b:
+        parts.append(dashboard_md(b))
     return "\n".join(parts) or "_No benchmark results yet._"
 
 
