@@ -123,6 +123,17 @@ def _batches(ids, steps: int, batch: int, seq_len: int, seed: int):
         yield torch.stack([ids[s : s + seq_len] for s in starts.tolist()])
 
 
+def _step(model, opt, loss, losses: list[float], bar) -> None:
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    losses.append(round(loss.item(), 4))
+    bar.set_postfix(loss=f"{losses[-1]:.3f}")
+
+
 def _train(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed: int, desc: str, teacher=None):
     import torch
     import torch.nn.functional as F
@@ -142,12 +153,7 @@ def _train(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed: 
             with torch.no_grad():
                 t_logp = F.log_softmax(teacher(input_ids=x).logits[:, :-1], dim=-1)
             loss = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="batchmean") / x.shape[1]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(loss.item(), 4))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        _step(model, opt, loss, losses, bar)
     model.eval()
     return losses
 
@@ -236,12 +242,7 @@ def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: ZooConfig)
             mask[row, plen: len(seq)] = True  # predict continuation tokens
         logits = draft(input_ids=x).logits[:, :-1]
         loss = F.cross_entropy(logits[mask[:, 1:]], x[:, 1:][mask[:, 1:]])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(loss.item(), 4))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        _step(draft, opt, loss, losses, bar)
     draft.eval()
     return losses
 
