@@ -8,10 +8,11 @@ import torch
 
 
 def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2):
-    from transformers import LlamaConfig, Qwen3Config
+    from transformers import LlamaConfig, MistralConfig, Qwen3Config
 
-    cls = {"qwen3": Qwen3Config, "llama": LlamaConfig}[arch]
-    return cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+    cls = {"qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig}[arch]
+    extra = {"sliding_window": None} if arch == "mistral" else {}
+    return cls(**extra,vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
                num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
                bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=False)
 
@@ -49,7 +50,7 @@ def tiny_dirs(tmp_path_factory, tiny_tokenizer):
     """For each architecture: a target, an unrelated draft and a near-copy draft."""
     root = tmp_path_factory.mktemp("tiny")
     dirs = {}
-    for arch in ("qwen3", "llama"):
+    for arch in ("qwen3", "llama", "mistral"):
         target = make_model(arch, tiny_tokenizer, seed=1)
         near = make_model(arch, tiny_tokenizer, seed=1)
         with torch.no_grad():

@@ -39,7 +39,7 @@ def decoders(tiny_dirs):
     return _Decoders(tiny_dirs)
 
 
-@pytest.mark.parametrize("name", ["embedded", "qwen3", "qwen3-near", "llama", "llama-near"])
+@pytest.mark.parametrize("name", ["embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near"])
 @pytest.mark.parametrize("backend", ["model", "ngram"])
 def test_speculative_output_equals_target_only_for_every_k(decoders, name, backend):
     dec = decoders[name]
@@ -94,7 +94,7 @@ class CheckingDrafter(ModelDrafter):
         return out
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "mistral"])
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_draft_cache_stays_in_sync_after_partial_and_full_accepts(tiny_dirs, arch, k):
     d = tiny_dirs[arch]
