@@ -174,6 +174,13 @@ class Store:
                           .values(status="interrupted", finished_at=utcnow(), error="worker stopped (no heartbeat); resume it to continue"))
             return ids
 
+    def merge_config(self, run_id: int, values: dict) -> None:
+        """Add keys known only once the run executes (device, dtype) to its stored config."""
+        with self.session_scope() as s:
+            run = s.get(Run, run_id)
+            if run is not None:
+                run.config = {**(run.config or {}), **values}
+
     def set_progress(self, run_id: int, done: int) -> None:
         with self.session_scope() as s:
             s.execute(update(Run).where(Run.id == run_id).values(progress_done=done, heartbeat_at=utcnow()))

@@ -7,6 +7,7 @@ warmup=1 and left out of every figure.
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -141,15 +142,13 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
         decision = state.policy.choose() if not warmup else None
         k = decision.k if decision else max(cfg.arms)
     trace_id, start = new_trace_id(), utcnow()
-    if warmup:
+    span = nullcontext() if warmup else state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id)
+    with span as txn:
         stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if k else "model")
-        rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), True, trace_id)
+        rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
         state.seq += 1
-        return rec, stats
-    with state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id) as txn:
-        stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if k else "model")
-        rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), False, trace_id)
-        state.seq += 1
+        if warmup:
+            return rec, stats
         judge(state, cfg, rec, stats, prompt, ids, mode, decision, shadow_rng)
         state.telemetry.finish_request(txn, rec, stats, start)
     if rec.bandit is not None:

@@ -8,9 +8,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from tqdm import tqdm
+
 from db.entities import ModeSummary, RunInfo
 from db.store import Store, mode_summaries
-from engine.bench import BenchConfig, check_identity, make_state, ordered_modes, restore_policy, run_one, validate
+from engine.bench import BenchConfig, make_state, ordered_modes, restore_policy, run_one, validate
 from engine.errors import PhoenixError
 from engine.models import load_pair
 from engine.prompts import load as load_prompts
@@ -71,10 +73,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
-    run = store.get_run(run_id)
-    config = dict(run.config)
-    config.setdefault("device", decoder.pair.device)
-    config.setdefault("dtype", decoder.pair.dtype)
+    store.merge_config(run_id, {"device": decoder.pair.device, "dtype": decoder.pair.dtype})
     state = make_state(decoder, cfg, telemetry)
     existing = store.requests(run_id, include_warmup=True)
     done = {(r.prompt_id, r.mode) for r in existing if not r.warmup}
@@ -89,7 +88,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     shadow_rng = random.Random(f"shadow:{cfg.seed}:{len(done)}") if "target" not in modes else None
     recorder = Recorder(store, run_id, progress_start=len(done))
     status = "running"
-    bar = _bar(len(plan), progress, run_id)
+    bar = tqdm(total=len(plan), desc=f"run {run_id}", unit="req", disable=not progress)
     try:
         for mode in modes:
             if mode not in warmed:
@@ -142,22 +141,6 @@ def _close(recorder: Recorder) -> None:
         recorder.close()
     except Exception:
         pass  # the run is already failing; its first error is the one to report
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(total: int, show: bool, run_id: int):
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=f"run {run_id}", unit="req")
 
 
 def format_table(rows: list[ModeSummary]) -> str:

@@ -67,7 +67,6 @@ class Telemetry:
             yield None
             return
         import sentry_sdk
-        from sentry_sdk import logger as slog
 
         txn = sentry_sdk.start_transaction(name=mode, op="phoenix.request", trace_id=trace_id)
         for key, value in {"arm": k, "mode": mode, "draft_model": draft or "none", "target_model": target, "run_id": run_id}.items():
@@ -107,7 +106,6 @@ class Telemetry:
     def bandit_decision(self, run_id: int, step) -> None:
         if not self.enabled:
             return
-        import sentry_sdk
         from sentry_sdk import logger as slog
 
         slog.info("phoenix bandit t={t} chose k={k} explored={explored}", t=step.t, k=step.chosen_k,

@@ -87,3 +87,23 @@ def prompt_file(tmp_path):
 @pytest.fixture
 def db_url(tmp_path):
     return f"sqlite:///{tmp_path / 'phoenix.db'}"
+
+
+@pytest.fixture
+def store(db_url):
+    """A migrated tmp_path database."""
+    from db import migrate
+    from db.store import Store
+
+    migrate.upgrade(db_url)
+    return Store(db_url)
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_dirs):
+    """The tiny Qwen3 target with its near-copy draft, loaded once per module."""
+    from engine.bench import BenchConfig
+    from engine.bench_run import load_decoder
+
+    d = tiny_dirs["qwen3"]
+    return load_decoder(BenchConfig(target=d["target"], draft=d["near"], device="cpu"))

@@ -3,17 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from db import migrate
-from db.store import Store, mode_summaries
+from db.store import mode_summaries
 from engine.bench import BenchConfig
-from engine.bench_run import create_run, execute, load_decoder
+from engine.bench_run import create_run, execute
 from engine.runner import Decoder
 
-
-@pytest.fixture
-def store(db_url):
-    migrate.upgrade(db_url)
-    return Store(db_url)
 
 
 def cfg_for(tiny_dirs, prompt_file, **kw):
@@ -23,11 +17,6 @@ def cfg_for(tiny_dirs, prompt_file, **kw):
     base.update(kw)
     return BenchConfig(**base)
 
-
-@pytest.fixture(scope="module")
-def decoder(tiny_dirs):
-    d = tiny_dirs["qwen3"]
-    return load_decoder(BenchConfig(target=d["target"], draft=d["near"], device="cpu"))
 
 
 def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, tiny_dirs, prompt_file, decoder):
@@ -46,6 +35,7 @@ def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, t
     info = store.get_run(run.id)
     assert (info.status, info.progress_done, info.progress_total) == ("done", 15, 15)
     assert info.config["bench"]["modes"] == cfg.modes and "torch" in info.config["environment"]
+    assert (info.config["device"], info.config["dtype"]) == ("cpu", "float32")
     fixed = [r for r in real if r.mode == "fixed_2"]
     assert all(sum(p.proposed for p in r.positions) == r.proposed for r in fixed)
     by = {m.mode: m for m in mode_summaries(store, run.id)}

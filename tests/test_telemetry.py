@@ -6,10 +6,8 @@ import time
 import pytest
 import sentry_sdk
 
-from db import migrate
-from db.store import Store
 from engine.bench import BenchConfig
-from engine.bench_run import create_run, execute, load_decoder
+from engine.bench_run import create_run, execute
 from engine.errors import PhoenixError
 from engine.telemetry import SentryConfig, init
 from sentry_receiver import Receiver
@@ -24,16 +22,6 @@ def receiver():
     r.stop()
 
 
-@pytest.fixture
-def store(db_url):
-    migrate.upgrade(db_url)
-    return Store(db_url)
-
-
-@pytest.fixture(scope="module")
-def decoder(tiny_dirs):
-    d = tiny_dirs["qwen3"]
-    return load_decoder(BenchConfig(target=d["target"], draft=d["near"], device="cpu"))
 
 
 def cfg_for(tiny_dirs, prompt_file, **kw):

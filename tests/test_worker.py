@@ -10,20 +10,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import pytest
-
-from db import migrate
 from db.store import Store
 from engine.bench import BenchConfig
 from engine.bench_run import create_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-@pytest.fixture
-def store(db_url):
-    migrate.upgrade(db_url)
-    return Store(db_url)
 
 
 def bench_cfg(tiny_dirs, prompt_file, **kw):
