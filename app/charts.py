@@ -115,3 +115,22 @@ def compare_chart(df: pd.DataFrame) -> alt.Chart:
     return alt.Chart(df).mark_boxplot(extent="min-max").encode(
         x=alt.X("series:N", title=None), y=alt.Y("tokens_per_s:Q", title="tokens/sec"), color="series:N",
     ).properties(height=300)
+
+
+def sweep_frame(levels: list[dict]) -> pd.DataFrame:
+    rows = []
+    for lv in levels:
+        rows.append({"concurrency": lv["concurrency"], "metric": "throughput (tok/s)", "value": lv["throughput_tokens_per_s"]})
+        if lv.get("acceptance") is not None:
+            rows.append({"concurrency": lv["concurrency"], "metric": "acceptance", "value": lv["acceptance"]})
+            rows.append({"concurrency": lv["concurrency"], "metric": "mean acceptance length",
+                         "value": lv["mean_acceptance_length"]})
+    return pd.DataFrame(rows, columns=["concurrency", "metric", "value"])
+
+
+def sweep_chart(df: pd.DataFrame) -> alt.FacetChart:
+    """A vLLM concurrency sweep: throughput and acceptance by level, each on its own scale."""
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("concurrency:O", title="concurrency"), y=alt.Y("value:Q", title=None),
+        tooltip=["concurrency", "metric", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(height=220, width=260).facet(column=alt.Column("metric:N", title=None)).resolve_scale(y="independent")

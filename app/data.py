@@ -93,6 +93,18 @@ def time_split(url: str, run_id: int) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def distill_for_run(url: str, run_id: int):
+    from db import distills
+
+    return distills.for_run(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def policy_requests(url: str, run_id: int) -> pd.DataFrame:
+    return queries.policy_frame(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def bandit(url: str, run_id: int) -> pd.DataFrame:
     return queries.bandit_frame(_store(url), run_id)
 

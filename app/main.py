@@ -14,6 +14,7 @@ st.navigation([
     st.Page("views/run.py", title="Run", url_path="run"),
     st.Page("views/breakeven.py", title="Break-even", url_path="breakeven"),
     st.Page("views/compare.py", title="Compare", url_path="compare"),
+    st.Page("views/policies.py", title="Policies", url_path="policies"),
     st.Page("views/requests.py", title="Requests", url_path="requests"),
     st.Page("views/new_run.py", title="New run", url_path="new"),
 ]).run()

@@ -15,7 +15,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def _f(v, fmt):
-    return "" if v is None else format(v, fmt)
+    return "" if v is None or v != v else format(v, fmt)  # None and NaN both print as blank
 
 
 def decode_md(d: dict) -> str:
@@ -57,15 +57,53 @@ def dashboard_md(b: dict) -> str:
     return "\n".join(lines)
 
 
+def overhead_md(o: dict) -> str:
+    p, s = o["provenance"], o["settings"]
+    lines = ["", f"**Recording overhead** ({p['date']}, {s['limit']} prompts x {s['repeats']} repeats, fixed_{s['k']}, "
+             f"{s['max_new_tokens']} new tokens; per request wall time against the bare decode of the same prompt in the "
+             "same repeat, rotating order; the writer's final flush spread over the requests):", "",
+             "| config | median wall (s) | overhead median (IQR) | with flush | goal < 2% |", "|---|---:|---:|---:|---|"]
+    for name, t in o["table"].items():
+        ov, fl = t["overhead"], t["overhead_with_flush"]
+        lines.append(f"| {name} | {t['wall_s']['median']:.3f} | {ov['median']:+.2%} ({ov['p25']:+.2%} to {ov['p75']:+.2%}) | "
+                     f"{fl['median']:+.2%} | {'met' if t['goal_met'] else 'missed'} |")
+    lines.append(f"\nSentry transactions received by the local receiver: {o['sentry_transactions_received']}.")
+    return "\n".join(lines)
+
+
+def regret_md(r: dict) -> str:
+    p, s = r["provenance"], r["settings"]
+    lines = ["", f"**Policies against the best fixed arm in hindsight** ({p['date']}, run #{r['run_id']}, {s['limit']} "
+             f"held-out prompts, {s['max_new_tokens']} new tokens, every mode on every prompt, interleaved; best fixed "
+             f"arm: {r['best_fixed']}; Welch's t-test of tokens/sec against it):", "",
+             "| mode | n | tok/s | share of best fixed | mean k | explored | p-value | verdict | final cumulative regret |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for row in r["table"]:
+        final = r["final_cumulative_regret"].get(row["mode"])
+        lines.append(f"| {row['mode']} | {row['n']} | {row['tokens/s']:.1f} | {row['share of best fixed']:.3f} | "
+                     f"{row['mean k']:.2f} | {_f(row['explored'], '.0%')} | {_f(row['p-value'], '.4f')} | {row['verdict']} | "
+                     f"{_f(final, '.0f')} |")
+    return "\n".join(lines)
+
+
+def gpu_md(g: dict) -> str:
+    q = g["qwen3_random_init"]
+    lines = ["", f"**Qwen3 shapes, timed** ({g['provenance']['date']}, {g['gpu']}, {g['dtype']}, random-init Qwen3-1.7B target / "
+             f"Qwen3-0.6B draft): target step {q['target_pass_s']['1'] * 1e3:.2f} ms, draft step "
+             f"{q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.3f}; verify cost of n tokens in target steps: "
+             + ", ".join(f"{n}: {v:.2f}" for n, v in q["verify_in_target_steps"].items()) + "; best k at a = "
+             + ", ".join(f"{a}: k={v['best_k']} ({v['best_speedup']:.2f}x)" for a, v in q["predictions"].items()) + "."]
+    return "\n".join(lines)
+
+
 def render() -> str:
     parts = []
-    d, e, b = latest("decode"), latest("efficiency"), latest("dashboard")
-    if d:
-        parts.append(decode_md(d))
-    if e:
-        parts.append(efficiency_md(e))
-    if b:
-        parts.append(dashboard_md(b))
+    sections = [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md), ("regret", regret_md),
+                ("dashboard", dashboard_md), ("gpu", gpu_md)]
+    for name, fmt in sections:
+        result = latest(name)
+        if result and not (name == "gpu" and result["settings"].get("tiny")):
+            parts.append(fmt(result))
     return "\n".join(parts) or "_No benchmark results yet._"
 
 

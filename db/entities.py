@@ -39,6 +39,8 @@ class BanditRecord:
     arm_means: dict
     arm_counts: dict
     reward: float
+    policy: str | None = None
+    fallback: bool = False
 
 
 @dataclass
@@ -89,3 +91,19 @@ class ModeSummary:
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.proposed if self.proposed else None
+
+
+@dataclass
+class DistillInfo:
+    id: int
+    created_at: datetime
+    finished_at: datetime | None
+    status: str
+    config: dict
+    out_dir: str
+    losses: list
+    stage_seconds: dict
+    before_run_id: int | None
+    after_run_id: int | None
+    evaluation: dict | None
+    error: str | None

@@ -8,11 +8,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
+from sqlalchemy.exc import OperationalError
 
-from db.store import StoreError, make_engine, safe_url
+from db.store import StoreError, make_engine, operational_error, safe_url
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-
 
 def alembic_config(url: str) -> Config:
     cfg = Config()
@@ -20,28 +20,25 @@ def alembic_config(url: str) -> Config:
     cfg.attributes["url"] = url  # not via set_main_option: '%' in URLs breaks configparser
     return cfg
 
-
 def head() -> str:
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
-
 
 def current(url: str) -> str | None:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
+    except OperationalError as exc:
+        raise operational_error(exc, url) from None
     finally:
         engine.dispose()
-
 
 def upgrade(url: str, revision: str = "head") -> str:
     command.upgrade(alembic_config(url), revision)
     return current(url)
 
-
 def upgrade_command(url: str) -> str:
     return f"python -m engine db upgrade --db '{safe_url(url)}'"
-
 
 def ensure_schema(url: str, create_if_empty: bool = True) -> None:
     """Upgrade a brand-new database; refuse (naming the fix) one that is behind or ahead."""

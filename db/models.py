@@ -84,3 +84,23 @@ class BanditStep(Base):
     arm_means: Mapped[dict] = mapped_column(JSON)
     arm_counts: Mapped[dict] = mapped_column(JSON)
     reward: Mapped[float] = mapped_column(Float)
+    policy: Mapped[str | None] = mapped_column(String(80), nullable=True)  # NULL on rows before 0004: epsilon_greedy
+    fallback: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class Distill(Base):
+    """One draft-distillation job: its config, loss curve, stage timings and its before/after evaluation runs."""
+
+    __tablename__ = "distills"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    status: Mapped[str] = mapped_column(String(20))
+    config: Mapped[dict] = mapped_column(JSON)
+    out_dir: Mapped[str] = mapped_column(String(500))
+    losses: Mapped[list] = mapped_column(JSON, default=list)
+    stage_seconds: Mapped[dict] = mapped_column(JSON, default=dict)
+    before_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), nullable=True, index=True)
+    after_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), nullable=True, index=True)
+    evaluation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -67,9 +67,21 @@ def positions(store: Store, run_id: int) -> pd.DataFrame:
 
 def bandit_frame(store: Store, run_id: int) -> pd.DataFrame:
     b, r = BanditStep, Request
-    q = (select(b.t, b.epsilon, b.explored, b.chosen_k, b.reward, b.arm_means, b.arm_counts, r.seq, r.trace_id)
-         .join(r, r.id == b.request_id).where(r.run_id == run_id).order_by(b.t))
+    q = (select(b.t, b.epsilon, b.explored, b.chosen_k, b.reward, b.arm_means, b.arm_counts, r.seq, r.trace_id, r.mode,
+                b.policy, b.fallback)
+         .join(r, r.id == b.request_id).where(r.run_id == run_id).order_by(r.seq))
     return _frame(store, q)
+
+
+def policy_frame(store: Store, run_id: int) -> pd.DataFrame:
+    """Every non-warm-up request of a run with its bandit step, if any (fixed modes have none)."""
+    b, r = BanditStep, Request
+    q = (select(r.seq, r.mode, r.k, r.prompt_id, r.tokens_per_s, r.trace_id, b.t, b.explored, b.fallback, b.policy)
+         .outerjoin(b, b.request_id == r.id).where(r.run_id == run_id, r.warmup.is_(False)).order_by(r.seq))
+    df = _frame(store, q)
+    df["explored"] = df["explored"].fillna(False).astype(bool)
+    df["fallback"] = df["fallback"].fillna(False).astype(bool)
+    return df
 
 
 def identity(store: Store, run_id: int) -> tuple[int, int, pd.DataFrame]:

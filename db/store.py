@@ -60,7 +60,11 @@ def make_engine(url: str) -> Engine:
             raise StoreError(f"cannot create the database folder {parent}: {exc.strerror}; pass --db with a writable path") from None
         if not os.access(parent, os.W_OK):
             raise StoreError(f"the database folder {parent} is not writable; pass --db with a writable path")
-    engine = create_engine(url, future=True)
+    try:
+        engine = create_engine(url, future=True, **({} if u.get_backend_name() == "sqlite" else {"pool_pre_ping": True}))
+    except ModuleNotFoundError as exc:
+        raise StoreError(f"no database driver for {safe_url(url)} ({exc.name} is not installed); use postgresql+psycopg:// "
+                         "(psycopg is in requirements.txt) or a SQLite path") from None
     if u.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -85,7 +89,7 @@ class Store:
             session.commit()
         except OperationalError as exc:
             session.rollback()
-            raise _operational(exc, self.url) from None
+            raise operational_error(exc, self.url) from None
         except BaseException:
             session.rollback()
             raise
@@ -123,8 +127,11 @@ class Store:
 
     # queue ------------------------------------------------------------------
     def claim_next(self, worker_id: str) -> E.RunInfo | None:
-        """Atomically take the oldest queued run: one UPDATE guarded by status, so
-        two workers can never both win it."""
+        """Atomically take the oldest queued run. PostgreSQL: SELECT ... FOR UPDATE SKIP
+        LOCKED, so workers on many machines share one queue without waiting on each
+        other. SQLite (one writer at a time): one UPDATE guarded by status."""
+        if self.engine.dialect.name == "postgresql":
+            return self._claim_skip_locked(worker_id)
         with self.session_scope() as s:
             oldest = select(Run.id).where(Run.status == "queued").order_by(Run.id).limit(1).scalar_subquery()
             res = s.execute(update(Run).where(Run.id == oldest, Run.status == "queued")
@@ -134,6 +141,16 @@ class Store:
             run = s.scalars(select(Run).where(Run.worker_id == worker_id, Run.status == "running")
                             .order_by(Run.heartbeat_at.desc(), Run.id.desc()).limit(1)).first()
             return _run(run) if run else None
+
+    def _claim_skip_locked(self, worker_id: str) -> E.RunInfo | None:
+        with self.session_scope() as s:
+            run = s.scalars(select(Run).where(Run.status == "queued").order_by(Run.id).limit(1)
+                            .with_for_update(skip_locked=True)).first()
+            if run is None:
+                return None
+            run.status, run.worker_id, run.heartbeat_at, run.cancel_requested = "running", worker_id, utcnow(), False
+            s.flush()
+            return _run(run)
 
     def heartbeat(self, run_id: int) -> None:
         with self.session_scope() as s:
@@ -223,7 +240,7 @@ class Store:
         with self.session_scope() as s:
             rows = s.execute(
                 select(Request.seq, BanditStep).join(BanditStep, BanditStep.request_id == Request.id)
-                .where(Request.run_id == run_id).order_by(BanditStep.t)
+                .where(Request.run_id == run_id).order_by(Request.seq)
             ).all()
             return [(seq, _bandit(b)) for seq, b in rows]
 
@@ -232,13 +249,17 @@ class Store:
             s.execute(update(Request).where(Request.id == request_id).values(identical=identical, diverged_at=diverged_at))
 
 
-def _operational(exc: OperationalError, url: str) -> StoreError:
+def operational_error(exc: OperationalError, url: str) -> StoreError:
     text = str(exc.orig) if exc.orig is not None else str(exc)
     where = safe_url(url)
     if "locked" in text or "busy" in text:
         return StoreError(f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; retry when it is free")
     if "unable to open" in text or "readonly" in text or "read-only" in text:
         return StoreError(f"cannot write the database {where} ({text}); pass --db with a writable path")
+    if "connection" in text and ("refused" in text or "failed" in text) or "could not connect" in text:
+        return StoreError(f"cannot reach the database server of {where}; start it, or point --db / PHOENIX_DB elsewhere")
+    if "password authentication failed" in text or "does not exist" in text and "database" in text:
+        return StoreError(f"the database server refused {where} ({text.splitlines()[0]}); check the user, password and database name")
     if "no such table" in text or "no such column" in text:
         return StoreError(f"the database {where} has an old schema ({text}); run `python -m engine db upgrade`")
     if ("disk" in text and "full" in text) or "disk I/O error" in text:
@@ -267,7 +288,8 @@ def _request(r: Request, positions: list[E.PositionCount]) -> E.RequestRecord:
 
 
 def _bandit(b: BanditStep) -> E.BanditRecord:
-    return E.BanditRecord(b.t, b.epsilon, b.explored, b.chosen_k, dict(b.arm_means), dict(b.arm_counts), b.reward)
+    return E.BanditRecord(b.t, b.epsilon, b.explored, b.chosen_k, dict(b.arm_means), dict(b.arm_counts), b.reward,
+                          b.policy or "epsilon_greedy", bool(b.fallback))
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -1,8 +1,9 @@
-"""Draft-length policies. Pure and seeded: no I/O, no clock, no global RNG.
+"""Draft-length policies, part 1: shared types and the classic bandits.
 
-``t`` is the 0-based index of a decision among all bandit decisions of one run
-(warm-up requests excluded). Decision t uses its own RNG seeded with (seed, t),
-so a resumed run makes exactly the choices an uninterrupted one would.
+Pure and seeded: no I/O, no clock, no global RNG. ``t`` is the 0-based index of
+a decision among one policy's decisions in a run (warm-up requests excluded).
+Decision t draws from its own RNG seeded with (seed, t), so a resumed run, which
+replays the recorded observations, chooses exactly as an uninterrupted one.
 """
 from __future__ import annotations
 
@@ -18,11 +19,87 @@ class Decision:
     t: int
     k: int
     explored: bool
-    epsilon: float
+    epsilon: float  # epsilon_greedy: exploration probability; model_based: P(predicted best is not best); else 0
+    policy: str = ""
+    fallback: bool = False  # the safety fallback chose k=0
+    event: str | None = None  # 'fallback_engaged' | 'fallback_recovered' on the first decision after the change
 
 
 @dataclass
-class EpsilonGreedy:
+class Observation:
+    """What a policy may learn from one finished request (plain numbers only)."""
+
+    k: int
+    reward: float  # tokens/sec
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    latency_s: float = 0.0
+    ttft_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    per_position_proposed: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+
+
+def clean_reward(reward: float) -> float:
+    if not math.isfinite(reward):
+        return 0.0  # a broken timing must not poison the estimates
+    return max(-1e12, min(1e12, reward))
+
+
+def decision_rng(seed: int, t: int) -> random.Random:
+    return random.Random(f"{seed}:{t}")
+
+
+@dataclass
+class ArmStats:
+    """Running count, mean and sum of squares per arm; the base of the reward-only bandits."""
+
+    arms: tuple[int, ...] = DEFAULT_ARMS
+    seed: int = 42
+    t: int = 0
+    means: dict[int, float] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+    m2: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.arms = tuple(self.arms)
+        for a in self.arms:
+            self.means.setdefault(a, 0.0)
+            self.counts.setdefault(a, 0)
+            self.m2.setdefault(a, 0.0)
+
+    def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
+        if k not in self.counts:
+            raise ValueError(f"arm {k} is not in {self.arms}")
+        reward = clean_reward(reward)
+        self.counts[k] += 1
+        delta = reward - self.means[k]
+        self.means[k] += delta / self.counts[k]
+        self.m2[k] += delta * (reward - self.means[k])  # Welford: numerically stable variance
+        self.t += 1
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return ({str(a): self.means[a] for a in self.arms}, {str(a): self.counts[a] for a in self.arms})
+
+    def pass_controller(self, decision: Decision):
+        return None  # request granularity unless wrapped by PassAdaptive
+
+    def observe_reference(self, tokens_per_s: float) -> None:
+        pass  # only the fallback wrapper uses target-only references
+
+    def best_mean(self) -> int:
+        return max(self.arms, key=lambda a: (self.means[a], -a))  # ties go to the smaller k
+
+    def untried(self) -> int | None:
+        return next((a for a in self.arms if self.counts[a] == 0), None)
+
+
+@dataclass
+class EpsilonGreedy(ArmStats):
     """Phoenix's published policy.
 
     Every arm is first tried twice (round robin, decisions t = 0 .. 2*len(arms)-1,
@@ -32,61 +109,71 @@ class EpsilonGreedy:
     Update: n_a += 1; mean_a += (r - mean_a) / n_a.
     """
 
-    arms: tuple[int, ...] = DEFAULT_ARMS
-    seed: int = 42
     tries_each: int = 2
     eps_start: float = 0.3
     eps_decay: float = 0.97
     eps_floor: float = 0.05
-    t: int = 0
-    means: dict[int, float] = field(default_factory=dict)
-    counts: dict[int, int] = field(default_factory=dict)
     name: str = "epsilon_greedy"
-
-    def __post_init__(self):
-        self.arms = tuple(self.arms)
-        for a in self.arms:
-            self.means.setdefault(a, 0.0)
-            self.counts.setdefault(a, 0)
 
     def epsilon(self, t: int) -> float:
         return max(self.eps_floor, self.eps_start * self.eps_decay ** t)
 
-    def choose(self) -> Decision:
+    def choose(self, prompt_tokens: int | None = None) -> Decision:
         t = self.t
-        warm = self.tries_each * len(self.arms)
-        if t < warm:
-            return Decision(t, self.arms[t % len(self.arms)], True, 1.0)
-        rng = random.Random(f"{self.seed}:{t}")
+        if t < self.tries_each * len(self.arms):
+            return Decision(t, self.arms[t % len(self.arms)], True, 1.0, self.name)
+        rng = decision_rng(self.seed, t)
         eps = self.epsilon(t)
         if rng.random() < eps:
-            return Decision(t, rng.choice(self.arms), True, eps)
-        best = max(self.arms, key=lambda a: (self.means[a], -a))
-        return Decision(t, best, False, eps)
-
-    def update(self, k: int, reward: float) -> None:
-        if k not in self.counts:
-            raise ValueError(f"arm {k} is not in {self.arms}")
-        if not math.isfinite(reward):
-            reward = 0.0  # a broken timing must not poison the mean
-        reward = max(-1e12, min(1e12, reward))
-        self.counts[k] += 1
-        self.means[k] += (reward - self.means[k]) / self.counts[k]
-        self.t += 1
-
-    def snapshot(self) -> tuple[dict, dict]:
-        return ({str(a): self.means[a] for a in self.arms}, {str(a): self.counts[a] for a in self.arms})
-
-    def restore(self, t_next: int, means: dict, counts: dict) -> None:
-        self.t = t_next
-        self.means = {a: float(means.get(str(a), 0.0)) for a in self.arms}
-        self.counts = {a: int(counts.get(str(a), 0)) for a in self.arms}
+            return Decision(t, rng.choice(self.arms), True, eps, self.name)
+        return Decision(t, self.best_mean(), False, eps, self.name)
 
 
-POLICIES = {"epsilon_greedy": EpsilonGreedy}
+@dataclass
+class UCB1(ArmStats):
+    """UCB1 (Auer et al. 2002) on tokens/sec normalised by the largest reward seen,
+    so rewards lie in [0, 1] as the bound assumes. Each arm is tried once first."""
+
+    name: str = "ucb1"
+    max_reward: float = 0.0
+
+    def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
+        super().update(k, reward, obs)
+        self.max_reward = max(self.max_reward, clean_reward(reward))
+
+    def index(self, a: int) -> float:
+        scale = self.max_reward or 1.0
+        return self.means[a] / scale + math.sqrt(2.0 * math.log(max(self.t, 1)) / self.counts[a])
+
+    def choose(self, prompt_tokens: int | None = None) -> Decision:
+        first = self.untried()
+        if first is not None:
+            return Decision(self.t, first, True, 0.0, self.name)
+        k = max(self.arms, key=lambda a: (self.index(a), -a))
+        return Decision(self.t, k, k != self.best_mean(), 0.0, self.name)
 
 
-def make_policy(name: str, arms, seed: int):
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}")
-    return POLICIES[name](arms=tuple(arms), seed=seed)
+@dataclass
+class Thompson(ArmStats):
+    """Gaussian Thompson sampling on tokens/sec: arm a's mean is drawn from
+    N(mean_a, s_a^2 / n_a), with s_a the arm's sample deviation (the pooled one
+    while an arm has fewer than two rewards). Each arm is tried once first."""
+
+    name: str = "thompson"
+
+    def spread(self, a: int) -> float:
+        if self.counts[a] >= 2:
+            return math.sqrt(self.m2[a] / (self.counts[a] - 1))
+        pooled = [math.sqrt(self.m2[b] / (self.counts[b] - 1)) for b in self.arms if self.counts[b] >= 2]
+        if pooled:
+            return sum(pooled) / len(pooled)
+        return abs(self.means[a]) * 0.5 + 1e-9  # a wide prior until any arm has two rewards
+
+    def choose(self, prompt_tokens: int | None = None) -> Decision:
+        first = self.untried()
+        if first is not None:
+            return Decision(self.t, first, True, 0.0, self.name)
+        rng = decision_rng(self.seed, self.t)
+        draws = {a: rng.gauss(self.means[a], self.spread(a) / math.sqrt(self.counts[a])) for a in self.arms}
+        k = max(self.arms, key=lambda a: (draws[a], -a))
+        return Decision(self.t, k, k != self.best_mean(), 0.0, self.name)

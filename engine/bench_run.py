@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from db.entities import ModeSummary, RunInfo
 from db.store import Store, mode_summaries
-from engine.bench import BenchConfig, make_state, ordered_modes, restore_policy, run_one, validate
+from engine.bench import BenchConfig, make_state, ordered_modes, replay_policies, run_one, validate
 from engine.errors import PhoenixError
 from engine.models import load_pair
 from engine.prompts import load as load_prompts
@@ -80,8 +80,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     warmed = {r.mode for r in existing if r.warmup}
     state.seq = max((r.seq for r in existing), default=-1) + 1
     state.reference.update({r.prompt_id: r.output_sha256 for r in existing if r.mode == "target" and not r.warmup})
-    if state.policy is not None:
-        restore_policy(store, run_id, state.policy)
+    replay_policies(store, run_id, state, existing)
     store.set_status(run_id, "running")
     modes = ordered_modes(cfg.modes)
     plan = [(p, m) for p in prompts for m in modes if (p.id, m) not in done]

@@ -95,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     zd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a ZooConfig field")
     zd.set_defaults(func=cmd_zoo_build, stage="distill-draft")
 
-    from engine import cli_runs
+    from engine import cli_jobs, cli_runs
 
     cli_runs.add_commands(sub)
+    cli_jobs.add_commands(sub)
     return parser
 
 

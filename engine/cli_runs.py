@@ -29,8 +29,10 @@ def bench_config(args):
         target=args.target, draft=None if args.draft in ("none", "") else args.draft, drafter=args.drafter,
         prompts=args.prompts, limit=args.limit, max_new_tokens=args.max_new_tokens,
         modes=[m.strip() for m in args.modes.split(",") if m.strip()], arms=_int_list(args.arms),
-        policy=args.policy, seed=args.seed, name=args.name or "", shadow_rate=args.shadow_rate,
-        device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
+        policy=args.policy, granularity=args.granularity, fallback=args.fallback,
+        fallback_window=args.fallback_window, fallback_margin=args.fallback_margin,
+        fallback_probe_every=args.fallback_probe_every,
+        seed=args.seed, name=args.name or "", shadow_rate=args.shadow_rate, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
     )
 
 
@@ -148,7 +150,15 @@ def add_bench_options(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--modes", default="target,fixed_4,bandit")
     p.add_argument("--arms", default="0,2,4,6,8")
-    p.add_argument("--policy", default="epsilon_greedy")
+    p.add_argument("--policy", default="epsilon_greedy",
+                   help="policy of the plain 'bandit' mode: epsilon_greedy, ucb1, thompson, model_based, ema_hysteresis, "
+                        "or contextual_<any of those>; modes 'bandit:<policy>[:pass]' compare several in one run")
+    p.add_argument("--granularity", default="request", choices=["request", "pass"],
+                   help="pass: k may change between verification passes of one request")
+    p.add_argument("--fallback", action="store_true", help="drop to k=0 while speculation runs slower than target-only")
+    p.add_argument("--fallback-window", type=int, default=8)
+    p.add_argument("--fallback-margin", type=float, default=0.05)
+    p.add_argument("--fallback-probe-every", type=int, default=4)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--name", default="")
     p.add_argument("--shadow-rate", type=float, default=0.1)
@@ -202,9 +212,21 @@ def cmd_worker(args) -> int:
 
     telemetry = start_telemetry(args)
     store = open_store(args.db)
-    Worker(store, WorkerConfig(once=args.once, poll_s=args.poll, max_idle_s=args.max_idle), log=log_line,
-           telemetry=telemetry).serve()
+    port = args.metrics_port if args.metrics_port is not None else _env_port()
+    Worker(store, WorkerConfig(once=args.once, poll_s=args.poll, max_idle_s=args.max_idle, metrics_port=port),
+           log=log_line, telemetry=telemetry).serve()
     return 0
+
+
+def _env_port() -> int | None:
+    import os
+
+    text = os.environ.get("PHOENIX_METRICS_PORT", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise PhoenixError(f"PHOENIX_METRICS_PORT must be a port number, got {text!r}")
+    return int(text)
 
 
 def cmd_resume(args) -> int:
@@ -241,6 +263,8 @@ def add_queue_commands(sub) -> None:
     w.add_argument("--once", action="store_true", help="process one run and exit")
     w.add_argument("--poll", type=float, default=1.0)
     w.add_argument("--max-idle", type=float, default=None, help="exit after this many idle seconds")
+    w.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)")
     _sentry_args(w)
     w.set_defaults(func=cmd_worker)
     r = sub.add_parser("resume", help="continue an interrupted, failed or cancelled run in this process")

@@ -108,8 +108,21 @@ class Telemetry:
             return
         from sentry_sdk import logger as slog
 
-        slog.info("phoenix bandit t={t} chose k={k} explored={explored}", t=step.t, k=step.chosen_k,
-                               explored=step.explored, epsilon=step.epsilon, arm_means=str(step.arm_means), run_id=run_id)
+        slog.info("phoenix bandit {policy} t={t} chose k={k} explored={explored}", policy=step.policy, t=step.t,
+                  k=step.chosen_k, explored=step.explored, fallback=step.fallback, epsilon=step.epsilon, arm_means=str(step.arm_means), run_id=run_id)
+
+    def policy_event(self, run_id: int, mode: str, event: str) -> None:
+        """The safety fallback engaged or recovered: a warning people can alert on."""
+        if not self.enabled:
+            return
+        import sentry_sdk
+
+        with sentry_sdk.new_scope() as scope:
+            scope.set_tag("run_id", str(run_id))
+            scope.set_tag("mode", mode)
+            text = ("speculation ran slower than target-only: falling back to k=0" if event == "fallback_engaged"
+                    else "speculation pays again: leaving the k=0 fallback")
+            sentry_sdk.capture_message(f"run {run_id} {mode}: {text}", level="warning" if event == "fallback_engaged" else "info")
 
     def run_acceptance(self, run_id: int, accepted: int, proposed: int) -> None:
         if not self.enabled or not proposed:

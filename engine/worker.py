@@ -27,6 +27,8 @@ class WorkerConfig:
     once: bool = False  # process one run and exit
     stale_after_s: float = STALE_AFTER_S
     max_idle_s: float | None = None  # exit after this long with nothing queued (tests, autostart)
+    metrics_port: int | None = None  # serve Prometheus /metrics on 127.0.0.1:<port>; None: off
+    metrics_addr: str = "127.0.0.1"  # localhost by default: counters say what models you run
 
 
 def worker_id() -> str:
@@ -77,6 +79,14 @@ class Worker:
         self.id = worker_id()
         self._decoder = None
         self._decoder_key = None
+        self.metrics = None
+        if self.cfg.metrics_port is not None:
+            from engine.metrics import Metrics
+
+            self.metrics = Metrics()
+            self.metrics_server, _ = self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_addr)
+            self.log(f"worker {self.id}: Prometheus metrics on http://{self.cfg.metrics_addr}:"
+                     f"{self.metrics_server.server_address[1]}/metrics")
 
     def decoder_for(self, bench: BenchConfig):
         """Models stay loaded between runs that use the same pair."""
@@ -101,8 +111,10 @@ class Worker:
             bench = from_dict(BenchConfig, run.config.get("bench", {}))
             with Heartbeat(self.store, run.id):
                 decoder = self.decoder_for(bench)
+                observe = (lambda rec, _stats: self.metrics.observe(rec, bench.target)) if self.metrics else None
                 status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
-                                 should_stop=CancelCheck(self.store, run.id), telemetry=self.telemetry)
+                                 should_stop=CancelCheck(self.store, run.id), on_request=observe,
+                                 telemetry=self.telemetry)
             self.log(f"worker {self.id}: run {run.id} {status}")
         except PhoenixError as exc:
             self.store.set_status(run.id, "failed", str(exc))

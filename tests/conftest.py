@@ -107,3 +107,45 @@ def decoder(tiny_dirs):
 
     d = tiny_dirs["qwen3"]
     return load_decoder(BenchConfig(target=d["target"], draft=d["near"], device="cpu"))
+
+
+PG_SERVER = __import__("os").environ.get("PHOENIX_TEST_PG")  # a PostgreSQL URL whose user may CREATE DATABASE
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db_url(request, tmp_path):
+    """The same test on SQLite and on a fresh PostgreSQL database (.ci/run starts the server)."""
+    import os
+    import uuid
+
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'phoenix.db'}"
+        return
+    if not PG_SERVER:
+        if os.environ.get("PHOENIX_REQUIRE_PG"):
+            pytest.fail("PHOENIX_REQUIRE_PG is set but PHOENIX_TEST_PG is not: the PostgreSQL server did not start")
+        pytest.skip("PostgreSQL tests need PHOENIX_TEST_PG=postgresql+psycopg://user:pw@host/db (.ci/run sets it)")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"phoenix_t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_SERVER).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def any_store(any_db_url):
+    from db import migrate
+    from db.store import Store
+
+    migrate.upgrade(any_db_url)
+    store = Store(any_db_url)
+    yield store
+    store.engine.dispose()  # PostgreSQL cannot drop a database with open connections

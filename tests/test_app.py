@@ -11,7 +11,7 @@ from db import migrate
 from db.entities import BanditRecord, PositionCount, RequestRecord
 from db.store import Store, mode_summaries
 
-PAGES = ["runs", "run", "breakeven", "compare", "requests", "new_run"]
+PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run"]
 XSS = "<script>alert('pwned')</script>"
 
 
@@ -202,3 +202,59 @@ def test_filters_reach_sql_as_bound_parameters(app_db, hostile):
     at = open_page("runs", name=hostile)
     assert any("No run matches" in w.value for w in at.warning)
     assert len(app_db.list_runs()) == 2
+
+
+def test_policies_page_measures_each_policy_against_the_best_fixed_arm(app_db):
+    at = open_page("policies", run=1)
+    table = at.dataframe[0].value.set_index("mode")
+    rows = [r for r in app_db.requests(1)]
+    tps = {m: [r.tokens_per_s for r in rows if r.mode == m] for m in ("target", "fixed_4", "bandit")}
+    best = max(("target", "fixed_4"), key=lambda m: sum(tps[m]) / len(tps[m]))
+    assert best == "fixed_4"  # 1.4 s against 2.0 s per request
+    assert table.loc["fixed_4", "verdict"] == "best fixed arm"
+    share = (sum(tps["bandit"]) / 10) / (sum(tps["fixed_4"]) / 10)
+    assert table.loc["bandit", "share of best fixed"] == pytest.approx(share)
+    assert table.loc["bandit", "verdict"] in ("significant", "NOT_SIGNIFICANT")
+    assert 0 < table.loc["bandit", "p-value"] < 1 and table.loc["bandit", "n"] == 10
+    curves = chart_frames(at, 0)[0]
+    ref = {}
+    for r in rows:
+        if r.mode == "fixed_4":
+            ref.setdefault(r.prompt_id, []).append(r.tokens_per_s)
+    expected = sum(sum(ref[b.prompt_id]) / len(ref[b.prompt_id]) - b.tokens_per_s for b in rows if b.mode == "bandit")
+    assert curves["cumulative regret"].iloc[-1] == pytest.approx(expected)
+    assert any("Best fixed arm in hindsight: fixed_4" in c.value for c in at.caption)
+
+
+def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
+    from db import distills
+
+    job = distills.create(app_db, {"distill": {"draft": "embedded", "eval_ks": "4"}}, "models/x-distilled")
+    distills.set_fields(app_db, job.id, before_run_id=1, after_run_id=2, losses=[2.5, 1.25], status="done")
+    before = " ".join(m.value for m in open_page("run", run=1).markdown)
+    assert "**before** evaluation of distillation #1" in before and "run?run=2" in before
+    assert "compare?series=1:fixed_4,2:fixed_4" in before
+    at = open_page("run", run=2)
+    assert "run?run=1" in " ".join(m.value for m in at.markdown)
+    assert any("2.500 → 1.250" in c.value for c in at.caption)
+
+
+def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_path, monkeypatch):
+    from engine.backends.vllm_run import SweepConfig, sweep
+    from fake_vllm import FakeVllm
+
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    migrate.upgrade(url)
+    monkeypatch.setenv("PHOENIX_DB", url)
+    server = FakeVllm()
+    try:
+        path = tmp_path / "p.jsonl"
+        path.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}"}) + "\n" for i in range(3)))
+        run_id = sweep(Store(url), SweepConfig(url=server.url, model=server.model, prompts=str(path), concurrency="1,2"))
+    finally:
+        server.stop()
+    at = open_page("run", run=run_id)
+    frames = [f for i in range(len(at.get("vega_lite_chart"))) for f in chart_frames(at, i)]
+    sweep_df = next(f for f in frames if "metric" in f.columns and "concurrency" in f.columns)
+    assert set(sweep_df["metric"]) == {"throughput (tok/s)", "acceptance", "mean acceptance length"}
+    assert sorted(sweep_df["concurrency"].unique()) == [1, 2]

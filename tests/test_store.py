@@ -13,14 +13,24 @@ from db.store import Store, StoreError, mode_summaries, position_counts, resolve
 
 
 @pytest.fixture
-def url(tmp_path):
+def url(any_db_url):
+    return any_db_url  # SQLite and PostgreSQL
+
+
+@pytest.fixture
+def store(any_store):
+    return any_store
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
     return f"sqlite:///{tmp_path / 'phoenix.db'}"
 
 
 @pytest.fixture
-def store(url):
-    migrate.upgrade(url)
-    return Store(url)
+def sqlite_store(sqlite_url):
+    migrate.upgrade(sqlite_url)
+    return Store(sqlite_url)
 
 
 def record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw):
@@ -33,6 +43,7 @@ def record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8,
 def test_migrations_reach_head_and_match_the_models(url):
     assert migrate.upgrade(url) == migrate.head()
     engine = create_engine(url)
+    request_cleanup = engine.dispose
     insp = inspect(engine)
     for table in Base.metadata.sorted_tables:
         db_cols = {c["name"] for c in insp.get_columns(table.name)}
@@ -44,9 +55,11 @@ def test_migrations_reach_head_and_match_the_models(url):
 
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    request_cleanup()
 
 
-def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(store):
+def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(sqlite_store):
+    store = sqlite_store
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
@@ -56,14 +69,14 @@ def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(store):
 def test_requests_round_trip_with_positions_and_bandit_steps(store):
     run = store.create_run("r", {"bench": {"seed": 1}}, "t", "d", total=2)
     rec = record(run.id, 0, mode="bandit", positions=[PositionCount(0, 3, 2), PositionCount(1, 3, 1)],
-                 bandit=BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0))
+                 bandit=BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0, "ucb1", True))
     store.add_requests([rec, record(run.id, 1)])
     got = store.requests(run.id)
     assert [r.seq for r in got] == [0, 1]
     assert got[0].positions == [PositionCount(0, 3, 2), PositionCount(1, 3, 1)]
     assert got[0].latency_s == rec.latency_s and got[0].trace_id == rec.trace_id
     steps = store.bandit_steps(run.id)
-    assert steps == [(0, BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0))]
+    assert steps == [(0, BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0, "ucb1", True))]
     assert type(got[0]).__module__ == "db.entities"  # plain entities, not ORM rows
 
 
@@ -111,15 +124,20 @@ def test_empty_database_is_created_at_head(url):
     assert migrate.current(url) == migrate.head()
 
 
-def test_stale_schema_names_the_exact_upgrade_command(url, tmp_path):
+def test_stale_schema_names_the_exact_upgrade_command(url):
+    from sqlalchemy import text
+
     migrate.upgrade(url)
-    with sqlite3.connect(tmp_path / "phoenix.db") as conn:
-        conn.execute("UPDATE alembic_version SET version_num = 'base0'")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'base0'"))
+    engine.dispose()
     with pytest.raises(StoreError, match="newer than this Phoenix"):
         migrate.ensure_schema(url)
 
 
-def test_unversioned_database_with_tables_asks_for_upgrade(url, tmp_path):
+def test_unversioned_database_with_tables_asks_for_upgrade(sqlite_url, tmp_path):
+    url = sqlite_url
     with sqlite3.connect(tmp_path / "phoenix.db") as conn:
         conn.execute("CREATE TABLE runs (id INTEGER)")
     with pytest.raises(StoreError, match=r"python -m engine db upgrade --db 'sqlite:///.*phoenix.db'"):
@@ -133,7 +151,8 @@ def test_unwritable_database_path_is_one_clear_error(tmp_path):
         Store(f"sqlite:///{blocker / 'sub' / 'x.db'}")
 
 
-def test_locked_database_fails_with_a_clear_message_and_keeps_rows(store, tmp_path, monkeypatch):
+def test_locked_database_fails_with_a_clear_message_and_keeps_rows(sqlite_store, tmp_path, monkeypatch):
+    store = sqlite_store
     import db.store as store_mod
 
     run = store.create_run("r", {}, "t", "d", total=1)
@@ -149,3 +168,11 @@ def test_locked_database_fails_with_a_clear_message_and_keeps_rows(store, tmp_pa
         blocker.rollback()
         blocker.close()
     assert [r.seq for r in store.requests(run.id)] == [0]
+
+
+def test_an_unreachable_database_server_is_one_line_without_the_password():
+    url = "postgresql+psycopg://phoenix:s3cret@127.0.0.1:1/phoenix"
+    with pytest.raises(StoreError) as err:
+        migrate.ensure_schema(url)
+    assert "cannot reach the database server" in str(err.value) and "s3cret" not in str(err.value)
+    assert "\n" not in str(err.value)

@@ -10,7 +10,7 @@ from engine.bench import BenchConfig
 from engine.bench_run import create_run, execute
 from engine.errors import PhoenixError
 from engine.telemetry import SentryConfig, init
-from sentry_receiver import Receiver
+from benchmarks.sentry_receiver import Receiver
 
 
 @pytest.fixture

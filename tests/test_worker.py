@@ -27,8 +27,11 @@ def bench_cfg(tiny_dirs, prompt_file, **kw):
 
 
 def start_worker(db_url, *extra):
+    import tempfile
+
     env = {**os.environ, "PHOENIX_DB": db_url}
-    log = open(Path(db_url.removeprefix("sqlite:///")).with_suffix(f".worker{time.monotonic_ns()}.log"), "w")
+    folder = Path(db_url.removeprefix("sqlite:///")).parent if db_url.startswith("sqlite") else Path(tempfile.gettempdir())
+    log = open(folder / f"worker{time.monotonic_ns()}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--poll", "0.2", *extra], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, text=True)
 
@@ -120,7 +123,8 @@ def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(
     assert store.get_run(run.id).status == "done"
 
 
-def test_two_workers_racing_never_take_the_same_run(store, db_url, tiny_dirs, prompt_file):
+def test_two_workers_racing_never_take_the_same_run(any_store, any_db_url, tiny_dirs, prompt_file):
+    store, db_url = any_store, any_db_url
     runs = [create_run(store, bench_cfg(tiny_dirs, prompt_file, limit=1, modes=["target"]), status="queued") for _ in range(3)]
     procs = [start_worker(db_url, "--max-idle", "2") for _ in range(2)]
     try:
@@ -135,7 +139,8 @@ def test_two_workers_racing_never_take_the_same_run(store, db_url, tiny_dirs, pr
         assert len(store.requests(r.id)) == 1  # executed once, by one worker
 
 
-def test_claims_from_many_threads_hand_each_run_to_exactly_one(store):
+def test_claims_from_many_threads_hand_each_run_to_exactly_one(any_store):
+    store = any_store
     ids = [store.create_run(f"r{i}", {"bench": {}}, "t", None, 1, status="queued").id for i in range(40)]
     won: list[tuple[str, int]] = []
     lock = threading.Lock()

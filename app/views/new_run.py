@@ -8,12 +8,17 @@ import streamlit as st
 from app import common, data, operate
 from engine.bench import BenchConfig, parse_mode, validate
 from engine.errors import PhoenixError
+from engine.policy_wrappers import policy_names
 from engine.models import EMBEDDED, check_same_tokenizer_files, resolve
 from engine.prompts import NAMED_SETS
 from engine.prompts import load as load_prompts
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "hf_4", "bandit"]
+MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "hf_4", "bandit"] + [
+    f"bandit:{p}" for p in ("epsilon_greedy", "model_based", "model_based:pass", "ucb1", "thompson", "ema_hysteresis",
+                            "contextual_model_based")]
+
+
 def DEMO() -> BenchConfig:  # noqa: N802  (a constant, built fresh each time)
     return BenchConfig(limit=5, max_new_tokens=64, name="demo", modes=["target", "fixed_4", "bandit"])
 
@@ -84,8 +89,12 @@ def render() -> None:
         drafter = st.radio("Drafter for fixed_<k> and bandit", ["model", "ngram"], horizontal=True, key="n_drafter")
         modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "fixed_4", "bandit"], key="n_modes")
         slots["modes"] = st.empty()
-        arms = st.text_input("Bandit arms", "0,2,4,6,8", key="n_arms")
-        slots["arms"] = st.empty()
+        b1, b2, b3 = st.columns([2, 1, 1])
+        arms = b1.text_input("Bandit arms", "0,2,4,6,8", key="n_arms")
+        slots["arms"] = b1.empty()
+        policy = b2.selectbox("Policy of plain 'bandit'", policy_names(), key="n_policy")
+        granularity = b3.radio("k chosen per", ["request", "pass"], horizontal=True, key="n_granularity")
+        fallback = st.checkbox("Fall back to k=0 while speculation runs slower than target-only", key="n_fallback")
         c3, c4 = st.columns(2)
         prompts = c3.selectbox("Prompt set", list(NAMED_SETS[::-1]), key="n_prompts")
         prompts_file = c3.text_input("…or a JSONL file path", key="n_prompts_file")
@@ -113,7 +122,7 @@ def render() -> None:
         target=target_typed.strip() if target == "other…" else target,
         draft=None if draft == "none" else (draft_typed.strip() if draft == "other…" else draft),
         drafter=drafter, prompts=prompts_file.strip() or prompts, limit=int(limit), max_new_tokens=int(max_new),
-        modes=list(modes), seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
+        modes=list(modes), policy=policy, granularity=granularity, fallback=bool(fallback), seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
         max_new_tokens_cap=FORM_LIMITS["max_new_tokens"], max_prompts=FORM_LIMITS["max_prompts"])
     if demo:
         cfg = DEMO()

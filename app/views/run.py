@@ -70,12 +70,14 @@ def body(url: str, run_id: int) -> None:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)
     common.identity_banner(url, run_id)
+    distill_link(url, run_id)
     sentry_explorer(run_id)
     summaries = data.summaries(url, run_id)
     if not summaries:
         st.info("No requests recorded yet.")
         return
     kpis(summaries)
+    vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.time_split(url, run_id), data.request_sample(url, run_id)
     fit = fit_run(pos, split)
     st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
@@ -97,6 +99,11 @@ def body(url: str, run_id: int) -> None:
     steps = data.bandit(url, run_id)
     if not steps.empty:
         st.subheader("Bandit over time")
+        modes = sorted(steps["mode"].unique())
+        if len(modes) > 1:
+            mode = st.selectbox("Policy mode", modes, key="bandit_mode")
+            steps = steps[steps["mode"] == mode]
+            st.caption("Several policies ran here; the Policies page compares them against the best fixed arm.")
         st.altair_chart(charts.bandit_charts(steps, common.trace_url), width="stretch")
     st.subheader("Latency distribution")
     st.altair_chart(charts.latency_chart(sample), width="stretch")
@@ -114,6 +121,36 @@ def kpis(summaries) -> None:
         cols[4].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}")
         cols[5].metric("speedup", "n/a" if m.speedup is None or math.isnan(m.speedup) else f"{m.speedup:.2f}x")
         cols[6].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
+
+
+def vllm_sweep(info) -> None:
+    levels = info.config.get("vllm_levels")
+    if not levels:
+        return
+    st.subheader("Concurrency sweep (vLLM server counters)")
+    st.altair_chart(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
+    st.caption("Acceptance per level from the server's vllm:spec_decode_* counters scraped before and after the level: "
+               "accepted / draft tokens; mean acceptance length 1 + accepted / drafts. Requests per level: "
+               + ", ".join(f"{lv['concurrency']}: {lv['requests']}" for lv in levels))
+
+
+def distill_link(url: str, run_id: int) -> None:
+    """A distillation's before and after runs point at each other."""
+    job = data.distill_for_run(url, run_id)
+    if job is None:
+        return
+    role, other = ("before", job.after_run_id) if job.before_run_id == run_id else ("after", job.before_run_id)
+    text = (f"This run is the **{role}** evaluation of distillation #{job.id} "
+            f"({common.code_span(job.config.get('distill', {}).get('draft', '?'))} → {common.code_span(job.out_dir)}).")
+    if other:
+        text += f" [Open the {'after' if role == 'before' else 'before'} run #{other}]({common.public_base()}/run?run={other})"
+        k = str(job.config.get("distill", {}).get("eval_ks", "4")).split(",")[0].strip()
+        if job.before_run_id and job.after_run_id:
+            text += (f" · [compare fixed_{k} before and after]({common.public_base()}/compare?"
+                     f"series={job.before_run_id}:fixed_{k},{job.after_run_id}:fixed_{k})")
+    st.markdown(text)
+    if job.losses:
+        st.caption(f"LoRA loss over {len(job.losses)} steps: {job.losses[0]:.3f} → {job.losses[-1]:.3f}")
 
 
 def sentry_explorer(run_id: int) -> None:

@@ -1,0 +1,76 @@
+"""Policies: each draft-length policy against the best fixed arm in hindsight, from one run."""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from app import common, data
+from engine.regret import best_fixed, policy_table, regret_curves
+
+HOW = ("Run several policies and fixed arms over the same prompts, for example\n"
+       "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"
+       "bandit:epsilon_greedy,bandit:model_based,bandit:model_based:pass,bandit:ucb1,bandit:thompson,bandit:ema_hysteresis")
+
+
+def render() -> None:
+    url = common.guard()
+    st.title("Policies")
+    run_id = common.run_picker(url)
+    if run_id is None:
+        return
+    frame = data.policy_requests(url, run_id)
+    if not frame["mode"].str.startswith("bandit").any():
+        st.info("This run has no bandit mode. " + HOW.split("\n")[0])
+        st.code(HOW.split("\n")[1], language="bash")
+        return
+    best = best_fixed(frame)
+    if best is None:
+        st.warning("Regret needs the fixed arms in the same run (target and fixed_<k> modes): without them the best "
+                   "arm in hindsight is unknown.")
+        st.code(HOW.split("\n")[1], language="bash")
+        return
+    alpha = 0.05
+    table = policy_table(frame, best, alpha)
+    n_prompts = frame["prompt_id"].nunique()
+    st.caption(f"Best fixed arm in hindsight: {best} · {n_prompts} prompts · Welch's t-test of tokens/sec against "
+               f"{best}, alpha {alpha}. NOT_SIGNIFICANT means the run cannot tell the two apart.")
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"share of best fixed": st.column_config.NumberColumn(format="%.3f"),
+                                "p-value": st.column_config.NumberColumn(format="%.4f"),
+                                "tokens/s": st.column_config.NumberColumn(format="%.2f")})
+    common.csv_download(table, f"run{run_id}-policies", key="dl_pol")
+    curves = regret_curves(frame, best)
+    left, right = st.columns(2)
+    left.subheader("Cumulative regret")
+    left.altair_chart(regret_chart(curves), width="stretch")
+    right.subheader("Chosen k over time")
+    right.altair_chart(k_chart(curves), width="stretch")
+    st.subheader("Tokens/sec per policy")
+    st.altair_chart(tps_chart(frame), width="stretch")
+    common.show_share_link("policies")
+
+
+def regret_chart(curves: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(curves).mark_line().encode(
+        x=alt.X("decision:Q", title="decision"),
+        y=alt.Y("cumulative regret:Q", title="cumulative regret (tok/s below the best fixed arm, summed)"),
+        color="mode:N", tooltip=["mode", "decision", "k", alt.Tooltip("regret:Q", format=".2f")],
+    ).properties(height=300)
+
+
+def k_chart(curves: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(curves).mark_point(filled=True).encode(
+        x=alt.X("decision:Q"), y=alt.Y("k:Q", title="chosen k"), color="mode:N",
+        shape=alt.Shape("explored:N"), tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
+    ).properties(height=300)
+
+
+def tps_chart(frame: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(frame).mark_boxplot(extent="min-max").encode(
+        x=alt.X("mode:N", sort="-y"), y=alt.Y("tokens_per_s:Q", title="tokens/sec"), color="mode:N",
+    ).properties(height=300)
+
+
+if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
+    render()

@@ -1,0 +1,137 @@
+"""Draft distillation: teach the draft to write like the target (LoRA with peft).
+
+Three stages, each resumable from files under ``<out>/work``:
+  1. answers  - the target, as teacher, answers the training prompts greedily
+                (decoded with our speculative loop: identical text, faster);
+  2. lora     - LoRA supervised fine-tuning of the draft on prompt + answer, with
+                the loss on answer tokens only; checkpointed every few steps;
+  3. merge    - the adapter merged into full weights, saved as a plain Hugging
+                Face model directory with a model card.
+No held-out test prompt (engine.prompts' test split) may be in the teacher data.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import PhoenixError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class DistillConfig:
+    target: str = "embedded"  # teacher: 'embedded', a model directory or a cached HF id
+    draft: str = "embedded"  # student
+    prompts: str = "humaneval-train"  # humaneval-train or FILE.jsonl; never the test split
+    limit: int | None = None  # first N training prompts
+    max_new_tokens: int = 256  # teacher answer length
+    epochs: int = 1
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: str = "all-linear"  # peft's shorthand: every linear layer but the output head
+    lr: float = 2e-4
+    batch_size: int = 8
+    checkpoint_every: int = 10  # optimizer steps between resumable checkpoints
+    seed: int = 42
+    out: str = ""  # defaults to models/<draft name>-distilled
+    save_dtype: str = "float16"
+    device: str = "cpu"
+    allow_pickle: bool = False
+    eval: bool = False  # run held-out before/after benchmarks when done
+    eval_prompts: str = "humaneval-test"  # the held-out set --eval benchmarks
+    eval_limit: int = 50  # first N of them (the test split has 50)
+    eval_max_new_tokens: int = 96
+    eval_ks: str = "2,4,6,8"  # fixed_<k> modes compared before and after
+
+
+def default_out(cfg: DistillConfig) -> str:
+    name = "phoenix-tiny-draft" if cfg.draft == "embedded" else Path(cfg.draft.rstrip("/")).name.replace("/", "--")
+    return str(ROOT / "models" / f"{name}-distilled")
+
+
+def format_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids the teacher answers: through the chat template when the tokenizer has one,
+    with thinking disabled where the template supports it (Qwen3's enable_thinking)."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            enable_thinking=False, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def training_prompts(cfg: DistillConfig):
+    from engine.prompts import humaneval, load, split
+
+    if cfg.prompts in ("humaneval-test", "humaneval"):
+        raise PhoenixError(f"--prompts {cfg.prompts} includes the held-out test split: use humaneval-train or a JSONL file")
+    prompts = load(cfg.prompts, cfg.limit)
+    _, test = split(humaneval())
+    held_out = {p.id for p in test} | {p.text.strip() for p in test}
+    leaked = [p.id for p in prompts if p.id in held_out or p.text.strip() in held_out]
+    if leaked:
+        raise PhoenixError(f"{len(leaked)} training prompt(s) are held-out test prompts (first: {leaked[0]}); remove them")
+    return prompts
+
+
+class Work:
+    """Files under <out>/work that make every stage resumable."""
+
+    def __init__(self, out: Path):
+        self.dir = out / "work"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.answers = self.dir / "answers.jsonl"
+        self.state_file = self.dir / "state.json"
+        self.adapter = self.dir / "adapter"
+
+    def state(self) -> dict:
+        return json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+
+    def save_state(self, **values) -> dict:
+        state = {**self.state(), **values}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_file)  # atomic: a kill never leaves half a state file
+        return state
+
+    def read_answers(self) -> list[dict]:
+        if not self.answers.exists():
+            return []
+        rows = []
+        for line in self.answers.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                break  # a line cut by a kill: it is redone
+        return rows
+
+
+def stage_answers(cfg: DistillConfig, pair, work: Work, prompts, on_answer: Callable | None = None,
+                  progress: bool = True) -> list[dict]:
+    """Stage 1: greedy teacher answers, appended one JSON line per prompt."""
+    import torch
+    from tqdm import tqdm
+
+    from engine.spec import generate
+    from engine.drafters import ModelDrafter
+
+    done = work.read_answers()
+    work.answers.write_text("".join(json.dumps(r) + "\n" for r in done))  # drop a cut last line
+    have = {r["id"] for r in done}
+    drafter = ModelDrafter(pair.draft) if pair.draft is not None else None
+    tok = pair.tokenizer
+    with work.answers.open("a") as fh, torch.inference_mode():
+        for p in tqdm([p for p in prompts if p.id not in have], desc="1/3 teacher answers", disable=not progress):
+            ids = format_prompt(tok, p.text)
+            stats = generate(pair.target, drafter, ids, 4 if drafter else 0, cfg.max_new_tokens, tok.eos_token_id)
+            row = {"id": p.id, "prompt_ids": ids, "answer_ids": stats.output_ids}
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            done.append(row)
+            if on_answer:
+                on_answer(row)
+    return done

@@ -1,0 +1,241 @@
+"""Draft-length policies beyond epsilon-greedy, on a simulated workload with a known best arm.
+
+The simulator follows the break-even model: per-token acceptance a, a verify pass
+costing v0 + v1*k seconds and drafting d seconds per token, with 5% timing noise.
+At a=0.8, v0=16 ms, v1=1.5 ms, d=2 ms the expected tokens/sec by arm are
+k=0: 62.5, 2: 105.6, 4: 111.7, 6: 106.8, 8: 98.4, so arm 4 is best.
+"""
+from __future__ import annotations
+
+import math
+import random
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.bandit import UCB1, Observation, Thompson
+from engine.online_model import OnlineModel
+from engine.policies import EmaHysteresis, ModelBased
+from engine.policy_wrappers import Fallback, FallbackConfig, PassAdaptive, make_policy, policy_names
+
+ARMS = (0, 2, 4, 6, 8)
+
+
+def simulate(k: int, rng: random.Random, a: float = 0.8, v0: float = 0.016, v1: float = 0.0015, d: float = 0.002,
+             tokens: int = 96, prompt_tokens: int = 100, spread: float = 0.0) -> Observation:
+    """One request; ``spread`` gives each prompt its own acceptance, a +- spread, as real prompts have."""
+    a = min(0.97, max(0.05, a + rng.uniform(-spread, spread))) if spread else a
+    out = passes = proposed = accepted = 0
+    prop, acc = [0] * k, [0] * k
+    verify = draft = 0.0
+    while out < tokens:
+        n = 0
+        while n < k and rng.random() < a:
+            n += 1
+        for i in range(k):
+            prop[i] += 1
+            acc[i] += n > i
+        passes, proposed, accepted, out = passes + 1, proposed + k, accepted + n, out + n + 1
+        verify += (v0 + v1 * k) * rng.uniform(0.95, 1.05)
+        draft += d * k
+    ttft = 0.02
+    latency = ttft + verify + draft
+    return Observation(k, out / latency, prompt_tokens, out, passes, proposed, accepted, latency, ttft, draft,
+                       verify + ttft, prop, acc)
+
+
+def play(policy, n: int, seed: int = 0, **env) -> list[int]:
+    rng = random.Random(seed)
+    chosen = []
+    for _ in range(n):
+        d = policy.choose(env.get("prompt_tokens", 100))
+        obs = simulate(d.k, rng, **env)
+        policy.update(d.k, obs.reward, obs)
+        chosen.append(d.k)
+    return chosen
+
+
+def expected_tps(k: int, a=0.8, v0=0.016, v1=0.0015, d=0.002) -> float:
+    return sum(a ** i for i in range(k + 1)) / (v0 + (v1 + d) * k)
+
+
+def test_the_simulated_workload_has_arm_4_as_its_best_arm():
+    assert max(ARMS, key=expected_tps) == 4
+
+
+def test_model_based_settles_on_the_best_arm_after_two_cold_start_tries():
+    policy = ModelBased(arms=ARMS, seed=1)
+    chosen = play(policy, 60)
+    assert chosen[:2] == [8, 2]  # largest arm observes every position, smallest drafting arm pins the slope
+    assert chosen[-30:].count(4) >= 27
+    assert chosen.count(0) == 0  # it never pays for a blind try of the slowest arm
+
+
+def test_model_based_stops_exploring_once_its_posterior_is_sure():
+    policy = ModelBased(arms=(0, 2, 8), seed=3)  # arm 2 (105.6) is far ahead of 8 (98.4) and 0 (62.5)
+    play(policy, 40)
+    rng = random.Random(9)
+    late = []
+    for _ in range(20):
+        d = policy.choose()
+        late.append(d)
+        obs = simulate(d.k, rng)
+        policy.update(d.k, obs.reward, obs)
+    assert all(not d.explored and d.k == 2 for d in late)
+    assert all(d.epsilon < 0.1 for d in late)
+
+
+def test_the_online_model_recovers_tokens_per_sec_per_arm_from_ten_requests_each():
+    model, rng = OnlineModel(), random.Random(0)
+    for _ in range(10):  # long requests: with ~100 tokens, pooling per pass biases rates down by 1-2%
+        for k in ARMS:
+            model.observe(simulate(k, rng, tokens=960))
+    for k, predicted in zip(ARMS, model.tokens_per_s(ARMS)[0]):
+        assert predicted == pytest.approx(expected_tps(k), rel=0.03)
+    assert model.conditional_acceptance() == pytest.approx(0.8, abs=0.02)
+
+
+def test_ucb1_tries_each_arm_once_then_follows_its_index_by_hand():
+    p = UCB1(arms=(0, 2), seed=0)
+    assert [p.choose().k for _ in range(1)] == [0]
+    p.update(0, 50.0)
+    assert p.choose().k == 2
+    p.update(2, 100.0)
+    # t=2: index(0) = 50/100 + sqrt(2 ln 2 / 1) = 1.677; index(2) = 1 + 1.177 = 2.177
+    assert p.index(0) == pytest.approx(0.5 + math.sqrt(2 * math.log(2)))
+    assert p.choose().k == 2
+
+
+def share_of_best(chosen: list[int]) -> float:
+    """Expected tokens/sec of the choices made, as a share of always playing the best arm."""
+    return sum(expected_tps(k) for k in chosen) / len(chosen) / expected_tps(4)
+
+
+def test_thompson_is_seeded_and_reaches_most_of_the_best_arm():
+    a, b = Thompson(arms=ARMS, seed=5), Thompson(arms=ARMS, seed=5)
+    ca = play(a, 60)
+    assert ca == play(b, 60)
+    shares = [share_of_best(play(Thompson(arms=ARMS, seed=s), 60, seed=s)) for s in range(5)]
+    assert sum(shares) / 5 >= 0.95
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_model_based_loses_less_than_the_reward_only_bandits_over_60_requests(seed):
+    # prompts differ in acceptance (0.8 +- 0.12), so passes of one request are not independent evidence
+    share = {name: share_of_best(play(make_policy(name, ARMS, seed), 60, seed=seed, spread=0.12))
+             for name in ("model_based", "epsilon_greedy", "ucb1", "thompson")}
+    assert share["model_based"] >= 0.97
+    assert share["model_based"] > max(share["epsilon_greedy"], share["ucb1"], share["thompson"])
+
+
+def test_ema_hysteresis_steps_up_on_high_acceptance_and_down_on_low():
+    p = EmaHysteresis(arms=ARMS)
+    assert p.choose().k == 4  # starts in the middle of the drafting arms 2, 4, 6, 8
+
+    def feed(rate):
+        k = p.choose().k
+        p.update(k, 100.0, Observation(k, 100.0, proposed=100, accepted=int(rate * 100)))
+        return p.choose().k
+
+    assert feed(0.9) == 6  # ema 0.9 > 0.8
+    assert feed(0.9) == 8
+    assert feed(0.9) == 8  # top of the ladder
+    # ema: 0.9 -> 0.7*0.9 + 0.3*0.1 = 0.66 (hold) -> 0.492 (down)
+    assert feed(0.1) == 8
+    assert feed(0.1) == 6
+    assert 0 not in [p.choose().k for _ in range(3)]
+
+
+def test_contextual_learns_a_different_k_per_prompt_length_bucket():
+    policy = make_policy("contextual_model_based", ARMS, seed=2)
+    rng = random.Random(4)
+    for i in range(80):
+        short = i % 2 == 0
+        pt, a = (40, 0.5) if short else (400, 0.95)
+        d = policy.choose(pt)
+        obs = simulate(d.k, rng, a=a, prompt_tokens=pt)
+        policy.update(d.k, obs.reward, obs)
+    assert policy.choose(40).k == 2  # a = 0.5: E(2)/tau(2) = 75.4 beats E(4)/tau(4) = 64.6
+    assert policy.choose(400).k == 8  # a = 0.95: the longest arm wins
+    assert policy.t == 80 and len(policy.inners) == 2
+
+
+def test_pass_granularity_lowers_k_after_rejections_and_keeps_it_after_acceptances():
+    policy = make_policy("epsilon_greedy", ARMS, seed=0, granularity="pass")
+    assert isinstance(policy, PassAdaptive)
+    play(policy, 12)  # fits the run-level model (a ~ 0.8)
+    decision = SimpleNamespace(k=8, fallback=False)
+    bad = policy.pass_controller(decision)
+    assert bad(SimpleNamespace(passes=0, proposed=0, accepted=0)) == 8
+    ks = [bad(SimpleNamespace(passes=i, proposed=8 * i, accepted=0)) for i in range(1, 8)]
+    assert ks[-1] < 4 and ks == sorted(ks, reverse=True)
+    good = policy.pass_controller(decision)
+    ks = [good(SimpleNamespace(passes=i, proposed=8 * i, accepted=8 * i)) for i in range(1, 8)]
+    assert ks[-1] == 8
+    assert policy.pass_controller(SimpleNamespace(k=0, fallback=False)) is None  # a k=0 request stays target-only
+
+
+def test_fallback_drops_to_k0_when_speculation_is_slower_and_recovers_when_it_pays():
+    policy = make_policy("epsilon_greedy", (2, 4), seed=0, fallback=FallbackConfig(window=4, margin=0.05, probe_every=3))
+    assert isinstance(policy, Fallback)
+    policy.observe_reference(100.0)  # target-only runs at 100 tok/s
+    decisions = []
+
+    def step(speculative_tps):
+        d = policy.choose()
+        decisions.append(d)
+        policy.update(d.k, 100.0 if d.k == 0 else speculative_tps)
+        return d
+
+    for _ in range(4):
+        assert step(80.0).k in (2, 4)
+    d = step(80.0)
+    assert (d.k, d.fallback, d.event) == (0, True, "fallback_engaged")
+    assert step(80.0).k == 0
+    probe = step(80.0)  # every third decision probes the policy's own choice
+    assert probe.k in (2, 4) and not probe.fallback
+    # the probes now see 130 tok/s; recovery needs two probes in a row above 105
+    assert [step(130.0).fallback for _ in range(6)] == [True, True, False, True, True, False]
+    d = step(130.0)
+    assert d.event == "fallback_recovered" and d.k in (2, 4) and not d.fallback
+
+
+@pytest.mark.parametrize("granularity", ["request", "pass"])
+@pytest.mark.parametrize("name", policy_names())
+def test_replaying_recorded_observations_makes_the_same_next_choices(name, granularity):
+    live = make_policy(name, ARMS, seed=11, granularity=granularity)
+    rng = random.Random(3)
+    history, chosen = [], []
+    for i in range(30):
+        d = live.choose(50 + 20 * i)
+        obs = simulate(d.k, rng, prompt_tokens=50 + 20 * i)
+        live.update(d.k, obs.reward, obs)
+        history.append(obs)
+        chosen.append(d.k)
+    resumed = make_policy(name, ARMS, seed=11, granularity=granularity)
+    for obs in history[:13]:
+        resumed.update(obs.k, obs.reward, obs)
+    assert [resumed.choose(50 + 20 * i).k for i in [13]] == [chosen[13]]
+    for i, obs in enumerate(history[13:], start=13):
+        assert resumed.choose(50 + 20 * i).k == chosen[i]
+        resumed.update(obs.k, obs.reward, obs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(policy_names()), st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40),
+       st.integers(0, 2**31))
+def test_any_reward_stream_keeps_every_policy_inside_its_arms(name, rewards, seed):
+    policy = make_policy(name, ARMS, seed=seed)
+    for r in rewards:
+        d = policy.choose(100)
+        assert d.k in ARMS
+        policy.update(d.k, r, Observation(d.k, r, prompt_tokens=100))
+
+
+def test_unknown_policy_and_granularity_are_refused():
+    with pytest.raises(ValueError, match="unknown policy 'greedy'"):
+        make_policy("greedy", ARMS, 0)
+    with pytest.raises(ValueError, match="granularity"):
+        make_policy("ucb1", ARMS, 0, granularity="token")

@@ -1,0 +1,77 @@
+"""The vLLM backend against a local stand-in server (see tests/fixtures/vllm/PROVENANCE.md)."""
+from __future__ import annotations
+
+import pytest
+
+from engine.backends.vllm import parse_metrics
+from engine.backends.vllm_run import SweepConfig, WatchConfig, sweep, watch
+from engine.errors import PhoenixError
+from fake_vllm import FakeVllm
+
+
+@pytest.fixture
+def server():
+    s = FakeVllm()
+    yield s
+    s.stop()
+
+
+def test_the_metrics_parser_reads_vllms_counters_and_ignores_the_rest(server):
+    for _ in range(3):
+        server.complete({"max_tokens": 20, "prompt": "a b"})
+    c = parse_metrics(server.render())
+    assert (c.drafts, c.draft_tokens, c.generation_tokens) == (30, 120, 60)
+    assert c.per_pos == {0: 27, 1: 21, 2: 18, 3: 12}  # int(10 * 0.9), int(10 * 0.75), ... per request
+    s = c.summary()
+    assert s["acceptance"] == pytest.approx(78 / 120)
+    assert s["mean_acceptance_length"] == pytest.approx(1 + 78 / 30)
+    assert s["per_position"] == pytest.approx([0.9, 0.7, 0.6, 0.4])
+
+
+def test_a_concurrency_sweep_records_every_request_and_the_counters_of_each_level(store, server, prompt_file):
+    levels = []
+    run_id = sweep(store, SweepConfig(url=server.url, model=server.model, prompts=prompt_file, limit=4,
+                                      max_new_tokens=16, concurrency="1,4"), on_level=levels.append)
+    info = store.get_run(run_id)
+    assert info.status == "done" and info.progress_done == 8
+    rows = store.requests(run_id)
+    assert sorted({r.mode for r in rows}) == ["vllm_c1", "vllm_c4"]
+    assert all(r.output_tokens == 16 and r.latency_s > 0 for r in rows)
+    stored = info.config["vllm_levels"]
+    assert [lv["concurrency"] for lv in stored] == [1, 4] and stored == levels
+    c1 = stored[0]
+    assert c1["drafts"] == 4 * 8 and c1["draft_tokens"] == 4 * 8 * 4  # 4 requests x 8 drafts x k=4
+    assert c1["per_position"] == pytest.approx([7 / 8, 6 / 8, 4 / 8, 3 / 8])  # int(8*.9)=7, int(8*.75)=6, ...
+    assert c1["throughput_tokens_per_s"] > 0
+
+
+def test_watch_turns_counter_deltas_into_per_position_rows(store, server):
+    calls = iter(range(100))
+
+    def fake_sleep(_s):
+        for _ in range(next(calls) + 1):
+            server.complete({"max_tokens": 20, "prompt": "x"})
+
+    run_id = watch(store, WatchConfig(url=server.url, interval_s=0.01, samples=2), sleep=fake_sleep)
+    rows = store.requests(run_id)
+    assert [r.mode for r in rows] == ["vllm_watch", "vllm_watch"]
+    assert [r.passes for r in rows] == [10, 20] and [r.proposed for r in rows] == [40, 80]
+    assert [p.accepted for p in rows[1].positions] == [18, 14, 12, 8]
+    assert all(p.proposed == 20 for p in rows[1].positions)
+
+
+@pytest.mark.parametrize("cfg,match", [
+    (SweepConfig(url="http://127.0.0.1:1", model="m"), "cannot reach the vLLM server"),
+    (SweepConfig(model=""), "--model is required"),
+    (SweepConfig(model="m", concurrency="1,zero"), "comma-separated whole numbers"),
+])
+def test_bad_sweep_input_is_one_clear_line_and_writes_nothing(store, cfg, match):
+    with pytest.raises(PhoenixError, match=match):
+        sweep(store, cfg)
+    assert store.list_runs() == []
+
+
+def test_a_wrong_model_name_fails_the_run_with_the_servers_answer(store, server, prompt_file):
+    with pytest.raises(PhoenixError, match="HTTP 404"):
+        sweep(store, SweepConfig(url=server.url, model="other", prompts=prompt_file, limit=2, concurrency="1"))
+    assert store.list_runs()[0].status == "failed"
