@@ -67,3 +67,14 @@ def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     assert set(q["target_pass_s"]) == set(range(1, 10)) and q["c"] > 0
     assert set(q["predictions"]) == {"0.6", "0.7", "0.8"}
     assert latest("gpu", tmp_path)["gpu"].startswith("no GPU")
+
+
+def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_file, tmp_path):
+    from benchmarks import profile_decode
+
+    d = tiny_dirs["qwen3"]
+    result = profile_decode.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "2",
+                                  "--k", "2", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    for b in result["backends"].values():
+        assert 0 < b["target_forward_s"] < b["wall_s"] and b["top_ops"]
+        assert 0 <= b["outside_forwards_share"] < 1
