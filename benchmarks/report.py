@@ -75,7 +75,8 @@ def regret_md(r: dict) -> str:
     p, s = r["provenance"], r["settings"]
     lines = ["", f"**Policies against the best fixed arm in hindsight** ({p['date']}, run #{r['run_id']}, {s['limit']} "
              f"held-out prompts, {s['max_new_tokens']} new tokens, every mode on every prompt, interleaved; best fixed "
-             f"arm: {r['best_fixed']}; Welch's t-test of tokens/sec against it):", "",
+             f"arm: {r['best_fixed']}; Welch's t-test of tokens/sec against it; tok/s is the mean of per-request tokens/sec, "
+             "the policies' reward):", "",
              "| mode | n | tok/s | share of best fixed | mean k | explored | p-value | verdict | final cumulative regret |",
              "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for row in r["table"]:

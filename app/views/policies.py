@@ -34,18 +34,19 @@ def render() -> None:
     table = policy_table(frame, best, alpha)
     n_prompts = frame["prompt_id"].nunique()
     st.caption(f"Best fixed arm in hindsight: {best} · {n_prompts} prompts · Welch's t-test of tokens/sec against "
-               f"{best}, alpha {alpha}. NOT_SIGNIFICANT means the run cannot tell the two apart.")
+               f"{best}, alpha {alpha}. NOT_SIGNIFICANT means the run cannot tell the two apart. tokens/s here is the mean "
+               "of per-request tokens/sec, the policies' reward; the Run page's tokens/sec is total tokens over total "
+               "seconds, which weights long requests more.")
     st.dataframe(table, hide_index=True, width="stretch",
                  column_config={"share of best fixed": st.column_config.NumberColumn(format="%.3f"),
                                 "p-value": st.column_config.NumberColumn(format="%.4f"),
                                 "tokens/s": st.column_config.NumberColumn(format="%.2f")})
     common.csv_download(table, f"run{run_id}-policies", key="dl_pol")
     curves = regret_curves(frame, best)
-    left, right = st.columns(2)
-    left.subheader("Cumulative regret")
-    left.altair_chart(regret_chart(curves), width="stretch")
-    right.subheader("Chosen k over time")
-    right.altair_chart(k_chart(curves), width="stretch")
+    st.subheader("Cumulative regret")
+    st.altair_chart(regret_chart(curves), width="stretch")
+    st.subheader("Chosen k over time")
+    st.altair_chart(k_chart(curves), width="content")
     st.subheader("Tokens/sec per policy")
     st.altair_chart(tps_chart(frame), width="stretch")
     common.show_share_link("policies")
@@ -54,16 +55,19 @@ def render() -> None:
 def regret_chart(curves: pd.DataFrame) -> alt.Chart:
     return alt.Chart(curves).mark_line().encode(
         x=alt.X("decision:Q", title="decision"),
-        y=alt.Y("cumulative regret:Q", title="cumulative regret (tok/s below the best fixed arm, summed)"),
+        y=alt.Y("cumulative regret:Q", title="cumulative regret (tok/s x requests)"),
         color="mode:N", tooltip=["mode", "decision", "k", alt.Tooltip("regret:Q", format=".2f")],
     ).properties(height=300)
 
 
-def k_chart(curves: pd.DataFrame) -> alt.Chart:
-    return alt.Chart(curves).mark_point(filled=True).encode(
-        x=alt.X("decision:Q"), y=alt.Y("k:Q", title="chosen k"), color="mode:N",
-        shape=alt.Shape("explored:N"), tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
-    ).properties(height=300)
+def k_chart(curves: pd.DataFrame) -> alt.FacetChart:
+    """One strip per policy, so eight policies do not hide each other."""
+    return alt.Chart(curves).mark_point(filled=True, size=30).encode(
+        x=alt.X("decision:Q"), y=alt.Y("k:Q", title="k", scale=alt.Scale(domain=[0, int(curves["k"].max() or 1)])),
+        color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
+        tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
+    ).properties(height=60, width=700).facet(
+        row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
 
 
 def tps_chart(frame: pd.DataFrame) -> alt.Chart:
