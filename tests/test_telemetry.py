@@ -84,6 +84,31 @@ def test_low_acceptance_sends_a_floor_warning(receiver, store, tiny_dirs, prompt
     assert wait_until(lambda: any("below the floor" in (e.get("message") or "") for e in receiver.events()))
 
 
+def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver, store, tiny_dirs, prompt_file, decoder):
+    from engine.runner import Decoder
+
+    class SlowSpeculation(Decoder):
+        """Speculative requests report 3x their latency, as an expensive draft would."""
+
+        def run(self, prompt_ids, k, max_new_tokens, backend="model", choose_k=None):
+            stats = super().run(prompt_ids, k, max_new_tokens, backend, choose_k)
+            if k > 0:
+                stats.latency_s *= 3
+            return stats
+
+    telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
+    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "bandit"], arms=[2, 4], limit=4, fallback=True,
+                  fallback_window=2)
+    run = create_run(store, cfg)
+    execute(store, run.id, cfg, decoder=SlowSpeculation(decoder.pair), progress=False, telemetry=telemetry)
+    steps = [s for _, s in store.bandit_steps(run.id)]
+    assert [(s.chosen_k > 0, s.fallback) for s in steps] == [(True, False), (True, False), (False, True), (False, True)]
+    assert all(r.identical for r in store.requests(run.id))
+    assert wait_until(lambda: any("falling back to k=0" in (e.get("message") or "") for e in receiver.events()))
+    event = next(e for e in receiver.events() if "falling back" in (e.get("message") or ""))
+    assert event["level"] == "warning" and event["tags"]["mode"] == "bandit"
+
+
 @pytest.mark.parametrize("dsn,pattern", [
     ("not a dsn", "malformed"),
     ("https://secretkey@", "malformed"),
