@@ -81,6 +81,7 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     sentry.flush()
     flush["db+sentry"] += time.perf_counter() - t0
+    sentry.close()
     received = len(receiver.transactions())
     receiver.stop()
     n = len(walls["bare"])

@@ -42,7 +42,6 @@ def forward_seconds(model, fn) -> tuple[float, float]:
 
 
 def main(argv=None) -> dict:
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     p = argparse.ArgumentParser()

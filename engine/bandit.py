@@ -54,8 +54,25 @@ def decision_rng(seed: int, t: int) -> random.Random:
     return random.Random(f"{seed}:{t}")
 
 
+class PolicyDefaults:
+    """What a policy does unless it says otherwise: one k per request, no use for target-only
+    references, and the per-arm tally every policy keeps."""
+
+    def pass_controller(self, decision: Decision):
+        return None  # request granularity unless wrapped by PassAdaptive
+
+    def observe_reference(self, tokens_per_s: float) -> None:
+        pass  # only the fallback wrapper uses target-only references
+
+    def tally(self, k: int) -> None:
+        if k not in self.counts:
+            raise ValueError(f"arm {k} is not in {self.arms}")
+        self.counts[k] += 1
+        self.t += 1
+
+
 @dataclass
-class ArmStats:
+class ArmStats(PolicyDefaults):
     """Running count, mean and sum of squares per arm; the base of the reward-only bandits."""
 
     arms: tuple[int, ...] = DEFAULT_ARMS
@@ -73,23 +90,14 @@ class ArmStats:
             self.m2.setdefault(a, 0.0)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
-        if k not in self.counts:
-            raise ValueError(f"arm {k} is not in {self.arms}")
+        self.tally(k)
         reward = clean_reward(reward)
-        self.counts[k] += 1
         delta = reward - self.means[k]
         self.means[k] += delta / self.counts[k]
         self.m2[k] += delta * (reward - self.means[k])  # Welford: numerically stable variance
-        self.t += 1
 
     def snapshot(self) -> tuple[dict, dict]:
         return ({str(a): self.means[a] for a in self.arms}, {str(a): self.counts[a] for a in self.arms})
-
-    def pass_controller(self, decision: Decision):
-        return None  # request granularity unless wrapped by PassAdaptive
-
-    def observe_reference(self, tokens_per_s: float) -> None:
-        pass  # only the fallback wrapper uses target-only references
 
     def best_mean(self) -> int:
         return max(self.arms, key=lambda a: (self.means[a], -a))  # ties go to the smaller k

@@ -32,7 +32,8 @@ def bench_config(args):
         policy=args.policy, granularity=args.granularity, fallback=args.fallback,
         fallback_window=args.fallback_window, fallback_margin=args.fallback_margin,
         fallback_probe_every=args.fallback_probe_every,
-        seed=args.seed, name=args.name or "", shadow_rate=args.shadow_rate, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
+        seed=args.seed, name=args.name or "", shadow_rate=args.shadow_rate, device=args.device, dtype=args.dtype,
+        allow_pickle=args.allow_pickle,
     )
 
 
@@ -208,25 +209,18 @@ def cmd_submit(args) -> int:
 
 
 def cmd_worker(args) -> int:
+    import os
+
+    from engine.metrics import parse_port
     from engine.worker import Worker, WorkerConfig, log_line
 
+    port = (parse_port(args.metrics_port, "--metrics-port") if args.metrics_port is not None
+            else parse_port(os.environ.get("PHOENIX_METRICS_PORT"), "PHOENIX_METRICS_PORT"))
     telemetry = start_telemetry(args)
     store = open_store(args.db)
-    port = args.metrics_port if args.metrics_port is not None else _env_port()
     Worker(store, WorkerConfig(once=args.once, poll_s=args.poll, max_idle_s=args.max_idle, metrics_port=port),
            log=log_line, telemetry=telemetry).serve()
     return 0
-
-
-def _env_port() -> int | None:
-    import os
-
-    text = os.environ.get("PHOENIX_METRICS_PORT", "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise PhoenixError(f"PHOENIX_METRICS_PORT must be a port number, got {text!r}")
-    return int(text)
 
 
 def cmd_resume(args) -> int:
@@ -263,7 +257,7 @@ def add_queue_commands(sub) -> None:
     w.add_argument("--once", action="store_true", help="process one run and exit")
     w.add_argument("--poll", type=float, default=1.0)
     w.add_argument("--max-idle", type=float, default=None, help="exit after this many idle seconds")
-    w.add_argument("--metrics-port", type=int, default=None,
+    w.add_argument("--metrics-port", default=None,
                    help="serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)")
     _sentry_args(w)
     w.set_defaults(func=cmd_worker)

@@ -12,8 +12,7 @@ No held-out test prompt (engine.prompts' test split) may be in the teacher data.
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -47,6 +46,34 @@ class DistillConfig:
     eval_limit: int = 50  # first N of them (the test split has 50)
     eval_max_new_tokens: int = 96
     eval_ks: str = "2,4,6,8"  # fixed_<k> modes compared before and after
+
+
+def validate(cfg: DistillConfig) -> DistillConfig:
+    """Every number checked before any model loads, each with the flag to fix."""
+    checks = [(cfg.epochs >= 1, "--epochs must be >= 1"), (cfg.lora_r >= 1, "--lora-r must be >= 1"),
+              (cfg.lora_alpha > 0, "--lora-alpha must be > 0"), (0 <= cfg.lora_dropout < 1, "--lora-dropout must be in [0, 1)"),
+              (cfg.lr > 0, "--lr must be > 0"), (cfg.batch_size >= 1, "--batch-size must be >= 1"),
+              (cfg.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
+              (1 <= cfg.max_new_tokens <= 4096, "--max-new-tokens must be in 1..4096"),
+              (cfg.limit is None or cfg.limit >= 1, "--limit must be >= 1"),
+              (cfg.save_dtype in ("float16", "bfloat16", "float32"), "--save-dtype must be float16, bfloat16 or float32")]
+    for ok, message in checks:
+        if not ok:
+            raise PhoenixError(message)
+    if cfg.draft in ("", "none"):
+        raise PhoenixError("distillation needs a draft model: pass --draft")
+    eval_ks(cfg)
+    return cfg
+
+
+def eval_ks(cfg: DistillConfig) -> list[int]:
+    try:
+        ks = [int(k) for k in cfg.eval_ks.split(",") if k.strip()]
+    except ValueError:
+        raise PhoenixError(f"--eval-ks must be comma-separated whole numbers, got {cfg.eval_ks!r}") from None
+    if not ks or any(not 1 <= k <= 16 for k in ks):
+        raise PhoenixError(f"--eval-ks must list k values in 1..16, got {cfg.eval_ks!r}")
+    return ks
 
 
 def default_out(cfg: DistillConfig) -> str:
@@ -113,21 +140,19 @@ class Work:
 def stage_answers(cfg: DistillConfig, pair, work: Work, prompts, on_answer: Callable | None = None,
                   progress: bool = True) -> list[dict]:
     """Stage 1: greedy teacher answers, appended one JSON line per prompt."""
-    import torch
     from tqdm import tqdm
 
-    from engine.spec import generate
-    from engine.drafters import ModelDrafter
+    from engine.runner import Decoder
 
     done = work.read_answers()
     work.answers.write_text("".join(json.dumps(r) + "\n" for r in done))  # drop a cut last line
     have = {r["id"] for r in done}
-    drafter = ModelDrafter(pair.draft) if pair.draft is not None else None
-    tok = pair.tokenizer
-    with work.answers.open("a") as fh, torch.inference_mode():
+    decoder = Decoder(pair, max_new_cap=4096)
+    k = 4 if pair.draft is not None else 0  # speculation gives the target's own greedy text, faster
+    with work.answers.open("a") as fh:
         for p in tqdm([p for p in prompts if p.id not in have], desc="1/3 teacher answers", disable=not progress):
-            ids = format_prompt(tok, p.text)
-            stats = generate(pair.target, drafter, ids, 4 if drafter else 0, cfg.max_new_tokens, tok.eos_token_id)
+            ids = format_prompt(pair.tokenizer, p.text)
+            stats = decoder.run(ids, k, cfg.max_new_tokens)  # refuses a prompt too long for the target's context
             row = {"id": p.id, "prompt_ids": ids, "answer_ids": stats.output_ids}
             fh.write(json.dumps(row) + "\n")
             fh.flush()

@@ -6,13 +6,13 @@ from db import distills, queries
 from db.store import Store, mode_summaries, position_counts
 from engine.analysis import welch
 from engine.bench import BenchConfig
-from engine.distill import DistillConfig
+from engine.distill import DistillConfig, eval_ks
 
 
 def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, progress: bool = True) -> dict:
     from engine.bench_run import create_run, execute
 
-    ks = [int(k) for k in cfg.eval_ks.split(",") if k.strip()]
+    ks = eval_ks(cfg)
     modes = ["target"] + [f"fixed_{k}" for k in ks]
     runs = {}
     for label, draft in (("before", cfg.draft), ("after", out_dir)):
@@ -28,31 +28,42 @@ def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, pr
     return evaluation
 
 
-def _arm(store: Store, run_id: int, mode: str) -> dict:
-    rows = [r for r in position_counts(store, run_id) if r[0] == mode]
-    drafts = rows[0][3] if rows else 0
-    summary = next((m for m in mode_summaries(store, run_id) if m.mode == mode), None)
-    tps = queries.rewards(store, run_id, [mode])["tokens_per_s"].tolist()
-    return {"per_position": [acc / drafts if drafts else None for (_, _, _, _, acc) in rows],
-            "acceptance": summary.acceptance if summary else None, "tokens_per_s": summary.tokens_per_s if summary else None,
-            "speedup": summary.speedup if summary else None, "n": len(tps), "tokens_per_s_each": tps}
+class RunFigures:
+    """One run's summaries, per-position counts and per-request tokens/sec, each read once."""
+
+    def __init__(self, store: Store, run_id: int):
+        self.summaries = {m.mode: m for m in mode_summaries(store, run_id)}
+        self.positions = position_counts(store, run_id)
+        self.rewards = queries.rewards(store, run_id, list(self.summaries))
+
+    def arm(self, mode: str) -> dict:
+        rows = [r for r in self.positions if r[0] == mode]
+        drafts = rows[0][3] if rows else 0
+        m = self.summaries.get(mode)
+        return {"per_position": [acc / drafts if drafts else None for (_, _, _, _, acc) in rows],
+                "acceptance": m.acceptance if m else None, "tokens_per_s": m.tokens_per_s if m else None,
+                "speedup": m.speedup if m else None, "n": m.n if m else 0}
+
+    def tokens_per_s(self, mode: str) -> list[float]:
+        return self.rewards[self.rewards["mode"] == mode]["tokens_per_s"].tolist()
+
+    def acceptance(self, modes: list[str]) -> float | None:
+        ms = [self.summaries[m] for m in modes if m in self.summaries]
+        prop = sum(m.proposed for m in ms)
+        return sum(m.accepted for m in ms) / prop if prop else None
 
 
 def compare(store: Store, before: int, after: int, modes: list[str]) -> dict:
     """Per arm: unconditional per-position acceptance, overall acceptance, tokens/sec and x target,
     before and after, with Welch's test of tokens/sec (after minus before)."""
+    b, a = RunFigures(store, before), RunFigures(store, after)
     arms = {}
     for mode in modes:
-        b, a = _arm(store, before, mode), _arm(store, after, mode)
-        w = welch(b.pop("tokens_per_s_each"), a.pop("tokens_per_s_each"))
-        arms[mode] = {"before": b, "after": a, "welch": None if w is None else
+        w = welch(b.tokens_per_s(mode), a.tokens_per_s(mode))
+        arms[mode] = {"before": b.arm(mode), "after": a.arm(mode), "welch": None if w is None else
                       {"diff": w.diff, "p_value": w.p_value, "ci": [w.ci_low, w.ci_high], "verdict": w.verdict}}
-    overall = {}
-    for label, run_id in (("before", before), ("after", after)):
-        ms = [m for m in mode_summaries(store, run_id) if m.mode in modes]
-        prop, acc = sum(m.proposed for m in ms), sum(m.accepted for m in ms)
-        overall[label] = acc / prop if prop else None
-    return {"before_run_id": before, "after_run_id": after, "arms": arms, "overall_acceptance": overall}
+    return {"before_run_id": before, "after_run_id": after, "arms": arms,
+            "overall_acceptance": {"before": b.acceptance(modes), "after": a.acceptance(modes)}}
 
 
 def format_comparison(ev: dict) -> str:

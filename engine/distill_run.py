@@ -8,7 +8,7 @@ from typing import Callable
 
 from db import distills
 from db.store import Store
-from engine.distill import DistillConfig, Work, default_out, stage_answers, training_prompts
+from engine.distill import DistillConfig, Work, default_out, stage_answers, training_prompts, validate
 from engine.errors import PhoenixError
 
 
@@ -30,11 +30,10 @@ def run(cfg: DistillConfig, store: Store | None = None, progress: bool = True,
     from engine.distill_train import model_card, stage_lora, stage_merge, write_cards
     from engine.models import load_pair
 
+    validate(cfg)
     cfg.out = cfg.out or default_out(cfg)
     out = Path(cfg.out).resolve()
     prompts = training_prompts(cfg)  # refuses test-split prompts before any work
-    if cfg.draft in ("", "none"):
-        raise PhoenixError("distillation needs a draft model: pass --draft")
     row = _job(store, cfg, out)
     try:
         work = Work(out)

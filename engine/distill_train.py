@@ -114,8 +114,10 @@ def stage_lora(cfg: DistillConfig, draft, rows: list[dict], work: Work, pad_id: 
 
 def model_card(cfg: DistillConfig, base: str, n_answers: int, answer_tokens: int, losses: list[float],
                seconds: dict) -> str:
-    per_epoch = max(1, len(losses) // max(cfg.epochs, 1))
+    per_epoch = max(1, len(losses) // cfg.epochs)
     epochs = [sum(losses[i:i + per_epoch]) / len(losses[i:i + per_epoch]) for i in range(0, len(losses), per_epoch)]
+    loss_line = (f"- Loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f}; mean per epoch "
+                 + ", ".join(f"{x:.4f}" for x in epochs) + ".") if losses else "- Loss: no steps."
     lines = ["---", "library_name: transformers", f"base_model: {base}",
              "tags: [phoenix, speculative-decoding, draft-model, distillation, lora, merged]", "---", "",
              f"# Distilled draft of `{base}`", "",
@@ -129,9 +131,8 @@ def model_card(cfg: DistillConfig, base: str, n_answers: int, answer_tokens: int
              f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, modules `{cfg.target_modules}`, "
              f"lr {cfg.lr}, batch {cfg.batch_size}, {cfg.epochs} epoch(s), {len(losses)} steps, seed {cfg.seed}; loss on "
              "answer tokens only; merged into full weights.",
-             f"- Loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f}; mean per epoch "
-             + ", ".join(f"{x:.4f}" for x in epochs) + "." if losses else "- Loss: no steps.",
-             f"- Wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + ".", ""]
+             loss_line,
+             "- Wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + ".", ""]
     return "\n".join(lines)
 
 

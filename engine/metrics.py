@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
+from engine.errors import PhoenixError
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 TPS_BUCKETS = (5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000, 5000)
 
@@ -52,4 +54,17 @@ class Metrics:
 
     def serve(self, port: int, addr: str = "127.0.0.1"):
         """Start /metrics on addr:port in a daemon thread; returns (server, thread)."""
-        return start_http_server(port, addr=addr, registry=self.registry)
+        try:
+            return start_http_server(port, addr=addr, registry=self.registry)
+        except (OSError, OverflowError) as exc:
+            raise PhoenixError(f"cannot serve metrics on {addr}:{port} ({exc}); pick another --metrics-port") from None
+
+
+def parse_port(value: str | int | None, source: str) -> int | None:
+    """A port from --metrics-port or PHOENIX_METRICS_PORT; None (or empty) means metrics off."""
+    text = "" if value is None else str(value).strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise PhoenixError(f"{source} must be a port number in 0..65535, got {text!r}")
+    return int(text)

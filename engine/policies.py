@@ -8,17 +8,17 @@ observe_reference(tokens_per_s).
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from engine.bandit import DEFAULT_ARMS, UCB1, Decision, EpsilonGreedy, Observation, Thompson, decision_rng
+from engine.bandit import (DEFAULT_ARMS, UCB1, Decision, EpsilonGreedy, Observation, PolicyDefaults, Thompson,
+                           decision_rng)
 from engine.online_model import OnlineModel
 
 
 @dataclass
-class ModelBased:
+class ModelBased(PolicyDefaults):
     """Fit per-position acceptance and the pass cost online (engine.online_model) and
     take the k with the best predicted tokens/sec. It explores only when the fit is
     unsure: if fewer than ``confidence`` of the posterior draws agree on the best
@@ -57,25 +57,16 @@ class ModelBased:
         return Decision(t, k, k != self.arms[best], 1.0 - p_best, self.name)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
-        if k not in self.counts:
-            raise ValueError(f"arm {k} is not in {self.arms}")
+        self.tally(k)
         if obs is not None:
             self.model.observe(obs)
-        self.counts[k] += 1
-        self.t += 1
 
     def snapshot(self) -> tuple[dict, dict]:
         return ({str(a): self.predicted.get(a, 0.0) for a in self.arms}, {str(a): self.counts[a] for a in self.arms})
 
-    def pass_controller(self, decision: Decision):
-        return None
-
-    def observe_reference(self, tokens_per_s: float) -> None:
-        pass
-
 
 @dataclass
-class EmaHysteresis:
+class EmaHysteresis(PolicyDefaults):
     """The acceptance-threshold controller of serving stacks: an EMA of each
     request's acceptance rate steps k up one drafting arm above ``up`` and down one
     below ``down``. It never drafts zero: acceptance is unobservable there."""
@@ -109,13 +100,10 @@ class EmaHysteresis:
         return Decision(self.t, self.ladder[self.idx], False, 0.0, self.name)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
-        if k not in self.counts:
-            raise ValueError(f"arm {k} is not in {self.arms}")
+        self.tally(k)
         if obs is not None and obs.proposed:
             self.ema, self.idx = self.step(self.ema, self.idx, obs.accepted / obs.proposed, self.alpha, self.up,
                                            self.down, len(self.ladder) - 1)
-        self.counts[k] += 1
-        self.t += 1
 
     def snapshot(self) -> tuple[dict, dict]:
         return ({str(a): (self.ema or 0.0) if a == self.ladder[self.idx] else 0.0 for a in self.arms},
@@ -137,9 +125,6 @@ class EmaHysteresis:
 
         return choose_k
 
-    def observe_reference(self, tokens_per_s: float) -> None:
-        pass
-
 
 BASE_POLICIES = {"epsilon_greedy": EpsilonGreedy, "ucb1": UCB1, "thompson": Thompson, "model_based": ModelBased,
                  "ema_hysteresis": EmaHysteresis}
@@ -147,7 +132,7 @@ CONTEXT_EDGES = (96, 192)  # prompt tokens: 34 / 93 / 37 of HumanEval's 164 prom
 
 
 @dataclass
-class Contextual:
+class Contextual(PolicyDefaults):
     """One independent copy of a base policy per prompt-length bucket."""
 
     base: str
@@ -183,6 +168,3 @@ class Contextual:
 
     def pass_controller(self, decision: Decision):
         return self.inner_last().pass_controller(decision)
-
-    def observe_reference(self, tokens_per_s: float) -> None:
-        pass

@@ -141,6 +141,15 @@ class Telemetry:
 
             sentry_sdk.flush(timeout=5)
 
+    def close(self) -> None:
+        """Send what is queued and uninstall the SDK, so later code in this process sends nothing."""
+        if self.enabled:
+            import sentry_sdk
+
+            sentry_sdk.get_client().close(timeout=2)
+            sentry_sdk.init(dsn=None)
+            self.enabled = False
+
 
 _ANNOUNCED = False
 

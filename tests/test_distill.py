@@ -139,9 +139,19 @@ def test_chat_templates_are_applied_with_thinking_disabled(tiny_tokenizer):
         tok.chat_template = None
 
 
-def test_a_missing_draft_or_bad_number_gets_one_clear_line(tmp_path):
+@pytest.mark.parametrize("flag,value,pattern", [
+    ("--lora-r", "big", "--lora-r expects a number"),
+    ("--lora-r", "0", "--lora-r must be >= 1"),
+    ("--epochs", "0", "--epochs must be >= 1"),
+    ("--batch-size", "0", "--batch-size must be >= 1"),
+    ("--eval-ks", "2,x", "--eval-ks must be comma-separated"),
+    ("--draft", "none", "needs a draft model"),
+])
+def test_bad_distill_options_are_one_line_before_any_work(tmp_path, capsys, flag, value, pattern):
     from engine.cli import main
 
-    assert main(["distill", "--lora-r", "big", "--db", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
-    with pytest.raises(PhoenixError, match="needs a draft"):
-        run(DistillConfig(draft="none"), None)
+    out = tmp_path / "out"
+    assert main(["distill", flag, value, "--out", str(out), "--db", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert pattern in err[-1] and len(err) == 1
+    assert not out.exists()

@@ -70,8 +70,23 @@ def test_per_position_counters_follow_vllms_unconditional_definition():
     assert m.accepted.labels("t", "0")._value.get() / m.draft_tokens.labels("t", "0")._value.get() == pytest.approx(7 / 12)
 
 
-def test_a_bad_metrics_port_is_one_clear_line(monkeypatch, tmp_path):
+@pytest.mark.parametrize("how,value,pattern", [
+    ("env", "http", "PHOENIX_METRICS_PORT must be a port number"),
+    ("flag", "70000", "--metrics-port must be a port number"),
+    ("flag", "busy", "cannot serve metrics on 127.0.0.1"),
+])
+def test_a_bad_metrics_port_is_one_clear_line(monkeypatch, tmp_path, capsys, how, value, pattern):
     from engine.cli import main
 
-    monkeypatch.setenv("PHOENIX_METRICS_PORT", "http")
-    assert main(["worker", "--once", "--db", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        value = str(taken.getsockname()[1]) if value == "busy" else value
+        argv = ["worker", "--once", "--db", f"sqlite:///{tmp_path / 'x.db'}"]
+        if how == "env":
+            monkeypatch.setenv("PHOENIX_METRICS_PORT", value)
+        else:
+            argv += ["--metrics-port", value]
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert pattern in err[-1] and "Traceback" not in "\n".join(err)

@@ -103,7 +103,7 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
     prev, t_prev = client.metrics(), time.perf_counter()
     run = store.create_run(cfg.name or f"vllm watch {cfg.url}", {"vllm_watch": asdict(cfg), "environment": environment()},
                            cfg.model or cfg.url, None, cfg.samples or 0)
-    n, status = 0, "done"
+    n = 0
     try:
         while cfg.samples is None or n < cfg.samples:
             sleep(cfg.interval_s)
@@ -112,11 +112,11 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
             prev, t_prev, n = now, t_now, n + 1
             store.set_progress(run.id, n)
     except KeyboardInterrupt:
-        status = "done"  # Ctrl-C is how a watch ends; every interval so far is kept
+        pass  # Ctrl-C is how a watch ends; every interval so far is kept
     except PhoenixError as exc:
         store.set_status(run.id, "failed", str(exc))
         raise
-    store.set_status(run.id, status)
+    store.set_status(run.id, "done")
     return run.id
 
 
