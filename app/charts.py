@@ -4,11 +4,13 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from engine.analysis import fit_a, predicted_speedup, rates
+from engine.analysis.breakeven import fit_a, predicted_speedup, rates
+from engine.modes import Mode
 
 
 def arm_label(mode: str, k: int) -> str:
-    return mode if mode in ("target",) or mode.endswith(f"_{k}") else f"{mode} k={k}"
+    parsed = Mode.of(mode)
+    return parsed.arm_label(k) if parsed else f"{mode} k={k}"
 
 
 def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
@@ -73,22 +75,28 @@ def time_split_chart(split: pd.DataFrame) -> alt.Chart:
     ).properties(height=40 + 30 * max(1, len(split)))
 
 
-def bandit_charts(steps: pd.DataFrame, trace_url) -> alt.VConcatChart:
-    df = _with_links(steps, trace_url)
-    df["decision"] = df["explored"].map({True: "explored", False: "exploited"})
-    chosen = alt.Chart(df).mark_circle(size=60).encode(
+def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatChart:
+    """Chosen k, the exploration signals and the running mean per arm over decisions, for one policy mode.
+    Long runs arrive aggregated into windows (db.queries.bandit_history): point size is decisions per window."""
+    choices = history["choices"].copy()
+    choices["trace"] = [trace_url(t) or "" if n == 1 else "" for t, n in zip(choices["trace_id"], choices["n"])]
+    choices["decision"] = ["explored" if 2 * e >= n else "exploited" for e, n in zip(choices["explored_n"], choices["n"])]
+    chosen = alt.Chart(choices).mark_circle().encode(
         x=alt.X("t:Q", title="decision t"), y=alt.Y("chosen_k:O", title="chosen k", sort="descending"),
+        size=alt.Size("n:Q", title="decisions", legend=None),
         color=alt.Color("decision:N", scale=alt.Scale(domain=["explored", "exploited"], range=["#f58518", "#54a24b"])),
-        href="trace:N", tooltip=["t", "chosen_k", "decision", alt.Tooltip("epsilon:Q", format=".3f"),
-                                 alt.Tooltip("reward:Q", format=".2f"), "trace_id"],
+        href="trace:N", tooltip=["t", "chosen_k", "n", "explored_n", "decision", "trace_id"],
     ).properties(height=180)
-    eps = alt.Chart(df).mark_line().encode(x="t:Q", y=alt.Y("epsilon:Q", title="epsilon")).properties(height=100)
-    means = [{"t": r.t, "arm": f"k={a}", "mean_reward": m} for r in df.itertuples() for a, m in (r.arm_means or {}).items()
-             if (r.arm_counts or {}).get(a, 0) > 0]
+    signals = history["signals"].melt(id_vars=["t", "n"], value_vars=["epsilon", "p_not_best"], var_name="signal").dropna()
+    signal = alt.Chart(signals).mark_line().encode(
+        x="t:Q", y=alt.Y("value:Q", title="epsilon / P(not best)"), color=alt.Color("signal:N"),
+        tooltip=["t", "signal", alt.Tooltip("value:Q", format=".3f"), "n"]).properties(height=100)
+    means = [{"t": r.t, "arm": f"k={a}", "mean_reward": m} for r in history["means"].itertuples()
+             for a, m in (r.arm_means or {}).items() if (r.arm_counts or {}).get(a, 0) > 0]
     mean_chart = alt.Chart(pd.DataFrame(means or [{"t": 0, "arm": "k=0", "mean_reward": 0.0}])).mark_line().encode(
-        x="t:Q", y=alt.Y("mean_reward:Q", title="running mean tokens/sec"), color="arm:N",
+        x="t:Q", y=alt.Y("mean_reward:Q", title="running estimate (tokens/sec)"), color="arm:N",
         tooltip=["t", "arm", alt.Tooltip("mean_reward:Q", format=".2f")]).properties(height=180)
-    return alt.vconcat(chosen, eps, mean_chart)
+    return alt.vconcat(chosen, signal, mean_chart)
 
 
 def latency_chart(sample: pd.DataFrame) -> alt.Chart:

@@ -10,9 +10,9 @@ import os
 import pandas as pd
 import streamlit as st
 
-from db import queries
+from db import distills, queries
 from db.migrate import ensure_schema
-from db.store import Store, StoreError, mode_summaries, resolve_url
+from db.store import Store, StoreError, resolve_url
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
@@ -43,9 +43,7 @@ def schema_problem() -> str | None:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def runs(url: str, name: str = "", model: str = "", status: str = "") -> pd.DataFrame:
-    from engine.worker import STALE_AFTER_S
-
-    _store(url).mark_stale(STALE_AFTER_S)  # a dead worker's run shows as interrupted
+    """Runs, newest first; a dead worker's run reads as interrupted (computed in SQL, nothing written)."""
     df = queries.runs_frame(_store(url), name, model, status)
     if df.empty:
         return df
@@ -74,7 +72,7 @@ def run(url: str, run_id: int):
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def summaries(url: str, run_id: int):
-    return mode_summaries(_store(url), run_id)
+    return queries.mode_summaries(_store(url), run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -94,8 +92,6 @@ def time_split(url: str, run_id: int) -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def distill_for_run(url: str, run_id: int):
-    from db import distills
-
     return distills.for_run(_store(url), run_id)
 
 
@@ -105,8 +101,8 @@ def policy_requests(url: str, run_id: int) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def bandit(url: str, run_id: int) -> pd.DataFrame:
-    return queries.bandit_frame(_store(url), run_id)
+def bandit(url: str, run_id: int) -> dict[str, pd.DataFrame]:
+    return queries.bandit_history(_store(url), run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

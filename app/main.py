@@ -1,4 +1,4 @@
-"""Phoenix dashboard entry point: builds the navigation and nothing else."""
+"""Phoenix dashboard entry point: builds the navigation, checks the database once, runs the page."""
 import sys
 from pathlib import Path
 
@@ -8,8 +8,10 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from app import data  # noqa: E402
+
 st.set_page_config(page_title="Phoenix", page_icon="🔥", layout="wide")
-st.navigation([
+page = st.navigation([
     st.Page("views/runs.py", title="Runs", url_path="runs", default=True),
     st.Page("views/run.py", title="Run", url_path="run"),
     st.Page("views/breakeven.py", title="Break-even", url_path="breakeven"),
@@ -17,4 +19,9 @@ st.navigation([
     st.Page("views/policies.py", title="Policies", url_path="policies"),
     st.Page("views/requests.py", title="Requests", url_path="requests"),
     st.Page("views/new_run.py", title="New run", url_path="new"),
-]).run()
+])
+problem = data.schema_problem()
+if problem:  # one clear line on every page instead of a traceback
+    st.error(problem)
+    st.stop()
+page.run()

@@ -11,7 +11,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def provenance() -> dict:
-    from engine.bench_run import environment
+    from engine.bench.setup import environment
 
     env = environment()
     try:

@@ -15,7 +15,8 @@ from pathlib import Path
 from benchmarks.common import spread, write
 from db import migrate, queries
 from db.entities import BanditRecord, PositionCount, RequestRecord
-from db.store import Store, mode_summaries
+from db.queries import mode_summaries
+from db.store import Store
 
 MODES = [("target", 0), ("fixed_4", 4), ("bandit", None)]
 
@@ -32,7 +33,8 @@ def synthetic(run_id: int, seq: int, rng: random.Random) -> RequestRecord:
                         output_text="def f(x):\n    return x\n", output_sha256="0" * 64, identical=True,
                         trace_id=f"{seq:032x}", positions=[PositionCount(i, 40, a) for i, a in enumerate(acc)])
     if mode == "bandit":
-        rec.bandit = BanditRecord(seq // 3, 0.05, False, k, {"4": 50.0}, {"4": seq // 3}, rec.tokens_per_s)
+        rec.bandit = BanditRecord(t=seq // 3, epsilon=0.05, explored=False, chosen_k=k, arm_means={"4": 50.0},
+                                  arm_counts={"4": seq // 3}, reward=rec.tokens_per_s)
     return rec
 
 
@@ -58,7 +60,7 @@ def time_queries(url: str, repeats: int) -> dict:
         "positions": lambda: queries.positions(store, 1),
         "request_sample": lambda: queries.request_sample(store, 1),
         "time_split": lambda: queries.time_split(store, 1),
-        "bandit": lambda: queries.bandit_frame(store, 1),
+        "bandit": lambda: queries.bandit_history(store, 1),
         "identity": lambda: queries.identity(store, 1),
         "runs_frame": lambda: queries.runs_frame(store),
     }

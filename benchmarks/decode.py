@@ -13,10 +13,10 @@ from pathlib import Path
 
 import engine  # noqa: F401  (BLAS and offline settings before torch loads)
 from benchmarks.common import spread, write
-from engine.analysis import fit_a, measured_c, predicted_speedup, rates
-from engine.models import load_pair
-from engine.prompts import load as load_prompts
-from engine.runner import Decoder
+from engine.analysis.breakeven import fit_a, measured_c, predicted_speedup, rates
+from engine.decode.loading import load_pair
+from engine.decode.prompts import load as load_prompts
+from engine.decode.decoder import Decoder
 
 
 def configs(ks: list[int]) -> list[tuple[str, str, int]]:

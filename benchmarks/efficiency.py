@@ -10,7 +10,7 @@ verify cost of a (k+1)-token pass, in target steps, names the main overhead.
 from __future__ import annotations
 
 from benchmarks.common import latest, write
-from engine.analysis import expected_tokens
+from engine.analysis.breakeven import expected_tokens
 
 
 def analyse(decode: dict) -> dict:

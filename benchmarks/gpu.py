@@ -19,7 +19,7 @@ from pathlib import Path
 
 import engine  # noqa: F401
 from benchmarks.common import write
-from engine.analysis import expected_tokens
+from engine.analysis.breakeven import expected_tokens
 
 QWEN3 = {  # architecture hyperparameters of the published configs (no weights, no hub)
     "Qwen/Qwen3-1.7B": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
@@ -48,7 +48,7 @@ def time_pass(model, prompt_len: int, n_tokens: int, reps: int, device: str) -> 
     import torch
     from transformers import DynamicCache
 
-    from engine.spec import sync
+    from engine.decode.spec import sync
 
     dev = torch.device(device)
     vocab = model.config.vocab_size

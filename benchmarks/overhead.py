@@ -22,11 +22,13 @@ from benchmarks.common import spread, write
 from benchmarks.sentry_receiver import Receiver
 from db.migrate import ensure_schema
 from db.store import Store
-from engine.bench import BenchConfig, make_state, run_one
-from engine.bench_run import create_run, load_decoder
-from engine.prompts import load as load_prompts
-from engine.recorder import Recorder
-from engine.telemetry import SentryConfig, init
+from engine.bench.config import BenchConfig
+from engine.bench.request import make_state, run_one
+from engine.bench.run import load_decoder
+from engine.bench.setup import create_run
+from engine.decode.prompts import load as load_prompts
+from engine.bench.recorder import Recorder
+from engine.observe.sentry import SentryConfig, init
 
 CONFIGS = ("bare", "db", "db+sentry")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import engine  # noqa: F401
 from benchmarks.common import write
-from engine.models import load_pair
-from engine.prompts import load as load_prompts
-from engine.runner import Decoder
+from engine.decode.loading import load_pair
+from engine.decode.prompts import load as load_prompts
+from engine.decode.decoder import Decoder
 
 
 def forward_seconds(model, fn) -> tuple[float, float]:

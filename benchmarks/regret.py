@@ -19,9 +19,11 @@ from benchmarks.common import RESULTS, write
 from db import queries
 from db.migrate import ensure_schema
 from db.store import Store
-from engine.bench import BenchConfig
-from engine.bench_run import create_run, execute
-from engine.regret import best_fixed, policy_table, regret_curves
+from engine.bench.config import BenchConfig
+from engine.policies.wrappers import FallbackConfig
+from engine.bench.run import execute
+from engine.bench.setup import create_run
+from engine.analysis.regret import best_fixed, policy_table, regret_curves
 
 POLICIES = ["epsilon_greedy", "ucb1", "thompson", "model_based", "model_based:pass", "ema_hysteresis",
             "ema_hysteresis:pass", "contextual_model_based"]
@@ -49,7 +51,7 @@ def config(args) -> BenchConfig:
     bandits = [f"bandit:{p}" for p in args.policies.split(",") if p]
     return BenchConfig(target=args.target, draft=args.draft, prompts=args.prompts, limit=args.limit,
                        max_new_tokens=args.max_new_tokens, modes=fixed + bandits, arms=arms, seed=args.seed,
-                       fallback=args.fallback, name="regret benchmark", device="cpu", dtype="float32")
+                       fallback=FallbackConfig(enabled=args.fallback), name="regret benchmark", device="cpu", dtype="float32")
 
 
 def summarise(store: Store, run_id: int) -> dict:

@@ -30,15 +30,16 @@ class PositionCount:
     accepted: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BanditRecord:
     t: int
-    epsilon: float
     explored: bool
     chosen_k: int
     arm_means: dict
     arm_counts: dict
     reward: float
+    epsilon: float | None = None  # epsilon-greedy only
+    p_not_best: float | None = None  # model-based only
     policy: str | None = None
     fallback: bool = False
 

@@ -78,7 +78,8 @@ class BanditStep(Base):
     __tablename__ = "bandit_steps"
     request_id: Mapped[int] = mapped_column(ForeignKey("requests.id", ondelete="CASCADE"), primary_key=True)
     t: Mapped[int] = mapped_column(Integer)
-    epsilon: Mapped[float] = mapped_column(Float)
+    epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)  # epsilon-greedy's exploration probability
+    p_not_best: Mapped[float | None] = mapped_column(Float, nullable=True)  # model-based: P(predicted best is not best)
     explored: Mapped[bool] = mapped_column(Boolean)
     chosen_k: Mapped[int] = mapped_column(Integer)
     arm_means: Mapped[dict] = mapped_column(JSON)

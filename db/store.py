@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import create_engine, event, func, insert, select, update
+from sqlalchemy import and_, case, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,6 +22,8 @@ from db.models import BanditStep, Request, RequestPosition, Run, utcnow
 DEFAULT_DB = "data/phoenix.db"
 BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
 RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+HEARTBEAT_S = 2.0  # how often a worker beats for its running run
+STALE_AFTER_S = 30.0  # a running run without a heartbeat this long is 'interrupted'
 
 
 class StoreError(Exception):
@@ -105,14 +108,15 @@ class Store:
             return _run(run)
 
     def get_run(self, run_id: int) -> E.RunInfo | None:
+        """The run, its status as readers see it (status_expr)."""
         with self.session_scope() as s:
-            run = s.get(Run, run_id)
-            return _run(run) if run else None
+            row = s.execute(select(Run, status_expr()).where(Run.id == run_id)).first()
+            return _run(*row) if row else None
 
     def list_runs(self, limit: int = 1000) -> list[E.RunInfo]:
         with self.session_scope() as s:
-            rows = s.scalars(select(Run).order_by(Run.id.desc()).limit(limit)).all()
-            return [_run(r) for r in rows]
+            rows = s.execute(select(Run, status_expr()).order_by(Run.id.desc()).limit(limit)).all()
+            return [_run(*r) for r in rows]
 
     def set_status(self, run_id: int, status: str, error: str | None = None) -> None:
         if status not in RUN_STATUSES:
@@ -179,13 +183,11 @@ class Store:
                             .values(status="queued", error=None, finished_at=None, cancel_requested=False))
             return res.rowcount == 1
 
-    def mark_stale(self, timeout_s: float) -> list[int]:
-        """Runs whose worker stopped beating for timeout_s become 'interrupted'."""
-        from datetime import timedelta
-
-        cutoff = utcnow() - timedelta(seconds=timeout_s)
+    def mark_stale(self, timeout_s: float = STALE_AFTER_S) -> list[int]:
+        """Runs whose worker stopped beating for timeout_s become 'interrupted' (the worker's and
+        resume's write; readers use status_expr instead)."""
         with self.session_scope() as s:
-            ids = list(s.scalars(select(Run.id).where(Run.status == "running", Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)))
+            ids = list(s.scalars(select(Run.id).where(_stale(timeout_s))))
             if ids:
                 s.execute(update(Run).where(Run.id.in_(ids), Run.status == "running")
                           .values(status="interrupted", finished_at=utcnow(), error="worker stopped (no heartbeat); resume it to continue"))
@@ -198,28 +200,17 @@ class Store:
             if run is not None:
                 run.config = {**(run.config or {}), **values}
 
-    def set_progress(self, run_id: int, done: int) -> None:
-        with self.session_scope() as s:
-            s.execute(update(Run).where(Run.id == run_id).values(progress_done=done, heartbeat_at=utcnow()))
-
     # requests ---------------------------------------------------------------
-    def add_requests(self, records: list[E.RequestRecord]) -> list[int]:
-        """Insert requests with their positions and bandit steps in one transaction
-        (bulk INSERT ... RETURNING, so the ids come back in parameter order)."""
+    def add_requests(self, records: list[E.RequestRecord], progress: tuple[int, int] | None = None) -> list[int]:
+        """Insert requests with their positions and bandit steps, and with ``progress`` = (run id,
+        requests done) the run's progress too, all in one transaction: a batch is either wholly
+        written with its progress or not at all, so retrying a failed batch never duplicates."""
         if not records:
             return []
-        skip = ("positions", "bandit", "id", "created_at")
-        now = utcnow()
-        rows = [{**{k: v for k, v in vars(r).items() if k not in skip}, "created_at": r.created_at or now} for r in records]
         with self.session_scope() as s:
-            ids = list(s.scalars(insert(Request).returning(Request.id, sort_by_parameter_order=True), rows))
-            positions = [{"request_id": rid, "position": p.position, "proposed": p.proposed, "accepted": p.accepted}
-                         for rid, rec in zip(ids, records) for p in rec.positions]
-            if positions:
-                s.execute(insert(RequestPosition), positions)
-            steps = [{"request_id": rid, **vars(rec.bandit)} for rid, rec in zip(ids, records) if rec.bandit is not None]
-            if steps:
-                s.execute(insert(BanditStep), steps)
+            ids = _insert_requests(s, records)
+            if progress is not None:
+                _progress(s, *progress)
         return ids
 
     def requests(self, run_id: int, include_warmup: bool = False) -> list[E.RequestRecord]:
@@ -231,7 +222,7 @@ class Store:
             positions = _positions_by_request(s, [r.id for r in rows])
             return [_request(r, positions.get(r.id, [])) for r in rows]
 
-    def count_requests(self, run_id: int) -> int:
+    def count_requests(self, run_id: int) -> int:  # tests and benchmarks count kept rows with it
         with self.session_scope() as s:
             return s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0
 
@@ -244,9 +235,36 @@ class Store:
             ).all()
             return [(seq, _bandit(b)) for seq, b in rows]
 
-    def mark_identity(self, request_id: int, identical: bool, diverged_at: int | None) -> None:
-        with self.session_scope() as s:
-            s.execute(update(Request).where(Request.id == request_id).values(identical=identical, diverged_at=diverged_at))
+
+def _insert_requests(s: Session, records: list[E.RequestRecord]) -> list[int]:
+    """Bulk INSERT ... RETURNING, so the ids come back in parameter order."""
+    skip = ("positions", "bandit", "id", "created_at")
+    now = utcnow()
+    rows = [{**{k: v for k, v in vars(r).items() if k not in skip}, "created_at": r.created_at or now} for r in records]
+    ids = list(s.scalars(insert(Request).returning(Request.id, sort_by_parameter_order=True), rows))
+    positions = [{"request_id": rid, "position": p.position, "proposed": p.proposed, "accepted": p.accepted}
+                 for rid, rec in zip(ids, records) for p in rec.positions]
+    if positions:
+        s.execute(insert(RequestPosition), positions)
+    steps = [{"request_id": rid, **vars(rec.bandit)} for rid, rec in zip(ids, records) if rec.bandit is not None]
+    if steps:
+        s.execute(insert(BanditStep), steps)
+    return ids
+
+
+def _progress(s: Session, run_id: int, done: int) -> None:
+    s.execute(update(Run).where(Run.id == run_id).values(progress_done=done, heartbeat_at=utcnow()))
+
+
+def _stale(timeout_s: float):
+    cutoff = utcnow() - timedelta(seconds=timeout_s)
+    return and_(Run.status == "running", Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)
+
+
+def status_expr(stale_after_s: float = STALE_AFTER_S):
+    """A run's status as readers should see it: 'running' without a recent heartbeat reads as
+    'interrupted', computed in SQL so a read never writes."""
+    return case((_stale(stale_after_s), "interrupted"), else_=Run.status)
 
 
 def operational_error(exc: OperationalError, url: str) -> StoreError:
@@ -267,8 +285,8 @@ def operational_error(exc: OperationalError, url: str) -> StoreError:
     return StoreError(f"database error on {where}: {text}")
 
 
-def _run(r: Run) -> E.RunInfo:
-    return E.RunInfo(r.id, r.name, r.status, r.created_at, r.finished_at, dict(r.config or {}), r.target, r.draft,
+def _run(r: Run, status: str | None = None) -> E.RunInfo:
+    return E.RunInfo(r.id, r.name, status or r.status, r.created_at, r.finished_at, dict(r.config or {}), r.target, r.draft,
                      r.progress_done, r.progress_total, r.error, r.worker_id, r.heartbeat_at, bool(r.cancel_requested))
 
 
@@ -288,53 +306,6 @@ def _request(r: Request, positions: list[E.PositionCount]) -> E.RequestRecord:
 
 
 def _bandit(b: BanditStep) -> E.BanditRecord:
-    return E.BanditRecord(b.t, b.epsilon, b.explored, b.chosen_k, dict(b.arm_means), dict(b.arm_counts), b.reward,
-                          b.policy or "epsilon_greedy", bool(b.fallback))
-
-
-def _percentile(values: list[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
-def mode_summaries(store: Store, run_id: int) -> list[E.ModeSummary]:
-    """Phoenix's results table for a run, computed from the database."""
-    from sqlalchemy import Integer, case, cast
-
-    r = Request
-    with store.session_scope() as s:
-        agg = s.execute(
-            select(r.mode, func.count(), func.avg(r.latency_s), func.sum(r.output_tokens), func.sum(r.latency_s),
-                   func.sum(r.proposed), func.sum(r.accepted), func.sum(r.draft_s), func.sum(r.verify_s),
-                   func.sum(cast(case((r.identical.is_(True), 1), else_=0), Integer)), func.count(r.identical),
-                   func.min(r.seq))
-            .where(r.run_id == run_id, r.warmup.is_(False)).group_by(r.mode).order_by(func.min(r.seq))
-        ).all()
-        lat = s.execute(select(r.mode, r.latency_s).where(r.run_id == run_id, r.warmup.is_(False))).all()
-    by_mode: dict[str, list[float]] = {}
-    for mode, value in lat:
-        by_mode.setdefault(mode, []).append(value)
-    out = []
-    for mode, n, mean_lat, toks, secs, prop, acc, d_s, v_s, ident, checked, _ in agg:
-        vals = by_mode.get(mode, [])
-        out.append(E.ModeSummary(mode, n, mean_lat, _percentile(vals, 50), _percentile(vals, 95),
-                                 toks / secs if secs else 0.0, prop or 0, acc or 0, d_s or 0.0, v_s or 0.0,
-                                 ident or 0, checked or 0))
-    base = next((m.tokens_per_s for m in out if m.mode == "target"), None)
-    for m in out:
-        m.speedup = m.tokens_per_s / base if base else None
-    return out
-
-
-def position_counts(store: Store, run_id: int) -> list[tuple[str, int, int, int, int]]:
-    """(mode, k, position, proposed, accepted) summed over a run's requests."""
-    with store.session_scope() as s:
-        rows = s.execute(
-            select(Request.mode, Request.k, RequestPosition.position, func.sum(RequestPosition.proposed), func.sum(RequestPosition.accepted))
-            .join(RequestPosition, RequestPosition.request_id == Request.id)
-            .where(Request.run_id == run_id, Request.warmup.is_(False))
-            .group_by(Request.mode, Request.k, RequestPosition.position)
-            .order_by(Request.mode, Request.k, RequestPosition.position)
-        ).all()
-    return [tuple(r) for r in rows]
+    return E.BanditRecord(t=b.t, explored=b.explored, chosen_k=b.chosen_k, arm_means=dict(b.arm_means),
+                          arm_counts=dict(b.arm_counts), reward=b.reward, epsilon=b.epsilon, p_not_best=b.p_not_best,
+                          policy=b.policy or "epsilon_greedy", fallback=bool(b.fallback))

@@ -1,59 +1,138 @@
-"""One flat dataclass per concern; unknown keys are errors (nanoGPT style)."""
+"""One flat dataclass per concern (nanoGPT style), and the one path from it to the CLI.
+
+Every command's flags come from its dataclass: one ``--flag`` per field, help from
+the field's trailing comment, values typed from its annotation, unknown keys refused.
+A nested dataclass field (``fallback: FallbackConfig``) becomes ``--fallback-<field>``
+flags, with its ``enabled`` field as plain ``--fallback``. ``field(metadata={"flag":
+"--poll"})`` keeps an established flag name.
+"""
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
+import types
+import typing
 from typing import Any, TypeVar
 
 from engine.errors import PhoenixError
 
 T = TypeVar("T")
+_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")
 
 
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     """Build ``cls`` from ``values``; a key the dataclass does not name is refused."""
+    hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
         raise PhoenixError(f"unknown {cls.__name__} key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(names))}")
-    return cls(**values)
+    built = {k: from_dict(hints[k], v) if _is_config(hints[k]) and isinstance(v, dict) else v for k, v in values.items()}
+    return cls(**built)
 
 
-def to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+def _is_config(tp) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
-def add_options(parser, cls, help_text: dict[str, str] | None = None) -> None:
+def field_help(cls) -> dict[str, str]:
+    """The trailing ``# comment`` of each field, searched through the class and its bases."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        try:
+            lines = inspect.getsource(klass).splitlines()
+        except (OSError, TypeError):
+            continue
+        for line in lines:
+            m = _COMMENT.match(line)
+            if m:
+                out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def _flag(f: dataclasses.Field, prefix: str) -> str:
+    if "flag" in f.metadata:
+        return f.metadata["flag"]
+    if prefix and f.name == "enabled":
+        return "--" + prefix
+    return "--" + "-".join(p for p in (prefix, f.name.replace("_", "-")) if p)
+
+
+def _dest(f: dataclasses.Field, prefix: str) -> str:
+    return "__".join(p for p in (prefix.replace("-", "_"), f.name) if p)
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def add_options(parser, cls, prefix: str = "") -> None:
     """One --flag per dataclass field, so the CLI cannot drift from the config."""
+    hints = typing.get_type_hints(cls)
+    helps = field_help(cls)
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        text = (help_text or {}).get(f.name, f"default {f.default!r}")
-        if f.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_true", help=text)
+        tp, flag, dest = hints[f.name], _flag(f, prefix), _dest(f, prefix)
+        if _is_config(tp):
+            add_options(parser, tp, prefix=f.name.replace("_", "-") if not prefix else f"{prefix}-{f.name}")
+            continue
+        default = _default(f)
+        text = helps.get(f.name, "")
+        text = (f"{text} (default {default!r})" if text else f"default {default!r}").replace("%", "%%")
+        if tp is bool and default is True:
+            no = "--no-" + flag.removeprefix("--")
+            parser.add_argument(no, dest=dest, action="store_const", const=False, default=None, help=text)
+        elif tp is bool:
+            parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=text)
         else:
-            parser.add_argument(flag, default=None, metavar=f.name.upper(), help=text)
+            parser.add_argument(flag, dest=dest, default=None, metavar=f.name.upper(), help=text)
 
 
-def from_args(cls: type[T], args) -> T:
-    """The dataclass from add_options' flags: only the given ones, typed, unknown keys impossible."""
+def from_args(cls: type[T], args, prefix: str = "") -> T:
+    """The dataclass from add_options' flags: only the given ones change a default."""
+    return from_dict(cls, given_values(cls, args, prefix))
+
+
+def given_values(cls, args, prefix: str = "") -> dict[str, Any]:
+    """Only the flags the user gave, typed; nested configs as dicts."""
+    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        v = getattr(args, f.name)
-        kind = str(f.type)
-        if f.type in (bool, "bool"):
-            if v:
-                values[f.name] = True
+        tp = hints[f.name]
+        if _is_config(tp):
+            sub = given_values(tp, args, f.name if not prefix else f"{prefix}_{f.name}")
+            if sub:
+                values[f.name] = sub
             continue
-        if v is None:
-            continue
+        raw = getattr(args, _dest(f, prefix), None)
+        if raw is not None:
+            values[f.name] = raw if tp is bool else parse_value(tp, raw, _flag(f, prefix.replace("_", "-")))
+    return values
+
+
+def parse_value(tp, text: str, flag: str):
+    """One flag's text as its field's type; a bad value names the flag."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        if type(None) in args and text.strip().lower() in ("none", ""):
+            return None
+        tp = next(a for a in args if a is not type(None))
+        args = typing.get_args(tp)
+    if typing.get_origin(tp) in (list, tuple):
+        item = args[0] if args else str
+        parts = [p.strip() for p in text.split(",") if p.strip()]
         try:
-            if "None" in kind and v.lower() == "none":
-                values[f.name] = None
-            elif "int" in kind:
-                values[f.name] = int(v)
-            elif "float" in kind:
-                values[f.name] = float(v)
-            else:
-                values[f.name] = v
+            return [item(p) for p in parts]
         except ValueError:
-            raise PhoenixError(f"--{f.name.replace('_', '-')} expects a number, got {v!r}") from None
-    return from_dict(cls, values)
+            kind = "whole numbers" if item is int else "numbers"
+            raise PhoenixError(f"{flag} must be comma-separated {kind}, got {text!r}") from None
+    if tp in (int, float):
+        try:
+            return tp(text)
+        except ValueError:
+            raise PhoenixError(f"{flag} expects a number, got {text!r}") from None
+    return text

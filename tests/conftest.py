@@ -19,7 +19,7 @@ def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
-    from engine.zoo import stdlib_texts, train_tokenizer
+    from engine.train.zoo import stdlib_texts, train_tokenizer
 
     return train_tokenizer(stdlib_texts()[:12], 512)
 
@@ -68,7 +68,7 @@ def tiny_dirs(tmp_path_factory, tiny_tokenizer):
 @pytest.fixture(scope="session")
 def other_vocab_dir(tmp_path_factory):
     """A model whose tokenizer differs from the tiny ones: must be refused as a draft."""
-    from engine.zoo import stdlib_texts, train_tokenizer
+    from engine.train.zoo import stdlib_texts, train_tokenizer
 
     tok = train_tokenizer(stdlib_texts()[20:26], 300)
     return save_model(make_model("qwen3", tok, seed=3), tok, tmp_path_factory.mktemp("other") / "m")
@@ -102,8 +102,8 @@ def store(db_url):
 @pytest.fixture(scope="module")
 def decoder(tiny_dirs):
     """The tiny Qwen3 target with its near-copy draft, loaded once per module."""
-    from engine.bench import BenchConfig
-    from engine.bench_run import load_decoder
+    from engine.bench.config import BenchConfig
+    from engine.bench.run import load_decoder
 
     d = tiny_dirs["qwen3"]
     return load_decoder(BenchConfig(target=d["target"], draft=d["near"], device="cpu"))

@@ -8,45 +8,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from db import migrate
-from db.entities import BanditRecord, PositionCount, RequestRecord
-from db.store import Store, mode_summaries
+from db.queries import mode_summaries
+from db.store import Store
+from helpers import XSS, build_db
 
 PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run"]
-XSS = "<script>alert('pwned')</script>"
-
-
-def _rec(run_id, seq, mode, k, rng, **kw):
-    tokens = 64
-    latency = {0: 2.0, 4: 1.4}.get(k, 1.6) * rng.uniform(0.9, 1.1)
-    proposed = 4 * 12 if k else 0
-    per_pos = [PositionCount(i, 12, max(0, 12 - 3 * i)) for i in range(k)]
-    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"HumanEval/{seq % 5}", prompt_tokens=50,
-                         output_tokens=tokens, latency_s=latency, ttft_s=0.05, tokens_per_s=tokens / latency,
-                         proposed=proposed, accepted=sum(p.accepted for p in per_pos), passes=12 if k else 64,
-                         draft_s=0.3 * (k > 0), verify_s=latency - 0.3 * (k > 0), output_text=f"return x  # {XSS}",
-                         output_sha256="0" * 64, identical=True, trace_id=f"{seq:032x}", positions=per_pos, **kw)
-
-
-def build_db(url: str) -> Store:
-    migrate.upgrade(url)
-    store = Store(url)
-    rng = random.Random(0)
-    for r in range(2):
-        run = store.create_run(f"run-{r}", {"bench": {"modes": ["target", "fixed_4", "bandit"], "prompts": "humaneval-test",
-                                                      "drafter": "model", "max_new_tokens": 64}}, "embedded", "embedded", 30, status="done")
-        recs, seq = [], 0
-        for i in range(10):
-            recs.append(_rec(run.id, seq, "target", 0, rng))
-            recs.append(_rec(run.id, seq + 1, "fixed_4", 4, rng))
-            b = _rec(run.id, seq + 2, "bandit", [0, 2, 4][i % 3], rng)
-            b.bandit = BanditRecord(i, 1.0 if i < 6 else 0.2, i < 6, b.k, {"0": 30.0, "2": 38.0, "4": 45.0},
-                                    {"0": 3, "2": 3, "4": 4}, b.tokens_per_s)
-            recs.append(b)
-            seq += 3
-        if r == 1:
-            recs[4].identical, recs[4].diverged_at = False, 17
-        store.add_requests(recs)
-    return store
 
 
 @pytest.fixture
@@ -129,7 +95,7 @@ def test_run_page_charts_carry_the_expected_fields(app_db):
     assert {"position", "rate", "arm", "kind"} <= fields(specs[0])
     assert {"tokens_per_s", "trace"} <= fields(specs[1])
     assert {"seconds_per_request", "part"} <= fields(specs[2])
-    assert {"chosen_k", "epsilon", "mean_reward"} <= fields(specs[3])
+    assert {"chosen_k", "signal", "value", "mean_reward"} <= fields(specs[3])
     assert "latency_s" in fields(specs[4])
 
 
@@ -240,7 +206,7 @@ def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
 
 
 def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_path, monkeypatch):
-    from engine.backends.vllm_run import SweepConfig, sweep
+    from engine.vllm.record import SweepConfig, sweep
     from fake_vllm import FakeVllm
 
     url = f"sqlite:///{tmp_path / 'v.db'}"

@@ -3,24 +3,19 @@ from __future__ import annotations
 
 import pytest
 
-from db.store import mode_summaries
-from engine.bench import BenchConfig
-from engine.bench_run import create_run, execute
-from engine.runner import Decoder
+from db.queries import mode_summaries
+from engine.bench.run import execute
+from engine.bench.setup import create_run
+from engine.policies.wrappers import FallbackConfig
+from helpers import CorruptingDecoder, bench_cfg
 
 
 
-def cfg_for(tiny_dirs, prompt_file, **kw):
-    d = tiny_dirs["qwen3"]
-    base = dict(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=12,
-                modes=["target", "fixed_2", "ngram_2", "hf_2", "bandit"], arms=[0, 2, 4], device="cpu")
-    base.update(kw)
-    return BenchConfig(**base)
-
+ALL_MODES = ["target", "fixed_2", "ngram_2", "hf_2", "bandit"]
 
 
 def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, tiny_dirs, prompt_file, decoder):
-    cfg = cfg_for(tiny_dirs, prompt_file)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=ALL_MODES)
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
     rows = store.requests(run.id, include_warmup=True)
@@ -42,18 +37,8 @@ def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, t
     assert by["target"].speedup == 1.0 and by["fixed_2"].n == 3
 
 
-class CorruptingDecoder(Decoder):
-    """Flips one token of every speculative output, as a bf16 near-tie would."""
-
-    def run(self, prompt_ids, k, max_new_tokens, backend="model", choose_k=None):
-        stats = super().run(prompt_ids, k, max_new_tokens, backend, choose_k)
-        if k > 0 and len(stats.output_ids) > 3:
-            stats.output_ids[3] += 1
-        return stats
-
-
 def test_a_forced_mismatch_is_recorded_with_its_first_diverging_position(store, tiny_dirs, prompt_file, decoder):
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=2)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=2)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=CorruptingDecoder(decoder.pair), progress=False)
     fixed = [r for r in store.requests(run.id) if r.mode == "fixed_2"]
@@ -63,11 +48,11 @@ def test_a_forced_mismatch_is_recorded_with_its_first_diverging_position(store, 
 
 
 def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, prompt_file, decoder):
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=1.0)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=1.0)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False)
     assert [r.identical for r in store.requests(run.id)] == [True, True, True]
-    cfg0 = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=0.0)
+    cfg0 = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=0.0)
     run0 = create_run(store, cfg0)
     execute(store, run0.id, cfg0, decoder=decoder, progress=False)
     assert [r.identical for r in store.requests(run0.id)] == [None, None, None]
@@ -75,7 +60,7 @@ def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, pr
 
 @pytest.mark.parametrize("bandit_mode", ["bandit", "bandit:model_based:pass"])
 def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, tiny_dirs, prompt_file, decoder, bandit_mode):
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", bandit_mode], limit=4)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", bandit_mode], limit=4)
     run = create_run(store, cfg)
     seen = []
 
@@ -98,7 +83,7 @@ def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, ti
 
 
 def test_cancel_stops_at_a_request_boundary_and_keeps_rows(store, tiny_dirs, prompt_file, decoder):
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target"], limit=4)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target"], limit=4)
     run = create_run(store, cfg)
     calls = iter([False, False, True])
     assert execute(store, run.id, cfg, decoder=decoder, progress=False, should_stop=lambda: next(calls)) == "cancelled"
@@ -108,7 +93,7 @@ def test_cancel_stops_at_a_request_boundary_and_keeps_rows(store, tiny_dirs, pro
 
 def test_several_policies_run_side_by_side_and_each_step_records_its_policy(store, tiny_dirs, prompt_file, decoder):
     modes = ["target", "bandit:model_based:pass", "bandit:ucb1", "bandit:ema_hysteresis:pass", "bandit:contextual_thompson"]
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=modes, limit=4, max_new_tokens=20, fallback=True)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=modes, limit=4, max_new_tokens=20, fallback=FallbackConfig(enabled=True))
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
     rows = store.requests(run.id)
@@ -119,7 +104,7 @@ def test_several_policies_run_side_by_side_and_each_step_records_its_policy(stor
     for seq, s in steps:
         by_mode.setdefault(next(r.mode for r in rows if r.seq == seq), []).append(s.t)
     assert all(ts == [0, 1, 2, 3] for ts in by_mode.values())
-    assert store.get_run(run.id).config["bench"]["fallback"] is True
+    assert store.get_run(run.id).config["bench"]["fallback"]["enabled"] is True
 
 
 @pytest.mark.parametrize("modes,policy,match", [
@@ -130,7 +115,7 @@ def test_several_policies_run_side_by_side_and_each_step_records_its_policy(stor
 def test_unknown_policies_are_refused_before_anything_runs(store, tiny_dirs, prompt_file, modes, policy, match):
     from engine.errors import PhoenixError
 
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=modes, policy=policy)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=modes, policy=policy)
     with pytest.raises(PhoenixError, match=match):
         create_run(store, cfg)
     assert store.list_runs() == []

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from test_app import XSS, build_db
+from helpers import XSS, build_db
+
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+pytestmark = [pytest.mark.slow,  # starts the dashboard in a subprocess
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")]
 
 
 def free_port() -> int:

@@ -8,25 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from helpers import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code, err, pattern):
-    import re
-
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("Loading weights")]
-    assert code == 2
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    assert re.search(pattern, lines[0]), lines[0]
 
 
 def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dirs):
@@ -116,7 +100,7 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
     assert_one_line_error(code, err, "no run 99")
 
 
-def test_db_upgrade_then_a_stale_schema_names_the_command(capsys, tmp_path):
+def test_db_upgrade_then_an_unversioned_database_names_the_command(capsys, tmp_path):
     import sqlite3
 
     db = tmp_path / "p.db"
@@ -130,6 +114,7 @@ def test_db_upgrade_then_a_stale_schema_names_the_command(capsys, tmp_path):
     assert_one_line_error(code, err, r"run `python -m engine db upgrade --db 'sqlite:///")
 
 
+@pytest.mark.slow
 def test_the_module_entry_point_exits_2_without_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--k", "99"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from db import distills
-from engine.distill import DistillConfig, Work, format_prompt, training_prompts
-from engine.distill_run import run
+from engine.train.distill import DistillConfig, Work, format_prompt, training_prompts
+from engine.train.job import run
 from engine.errors import PhoenixError
-from engine.prompts import humaneval, split
-from engine.spec import generate
+from engine.decode.prompts import humaneval, split
+from engine.decode.spec import generate
 
 
 def cfg_for(tiny_dirs, prompt_file, tmp_path, **kw):
@@ -24,17 +24,33 @@ def cfg_for(tiny_dirs, prompt_file, tmp_path, **kw):
     return DistillConfig(**base)
 
 
-def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(tiny_dirs, prompt_file, tmp_path, store):
-    cfg = cfg_for(tiny_dirs, prompt_file, tmp_path, eval=True)
-    result = run(cfg, store, progress=False)
-    out = tmp_path / "distilled"
+@pytest.fixture(scope="module")
+def distilled(tiny_dirs, tmp_path_factory):
+    """One distillation with --eval, built once: the tests that only read its output share it."""
+    from db import migrate
+    from db.store import Store
+
+    root = tmp_path_factory.mktemp("distilled")
+    prompt_file = root / "prompts.jsonl"
+    prompt_file.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n"
+                                   for i in range(4)))
+    url = f"sqlite:///{root / 'phoenix.db'}"
+    migrate.upgrade(url)
+    store = Store(url)
+    cfg = cfg_for(tiny_dirs, str(prompt_file), root, epochs=6, eval=True)
+    return {"result": run(cfg, store, progress=False), "out": root / "distilled", "store": store}
+
+
+@pytest.mark.slow
+def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(distilled):
+    result, out, store = distilled["result"], distilled["out"], distilled["store"]
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()
     card = (out / "README.md").read_text()
     assert "base_model:" in card and "LoRA r=4" in card and f"{result['steps']} steps" in card
-    assert result["answers"] == 4 and result["steps"] == 4  # 4 answers, batch 2, 2 epochs
+    assert result["answers"] == 4 and result["steps"] == 12  # 4 answers, batch 2, 6 epochs
     assert set(result["stage_seconds"]) == {"answers", "lora", "merge"}
     job = distills.get(store, result["distill_id"])
-    assert job.status == "done" and len(job.losses) == 4 and job.config["distill"]["lora_r"] == 4
+    assert job.status == "done" and len(job.losses) == 12 and job.config["distill"]["lora_r"] == 4
     assert job.before_run_id and job.after_run_id and job.before_run_id != job.after_run_id
     assert store.get_run(job.after_run_id).draft == str(out)
     assert distills.for_run(store, job.before_run_id).id == job.id
@@ -44,18 +60,17 @@ def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(tiny_di
     assert all(r.identical for r in store.requests(job.after_run_id))
 
 
-def test_training_lowers_the_answer_loss(tiny_dirs, prompt_file, tmp_path, store):
-    result = run(cfg_for(tiny_dirs, prompt_file, tmp_path, epochs=6), store, progress=False)
-    assert result["last_loss"] < result["first_loss"]
+@pytest.mark.slow
+def test_training_lowers_the_answer_loss(distilled):
+    assert distilled["result"]["last_loss"] < distilled["result"]["first_loss"]
 
 
-def test_merged_model_loads_without_peft_and_decodes_like_the_adapter_wrapped_one(tiny_dirs, prompt_file, tmp_path):
+@pytest.mark.slow
+def test_merged_model_loads_without_peft_and_decodes_like_the_adapter_wrapped_one(tiny_dirs, distilled):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = cfg_for(tiny_dirs, prompt_file, tmp_path)
-    run(cfg, None, progress=False)
-    out = tmp_path / "distilled"
+    out = distilled["out"]
     merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     assert not any("lora" in name for name, _ in merged.named_parameters())
     base = AutoModelForCausalLM.from_pretrained(tiny_dirs["qwen3"]["draft"], dtype=torch.float32)
@@ -84,8 +99,9 @@ def test_no_held_out_test_prompt_reaches_the_teacher(tiny_dirs, tmp_path):
             training_prompts(DistillConfig(prompts=spec))
 
 
+@pytest.mark.slow
 def test_teacher_answers_are_the_targets_greedy_output(tiny_dirs, prompt_file, tmp_path):
-    from engine.models import load_pair
+    from engine.decode.loading import load_pair
 
     cfg = cfg_for(tiny_dirs, prompt_file, tmp_path)
     run(cfg, None, progress=False)
@@ -100,6 +116,7 @@ class Stop(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["answers", "lora"])
 def test_an_interrupted_job_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(tiny_dirs, prompt_file, tmp_path,
                                                                                      store, where):

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from db.entities import PositionCount
-from engine.bench_run import create_run
-from engine.metrics import Metrics
-from test_worker import bench_cfg, start_worker, stop, wait_for
+from engine.bench.setup import create_run
+from engine.observe.prometheus import Metrics
+from helpers import bench_cfg, start_worker, stop, wait_for
 
 
 def free_port() -> int:
@@ -32,6 +32,7 @@ def total(samples: dict, name: str, **labels) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == v2 for k, v2 in labels.items()))
 
 
+@pytest.mark.slow
 def test_a_live_worker_serves_vllm_shaped_counters_that_match_the_database(store, db_url, tiny_dirs, prompt_file):
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "fixed_4"], max_new_tokens=16)
     run = create_run(store, cfg, status="queued")

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from db import migrate, queries
 from db.store import Store
 from engine.errors import PhoenixError
-from engine.prompts import parse_jsonl
-from test_cli import assert_one_line_error, run_cli
+from engine.decode.prompts import parse_jsonl
+from helpers import assert_one_line_error, run_cli, start_worker, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,6 +81,7 @@ def _limit_file_size(limit: int):
     return apply
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, prompt_file, tmp_path):
     db = tmp_path / "full.db"
     url = f"sqlite:///{db}"
@@ -111,12 +112,12 @@ def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, p
     assert store.count_requests(run.id) == kept
 
 
+@pytest.mark.slow
 def test_the_dashboard_reads_while_two_workers_write(tiny_dirs, prompt_file, tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from engine.bench import BenchConfig
-    from engine.bench_run import create_run
-    from test_worker import start_worker, stop
+    from engine.bench.config import BenchConfig
+    from engine.bench.setup import create_run
 
     url = f"sqlite:///{tmp_path / 'busy.db'}"
     migrate.upgrade(url)
@@ -207,6 +208,7 @@ def test_starting_runs_needs_the_operator_token_when_one_is_set(tmp_path, monkey
     assert b"s3cret-token" not in open(url.removeprefix("sqlite:///"), "rb").read()
 
 
+@pytest.mark.slow
 def test_a_locked_database_fails_the_bench_with_one_line(tiny_dirs, prompt_file, tmp_path, monkeypatch):
     db = tmp_path / "locked.db"
     migrate.upgrade(f"sqlite:///{db}")

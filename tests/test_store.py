@@ -7,9 +7,11 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from db import migrate
-from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.entities import BanditRecord, PositionCount
 from db.models import Base
-from db.store import Store, StoreError, mode_summaries, position_counts, resolve_url
+from db.queries import mode_summaries, positions
+from db.store import Store, StoreError, resolve_url
+from helpers import request_record
 
 
 @pytest.fixture
@@ -31,13 +33,6 @@ def sqlite_url(tmp_path):
 def sqlite_store(sqlite_url):
     migrate.upgrade(sqlite_url)
     return Store(sqlite_url)
-
-
-def record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw):
-    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"p{seq}", prompt_tokens=5,
-                         output_tokens=tokens, latency_s=latency, ttft_s=0.1, tokens_per_s=tokens / latency,
-                         proposed=proposed, accepted=accepted, passes=3, draft_s=0.4, verify_s=0.6,
-                         output_text="x", output_sha256="0" * 64, trace_id="a" * 32, **kw)
 
 
 def test_migrations_reach_head_and_match_the_models(url):
@@ -68,25 +63,27 @@ def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(sqlite_store):
 
 def test_requests_round_trip_with_positions_and_bandit_steps(store):
     run = store.create_run("r", {"bench": {"seed": 1}}, "t", "d", total=2)
-    rec = record(run.id, 0, mode="bandit", positions=[PositionCount(0, 3, 2), PositionCount(1, 3, 1)],
-                 bandit=BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0, "ucb1", True))
-    store.add_requests([rec, record(run.id, 1)])
+    rec = request_record(run.id, 0, mode="bandit", positions=[PositionCount(0, 3, 2), PositionCount(1, 3, 1)],
+                 bandit=BanditRecord(t=0, epsilon=1.0, explored=True, chosen_k=4, arm_means={"4": 10.0}, arm_counts={"4": 1}, reward=10.0,
+                              policy="ucb1", fallback=True))
+    store.add_requests([rec, request_record(run.id, 1)])
     got = store.requests(run.id)
     assert [r.seq for r in got] == [0, 1]
     assert got[0].positions == [PositionCount(0, 3, 2), PositionCount(1, 3, 1)]
     assert got[0].latency_s == rec.latency_s and got[0].trace_id == rec.trace_id
     steps = store.bandit_steps(run.id)
-    assert steps == [(0, BanditRecord(0, 1.0, True, 4, {"4": 10.0}, {"4": 1}, 10.0, "ucb1", True))]
+    assert steps == [(0, BanditRecord(t=0, epsilon=1.0, explored=True, chosen_k=4, arm_means={"4": 10.0}, arm_counts={"4": 1}, reward=10.0,
+                              policy="ucb1", fallback=True))]
     assert type(got[0]).__module__ == "db.entities"  # plain entities, not ORM rows
 
 
 def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
     run = store.create_run("r", {}, "t", "d", total=4)
     store.add_requests([
-        record(run.id, 0, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, warmup=True),
-        record(run.id, 1, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, identical=True),
-        record(run.id, 2, mode="fixed_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
-        record(run.id, 3, mode="fixed_4", latency=3.0, tokens=20, proposed=8, accepted=2, identical=False, diverged_at=5),
+        request_record(run.id, 0, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, warmup=True),
+        request_record(run.id, 1, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, identical=True),
+        request_record(run.id, 2, mode="fixed_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
+        request_record(run.id, 3, mode="fixed_4", latency=3.0, tokens=20, proposed=8, accepted=2, identical=False, diverged_at=5),
     ])
     by = {m.mode: m for m in mode_summaries(store, run.id)}
     assert by["target"].n == 1 and by["target"].tokens_per_s == 10.0
@@ -97,10 +94,23 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
     assert (by["fixed_4"].identical_n, by["fixed_4"].checked_n) == (1, 2)
 
 
-def test_position_counts_sum_per_mode_and_arm(store):
+def test_positions_sum_per_mode_and_arm(store):
     run = store.create_run("r", {}, "t", "d", total=2)
-    store.add_requests([record(run.id, i, positions=[PositionCount(0, 2, 2), PositionCount(1, 2, 1)]) for i in range(2)])
-    assert position_counts(store, run.id) == [("fixed_4", 4, 0, 4, 4), ("fixed_4", 4, 1, 4, 2)]
+    store.add_requests([request_record(run.id, i, positions=[PositionCount(0, 2, 2), PositionCount(1, 2, 1)]) for i in range(2)])
+    rows = positions(store, run.id).to_dict(orient="records")
+    assert rows == [{"mode": "fixed_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4},
+                    {"mode": "fixed_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2}]
+
+
+@pytest.mark.parametrize("latencies", [[1.0], [3.0, 1.0], [5.0, 1.0, 2.0, 4.0, 3.0], [0.1 * i for i in range(37, 0, -1)]])
+def test_latency_percentiles_in_sql_equal_numpys(store, latencies):
+    import numpy as np
+
+    run = store.create_run("r", {}, "t", "d", total=len(latencies))
+    store.add_requests([request_record(run.id, i, latency=lat) for i, lat in enumerate(latencies)])
+    (m,) = mode_summaries(store, run.id)
+    assert m.p50_latency_s == pytest.approx(np.percentile(latencies, 50))
+    assert m.p95_latency_s == pytest.approx(np.percentile(latencies, 95))
 
 
 @pytest.mark.parametrize("value,expected", [
@@ -124,7 +134,15 @@ def test_empty_database_is_created_at_head(url):
     assert migrate.current(url) == migrate.head()
 
 
-def test_stale_schema_names_the_exact_upgrade_command(url):
+def test_a_schema_behind_head_names_the_exact_upgrade_command(url):
+    previous = migrate.ScriptDirectory.from_config(migrate.alembic_config(url)).get_revision(migrate.head()).down_revision
+    migrate.upgrade(url, previous)
+    with pytest.raises(StoreError, match=rf"is at schema {previous}, behind {migrate.head()}; "
+                                         r"run `python -m engine db upgrade --db '.*'`"):
+        migrate.ensure_schema(url)
+
+
+def test_a_schema_newer_than_this_phoenix_says_to_upgrade_phoenix(url):
     from sqlalchemy import text
 
     migrate.upgrade(url)
@@ -156,14 +174,14 @@ def test_locked_database_fails_with_a_clear_message_and_keeps_rows(sqlite_store,
     import db.store as store_mod
 
     run = store.create_run("r", {}, "t", "d", total=1)
-    store.add_requests([record(run.id, 0)])
+    store.add_requests([request_record(run.id, 0)])
     monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 100)
     short = Store(store.url)
     blocker = sqlite3.connect(tmp_path / "phoenix.db")
     blocker.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreError, match="locked by another writer"):
-            short.add_requests([record(run.id, 1)])
+            short.add_requests([request_record(run.id, 1)])
     finally:
         blocker.rollback()
         blocker.close()

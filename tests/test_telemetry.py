@@ -6,10 +6,12 @@ import time
 import pytest
 import sentry_sdk
 
-from engine.bench import BenchConfig
-from engine.bench_run import create_run, execute
+from engine.bench.run import execute
+from engine.bench.setup import create_run
 from engine.errors import PhoenixError
-from engine.telemetry import SentryConfig, init
+from engine.observe.sentry import SentryConfig, init
+from engine.policies.wrappers import FallbackConfig
+from helpers import CorruptingDecoder, bench_cfg
 from benchmarks.sentry_receiver import Receiver
 
 
@@ -24,14 +26,6 @@ def receiver():
 
 
 
-def cfg_for(tiny_dirs, prompt_file, **kw):
-    d = tiny_dirs["qwen3"]
-    base = dict(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=10,
-                modes=["target", "fixed_2", "bandit"], arms=[0, 2], device="cpu")
-    base.update(kw)
-    return BenchConfig(**base)
-
-
 def wait_until(cond, timeout=15.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end and not cond():
@@ -41,7 +35,7 @@ def wait_until(cond, timeout=15.0):
 
 def test_every_request_is_a_transaction_matching_its_database_row(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=True))
-    cfg = cfg_for(tiny_dirs, prompt_file)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "bandit"], arms=[0, 2], max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     rows = store.requests(run.id)
@@ -64,10 +58,9 @@ def test_every_request_is_a_transaction_matching_its_database_row(receiver, stor
 
 
 def test_a_forced_mismatch_sends_a_divergence_warning(receiver, store, tiny_dirs, prompt_file, decoder):
-    from test_bench import CorruptingDecoder
 
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=1)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=CorruptingDecoder(decoder.pair), progress=False, telemetry=telemetry)
     assert wait_until(lambda: any("diverged" in (e.get("message") or "") for e in receiver.events()))
@@ -78,14 +71,14 @@ def test_a_forced_mismatch_sends_a_divergence_warning(receiver, store, tiny_dirs
 
 def test_low_acceptance_sends_a_floor_warning(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False, acceptance_floor=1.01))
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     assert wait_until(lambda: any("below the floor" in (e.get("message") or "") for e in receiver.events()))
 
 
 def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver, store, tiny_dirs, prompt_file, decoder):
-    from engine.runner import Decoder
+    from engine.decode.decoder import Decoder
 
     class SlowSpeculation(Decoder):
         """Speculative requests report 3x their latency, as an expensive draft would."""
@@ -97,8 +90,8 @@ def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver
             return stats
 
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "bandit"], arms=[2, 4], limit=4, fallback=True,
-                  fallback_window=2)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "bandit"], arms=[2, 4], limit=4, max_new_tokens=10,
+                  fallback=FallbackConfig(enabled=True, window=2))
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=SlowSpeculation(decoder.pair), progress=False, telemetry=telemetry)
     steps = [s for _, s in store.bandit_steps(run.id)]
@@ -123,7 +116,7 @@ def test_a_bad_dsn_fails_at_start_with_one_line_that_hides_the_key(dsn, pattern)
 def test_without_a_dsn_sentry_is_off_and_trace_ids_are_still_made(store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=None))
     assert telemetry.enabled is False
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     assert all(len(r.trace_id) == 32 for r in store.requests(run.id))
@@ -131,7 +124,7 @@ def test_without_a_dsn_sentry_is_off_and_trace_ids_are_still_made(store, tiny_di
 
 def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=4)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=4, max_new_tokens=10)
     run = create_run(store, cfg)
     seen = []
 
@@ -147,7 +140,7 @@ def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(receiver,
 
 def test_the_dsn_never_reaches_the_database(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = cfg_for(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     raw = open(store.url.removeprefix("sqlite:///"), "rb").read()

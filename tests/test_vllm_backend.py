@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.vllm import parse_metrics
-from engine.backends.vllm_run import SweepConfig, WatchConfig, sweep, watch
+from engine.vllm.client import parse_metrics
+from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 from engine.errors import PhoenixError
 from fake_vllm import FakeVllm
 

@@ -1,6 +1,8 @@
 """The background worker, with real processes: submit, cancel, SIGKILL and resume, races."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import signal
 import subprocess
@@ -11,48 +13,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from db.store import Store
-from engine.bench import BenchConfig
-from engine.bench_run import create_run
+from engine.bench.config import stored
+from engine.bench.setup import create_run
+from helpers import bench_cfg, start_worker, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # every test here starts worker processes
 
-
-
-def bench_cfg(tiny_dirs, prompt_file, **kw):
-    d = tiny_dirs["qwen3"]
-    base = dict(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=10,
-                modes=["target", "fixed_2"], device="cpu")
-    base.update(kw)
-    return BenchConfig(**base)
-
-
-def start_worker(db_url, *extra):
-    import tempfile
-
-    env = {**os.environ, "PHOENIX_DB": db_url}
-    folder = Path(db_url.removeprefix("sqlite:///")).parent if db_url.startswith("sqlite") else Path(tempfile.gettempdir())
-    log = open(folder / f"worker{time.monotonic_ns()}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--poll", "0.2", *extra], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for(cond, timeout=120.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_a_queued_run_is_executed_by_a_worker_process(store, db_url, tiny_dirs, prompt_file):
@@ -170,7 +137,7 @@ def test_submit_cli_queues_without_loading_models(db_url, tiny_dirs, prompt_file
     assert code == 0 and "queued" in capsys.readouterr().out
     run = Store(db_url).list_runs()[0]
     assert run.status == "queued" and run.config["bench"]["limit"] == 2
-    assert asdict(BenchConfig(**run.config["bench"]))["modes"] == ["target", "fixed_2"]
+    assert asdict(stored(run.config["bench"]))["modes"] == ["target", "fixed_2"]
 
 
 def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_dirs, prompt_file, monkeypatch):

@@ -1,9 +1,11 @@
 """The embedded-pair builder, at toy sizes: every stage runs and the result loads like any model."""
 from __future__ import annotations
 
-from engine.models import load_pair
-from engine.runner import Decoder
-from engine.zoo import ZooConfig, build, distill_draft_on_answers, teacher_sequences
+import pytest
+
+from engine.decode.loading import load_pair
+from engine.decode.decoder import Decoder
+from engine.train.zoo import ZooConfig, build, distill_draft_on_answers, teacher_sequences
 
 
 def toy(out) -> ZooConfig:
@@ -13,6 +15,7 @@ def toy(out) -> ZooConfig:
                      draft_batch=2, seq_batch=2)
 
 
+@pytest.mark.slow  # trains
 def test_zoo_build_writes_a_pair_that_loads_and_decodes_exactly(tmp_path):
     cfg = toy(tmp_path)
     summary = build(cfg)
@@ -27,7 +30,7 @@ def test_zoo_build_writes_a_pair_that_loads_and_decodes_exactly(tmp_path):
 def test_teacher_answers_never_use_held_out_test_prompts(tmp_path, monkeypatch):
     import torch
 
-    from engine.prompts import humaneval, split
+    from engine.decode.prompts import humaneval, split
 
     _, test = split(humaneval())
     seen = []
@@ -39,7 +42,7 @@ def test_teacher_answers_never_use_held_out_test_prompts(tmp_path, monkeypatch):
             seen.append(text)
             return {"input_ids": [1, 2, 3]}
 
-    monkeypatch.setattr("engine.spec.generate", lambda *a, **k: type("S", (), {"output_ids": [4]})())
+    monkeypatch.setattr("engine.train.zoo.generate", lambda *a, **k: type("S", (), {"output_ids": [4]})())
     cfg = ZooConfig(seq_prompts=200)
     teacher_sequences(None, FakeTok(), torch.arange(1000), cfg)
     assert seen and not ({p.text for p in test} & set(seen))

@@ -3,30 +3,29 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import charts, common, data
-from app.fit import fit_run
-from engine.analysis import breakeven_c, diagnose, expected_tokens, optimum_k, predicted_speedup
-
-K_MAX = 16
+from app import charts, data, urlstate, widgets
+from engine.analysis.breakeven import breakeven_c, diagnose, expected_tokens, optimum_k, predicted_speedup
+from engine.analysis.fit import fit_run
+from engine.modes import K_MAX
 
 
 def _float_qp(name: str, default: float) -> float:
     try:
-        return min(max(float(common.qp(name, str(default))), 0.0), 1.0)
+        return min(max(float(urlstate.qp(name, str(default))), 0.0), 1.0)
     except ValueError:
         return default
 
 
 def render() -> None:
-    url = common.guard()
+    url = data.db_url()
     st.title("Break-even")
     st.markdown("Expected tokens per verification pass: **E(a,k) = 1 + a + … + a^k**. A pass costs **1 + c·k** target "
                 "steps, so **speedup = E / (1 + c·k)**. The optimum k is interior: more drafts add less and less.")
-    use_run = st.toggle("Fit from a run", value=common.qp_int("run") is not None, key="fit_toggle")
+    use_run = st.toggle("Fit from a run", value=urlstate.qp_int("run") is not None, key="fit_toggle")
     measured, fit = None, None
     a, c = _float_qp("a", 0.7), _float_qp("c", 0.1)
     if use_run:
-        run_id = common.run_picker(url)
+        run_id = widgets.run_picker(url)
         if run_id is not None:
             fit = fit_run(data.positions(url, run_id), data.time_split(url, run_id))
             if fit.a is None or fit.c is None:
@@ -37,13 +36,13 @@ def render() -> None:
                 st.caption(f"Fitted a = {a:.3f} from per-position counts; c = {c:.3f} from draft seconds per drafted "
                            f"token over one target step ({fit.target_step_s * 1000:.1f} ms).")
     else:
-        common.set_qp(run=None)
+        urlstate.set_qp(run=None)
     col1, col2, col3 = st.columns(3)
     a = col1.slider("a: per-token acceptance", 0.0, 1.0, float(round(a, 3)), 0.01, disabled=measured is not None)
     c = col2.slider("c: draft cost per token / target step", 0.0, 1.0, float(round(c, 3)), 0.01, disabled=measured is not None)
-    k = col3.slider("k: draft length", 1, K_MAX, int(common.qp("k", "4")) if common.qp("k", "4").isdigit() else 4)
+    k = col3.slider("k: draft length", 1, K_MAX, int(urlstate.qp("k", "4")) if urlstate.qp("k", "4").isdigit() else 4)
     if measured is None:
-        common.set_qp(a=f"{a:.2f}", c=f"{c:.2f}", k=k)
+        urlstate.set_qp(a=f"{a:.2f}", c=f"{c:.2f}", k=k)
     k_opt = optimum_k(a, c, K_MAX)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(f"E(a,{k})", f"{expected_tokens(a, k):.2f} tokens/pass")
@@ -57,9 +56,8 @@ def render() -> None:
                    "k+1-token verification as one target step; where diamonds sit below the curve, verification or "
                    "Python overhead costs more than that.")
         st.dataframe(fit.measured, hide_index=True)
-        common.csv_download(fit.measured, "breakeven-measured", key="dl_be")
-    common.show_share_link("breakeven")
+        widgets.csv_download(fit.measured, "breakeven-measured", key="dl_be")
+    urlstate.show_share_link("breakeven")
 
 
-if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
-    render()
+render()

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import charts, common, data
-from engine.analysis import welch
+from app import charts, data, urlstate, widgets
+from engine.analysis.stats import welch
 
 
 def _series_options(url: str, runs: pd.DataFrame) -> list[str]:
@@ -17,20 +17,20 @@ def _series_options(url: str, runs: pd.DataFrame) -> list[str]:
 
 
 def render() -> None:
-    url = common.guard()
+    url = data.db_url()
     st.title("Compare")
     runs = data.runs(url)
     if runs.empty:
-        common.empty_state()
+        widgets.empty_state()
         return
     options = _series_options(url, runs)
-    wanted = [s for s in common.qp("series").split(",") if s in options]
+    wanted = [s for s in urlstate.qp("series").split(",") if s in options]
     if not wanted:
         first = options[:1] + [o for o in options if o.startswith(options[0].split(":")[0] + ":")][1:2]
         wanted = first
     series = st.multiselect("Series (run:mode); the first is the baseline", options, default=wanted, key="series")
-    alpha = st.select_slider("alpha", [0.01, 0.05, 0.1], value=float(common.qp("alpha", "0.05")) if common.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05)
-    common.set_qp(series=",".join(series), alpha=alpha)
+    alpha = st.select_slider("alpha", [0.01, 0.05, 0.1], value=float(urlstate.qp("alpha", "0.05")) if urlstate.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05)
+    urlstate.set_qp(series=",".join(series), alpha=alpha)
     if len(series) < 2:
         st.info("Pick at least two series.")
         return
@@ -44,8 +44,8 @@ def render() -> None:
     st.altair_chart(charts.compare_chart(all_rows), width="stretch")
     table = verdicts(frames, alpha)
     st.dataframe(table, hide_index=True, width="stretch")
-    common.csv_download(table, "compare", key="dl_cmp")
-    common.show_share_link("compare")
+    widgets.csv_download(table, "compare", key="dl_cmp")
+    urlstate.show_share_link("compare")
 
 
 def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
@@ -66,5 +66,4 @@ def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
-    render()
+render()

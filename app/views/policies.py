@@ -5,8 +5,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import common, data
-from engine.regret import best_fixed, policy_table, regret_curves
+from app import data, urlstate, widgets
+from engine.analysis.regret import is_bandit,  best_fixed, policy_table, regret_curves
 
 HOW = ("Run several policies and fixed arms over the same prompts, for example\n"
        "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"
@@ -14,13 +14,13 @@ HOW = ("Run several policies and fixed arms over the same prompts, for example\n
 
 
 def render() -> None:
-    url = common.guard()
+    url = data.db_url()
     st.title("Policies")
-    run_id = common.run_picker(url)
+    run_id = widgets.run_picker(url)
     if run_id is None:
         return
     frame = data.policy_requests(url, run_id)
-    if not frame["mode"].str.startswith("bandit").any():
+    if not frame["mode"].map(is_bandit).any():
         st.info("This run has no bandit mode. " + HOW.split("\n")[0])
         st.code(HOW.split("\n")[1], language="bash")
         return
@@ -41,7 +41,7 @@ def render() -> None:
                  column_config={"share of best fixed": st.column_config.NumberColumn(format="%.3f"),
                                 "p-value": st.column_config.NumberColumn(format="%.4f"),
                                 "tokens/s": st.column_config.NumberColumn(format="%.2f")})
-    common.csv_download(table, f"run{run_id}-policies", key="dl_pol")
+    widgets.csv_download(table, f"run{run_id}-policies", key="dl_pol")
     curves = regret_curves(frame, best)
     st.subheader("Cumulative regret")
     st.altair_chart(regret_chart(curves), width="stretch")
@@ -49,7 +49,7 @@ def render() -> None:
     st.altair_chart(k_chart(curves), width="content")
     st.subheader("Tokens/sec per policy")
     st.altair_chart(tps_chart(frame), width="stretch")
-    common.show_share_link("policies")
+    urlstate.show_share_link("policies")
 
 
 def regret_chart(curves: pd.DataFrame) -> alt.Chart:
@@ -76,5 +76,4 @@ def tps_chart(frame: pd.DataFrame) -> alt.Chart:
     ).properties(height=300)
 
 
-if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
-    render()
+render()

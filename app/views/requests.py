@@ -3,34 +3,34 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import common, data
-from engine.prompts import load as load_prompts
+from app import data, urlstate, widgets
+from engine.decode.prompts import load as load_prompts
 
 IDENTITY = ["", "yes", "no", "unchecked"]
 
 
 def render() -> None:
-    url = common.guard()
+    url = data.db_url()
     st.title("Requests")
-    run_id = common.run_picker(url)
+    run_id = widgets.run_picker(url)
     if run_id is None:
         return
-    common.identity_banner(url, run_id)
+    widgets.identity_banner(url, run_id)
     modes = [""] + [m.mode for m in data.summaries(url, run_id)]
     c1, c2, c3, c4 = st.columns(4)
-    mode_q = common.qp("mode")
+    mode_q = urlstate.qp("mode")
     mode = c1.selectbox("Mode", modes, index=modes.index(mode_q) if mode_q in modes else 0, key="r_mode")
-    arm_text = c2.text_input("Arm k", value=common.qp("arm"), key="r_arm")
-    ident_q = common.qp("identical")
+    arm_text = c2.text_input("Arm k", value=urlstate.qp("arm"), key="r_arm")
+    ident_q = urlstate.qp("identical")
     ident = c3.selectbox("Identical", IDENTITY, index=IDENTITY.index(ident_q) if ident_q in IDENTITY else 0, key="r_ident")
-    search = c4.text_input("Search prompt id / output", value=common.qp("q"), key="r_q")
+    search = c4.text_input("Search prompt id / output", value=urlstate.qp("q"), key="r_q")
     arm = int(arm_text) if arm_text.strip().isdigit() else None
     if arm_text.strip() and arm is None:
         st.warning("Arm k must be a whole number; the filter is ignored.")
-    common.set_qp(mode=mode, arm=arm, identical=ident, q=search)
+    urlstate.set_qp(mode=mode, arm=arm, identical=ident, q=search)
     df = data.requests(url, run_id, mode, arm, ident, search)
-    if common.sentry_web():
-        df.insert(1, "trace", [common.trace_url(t) for t in df["trace_id"]])
+    if urlstate.sentry_web():
+        df.insert(1, "trace", [urlstate.trace_url(t) for t in df["trace_id"]])
         cfg = {"trace": st.column_config.LinkColumn("trace", display_text="Sentry trace")}
     else:
         st.caption("Sentry is not configured (set PHOENIX_SENTRY_WEB to your org's URL, e.g. https://myorg.sentry.io); "
@@ -38,26 +38,26 @@ def render() -> None:
         cfg = {}
     st.dataframe(df, hide_index=True, width="stretch", column_config=cfg)
     st.caption(f"{len(df)} requests shown (at most 500; narrow the filters for more).")
-    common.csv_download(df, f"run{run_id}-requests", key="dl_req")
+    widgets.csv_download(df, f"run{run_id}-requests", key="dl_req")
     if not df.empty:
         detail(url, run_id, df)
-    common.show_share_link("requests")
+    urlstate.show_share_link("requests")
 
 
 def detail(url: str, run_id: int, df) -> None:
     ids = df["id"].tolist()
-    wanted = common.qp_int("request")
+    wanted = urlstate.qp_int("request")
     chosen = st.selectbox("Request", ids, index=ids.index(wanted) if wanted in ids else 0, key="r_pick",
                           format_func=lambda i: f"#{i}")
-    common.set_qp(request=chosen)
+    urlstate.set_qp(request=chosen)
     info, pos = data.request_detail(url, chosen)
     if info is None:
         return
-    st.markdown(f"**{common.code_span(info['mode'])}** · k = {int(info['k'])} · prompt {common.code_span(info['prompt_id'])} · "
+    st.markdown(f"**{widgets.code_span(info['mode'])}** · k = {int(info['k'])} · prompt {widgets.code_span(info['prompt_id'])} · "
                 f"{info['accepted']}/{info['proposed']} drafted tokens accepted in {info['passes']} passes")
     if info["identical"] is False:
         st.error(f"Output differs from target-only decoding from token {info['diverged_at']} on.")
-    link = common.trace_url(info["trace_id"])
+    link = urlstate.trace_url(info["trace_id"])
     if link:
         st.link_button("Open Sentry trace", link)
     else:
@@ -79,5 +79,4 @@ def prompt_text(url: str, run_id: int, prompt_id: str) -> str | None:
         return None
 
 
-if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
-    render()
+render()

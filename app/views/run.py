@@ -2,28 +2,27 @@
 from __future__ import annotations
 
 import math
-from urllib.parse import quote
 
 import streamlit as st
 
-from app import charts, common, data, operate
-from app.fit import fit_run
-from engine.analysis import diagnose
+from app import actions, charts, data, urlstate, widgets
+from engine.analysis.breakeven import diagnose
+from engine.analysis.fit import fit_run
 
 
 def render() -> None:
-    url = common.guard()
+    url = data.db_url()
     st.title("Run")
-    run_id = common.run_picker(url)
+    run_id = widgets.run_picker(url)
     if run_id is None:
         return
     info = data.run(url, run_id)
-    actions(info)
+    run_actions(info)
     if info.status in ("running", "queued"):
         live(url, run_id)
     else:
         body(url, run_id)
-    common.show_share_link("run")
+    urlstate.show_share_link("run")
 
 
 @st.fragment(run_every="3s")
@@ -32,44 +31,39 @@ def live(url: str, run_id: int) -> None:
     body(url, run_id)
 
 
-def actions(info) -> None:
+def run_actions(info) -> None:
     """Cancel a queued or running run; resume an interrupted, failed or cancelled one."""
     can_cancel = info.status in ("queued", "running")
     can_resume = info.status in ("interrupted", "failed", "cancelled")
     if not (can_cancel or can_resume):
         return
     with st.expander("Cancel" if can_cancel else "Resume"):
-        token = operate.token_field("run_token")
+        token = actions.token_field("run_token")
         label = f"Cancel run #{info.id}" if can_cancel else f"Resume run #{info.id}"
         if st.button(label, key="run_action"):
-            denied = operate.permission(token)
+            denied = actions.permission(token)
             if denied:
                 st.error(denied)
                 return
             if can_cancel:
-                st.info(f"Run #{info.id}: {data.store().request_cancel(info.id)}; rows already written are kept.")
+                st.info(f"Run #{info.id}: {actions.cancel_run(info.id)}; rows already written are kept.")
             else:
-                from engine.autostart import ensure_worker
-
-                ok = data.store().requeue(info.id)
+                ok = actions.resume_run(info.id)
                 st.info(f"Run #{info.id} queued to resume; done prompts are skipped." if ok else "This run cannot be resumed.")
-                ensure_worker(data.db_url())
-            data.run.clear()
-            data.runs.clear()
 
 
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
     bench = info.config.get("bench", {})
-    st.caption(f"#{info.id} · {info.status} · target {common.code_span(info.target)} · draft {common.code_span(info.draft)} · drafter "
-               f"{common.code_span(bench.get('drafter', '?'))} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
+    st.caption(f"#{info.id} · {info.status} · target {widgets.code_span(info.target)} · draft {widgets.code_span(info.draft)} · drafter "
+               f"{widgets.code_span(bench.get('drafter', '?'))} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
                f"{info.progress_done}/{info.progress_total} requests")
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.error:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)
-    common.identity_banner(url, run_id)
+    widgets.identity_banner(url, run_id)
     distill_link(url, run_id)
     sentry_explorer(run_id)
     summaries = data.summaries(url, run_id)
@@ -90,24 +84,32 @@ def body(url: str, run_id: int) -> None:
         st.caption("Unconditional: drafts whose first i tokens were all accepted, over all drafts (vLLM's definition). "
                    "Conditional: accepted at i given accepted up to i-1. Fitted a per arm: "
                    + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
-        common.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
+        widgets.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
     st.subheader("Tokens/sec per arm")
-    st.altair_chart(charts.tokens_per_arm_chart(sample, common.trace_url), width="stretch")
+    st.altair_chart(charts.tokens_per_arm_chart(sample, urlstate.trace_url), width="stretch")
     st.subheader("Where the time goes")
     st.altair_chart(charts.time_split_chart(split), width="stretch")
-    common.csv_download(split, f"run{run_id}-time-split", key="dl_split")
-    steps = data.bandit(url, run_id)
-    if not steps.empty:
-        st.subheader("Bandit over time")
-        modes = sorted(steps["mode"].unique())
-        if len(modes) > 1:
-            mode = st.selectbox("Policy mode", modes, key="bandit_mode")
-            steps = steps[steps["mode"] == mode]
-            st.caption("Several policies ran here; the Policies page compares them against the best fixed arm.")
-        st.altair_chart(charts.bandit_charts(steps, common.trace_url), width="stretch")
+    widgets.csv_download(split, f"run{run_id}-time-split", key="dl_split")
+    bandit(data.bandit(url, run_id))
     st.subheader("Latency distribution")
     st.altair_chart(charts.latency_chart(sample), width="stretch")
-    common.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
+    widgets.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
+
+
+def bandit(history: dict) -> None:
+    if history["choices"].empty:
+        return
+    st.subheader("Bandit over time")
+    modes = sorted(history["choices"]["mode"].unique())
+    mode = modes[0]
+    if len(modes) > 1:
+        mode = st.selectbox("Policy mode", modes, key="bandit_mode")
+        st.caption("Several policies ran here; the Policies page compares them against the best fixed arm.")
+    shown = {name: frame[frame["mode"] == mode] for name, frame in history.items()}
+    decisions = int(shown["signals"]["n"].sum())
+    if decisions > len(shown["signals"]):
+        st.caption(f"{decisions:,} decisions drawn as {len(shown['signals']):,} windows; point size is decisions per window.")
+    st.altair_chart(charts.bandit_charts(shown, urlstate.trace_url), width="stretch")
 
 
 def kpis(summaries) -> None:
@@ -141,23 +143,22 @@ def distill_link(url: str, run_id: int) -> None:
         return
     role, other = ("before", job.after_run_id) if job.before_run_id == run_id else ("after", job.before_run_id)
     text = (f"This run is the **{role}** evaluation of distillation #{job.id} "
-            f"({common.code_span(job.config.get('distill', {}).get('draft', '?'))} → {common.code_span(job.out_dir)}).")
+            f"({widgets.code_span(job.config.get('distill', {}).get('draft', '?'))} → {widgets.code_span(job.out_dir)}).")
     if other:
-        text += f" [Open the {'after' if role == 'before' else 'before'} run #{other}]({common.public_base()}/run?run={other})"
+        text += f" [Open the {'after' if role == 'before' else 'before'} run #{other}]({urlstate.link('run', run=other)})"
         k = str(job.config.get("distill", {}).get("eval_ks", "4")).split(",")[0].strip()
         if job.before_run_id and job.after_run_id:
-            text += (f" · [compare fixed_{k} before and after]({common.public_base()}/compare?"
-                     f"series={job.before_run_id}:fixed_{k},{job.after_run_id}:fixed_{k})")
+            series = f"{job.before_run_id}:fixed_{k},{job.after_run_id}:fixed_{k}"
+            text += f" · [compare fixed_{k} before and after]({urlstate.link('compare', series=series)})"
     st.markdown(text)
     if job.losses:
         st.caption(f"LoRA loss over {len(job.losses)} steps: {job.losses[0]:.3f} → {job.losses[-1]:.3f}")
 
 
 def sentry_explorer(run_id: int) -> None:
-    base = common.sentry_web()
-    if base:
-        st.markdown(f"[Traces of this run in Sentry]({base}/explore/traces/?query={quote(f'run_id:{run_id}')}&statsPeriod=30d)")
+    url = urlstate.traces_of_run(run_id)
+    if url:
+        st.markdown(f"[Traces of this run in Sentry]({url})")
 
 
-if __name__ == "__main__":  # run as a page by st.navigation; importing renders nothing
-    render()
+render()

@@ -1,0 +1,108 @@
+"""The writes the pages trigger (queue, cancel, resume) and who may make them.
+Viewing is always read-only and open."""
+from __future__ import annotations
+
+import hmac
+import os
+
+import streamlit as st
+
+from engine.bench.autostart import ensure_worker
+from engine.bench.config import BenchConfig, validate
+from engine.bench.setup import create_run
+from engine.decode.loading import check_same_tokenizer_files, resolve
+from engine.decode.prompts import load as load_prompts
+from engine.errors import PhoenixError
+from engine.modes import Mode
+
+from app import data
+
+LOCAL = ("127.0.0.1", "localhost", "::1")
+FORM_LIMITS = {"max_prompts": 50, "max_new_tokens": 512}  # the form is no DoS lever
+
+
+def token_field(key: str) -> str:
+    if os.environ.get("PHOENIX_OPERATOR_TOKEN"):
+        return st.text_input("Operator token", type="password", key=key)
+    return ""
+
+
+def permission(given: str) -> str | None:
+    """None when the action is allowed, else the reason it is not."""
+    token = os.environ.get("PHOENIX_OPERATOR_TOKEN", "")
+    if token:
+        if given and hmac.compare_digest(given.encode(), token.encode()):
+            return None
+        return "Enter the operator token (PHOENIX_OPERATOR_TOKEN) to start or cancel runs."
+    address = (st.get_option("server.address") or "127.0.0.1").strip()
+    if address in LOCAL:
+        return None
+    return ("This dashboard is reachable beyond localhost: set PHOENIX_OPERATOR_TOKEN on the server to allow "
+            "starting and cancelling runs.")
+
+
+def demo_config() -> BenchConfig:
+    return BenchConfig(limit=5, max_new_tokens=64, name="demo", modes=["target", "fixed_4", "bandit"])
+
+
+def _check(errors: dict, field: str, fn) -> object:
+    try:
+        return fn()
+    except PhoenixError as exc:
+        errors[field] = str(exc)
+        return None
+
+
+def _check_modes(cfg: BenchConfig) -> None:
+    if not cfg.modes:
+        raise PhoenixError("pick at least one mode")
+    for mode in cfg.modes:
+        Mode.parse(mode)
+
+
+def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
+    """Each field of the New run form on its own, so every invalid one gets its own message."""
+    errors: dict[str, str] = {}
+    t = _check(errors, "target", lambda: resolve(cfg.target, "target"))
+    d = _check(errors, "draft", lambda: resolve(cfg.draft, "draft")) if cfg.draft else None
+    if t is not None and d is not None:
+        _check(errors, "draft", lambda: check_same_tokenizer_files(t, d, cfg.target, cfg.draft))
+    _check(errors, "modes", lambda: _check_modes(cfg))
+    try:
+        cfg.arms = [int(a) for a in arms_text.split(",") if a.strip()]
+    except ValueError:
+        errors["arms"] = f"arms must be comma-separated whole numbers, got {arms_text!r}"
+    _check(errors, "prompts", lambda: load_prompts(cfg.prompts, cfg.limit))
+    if not errors:
+        try:
+            validate(cfg)
+        except PhoenixError as exc:
+            text = str(exc)
+            field = next((f for f in ("arms", "modes", "max-new-tokens", "limit", "shadow-rate") if f in text), "form")
+            errors[field.replace("-", "_")] = text
+    return errors
+
+
+def queue_run(cfg: BenchConfig):
+    """Write the queued run and make sure a worker will take it; (run, worker state)."""
+    run = create_run(data.store(), cfg, status="queued")
+    data.runs.clear()
+    return run, ensure_worker(data.db_url())
+
+
+def cancel_run(run_id: int) -> str | None:
+    status = data.store().request_cancel(run_id)
+    _changed()
+    return status
+
+
+def resume_run(run_id: int) -> bool:
+    ok = data.store().requeue(run_id)
+    ensure_worker(data.db_url())
+    _changed()
+    return ok
+
+
+def _changed() -> None:
+    data.run.clear()
+    data.runs.clear()

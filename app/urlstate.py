@@ -1,0 +1,66 @@
+"""The view's state in the URL, and every link the dashboard builds.
+
+A shared link reopens the same view: each page keeps its choices in
+``st.query_params`` and links carry them, never a secret.
+"""
+from __future__ import annotations
+
+import os
+from urllib.parse import quote, urlencode
+
+import streamlit as st
+
+
+def qp(name: str, default: str = "") -> str:
+    return st.query_params.get(name, default)
+
+
+def qp_int(name: str) -> int | None:
+    try:
+        return int(st.query_params.get(name, ""))
+    except ValueError:
+        return None
+
+
+def set_qp(**values) -> None:
+    for key, value in values.items():
+        if value in (None, "", []):
+            if key in st.query_params:
+                del st.query_params[key]
+        else:
+            st.query_params[key] = str(value)
+
+
+def public_base() -> str:
+    return os.environ.get("PHOENIX_PUBLIC_URL", "http://localhost:8501").rstrip("/")
+
+
+def link(page: str, **params) -> str:
+    """An absolute link to a page of this dashboard with the given state."""
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "")}, safe=":,")  # readable run:mode lists
+    return f"{public_base()}/{page}" + (f"?{query}" if query else "")
+
+
+def share_link(page: str) -> str:
+    params = {k: v for k, v in st.query_params.to_dict().items() if k != "token"}  # links never carry a secret
+    return link(page, **params)
+
+
+def show_share_link(page: str) -> None:
+    with st.expander("Copy link to this view"):
+        st.code(share_link(page), language=None)
+
+
+def sentry_web() -> str | None:
+    base = os.environ.get("PHOENIX_SENTRY_WEB", "").strip().rstrip("/")
+    return base or None
+
+
+def trace_url(trace_id: str | None) -> str | None:
+    base = sentry_web()
+    return f"{base}/explore/traces/trace/{trace_id}" if (base and trace_id) else None
+
+
+def traces_of_run(run_id: int) -> str | None:
+    base = sentry_web()
+    return f"{base}/explore/traces/?query={quote(f'run_id:{run_id}')}&statsPeriod=30d" if base else None

@@ -1,0 +1,66 @@
+"""Pieces several pages show: the run picker, the empty state, the identity banner, downloads."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import actions, data
+from app.urlstate import link, qp_int, set_qp
+
+
+def code_span(text: object) -> str:
+    """User text inside inline code in Markdown: backticks removed so it cannot break out."""
+    return "`" + str(text).replace("`", "'") + "`"
+
+
+def run_picker(url: str, key: str = "run") -> int | None:
+    runs = data.runs(url)
+    if runs.empty:
+        empty_state()
+        return None
+    ids = runs["id"].tolist()
+    labels = {r.id: f"#{r.id} {r.name} [{r.status}]" for r in runs.itertuples()}
+    current = qp_int(key)
+    index = ids.index(current) if current in ids else 0
+    chosen = st.selectbox("Run", ids, index=index, format_func=lambda i: labels[i], key=f"pick_{key}")
+    set_qp(**{key: chosen})
+    return chosen
+
+
+def empty_state() -> None:
+    st.info("No runs yet. Phoenix records every request of a benchmark run here: per-position acceptance, "
+            "tokens/sec per draft length, where the time goes, and whether outputs match the target alone.")
+    if st.button("Start a quick demo on the embedded pair (5 prompts, 64 tokens)", key="empty_demo", type="primary"):
+        denied = actions.permission("")
+        if denied:
+            st.error(denied)
+        else:
+            queued(*actions.queue_run(actions.demo_config()))
+    st.markdown("Or from a shell, in the foreground:")
+    st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,fixed_4,bandit", language="bash")
+
+
+def queued(run, worker: str) -> None:
+    st.success(f"Run #{run.id} queued ({run.progress_total} requests).")
+    st.markdown(f"[Watch run #{run.id} live]({link('run', run=run.id)})")
+    if worker == "disabled":
+        st.caption("Worker autostart is off (PHOENIX_AUTOSTART_WORKER=0): your own workers will pick it up.")
+    else:
+        st.caption(f"Background worker {worker}; its log is data/worker.log.")
+
+
+def identity_banner(url: str, run_id: int) -> None:
+    same, checked, bad = data.identity(url, run_id)
+    if checked == 0:
+        st.warning("No output of this run was checked against target-only decoding (add `target` mode or a shadow rate).")
+    elif bad.empty:
+        st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")
+    else:
+        st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
+                 "Greedy speculation should never change the text; in bf16/fp16 batched verification can flip near-tie argmaxes.")
+        st.dataframe(bad, hide_index=True, width="stretch")
+        csv_download(bad, f"run{run_id}-divergences", key="dl_div")
+
+
+def csv_download(df: pd.DataFrame, name: str, key: str) -> None:
+    st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=key)

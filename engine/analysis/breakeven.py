@@ -1,0 +1,82 @@
+"""The break-even model and the statistics the dashboard and benchmarks share.
+
+Expected tokens per verification pass with per-token acceptance a and k drafts:
+E(a, k) = 1 + a + ... + a^k. A pass costs 1 + c*k target steps, where c is the
+draft's cost per token relative to one target step. Speedup = E / (1 + c*k).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.modes import K_MAX
+
+
+def expected_tokens(a: float, k: int) -> float:
+    return float(sum(a ** i for i in range(k + 1)))
+
+
+def predicted_speedup(a: float, c: float, k: int) -> float:
+    return expected_tokens(a, k) / (1.0 + c * k)
+
+
+def optimum_k(a: float, c: float, k_max: int = K_MAX) -> int:
+    return max(range(k_max + 1), key=lambda k: (predicted_speedup(a, c, k), -k))
+
+
+def breakeven_c(a: float, k: int) -> float:
+    """The draft cost at which k drafts stop paying: E(a,k) / (1 + c k) = 1."""
+    return (expected_tokens(a, k) - 1.0) / k if k else float("inf")
+
+
+def rates(proposed: list[int], accepted: list[int]) -> tuple[list[float], list[float]]:
+    """Unconditional (vLLM: accepted_i / drafts) and conditional (accepted_i / accepted_{i-1}) rates."""
+    drafts = proposed[0] if proposed else 0
+    uncond = [acc / drafts if drafts else float("nan") for acc in accepted]
+    cond, prev = [], drafts
+    for acc, prop in zip(accepted, proposed):
+        base = min(prev, prop)
+        cond.append(acc / base if base else float("nan"))
+        prev = acc
+    return uncond, cond
+
+
+def fit_a(proposed: list[int], accepted: list[int]) -> float | None:
+    """Least-squares fit of a^(i+1) to the unconditional per-position rates."""
+    from scipy.optimize import curve_fit
+
+    uncond, _ = rates(proposed, accepted)
+    pts = [(i, u) for i, (u, p) in enumerate(zip(uncond, proposed)) if p and not math.isnan(u)]
+    if not pts:
+        return None
+    x = np.array([i for i, _ in pts], dtype=float)
+    y = np.array([u for _, u in pts], dtype=float)
+    w = np.array([proposed[i] for i, _ in pts], dtype=float)
+    try:
+        (a,), _ = curve_fit(lambda i, a: a ** (i + 1), x, y, p0=[0.5], bounds=(0.0, 1.0), sigma=1 / np.sqrt(w))
+    except (RuntimeError, ValueError):
+        return None
+    return float(a)
+
+
+def measured_c(draft_s: float, proposed: int, target_step_s: float) -> float | None:
+    """Draft seconds per drafted token over the seconds of one target-only step."""
+    if not proposed or not target_step_s:
+        return None
+    return (draft_s / proposed) / target_step_s
+
+
+def diagnose(a: float | None, best_speedup: float | None, c: float | None, k_best: int | None) -> str:
+    if a is None:
+        return "No drafting data yet: run a fixed_<k> or bandit mode."
+    if a < 0.5:
+        return (f"Low acceptance (a = {a:.2f}): the drafter does not predict this target on this workload. "
+                "Distil the draft on the target's outputs, or try the n-gram drafter on repetitive text.")
+    if best_speedup is not None and best_speedup < 1.0:
+        if c is not None and k_best is not None and c > breakeven_c(a, max(k_best, 1)):
+            return (f"High acceptance (a = {a:.2f}) but no win: the draft is too expensive (c = {c:.2f} is above "
+                    f"the break-even c = {breakeven_c(a, max(k_best, 1)):.2f} at k = {k_best}). Use a cheaper draft.")
+        return (f"High acceptance (a = {a:.2f}) but no win: verification or overhead costs more than the model "
+                "assumes, or k is past the peak. Try a smaller k.")
+    return f"Speculation pays here (a = {a:.2f})."

@@ -1,0 +1,48 @@
+"""Fit the break-even model to a run: a from per-position counts, c from timings."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from engine.analysis.breakeven import fit_a, measured_c, optimum_k
+from engine.modes import Mode
+
+
+@dataclass
+class RunFit:
+    a: float | None
+    c: float | None
+    target_step_s: float | None
+    measured: pd.DataFrame  # k, measured speedup, n (model-drafter arms)
+    k_best_measured: int | None
+    best_speedup: float | None
+    k_opt: int | None
+
+
+def uses_drafter(mode: str) -> bool:
+    parsed = Mode.of(mode)
+    return parsed is not None and parsed.uses_drafter
+
+
+def fit_run(pos: pd.DataFrame, split: pd.DataFrame) -> RunFit:
+    model_modes = split[split["mode"].map(uses_drafter)]
+    model_pos = pos[pos["mode"].map(uses_drafter)]
+    a = None
+    if not model_pos.empty:
+        summed = model_pos.groupby("position")[["proposed", "accepted"]].sum().sort_index()
+        a = fit_a(summed["proposed"].astype(int).tolist(), summed["accepted"].astype(int).tolist())
+    target = split[split["mode"] == "target"]
+    step = float(target["verify_s"].sum() / target["passes"].sum()) if not target.empty and target["passes"].sum() else None
+    c = measured_c(float(model_modes["draft_s"].sum()), int(model_modes["proposed"].sum()), step) if step else None
+    base = (target["output_tokens"].sum() / target["latency_s"].sum()) if not target.empty else None
+    rows = []
+    if base:
+        arms = pd.concat([target, model_modes]).groupby("k")[["output_tokens", "latency_s", "n"]].sum()
+        for k, r in arms.iterrows():
+            rows.append({"k": int(k), "measured speedup": float(r.output_tokens / r.latency_s / base), "n": int(r.n)})
+    measured = pd.DataFrame(rows, columns=["k", "measured speedup", "n"])
+    best = measured.loc[measured["measured speedup"].idxmax()] if not measured.empty else None
+    k_opt = optimum_k(a, c) if (a is not None and c is not None) else None
+    return RunFit(a, c, step, measured, None if best is None else int(best["k"]),
+                  None if best is None else float(best["measured speedup"]), k_opt)

@@ -1,0 +1,65 @@
+"""Policies against the best fixed arm in hindsight, from one run's requests.
+
+The best fixed arm is the target-only or fixed_<k> mode with the highest mean
+tokens/sec over the run's prompts. Regret of a policy's request is the best
+fixed arm's tokens/sec on the same prompt minus the policy's, so prompt
+difficulty cancels; cumulative regret sums it in decision order.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.analysis.stats import welch
+from engine.modes import Mode
+
+
+def is_fixed(mode: str) -> bool:
+    parsed = Mode.of(mode)
+    return parsed is not None and parsed.is_fixed_arm
+
+
+def is_bandit(mode: str) -> bool:
+    parsed = Mode.of(mode)
+    return parsed is not None and parsed.is_bandit
+
+
+def best_fixed(frame: pd.DataFrame) -> str | None:
+    fixed = frame[frame["mode"].map(is_fixed)]
+    if fixed.empty:
+        return None
+    return str(fixed.groupby("mode")["tokens_per_s"].mean().idxmax())
+
+
+def regret_curves(frame: pd.DataFrame, best: str) -> pd.DataFrame:
+    """decision, mode, chosen k, regret and cumulative regret for every bandit request."""
+    ref = frame[frame["mode"] == best].groupby("prompt_id")["tokens_per_s"].mean()
+    out = []
+    for mode, g in frame[frame["mode"].map(is_bandit)].groupby("mode", sort=True):
+        g = g.sort_values("seq").copy()
+        g = g[g["prompt_id"].isin(ref.index)]
+        g["decision"] = range(len(g))
+        g["regret"] = g["prompt_id"].map(ref) - g["tokens_per_s"]
+        g["cumulative regret"] = g["regret"].cumsum()
+        out.append(g)
+    cols = ["mode", "decision", "seq", "k", "prompt_id", "tokens_per_s", "regret", "cumulative regret", "explored", "fallback"]
+    return pd.concat(out)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.DataFrame:
+    """One row per bandit mode and fixed mode: tokens/sec, share of the best fixed arm, Welch's test against it."""
+    ref = frame[frame["mode"] == best]["tokens_per_s"].tolist()
+    rows = []
+    for mode, g in frame.groupby("mode", sort=True):
+        if not (is_bandit(mode) or is_fixed(mode)):
+            continue
+        tps = g["tokens_per_s"].tolist()
+        row = {"mode": mode, "n": len(g), "tokens/s": g["tokens_per_s"].mean(),
+               "share of best fixed": g["tokens_per_s"].mean() / (sum(ref) / len(ref)) if ref else None,
+               "mean k": g["k"].mean(), "explored": g["explored"].mean() if is_bandit(mode) else None,
+               "fallback": g["fallback"].mean() if is_bandit(mode) else None}
+        w = welch(ref, tps, alpha) if mode != best else None
+        row.update({"difference": w.diff if w else None, "p-value": w.p_value if w else None,
+                    "verdict": ("best fixed arm" if mode == best else (w.verdict if w else "too few requests"))})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    return table.sort_values("tokens/s", ascending=False).reset_index(drop=True) if not table.empty else table

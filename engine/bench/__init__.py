@@ -1,0 +1,1 @@
+"""Benchmark runs: config, one request, a whole run, the batched recorder, the background worker."""

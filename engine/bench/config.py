@@ -1,0 +1,90 @@
+"""A benchmark run's configuration and its one validation, before anything loads or is written."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.config import from_dict
+from engine.decode.loading import PairConfig
+from engine.errors import PhoenixError
+from engine.modes import DEFAULT_ARMS, DRAFTERS, GRANULARITIES, K_MAX, Mode
+from engine.policies.registry import policy_names
+from engine.policies.wrappers import FallbackConfig
+
+
+@dataclass
+class BenchConfig(PairConfig):
+    drafter: str = "model"  # what fixed_<k> and bandit draft with: model | ngram
+    prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | FILE.jsonl
+    limit: int | None = 20  # first N prompts of the set
+    max_new_tokens: int = 128  # tokens generated per request
+    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
+    arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
+    policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
+    granularity: str = "request"  # request | pass: may k change between verification passes of one request
+    fallback: FallbackConfig = field(default_factory=FallbackConfig)
+    seed: int = 42  # bandit decisions and shadow sampling
+    name: str = ""  # defaults to the modes joined
+    shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
+    max_new_tokens_cap: int = 1024  # keeps a web form from becoming a DoS lever
+    max_prompts: int = 500  # upper bound of --limit
+
+    def parsed_modes(self) -> list[Mode]:
+        return [Mode.parse(m) for m in self.modes]
+
+    def bandit_spec(self, mode: Mode) -> tuple[str, str]:
+        """(policy, granularity) of a bandit mode: plain 'bandit' takes --policy and --granularity."""
+        return mode.policy or self.policy, mode.granularity or self.granularity
+
+
+def validate(cfg: BenchConfig) -> BenchConfig:
+    """Every option checked before anything loads or is written."""
+    if not cfg.modes:
+        raise PhoenixError("--modes is empty: pass e.g. target,fixed_4,bandit")
+    if len(set(cfg.modes)) != len(cfg.modes):
+        raise PhoenixError(f"--modes repeats a mode: {','.join(cfg.modes)}")
+    if cfg.drafter not in DRAFTERS:
+        raise PhoenixError(f"--drafter must be {' or '.join(DRAFTERS)}, got {cfg.drafter!r}")
+    modes = cfg.parsed_modes()
+    for mode in modes:
+        if mode.kind == "vllm":
+            raise PhoenixError(f"mode {mode.text!r} is recorded by `python -m engine vllm`, not run by bench")
+        if mode.needs_draft_model(cfg.drafter) and not cfg.draft:
+            raise PhoenixError(f"mode {mode.text!r} needs a draft model: pass --draft, or use ngram_<k> modes")
+    _check_arms(cfg.arms)
+    if cfg.granularity not in GRANULARITIES:
+        raise PhoenixError(f"--granularity must be {' or '.join(GRANULARITIES)}, got {cfg.granularity!r}")
+    for mode in [m for m in modes if m.is_bandit] or [Mode.parse("bandit")]:
+        policy, _ = cfg.bandit_spec(mode)
+        if policy not in policy_names():
+            where = mode.text if mode.text != "bandit" else "--policy"
+            raise PhoenixError(f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}")
+    cfg.fallback.validate()
+    if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
+        raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}")
+    if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
+        raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}")
+    if not 0.0 <= cfg.shadow_rate <= 1.0:
+        raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}")
+    return cfg
+
+
+def _check_arms(arms: list[int]) -> None:
+    if not arms:
+        raise PhoenixError("--arms is empty: pass e.g. 0,2,4,6,8")
+    if len(set(arms)) != len(arms):
+        raise PhoenixError(f"--arms repeats an arm: {','.join(map(str, arms))}")
+    bad = [a for a in arms if not 0 <= a <= K_MAX]
+    if bad:
+        raise PhoenixError(f"--arms {bad[0]} is out of range: arms must be in 0..{K_MAX}")
+
+
+_OLD_FALLBACK = {"fallback": "enabled", "fallback_window": "window", "fallback_margin": "margin",
+                 "fallback_probe_every": "probe_every"}
+
+
+def stored(values: dict) -> BenchConfig:
+    """A run's saved 'bench' config, including those saved before fallback became one dataclass."""
+    values = dict(values)
+    if not isinstance(values.get("fallback", {}), dict):
+        values["fallback"] = {new: values.pop(old) for old, new in _OLD_FALLBACK.items() if old in values}
+    return from_dict(BenchConfig, values)

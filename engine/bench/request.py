@@ -1,0 +1,148 @@
+"""One request of a run: choose k, decode, judge identity, teach the policy, build the record.
+
+Database-free: records go to the caller (the run's Recorder); telemetry wraps each
+request outside the decode loop.
+"""
+from __future__ import annotations
+
+import random
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+from db.entities import BanditRecord, PositionCount, RequestRecord
+from engine.bench.config import BenchConfig
+from engine.decode.decoder import Decoder, first_divergence, sha256_ids
+from engine.decode.prompts import Prompt
+from engine.modes import Mode
+from engine.observe.sentry import Telemetry, utcnow
+from engine.policies.registry import make_policy
+from engine.policies.types import Observation, Policy
+
+
+def ordered_modes(modes: list[str]) -> list[str]:
+    return sorted(modes, key=lambda m: Mode.parse(m).kind != "target")  # target first: it is the reference
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class RunState:
+    """What a run carries between requests: references, policy, sequence numbers."""
+
+    decoder: Decoder
+    policies: dict[str, Policy]  # bandit mode -> its policy
+    telemetry: Telemetry = field(default_factory=Telemetry.off)
+    reference: dict[str, list[int] | str] = field(default_factory=dict)
+    seq: int = 0
+
+
+def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool,
+                trace_id: str) -> RequestRecord:
+    return RequestRecord(
+        run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=prompt.id, prompt_tokens=stats.prompt_tokens,
+        output_tokens=stats.output_tokens, latency_s=stats.latency_s,
+        ttft_s=None if stats.ttft_s != stats.ttft_s else stats.ttft_s, tokens_per_s=stats.tokens_per_s,
+        proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
+        verify_s=stats.verify_s, output_text=text, output_sha256=sha256_ids(stats.output_ids),
+        trace_id=trace_id, warmup=warmup,
+        positions=[PositionCount(i, p, a) for i, (p, a) in enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
+    )
+
+
+def check_identity(rec: RequestRecord, output_ids: list[int], reference) -> None:
+    """Fill rec.identical / rec.diverged_at against a target-only reference."""
+    if reference is None:
+        return
+    if isinstance(reference, str):  # only the sha is known (a resumed run)
+        rec.identical = rec.output_sha256 == reference
+        return
+    pos = first_divergence(output_ids, reference)
+    rec.identical = pos is None
+    rec.diverged_at = pos
+
+
+def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids: list[int], mode: str,
+            warmup: bool, shadow_rng: random.Random | None) -> tuple[RequestRecord, object]:
+    """Decode one (prompt, mode) and build its record; updates the policy."""
+    parsed = Mode.parse(mode)
+    backend, k = parsed.backend(cfg.drafter), parsed.k
+    decision, choose_k = None, None
+    if parsed.is_bandit:
+        policy = state.policies[mode]
+        decision = policy.choose(len(ids)) if not warmup else None
+        k = decision.k if decision else max(cfg.arms)
+        choose_k = policy.pass_controller(decision) if decision else None
+        if decision is not None and decision.event:
+            state.telemetry.policy_event(run_id, mode, decision.event)
+    trace_id, start = new_trace_id(), utcnow()
+    span = nullcontext() if warmup else state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id)
+    with span as txn:
+        stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if (k or choose_k) else "model", choose_k)
+        rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
+        state.seq += 1
+        if warmup:
+            return rec, stats
+        judge(state, cfg, rec, stats, prompt, ids, mode, decision, shadow_rng)
+        state.telemetry.finish_request(txn, rec, stats, start)
+    if rec.bandit is not None:
+        state.telemetry.bandit_decision(run_id, rec.bandit)
+    return rec, stats
+
+
+def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: Prompt, ids: list[int], mode: str,
+          decision, shadow_rng: random.Random | None) -> None:
+    """Identity against target-only, and the policy update with its recorded step."""
+    k = rec.k
+    if mode == "target":
+        state.reference[prompt.id] = stats.output_ids
+        rec.identical, rec.diverged_at = True, None
+        for policy in state.policies.values():
+            policy.observe_reference(rec.tokens_per_s)
+    elif prompt.id in state.reference:
+        check_identity(rec, stats.output_ids, state.reference[prompt.id])
+    elif shadow_rng is not None and shadow_rng.random() < cfg.shadow_rate:
+        ref = state.decoder.run(ids, 0, cfg.max_new_tokens, "model").output_ids
+        check_identity(rec, stats.output_ids, ref)
+    if decision is not None:
+        policy = state.policies[mode]
+        policy.update(k, rec.tokens_per_s, observation(rec))
+        means, counts = policy.snapshot()
+        rec.bandit = BanditRecord(t=decision.t, epsilon=decision.epsilon, p_not_best=decision.p_not_best,
+                                  explored=decision.explored, chosen_k=k, arm_means=means, arm_counts=counts,
+                                  reward=rec.tokens_per_s, policy=cfg.bandit_spec(Mode.parse(mode))[0],
+                                  fallback=decision.fallback)
+
+
+def observation(rec: RequestRecord) -> Observation:
+    """What a policy learns from a request, built from the stored record so a replay sees the same numbers."""
+    return Observation(k=rec.k, reward=rec.tokens_per_s, prompt_tokens=rec.prompt_tokens, output_tokens=rec.output_tokens,
+                       passes=rec.passes, proposed=rec.proposed, accepted=rec.accepted, latency_s=rec.latency_s,
+                       ttft_s=rec.ttft_s or 0.0, draft_s=rec.draft_s, verify_s=rec.verify_s,
+                       per_position_proposed=[p.proposed for p in rec.positions],
+                       per_position_accepted=[p.accepted for p in rec.positions])
+
+
+def replay_policies(steps: dict[int, BanditRecord], state: RunState, records: list[RequestRecord]) -> None:
+    """Bring every policy to where the interrupted run left it, by replaying its observations in order.
+    ``steps`` maps a request's seq to its recorded bandit step."""
+    for rec in sorted(records, key=lambda r: r.seq):
+        if rec.warmup:
+            continue
+        if rec.mode == "target":
+            for policy in state.policies.values():
+                policy.observe_reference(rec.tokens_per_s)
+        elif rec.mode in state.policies and rec.seq in steps:
+            step = steps[rec.seq]
+            state.policies[rec.mode].update(step.chosen_k, step.reward, observation(rec))
+
+
+def make_state(decoder: Decoder, cfg: BenchConfig, telemetry: Telemetry | None = None) -> RunState:
+    policies = {}
+    for mode in cfg.parsed_modes():
+        if mode.is_bandit:
+            name, granularity = cfg.bandit_spec(mode)
+            policies[mode.text] = make_policy(name, cfg.arms, cfg.seed, granularity, cfg.fallback)
+    return RunState(decoder=decoder, policies=policies, telemetry=telemetry or Telemetry.off())

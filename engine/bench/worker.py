@@ -1,0 +1,136 @@
+"""The background engine: claims queued runs and executes them with the bench runner.
+
+Model work never runs in the Streamlit script thread. A run survives the browser
+tab closing because it lives in this process and in the database.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from db.store import HEARTBEAT_S, STALE_AFTER_S, Store
+from engine.bench.config import BenchConfig, stored
+from engine.bench.run import execute, load_decoder
+from engine.errors import PhoenixError
+from engine.observe.prometheus import Metrics
+
+
+@dataclass
+class WorkerConfig:
+    poll_s: float = field(default=1.0, metadata={"flag": "--poll"})  # seconds between looks at the queue when idle
+    once: bool = False  # process one run and exit
+    stale_after_s: float = STALE_AFTER_S  # a running run without a heartbeat this long is 'interrupted'
+    max_idle_s: float | None = field(default=None, metadata={"flag": "--max-idle"})  # exit after this many idle seconds
+    metrics_port: int | None = None  # serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)
+    metrics_addr: str = "127.0.0.1"  # localhost by default: counters say what models you run
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Heartbeat:
+    """Beats for a run from a side thread, so long requests do not look like a crash."""
+
+    def __init__(self, store: Store, run_id: int, every_s: float = HEARTBEAT_S):
+        self.store, self.run_id, self.every_s = store, run_id, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="phoenix-heartbeat")
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.store.heartbeat(self.run_id)
+            except Exception:
+                pass  # a locked database must not kill the run; the next beat retries
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class CancelCheck:
+    """Reads the cancel flag at request boundaries, at most once a second."""
+
+    def __init__(self, store: Store, run_id: int):
+        self.store, self.run_id, self.last, self.value = store, run_id, 0.0, False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if not self.value and now - self.last >= 1.0:
+            self.last = now
+            self.value = self.store.cancel_requested(self.run_id)
+        return self.value
+
+
+class Worker:
+    def __init__(self, store: Store, cfg: WorkerConfig | None = None, log=print, telemetry=None):
+        self.store, self.cfg, self.log, self.telemetry = store, cfg or WorkerConfig(), log, telemetry
+        self.id = worker_id()
+        self._decoder = None
+        self._decoder_key = None
+        self.metrics = None
+        if self.cfg.metrics_port is not None:
+            self.metrics = Metrics()
+            self.metrics_server, _ = self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_addr)
+            self.log(f"worker {self.id}: Prometheus metrics on http://{self.cfg.metrics_addr}:"
+                     f"{self.metrics_server.server_address[1]}/metrics")
+
+    def decoder_for(self, bench: BenchConfig):
+        """Models stay loaded between runs that use the same pair."""
+        key = (bench.target, bench.draft, bench.device, bench.dtype, bench.allow_pickle)
+        if key != self._decoder_key:
+            self._decoder, self._decoder_key = None, None
+            self._decoder = load_decoder(bench)
+            self._decoder_key = key
+        return self._decoder
+
+    def run_one(self) -> int | None:
+        self.store.mark_stale(self.cfg.stale_after_s)
+        run = self.store.claim_next(self.id)
+        if run is None:
+            return None
+        self.log(f"worker {self.id}: run {run.id} ({run.name})")
+        try:
+            bench = stored(run.config.get("bench", {}))
+            with Heartbeat(self.store, run.id):
+                decoder = self.decoder_for(bench)
+                observe = (lambda rec, _stats: self.metrics.observe(rec, bench.target)) if self.metrics else None
+                status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
+                                 should_stop=CancelCheck(self.store, run.id), on_request=observe,
+                                 telemetry=self.telemetry)
+            self.log(f"worker {self.id}: run {run.id} {status}")
+        except PhoenixError as exc:
+            self.store.set_status(run.id, "failed", str(exc))
+            self.log(f"worker {self.id}: run {run.id} failed: {exc}")
+        except Exception as exc:  # the run fails, the worker lives on for the next one
+            msg = f"{type(exc).__name__}: {exc}"
+            if (info := self.store.get_run(run.id)) and info.status == "running":
+                self.store.set_status(run.id, "failed", msg)
+            self.log(f"worker {self.id}: run {run.id} failed: {msg}")
+        return run.id
+
+    def serve(self) -> None:
+        idle_since = time.monotonic()
+        while True:
+            done = self.run_one()
+            if done is not None:
+                idle_since = time.monotonic()
+                if self.cfg.once:
+                    return
+                continue
+            if self.cfg.max_idle_s is not None and time.monotonic() - idle_since > self.cfg.max_idle_s:
+                return
+            time.sleep(self.cfg.poll_s)
+
+
+def log_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

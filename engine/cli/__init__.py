@@ -1,0 +1,33 @@
+"""`python -m engine ...`: a thin layer over the library functions.
+
+Each command's flags come from its config dataclass (engine.config); errors the user
+can fix are one line and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from db.store import StoreError
+from engine.cli import decode, jobs, queue, runs
+from engine.errors import PhoenixError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (decode, runs, queue, jobs):
+        group.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (PhoenixError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

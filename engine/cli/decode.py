@@ -1,0 +1,79 @@
+"""`generate` (one prompt, printed) and `zoo` (rebuild the embedded pair)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from engine.config import add_options, from_args
+from engine.decode.decoder import Decoder, stats_dict
+from engine.decode.loading import PairConfig, load_pair
+from engine.decode.prompts import check_prompt
+from engine.errors import PhoenixError
+from engine.modes import check_k
+from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
+
+GENERATE_DRAFTERS = ("model", "ngram", "hf")
+
+
+@dataclass
+class GenerateConfig(PairConfig):
+    drafter: str = "model"  # model | ngram | hf (transformers' assisted generation)
+    k: int = 4  # draft length; 0 is target-only
+    max_new_tokens: int = 64  # tokens to generate
+    prompt: str = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # the text to continue
+    json: bool = False  # print exactly one JSON object
+
+    def validate(self) -> "GenerateConfig":
+        check_prompt(self.prompt)
+        check_k(self.k)
+        if self.drafter not in GENERATE_DRAFTERS:
+            raise PhoenixError(f"--drafter must be one of {', '.join(GENERATE_DRAFTERS)}, got {self.drafter!r}")
+        return self
+
+
+def cmd_generate(args) -> int:
+    cfg = from_args(GenerateConfig, args).validate()
+    draft = cfg.draft if cfg.drafter != "ngram" else None
+    dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
+    ids = dec.encode(cfg.prompt)
+    dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter)  # warm-up, excluded
+    stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter)
+    out = stats_dict(stats, dec.text(stats))
+    if cfg.json:
+        print(json.dumps(out))
+        return 0
+    print(out["output_text"])
+    print("---")
+    acc = "n/a" if out["acceptance"] is None else f"{out['acceptance']:.1%}"
+    print(f"k={cfg.k} drafter={cfg.drafter} tokens={out['output_tokens']} passes={out['passes']} "
+          f"accepted/proposed={out['accepted']}/{out['proposed']} ({acc}) "
+          f"latency={out['latency_s']:.3f}s tok/s={out['tokens_per_s']:.1f} "
+          f"draft={out['draft_s']:.3f}s verify={out['verify_s']:.3f}s")
+    for row in out["per_position"]:
+        rate = row["accepted"] / row["proposed"] if row["proposed"] else 0
+        print(f"  position {row['position']}: {row['accepted']}/{row['proposed']} ({rate:.1%})")
+    return 0
+
+
+def cmd_zoo_build(args) -> int:
+    print(json.dumps(build(from_args(ZooConfig, args))))
+    return 0
+
+
+def cmd_zoo_distill_draft(args) -> int:
+    print(json.dumps(distill_draft_on_answers(from_args(ZooConfig, args))))
+    return 0
+
+
+def add_commands(sub) -> None:
+    g = sub.add_parser("generate", help="decode one prompt and print the text and stats")
+    add_options(g, GenerateConfig)
+    g.set_defaults(func=cmd_generate)
+    z = sub.add_parser("zoo", help="the embedded default model pair")
+    zsub = z.add_subparsers(dest="zoo_command", required=True)
+    zb = zsub.add_parser("build", help="retrain tokenizer, target and draft from the stdlib")
+    add_options(zb, ZooConfig)
+    zb.set_defaults(func=cmd_zoo_build)
+    zd = zsub.add_parser("distill-draft", help="only the last stage: retrain the draft on the target's answers")
+    add_options(zd, ZooConfig)
+    zd.set_defaults(func=cmd_zoo_distill_draft)

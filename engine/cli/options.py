@@ -1,0 +1,36 @@
+"""What several commands share: the database, Sentry, and reading a run by id."""
+from __future__ import annotations
+
+from db.entities import RunInfo
+from db.migrate import ensure_schema
+from db.store import Store, resolve_url
+from engine.bench.setup import git_sha
+from engine.config import add_options, given_values
+from engine.errors import PhoenixError
+from engine.observe.sentry import SentryConfig, Telemetry, init
+
+
+def add_db(p) -> None:
+    p.add_argument("--db", default=None, help="SQLAlchemy URL or file path (default: $PHOENIX_DB or data/phoenix.db)")
+
+
+def add_sentry(p) -> None:
+    add_options(p, SentryConfig, prefix="sentry")
+
+
+def open_store(db: str | None, create_if_empty: bool = True) -> Store:
+    url = resolve_url(db)
+    ensure_schema(url, create_if_empty=create_if_empty)
+    return Store(url)
+
+
+def start_telemetry(args) -> Telemetry:
+    """Sentry from the environment, with any --sentry-* flag on top."""
+    return init(SentryConfig.from_env(**given_values(SentryConfig, args, "sentry")), release=git_sha())
+
+
+def get_run(store: Store, run_id: int) -> RunInfo:
+    run = store.get_run(run_id)
+    if run is None:
+        raise PhoenixError(f"no run {run_id}: see `python -m engine runs`")
+    return run

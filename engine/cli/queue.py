@@ -1,0 +1,75 @@
+"""`submit`, `worker`, `resume` and `cancel`: runs through the queue and the background engine."""
+from __future__ import annotations
+
+import os
+
+from engine.bench.config import BenchConfig, stored, validate
+from engine.bench.setup import create_run
+from engine.bench.worker import Worker, WorkerConfig, log_line
+from engine.cli.options import add_db, add_sentry, get_run, open_store, start_telemetry
+from engine.cli.runs import add_bench_options, execute_and_report
+from engine.config import add_options, from_args
+from engine.decode.loading import check_same_tokenizer_files, resolve
+from engine.decode.prompts import load as load_prompts
+from engine.errors import PhoenixError
+from engine.observe.prometheus import parse_port
+
+
+def cmd_submit(args) -> int:
+    cfg = validate(from_args(BenchConfig, args))
+    load_prompts(cfg.prompts, cfg.limit)
+    target = resolve(cfg.target, "target")
+    if cfg.draft:
+        check_same_tokenizer_files(target, resolve(cfg.draft, "draft"), cfg.target, cfg.draft)
+    run = create_run(open_store(args.db), cfg, status="queued")
+    print(f"run {run.id} queued: {run.name} ({run.progress_total} requests)")
+    return 0
+
+
+def cmd_worker(args) -> int:
+    cfg = from_args(WorkerConfig, args)
+    cfg.metrics_port = (parse_port(cfg.metrics_port, "--metrics-port") if cfg.metrics_port is not None
+                        else parse_port(os.environ.get("PHOENIX_METRICS_PORT"), "PHOENIX_METRICS_PORT"))
+    telemetry = start_telemetry(args)
+    Worker(open_store(args.db), cfg, log=log_line, telemetry=telemetry).serve()
+    return 0
+
+
+def cmd_resume(args) -> int:
+    store = open_store(args.db)
+    store.mark_stale()
+    run = get_run(store, args.run)
+    if run.status in ("done", "running", "queued"):
+        raise PhoenixError(f"run {run.id} is {run.status}; only interrupted, failed or cancelled runs resume")
+    cfg = stored(run.config.get("bench", {}))
+    telemetry = start_telemetry(args)
+    store.requeue(run.id)
+    return execute_and_report(store, run.id, cfg, telemetry=telemetry)
+
+
+def cmd_cancel(args) -> int:
+    store = open_store(args.db)
+    get_run(store, args.run)
+    status = store.request_cancel(args.run)
+    print(f"run {args.run}: {'cancel requested' if status == 'running' else status}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    s = sub.add_parser("submit", help="queue a run for the background worker (same options as bench)")
+    add_bench_options(s)
+    s.set_defaults(func=cmd_submit)
+    w = sub.add_parser("worker", help="the background engine: claim and execute queued runs")
+    add_options(w, WorkerConfig)
+    add_db(w)
+    add_sentry(w)
+    w.set_defaults(func=cmd_worker)
+    r = sub.add_parser("resume", help="continue an interrupted, failed or cancelled run in this process")
+    r.add_argument("run", type=int)
+    add_db(r)
+    add_sentry(r)
+    r.set_defaults(func=cmd_resume)
+    c = sub.add_parser("cancel", help="cancel a queued or running run (rows are kept)")
+    c.add_argument("run", type=int)
+    add_db(c)
+    c.set_defaults(func=cmd_cancel)

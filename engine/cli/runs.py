@@ -1,0 +1,103 @@
+"""`bench`, `runs`, `show`, `export` and `db upgrade`: runs in the foreground and what the store holds."""
+from __future__ import annotations
+
+import sys
+
+from db.export import export
+from db.migrate import upgrade
+from db.store import Store, make_engine, resolve_url, safe_url
+from engine.bench.config import BenchConfig, validate
+from engine.bench.run import encode_all, execute, load_decoder, report
+from engine.bench.setup import create_run
+from engine.cli.options import add_db, add_sentry, get_run, open_store, start_telemetry
+from engine.config import add_options, from_args
+from engine.decode.prompts import load as load_prompts
+
+
+def add_bench_options(p) -> None:
+    add_options(p, BenchConfig)
+    add_db(p)
+    add_sentry(p)
+
+
+def cmd_bench(args) -> int:
+    cfg = validate(from_args(BenchConfig, args))
+    prompts = load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
+    decoder = load_decoder(cfg)
+    encode_all(decoder, prompts, cfg.max_new_tokens)
+    telemetry = start_telemetry(args)
+    store = open_store(args.db)
+    run = create_run(store, cfg)
+    print(f"run {run.id}: {run.name} ({run.progress_total} requests)", file=sys.stderr)
+    return execute_and_report(store, run.id, cfg, decoder=decoder, telemetry=telemetry)
+
+
+def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) -> int:
+    try:
+        status = execute(store, run_id, cfg, **kwargs)
+    except KeyboardInterrupt:
+        print(f"run {run_id} interrupted; its rows are kept (`python -m engine resume {run_id}` continues it)", file=sys.stderr)
+        return 130
+    print(report(store, run_id))
+    print(f"run {run_id}: {status}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs(args) -> int:
+    for r in open_store(args.db).list_runs():
+        print(f"{r.id:>5}  {r.status:<12} {r.progress_done:>5}/{r.progress_total:<5} {r.created_at:%Y-%m-%d %H:%M}  "
+              f"{r.name}  [{r.target} / {r.draft}]")
+    return 0
+
+
+def cmd_show(args) -> int:
+    store = open_store(args.db)
+    run = get_run(store, args.run)
+    print(f"run {run.id}: {run.name} [{run.status}] target={run.target} draft={run.draft}")
+    if run.error:
+        print(f"error: {run.error}")
+    print(report(store, run.id))
+    return 0
+
+
+def cmd_export(args) -> int:
+    store = open_store(args.db)
+    get_run(store, args.run)
+    text = export(store, args.run, args.format)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_db_upgrade(args) -> int:
+    url = resolve_url(args.db)
+    make_engine(url).dispose()
+    print(f"{safe_url(url)} is at schema {upgrade(url)}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    b = sub.add_parser("bench", help="run modes through the same prompts and record every request")
+    add_bench_options(b)
+    b.set_defaults(func=cmd_bench)
+    r = sub.add_parser("runs", help="list runs")
+    add_db(r)
+    r.set_defaults(func=cmd_runs)
+    s = sub.add_parser("show", help="print a stored run's results table")
+    s.add_argument("run", type=int)
+    add_db(s)
+    s.set_defaults(func=cmd_show)
+    e = sub.add_parser("export", help="write a run's requests as CSV or JSON")
+    e.add_argument("run", type=int)
+    e.add_argument("--format", choices=["csv", "json"], default="csv")
+    e.add_argument("--out", default=None)
+    add_db(e)
+    e.set_defaults(func=cmd_export)
+    d = sub.add_parser("db", help="database schema")
+    dsub = d.add_subparsers(dest="db_command", required=True)
+    u = dsub.add_parser("upgrade", help="apply migrations up to head")
+    add_db(u)
+    u.set_defaults(func=cmd_db_upgrade)

@@ -1,0 +1,90 @@
+"""One request, any backend: tokenize, check, decode, and return plain stats."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from engine.decode.drafters import ModelDrafter, NgramDrafter
+from engine.decode.hf_assisted import generate_hf
+from engine.decode.loading import LoadedPair
+from engine.decode.prompts import check_prompt
+from engine.decode.spec import RequestStats, generate
+from engine.errors import PhoenixError
+from engine.modes import check_k
+
+def check_max_new_tokens(n: int, cap: int) -> int:
+    if n <= 0 or n > cap:
+        raise PhoenixError(f"--max-new-tokens must be in 1..{cap}, got {n}")
+    return n
+
+
+def sha256_ids(ids: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token, or None when the lists are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass
+class Decoder:
+    pair: LoadedPair
+    max_new_cap: int = 4096
+
+    def __post_init__(self):
+        self._model_drafter = ModelDrafter(self.pair.draft) if self.pair.draft is not None else None
+        self._ngram = NgramDrafter()
+        self.eos_id = self.pair.tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        check_prompt(text)
+        ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise PhoenixError("the prompt encodes to no tokens: pass some text")
+        return ids
+
+    def check_fits(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        ctx = getattr(self.pair.target.config, "max_position_embeddings", None)
+        if ctx and len(prompt_ids) + max_new_tokens > ctx:
+            raise PhoenixError(f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceed the target's context of {ctx}; shorten the prompt or lower --max-new-tokens")
+
+    def drafter(self, kind: str):
+        if kind == "ngram":
+            return self._ngram
+        if self._model_drafter is None:
+            raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram")
+        return self._model_drafter
+
+    def run(self, prompt_ids: list[int], k: int, max_new_tokens: int, backend: str = "model", choose_k=None) -> RequestStats:
+        check_k(k)
+        check_max_new_tokens(max_new_tokens, self.max_new_cap)
+        self.check_fits(prompt_ids, max_new_tokens)
+        with torch.inference_mode():
+            if backend == "hf":
+                return generate_hf(self.pair.target, self.pair.draft, "model" if self.pair.draft is not None else "ngram",
+                                   prompt_ids, k, max_new_tokens, self.eos_id)
+            drafter = self.drafter(backend) if (k > 0 or choose_k) else None
+            return generate(self.pair.target, drafter, prompt_ids, k, max_new_tokens, self.eos_id, choose_k)
+
+    def text(self, stats: RequestStats) -> str:
+        return self.pair.tokenizer.decode(stats.output_ids, skip_special_tokens=True)
+
+
+def stats_dict(stats: RequestStats, text: str) -> dict:
+    return {
+        "prompt_tokens": stats.prompt_tokens, "output_tokens": stats.output_tokens, "k": stats.k,
+        "output_ids": stats.output_ids, "output_text": text, "output_sha256": sha256_ids(stats.output_ids),
+        "proposed": stats.proposed, "accepted": stats.accepted, "passes": stats.passes,
+        "acceptance": stats.acceptance,
+        "per_position": [{"position": i, "proposed": p, "accepted": a} for i, (p, a) in
+                         enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
+        "draft_s": stats.draft_s, "verify_s": stats.verify_s,
+        "ttft_s": None if stats.ttft_s != stats.ttft_s else stats.ttft_s,
+        "latency_s": stats.latency_s, "tokens_per_s": stats.tokens_per_s,
+    }

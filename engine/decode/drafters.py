@@ -1,0 +1,81 @@
+"""Drafters behind one small interface: reset, draft, commit.
+
+``seq`` always ends with the pending token: the last token the target emitted,
+whose KV is not cached yet. ``commit(valid_len)`` says how many leading tokens of
+``seq`` are now final, so a drafter can drop whatever it cached beyond them.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class ModelDrafter:
+    """A small causal LM with its own KV cache, kept in step with the target's."""
+
+    name = "model"
+
+    def __init__(self, model):
+        self.model = model
+        self.cache: DynamicCache | None = None
+        self.cache_len = 0
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.cache_len = 0
+        self._feed(prompt_ids)
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        x = torch.tensor([ids], device=self.model.device)
+        logits = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=1).logits
+        self.cache_len += len(ids)
+        return logits[0, -1].argmax()
+
+    def draft(self, seq: list[int], k: int) -> list[int]:
+        # After a full accept the cache lags by one drafted token; feeding every
+        # uncached token of seq in the first call catches it up in the same pass.
+        tok = self._feed(seq[self.cache_len:])
+        out = [tok]
+        for _ in range(k - 1):
+            logits = self.model(input_ids=tok.view(1, 1), cache=self.cache, use_cache=True).logits
+            self.cache_len += 1
+            tok = logits[0, -1].argmax()
+            out.append(tok)
+        return torch.stack(out).tolist()
+
+    def commit(self, valid_len: int) -> None:
+        extra = self.cache_len - valid_len
+        if extra > 0:
+            self.cache.crop(-extra)
+            self.cache_len = valid_len
+
+
+class NgramDrafter:
+    """Model-free prompt lookup: find the latest earlier match of the last n tokens
+    (n from ``max_n`` down to ``min_n``) and propose what followed it."""
+
+    name = "ngram"
+
+    def __init__(self, max_n: int = 3, min_n: int = 1):
+        if not 1 <= min_n <= max_n:
+            raise ValueError("ngram sizes need 1 <= min_n <= max_n")
+        self.max_n, self.min_n = max_n, min_n
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def draft(self, seq: list[int], k: int) -> list[int]:
+        L = len(seq)
+        for n in range(min(self.max_n, L - 1), self.min_n - 1, -1):
+            tail = seq[L - n:]
+            first = tail[0]
+            for start in range(L - n - 1, -1, -1):
+                if seq[start] == first and seq[start:start + n] == tail:
+                    follow = seq[start + n:start + n + k]
+                    if follow:
+                        return follow
+        return []
+
+    def commit(self, valid_len: int) -> None:
+        pass
+

@@ -1,0 +1,81 @@
+"""The `hf` backend: the same request through transformers' own assisted generation.
+
+transformers reports no acceptance, so we count it where the library hands it
+over: ``update_candidate_strategy(input_ids, scores, num_matches)`` runs once per
+verification pass with ``scores`` holding candidate_length + 1 positions.
+Draft time is the time spent inside ``get_candidates``.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from unittest import mock
+
+import torch
+
+from engine.decode.spec import RequestStats, sync
+
+_PATCH_LOCK = threading.Lock()  # the counters patch classes, so one hf request at a time
+
+
+@contextlib.contextmanager
+def _counting(stats: RequestStats, device):
+    from transformers.generation.candidate_generator import (
+        AssistedCandidateGenerator,
+        PromptLookupCandidateGenerator,
+    )
+
+    def wrap_update(orig):
+        def update(self, input_ids, scores, num_matches):
+            stats.count_pass(int(scores.shape[1]) - 1, int(num_matches))
+            return orig(self, input_ids, scores, num_matches)
+        return update
+
+    def wrap_get(orig):
+        def get(self, *args, **kwargs):
+            t = time.perf_counter()
+            out = orig(self, *args, **kwargs)
+            sync(device)
+            stats.draft_s += time.perf_counter() - t
+            return out
+        return get
+
+    with _PATCH_LOCK, contextlib.ExitStack() as stack:
+        for cls in (AssistedCandidateGenerator, PromptLookupCandidateGenerator):
+            stack.enter_context(mock.patch.object(cls, "update_candidate_strategy", wrap_update(cls.update_candidate_strategy)))
+            stack.enter_context(mock.patch.object(cls, "get_candidates", wrap_get(cls.get_candidates)))
+        yield
+
+
+def _fix_k(draft, k: int) -> None:
+    # generate() ignores these as call keywords in transformers 5.x; they must sit
+    # on the draft's generation_config, with the heuristic schedule off.
+    gc = draft.generation_config
+    gc.num_assistant_tokens = k
+    gc.num_assistant_tokens_schedule = "constant"
+    gc.assistant_confidence_threshold = 0.0
+
+
+def generate_hf(target, draft, drafter: str, prompt_ids: list[int], k: int, max_new_tokens: int, eos_id: int | None) -> RequestStats:
+    device = target.device
+    stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
+    x = torch.tensor([prompt_ids], device=device)
+    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=eos_id,
+                  attention_mask=torch.ones_like(x))
+    if k > 0 and drafter == "model":
+        _fix_k(draft, k)
+        kwargs["assistant_model"] = draft
+    elif k > 0 and drafter == "ngram":
+        kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=3)
+    with _counting(stats, device):
+        sync(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = target.generate(x, **kwargs)
+        sync(device)
+        stats.latency_s = time.perf_counter() - start
+    stats.output_ids = out[0, len(prompt_ids):].tolist()
+    stats.verify_s = stats.latency_s - stats.draft_s
+    stats.ttft_s = float("nan")  # generate() does not expose the first token's time
+    return stats

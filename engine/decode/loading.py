@@ -1,0 +1,157 @@
+"""Model loading: the embedded pair, local directories and cached Hugging Face ids
+all go through one path. Nothing is downloaded and no model code from disk runs."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import PhoenixError
+from engine.paths import EMBEDDED_DIR
+
+EMBEDDED = "embedded"
+
+
+@dataclass
+class PairConfig:
+    """Which target and draft to load, and how."""
+
+    target: str = EMBEDDED  # 'embedded', a model directory or a cached Hugging Face id
+    draft: str | None = EMBEDDED  # like --target, or 'none' for model-free runs
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
+    allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
+
+
+@dataclass
+class LoadedPair:
+    target: object
+    draft: object | None
+    tokenizer: object
+    target_name: str
+    draft_name: str | None
+    device: str
+    dtype: str
+
+
+def pick_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise PhoenixError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
+    if device not in ("cpu", "cuda"):
+        raise PhoenixError(f"unknown --device {device!r}: use auto, cpu or cuda")
+    return device
+
+
+def pick_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise PhoenixError(f"unknown --dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return getattr(torch, dtype)
+
+
+def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
+    """Turn 'embedded', a directory or a cached hub id into a checked model directory."""
+    if spec == EMBEDDED:
+        path = EMBEDDED_DIR / role
+        if not (path / "config.json").exists():
+            raise PhoenixError(f"the embedded {role} is missing at {path}: run `python -m engine zoo build`")
+        return path
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return check_model_dir(path, spec, allow_pickle)
+    if path.exists():
+        raise PhoenixError(f"{spec!r} is a file, not a model directory: pass a directory holding config.json and weights")
+    if spec.count("/") == 1 and not spec.startswith((".", "/")):
+        return check_model_dir(_from_hub_cache(spec), spec, allow_pickle)
+    raise PhoenixError(f"model {spec!r} not found: pass 'embedded', a local model directory, or a Hugging Face id already in the local cache")
+
+
+def _from_hub_cache(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    import os
+
+    try:
+        # read at call time, so a cache set after start-up (or by a test) is honoured
+        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=os.environ.get("HF_HUB_CACHE") or None))
+    except Exception:
+        raise PhoenixError(
+            f"model {repo_id!r} is not in the local Hugging Face cache: run `hf download {repo_id}` "
+            "on a machine with internet access (Phoenix never downloads at run time)"
+        ) from None
+
+
+def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        raise PhoenixError(f"{spec!r} is a directory but not a model (no config.json): pass a Hugging Face model directory")
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise PhoenixError(f"{spec!r}: config.json is not valid JSON; re-export the model") from None
+    if "auto_map" in cfg:
+        raise PhoenixError(f"{spec!r} needs trust_remote_code (custom model code); Phoenix never runs model code from disk")
+    has_safe = any(path.glob("*.safetensors"))
+    has_pickle = any(path.glob("*.bin")) or any(path.glob("*.pt"))
+    if not has_safe and not (has_pickle and allow_pickle):
+        if has_pickle:
+            raise PhoenixError(f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle if you trust the files")
+        raise PhoenixError(f"{spec!r} has no weights (*.safetensors): pass a complete model directory")
+    return path
+
+
+def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = False):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve(spec, role, allow_pickle)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, trust_remote_code=False, use_safetensors=not allow_pickle
+        )
+    except PhoenixError:
+        raise
+    except Exception as exc:  # transformers raises many types; the user needs one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PhoenixError(f"could not load {role} {spec!r}: {first}") from None
+    return model.to(device).eval(), tokenizer
+
+
+def check_same_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: str) -> None:
+    """Speculation compares token ids, so both sides must mean the same thing by each id."""
+    if t_tok.get_vocab() != d_tok.get_vocab():
+        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family")
+    if target.get_output_embeddings().weight.shape[0] != draft.get_output_embeddings().weight.shape[0]:
+        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different vocabulary sizes; pick a draft from the target's family")
+
+
+def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
+    """The vocabulary check without loading weights, for forms and queued runs."""
+    from transformers import AutoTokenizer
+
+    try:
+        t_tok = AutoTokenizer.from_pretrained(target_path, trust_remote_code=False)
+        d_tok = AutoTokenizer.from_pretrained(draft_path, trust_remote_code=False)
+    except Exception as exc:
+        raise PhoenixError(f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if t_tok.get_vocab() != d_tok.get_vocab():
+        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family")
+
+
+def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str = "auto",
+              dtype: str = "auto", allow_pickle: bool = False) -> LoadedPair:
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+    t_model, t_tok = load_model(target, "target", dev, torch_dtype, allow_pickle)
+    d_model = None
+    if draft:
+        d_model, d_tok = load_model(draft, "draft", dev, torch_dtype, allow_pickle)
+        check_same_vocab(t_tok, d_tok, t_model, d_model, target, draft)
+    return LoadedPair(t_model, d_model, t_tok, target, draft, dev, str(torch_dtype).removeprefix("torch."))

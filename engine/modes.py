@@ -1,0 +1,86 @@
+"""The run vocabulary, defined once: the largest k, the arm set and the mode grammar.
+
+A mode string is parsed once into a ``Mode``; every consumer (bench, form, analysis,
+charts) asks the value object instead of matching strings itself.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.errors import PhoenixError
+
+K_MAX = 16  # largest draft length anywhere: arms, fixed_<k>, per-pass k
+DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
+GRANULARITIES = ("request", "pass")  # how often a policy may change k
+DRAFTERS = ("model", "ngram")  # what fixed_<k> and bandit draft with
+
+_GRAMMAR = re.compile(r"^(?:(?P<target>target)"
+                      r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
+                      r"|(?P<kind>fixed|ngram|hf)_(?P<k>\d+)"
+                      r"|vllm_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
+HELP = "use target, fixed_<k>, ngram_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
+
+
+def check_k(k: int) -> int:
+    if not 0 <= k <= K_MAX:
+        raise PhoenixError(f"k={k} is out of range: use 0..{K_MAX}")
+    return k
+
+
+@dataclass(frozen=True)
+class Mode:
+    text: str
+    kind: str  # target | fixed | ngram | hf | bandit | vllm
+    k: int | None = None  # fixed draft length; None for bandit (the policy picks) and vllm
+    policy: str | None = None  # bandit:<policy>; None means the run's --policy
+    granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
+
+    @classmethod
+    def parse(cls, text: str) -> "Mode":
+        m = _GRAMMAR.match(text or "")
+        if not m:
+            raise PhoenixError(f"unknown mode {text!r}: {HELP}")
+        if m["target"]:
+            return cls(text, "target", 0)
+        if m["bandit"]:
+            return cls(text, "bandit", None, m["policy"], m["gran"])
+        if m["kind"]:
+            k = int(m["k"])
+            if not 1 <= k <= K_MAX:
+                raise PhoenixError(f"mode {text!r}: k must be in 1..{K_MAX}")
+            return cls(text, m["kind"], k)
+        return cls(text, "vllm")
+
+    @classmethod
+    def of(cls, text: str) -> "Mode | None":
+        """For stored rows, which may hold any mode: None instead of an error."""
+        try:
+            return cls.parse(text)
+        except PhoenixError:
+            return None
+
+    @property
+    def is_bandit(self) -> bool:
+        return self.kind == "bandit"
+
+    @property
+    def is_fixed_arm(self) -> bool:
+        """Target-only or a fixed model-drafter k: the arms a policy is judged against."""
+        return self.kind in ("target", "fixed")
+
+    @property
+    def uses_drafter(self) -> bool:
+        """Drafts with the run's --drafter (fixed_<k> and bandit), so the break-even model applies."""
+        return self.kind in ("fixed", "bandit")
+
+    def backend(self, drafter: str) -> str:
+        """What decodes this mode: the run's drafter, 'ngram', 'hf' or plain 'model' for target."""
+        return {"target": "model", "fixed": drafter, "bandit": drafter, "ngram": "ngram", "hf": "hf"}[self.kind]
+
+    def needs_draft_model(self, drafter: str) -> bool:
+        return self.kind != "target" and self.backend(drafter) in ("model", "hf")
+
+    def arm_label(self, k: int) -> str:
+        """How charts name one arm of this mode: bandit arms carry their k."""
+        return self.text if self.k is not None else f"{self.text} k={k}"

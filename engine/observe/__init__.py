@@ -1,0 +1,1 @@
+"""Observability outside the decode loop: Sentry traces and Prometheus counters."""

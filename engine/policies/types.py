@@ -1,0 +1,113 @@
+"""The policy seam: what a policy is told, what it answers, and the Protocol every policy
+and wrapper implements.
+
+``t`` is the 0-based index of a decision among one policy's decisions in a run (warm-up
+requests excluded). Decision t draws from its own RNG seeded with (seed, t), so a resumed
+run, which replays the recorded observations, chooses exactly as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
+
+# A per-pass controller: given the request's stats so far (engine.decode.spec.RequestStats),
+# the k for the next verification pass.
+PassController = Callable[[object], int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    t: int
+    k: int
+    explored: bool  # the choice departs from the policy's current best estimate
+    policy: str = ""
+    epsilon: float | None = None  # epsilon_greedy: the exploration probability of this decision (1.0 in its warm start)
+    p_not_best: float | None = None  # model_based: posterior probability that its predicted best arm is not the best
+    fallback: bool = False  # the safety fallback chose k=0
+    event: str | None = None  # 'fallback_engaged' | 'fallback_recovered' on the first decision after the change
+
+
+@dataclass
+class Observation:
+    """What a policy may learn from one finished request (plain numbers only)."""
+
+    k: int
+    reward: float  # tokens/sec
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    latency_s: float = 0.0
+    ttft_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    per_position_proposed: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+    arms: tuple[int, ...]
+    t: int
+
+    def choose(self, prompt_tokens: int | None = None) -> Decision: ...
+
+    def update(self, k: int, reward: float, obs: Observation | None = None) -> None: ...
+
+    def snapshot(self) -> tuple[dict, dict]:
+        """(per-arm estimate, per-arm count), keyed by str(k), for the recorded step."""
+
+    def pass_controller(self, decision: Decision) -> PassController | None:
+        """None keeps decision.k for the whole request."""
+
+    def observe_reference(self, tokens_per_s: float) -> None:
+        """A target-only request of the same run finished at this speed."""
+
+
+@dataclass
+class PassState:
+    """What a per-pass controller remembers within one request."""
+
+    proposed: int = 0  # the request's totals at the previous pass
+    accepted: int = 0
+    ok: float = 0.0  # accepted drafts seen in this request
+    fail: float = 0.0  # passes that rejected a draft
+    ema: float | None = None
+    idx: int = 0
+
+    def advance(self, stats) -> tuple[int, int]:
+        """(proposed, accepted) of the pass that just finished."""
+        p, a = stats.proposed - self.proposed, stats.accepted - self.accepted
+        self.proposed, self.accepted = stats.proposed, stats.accepted
+        return p, a
+
+
+def clean_reward(reward: float) -> float:
+    if not math.isfinite(reward):
+        return 0.0  # a broken timing must not poison the estimates
+    return max(-1e12, min(1e12, reward))
+
+
+def decision_rng(seed: int, t: int) -> random.Random:
+    return random.Random(f"{seed}:{t}")
+
+
+class PolicyDefaults:
+    """What a policy does unless it says otherwise: one k per request, no use for target-only
+    references, and the per-arm tally every policy keeps."""
+
+    def pass_controller(self, decision: Decision) -> PassController | None:
+        return None  # request granularity unless wrapped by PassAdaptive
+
+    def observe_reference(self, tokens_per_s: float) -> None:
+        pass  # only the fallback wrapper uses target-only references
+
+    def tally(self, k: int) -> None:
+        if k not in self.counts:
+            raise ValueError(f"arm {k} is not in {self.arms}")
+        self.counts[k] += 1
+        self.t += 1

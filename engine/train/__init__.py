@@ -1,0 +1,1 @@
+"""Training: the embedded pair (zoo) and draft distillation (distill, lora, job, evaluate)."""

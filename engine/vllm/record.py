@@ -1,0 +1,126 @@
+"""Recording vLLM sweeps and watches as Phoenix runs (the CLI is a thin layer over these)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from db.entities import PositionCount, RequestRecord
+from db.store import Store
+from engine.bench.setup import environment
+from engine.decode.prompts import load as load_prompts
+from engine.vllm.client import SpecCounters, VllmClient, sweep_level
+from engine.errors import PhoenixError
+
+
+@dataclass
+class SweepConfig:
+    url: str = "http://127.0.0.1:8000"  # the vLLM OpenAI-compatible server
+    model: str = ""  # the served model name, as the server knows it
+    prompts: str = "humaneval-test"
+    limit: int | None = 50
+    max_new_tokens: int = 128
+    concurrency: str = "1,4,16"  # levels, each sending every prompt
+    timeout_s: float = 600.0
+    name: str = ""
+
+
+@dataclass
+class WatchConfig:
+    url: str = "http://127.0.0.1:8000"
+    model: str = ""  # label only: the counters are summed over what the server reports
+    interval_s: float = 5.0
+    samples: int | None = None  # stop after this many intervals; None: until Ctrl-C
+    name: str = ""
+
+
+def client_for(url: str, model: str, timeout_s: float = 600.0) -> VllmClient:
+    return VllmClient(url, model, timeout_s, api_key=os.environ.get("VLLM_API_KEY"))  # the key is never printed
+
+
+def levels_of(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise PhoenixError(f"--concurrency must be comma-separated whole numbers, got {text!r}") from None
+    if not levels or any(c < 1 or c > 1024 for c in levels):
+        raise PhoenixError(f"--concurrency levels must be in 1..1024, got {text!r}")
+    return levels
+
+
+def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | None = None) -> int:
+    """One run; requests are recorded per level as mode 'vllm_c<level>', level counters in the run config."""
+    levels = levels_of(cfg.concurrency)
+    if not cfg.model:
+        raise PhoenixError("--model is required: the served model name (see the server's /v1/models)")
+    prompts = load_prompts(cfg.prompts, cfg.limit)
+    client = client_for(cfg.url, cfg.model, cfg.timeout_s)
+    client.metrics()  # fail before writing anything if the server or its /metrics is unreachable
+    run = store.create_run(cfg.name or f"vllm sweep {cfg.concurrency}", {"vllm": asdict(cfg), "environment": environment()},
+                           cfg.model, None, len(prompts) * len(levels))
+    seq, summary = 0, []
+    try:
+        for c in levels:
+            results, level = sweep_level(client, prompts, c, cfg.max_new_tokens)
+            k = len(level["per_position"])
+            recs = [_record(run.id, seq + i, f"vllm_c{c}", k, r) for i, r in enumerate(results)]
+            seq += len(recs)
+            summary.append(level)
+            store.merge_config(run.id, {"vllm_levels": summary})
+            store.add_requests(recs, progress=(run.id, seq))
+            if on_level:
+                on_level(level)
+    except PhoenixError as exc:
+        store.set_status(run.id, "failed", str(exc))
+        raise
+    except KeyboardInterrupt:
+        store.set_status(run.id, "interrupted")
+        raise
+    store.set_status(run.id, "done")
+    return run.id
+
+
+def _record(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
+    lat = r["latency_s"]
+    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=r["prompt"].id, prompt_tokens=r["prompt_tokens"],
+                         output_tokens=r["output_tokens"], latency_s=lat, ttft_s=None,
+                         tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0, proposed=0, accepted=0, passes=0,
+                         draft_s=0.0, verify_s=0.0, output_text=r["text"],
+                         output_sha256=hashlib.sha256(r["text"].encode()).hexdigest())
+
+
+def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Each interval becomes one 'vllm_watch' row: counter deltas as proposed / accepted / per-position counts."""
+    if cfg.interval_s <= 0:
+        raise PhoenixError(f"--interval-s must be positive, got {cfg.interval_s}")
+    client = client_for(cfg.url, cfg.model or "watched")
+    prev, t_prev = client.metrics(), time.perf_counter()
+    run = store.create_run(cfg.name or f"vllm watch {cfg.url}", {"vllm_watch": asdict(cfg), "environment": environment()},
+                           cfg.model or cfg.url, None, cfg.samples or 0)
+    n = 0
+    try:
+        while cfg.samples is None or n < cfg.samples:
+            sleep(cfg.interval_s)
+            now, t_now = client.metrics(), time.perf_counter()
+            store.add_requests([_interval(run.id, n, now.minus(prev), t_now - t_prev)], progress=(run.id, n + 1))
+            prev, t_prev, n = now, t_now, n + 1
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a watch ends; every interval so far is kept
+    except PhoenixError as exc:
+        store.set_status(run.id, "failed", str(exc))
+        raise
+    store.set_status(run.id, "done")
+    return run.id
+
+
+def _interval(run_id: int, seq: int, d: SpecCounters, seconds: float) -> RequestRecord:
+    drafts = int(round(d.drafts))
+    positions = [PositionCount(p, drafts, int(round(v))) for p, v in sorted(d.per_pos.items())]
+    gen = int(round(d.generation_tokens))
+    return RequestRecord(run_id=run_id, seq=seq, mode="vllm_watch", k=len(positions), prompt_id=f"interval-{seq}",
+                         prompt_tokens=0, output_tokens=gen, latency_s=seconds, ttft_s=None,
+                         tokens_per_s=gen / seconds if seconds > 0 else 0.0, proposed=int(round(d.draft_tokens)),
+                         accepted=int(round(d.accepted)), passes=drafts, draft_s=0.0, verify_s=0.0, output_text="",
+                         output_sha256="", positions=positions)

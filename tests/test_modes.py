@@ -1,0 +1,46 @@
+"""The mode grammar, parsed once into a value object."""
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import PhoenixError
+from engine.modes import K_MAX, Mode
+
+
+@pytest.mark.parametrize("text,kind,k,policy,granularity,backend", [
+    ("target", "target", 0, None, None, "model"),
+    ("fixed_4", "fixed", 4, None, None, "ngram"),
+    ("ngram_2", "ngram", 2, None, None, "ngram"),
+    ("hf_8", "hf", 8, None, None, "hf"),
+    ("bandit", "bandit", None, None, None, "ngram"),
+    ("bandit:ucb1", "bandit", None, "ucb1", None, "ngram"),
+    ("bandit:model_based:pass", "bandit", None, "model_based", "pass", "ngram"),
+    ("vllm_c16", "vllm", None, None, None, None),
+])
+def test_each_mode_parses_to_its_parts(text, kind, k, policy, granularity, backend):
+    m = Mode.parse(text)
+    assert (m.kind, m.k, m.policy, m.granularity) == (kind, k, policy, granularity)
+    if backend:
+        assert m.backend("ngram") == backend  # the run's --drafter is ngram here
+
+
+@pytest.mark.parametrize("text,message", [
+    ("turbo_4", "unknown mode 'turbo_4'"),
+    ("fixed_0", "k must be in 1..16"),
+    (f"fixed_{K_MAX + 1}", "k must be in 1..16"),
+    ("bandit:UCB", "unknown mode"),
+    ("", "unknown mode"),
+])
+def test_bad_modes_are_one_clear_error(text, message):
+    with pytest.raises(PhoenixError, match=message):
+        Mode.parse(text)
+    assert Mode.of(text) is None
+
+
+@pytest.mark.parametrize("text,fixed_arm,uses_drafter,label", [
+    ("target", True, False, "target"), ("fixed_4", True, True, "fixed_4"), ("ngram_4", False, False, "ngram_4"),
+    ("bandit", False, True, "bandit k=6"),
+])
+def test_what_analysis_asks_of_a_mode(text, fixed_arm, uses_drafter, label):
+    m = Mode.parse(text)
+    assert (m.is_fixed_arm, m.uses_drafter, m.arm_label(6 if m.k is None else m.k)) == (fixed_arm, uses_drafter, label)
