@@ -1,7 +1,10 @@
 """Dashboard at scale: synthetic requests written through the store, then the Run
 page's queries and one AppTest render of it, timed.
 
-    python -m benchmarks.dashboard [--sizes 10000,200000] [--repeats 3]
+    python -m benchmarks.dashboard [--sizes 10000,200000] [--single-run 200000] [--repeats 3]
+
+Two cases: the database holds runs of --run-size requests and the page shows one of
+them (--sizes), or the page shows one run that holds every request (--single-run).
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from pathlib import Path
 from benchmarks.common import spread, write
 from db import migrate, queries
 from db.entities import BanditRecord, PositionCount, RequestRecord
-from db.queries import mode_summaries
 from db.store import Store
 
 MODES = [("target", 0), ("fixed_4", 4), ("bandit", None)]
@@ -54,12 +56,14 @@ def build(url: str, n: int, run_size: int, batch: int = 5000) -> float:
 
 
 def time_queries(url: str, repeats: int) -> dict:
+    """The Run page's queries as app/data.py makes them: the results table reuses the (mode, k) sums."""
     store = Store(url)
+    shared = {}
     steps = {
-        "mode_summaries": lambda: mode_summaries(store, 1),
+        "arm_totals": lambda: shared.update(totals=queries.arm_totals(store, 1)),
+        "mode_summaries": lambda: queries.mode_summaries(store, 1, totals=shared["totals"]),
         "positions": lambda: queries.positions(store, 1),
         "request_sample": lambda: queries.request_sample(store, 1),
-        "time_split": lambda: queries.time_split(store, 1),
         "bandit": lambda: queries.bandit_history(store, 1),
         "identity": lambda: queries.identity(store, 1),
         "runs_frame": lambda: queries.runs_frame(store),
@@ -93,26 +97,34 @@ def time_page(url: str) -> float:
     return elapsed
 
 
-def main(argv=None) -> None:
+def measure(url: str, n: int, run_size: int, repeats: int) -> dict:
+    rate = build(url, n, run_size)
+    q = time_queries(url, repeats)
+    page = time_page(url)
+    print(f"{n:>8} requests ({run_size} in the shown run): insert {rate:,.0f} req/s; Run page queries "
+          f"{q['all_queries_median_s']:.3f} s; AppTest render {page:.2f} s")
+    return {"insert_rows_per_s": rate, "queries": q, "run_page_render_s": page, "shown_run_requests": run_size}
+
+
+def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10_000, 200_000])
+    sizes = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
+    p.add_argument("--sizes", type=sizes, default=[10_000, 200_000])
+    p.add_argument("--single-run", type=sizes, default=[200_000], help="sizes of one run that the page shows")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--run-size", type=int, default=2000, help="requests per run; the page shows one run")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    results = {}
+    results, single = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
-            url = f"sqlite:///{tmp}/scale-{n}.db"
-            rate = build(url, n, min(args.run_size, n))
-            q = time_queries(url, args.repeats)
-            page = time_page(url)
-            results[n] = {"insert_rows_per_s": rate, "queries": q, "run_page_render_s": page}
-            print(f"{n:>8} requests ({min(args.run_size, n)} in the shown run): insert {rate:,.0f} req/s; Run page queries {q['all_queries_median_s']:.3f} s; "
-                  f"AppTest render {page:.2f} s")
-    payload = {"settings": vars(args), "results": results}
+            results[n] = measure(f"sqlite:///{tmp}/scale-{n}.db", n, min(args.run_size, n), args.repeats)
+        for n in args.single_run:
+            single[n] = measure(f"sqlite:///{tmp}/single-{n}.db", n, n, args.repeats)
+    payload = {"settings": vars(args), "results": results, "single_run": single}
     path = write("dashboard", payload, Path(args.out)) if args.out else write("dashboard", payload)
     print(f"wrote {path}")
+    return payload
 
 
 if __name__ == "__main__":

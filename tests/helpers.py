@@ -34,7 +34,7 @@ def request_record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, pro
     return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"p{seq}", prompt_tokens=5,
                          output_tokens=tokens, latency_s=latency, ttft_s=0.1, tokens_per_s=tokens / latency,
                          proposed=proposed, accepted=accepted, passes=3, draft_s=0.4, verify_s=0.6,
-                         output_text="x", output_sha256="0" * 64, trace_id="a" * 32, **kw)
+                         output_text="x", output_sha256="0" * 64, **{"trace_id": "a" * 32, **kw})
 
 
 class CorruptingDecoder(Decoder):

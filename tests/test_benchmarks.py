@@ -26,11 +26,12 @@ def test_decode_then_efficiency_and_report_on_tiny_models(tiny_dirs, tmp_path, m
 def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path):
     from benchmarks import dashboard
 
-    dashboard.main(["--sizes", "300", "--repeats", "1", "--out", str(tmp_path)])
+    dashboard.main(["--sizes", "300", "--single-run", "200", "--repeats", "1", "--out", str(tmp_path)])
     result = latest("dashboard", tmp_path)
-    row = result["results"]["300"]
-    assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0
-    assert set(row["queries"]) >= {"mode_summaries", "positions", "request_sample", "all_queries_median_s"}
+    for row in (result["results"]["300"], result["single_run"]["200"]):
+        assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0
+        assert set(row["queries"]) >= {"arm_totals", "mode_summaries", "positions", "request_sample", "bandit", "all_queries_median_s"}
+    assert result["single_run"]["200"]["shown_run_requests"] == 200
 
 
 def test_regret_benchmark_runs_every_policy_against_the_fixed_arms(tiny_dirs, prompt_file, tmp_path):

@@ -9,6 +9,7 @@ from sqlalchemy import create_engine, inspect
 from db import migrate
 from db.entities import BanditRecord, PositionCount
 from db.models import Base
+from db import queries
 from db.queries import mode_summaries, positions
 from db.store import Store, StoreError, resolve_url
 from helpers import request_record
@@ -111,6 +112,27 @@ def test_latency_percentiles_in_sql_equal_numpys(store, latencies):
     (m,) = mode_summaries(store, run.id)
     assert m.p50_latency_s == pytest.approx(np.percentile(latencies, 50))
     assert m.p95_latency_s == pytest.approx(np.percentile(latencies, 95))
+
+
+@pytest.mark.parametrize("points,width", [(100, 1), (4, 3)])
+def test_the_bandit_history_is_aggregated_into_windows_of_decisions(any_store, points, width):
+    store = any_store
+    run = store.create_run("r", {}, "t", "d", total=10)
+    recs = []
+    for t in range(10):
+        rec = request_record(run.id, t, mode="bandit", k=[0, 2, 4][t % 3], trace_id=f"{t:032x}")
+        rec.bandit = BanditRecord(t=t, explored=t < 3, chosen_k=rec.k, arm_means={"2": float(t)}, arm_counts={"2": t},
+                                  reward=float(t), epsilon=0.1 * t)
+        recs.append(rec)
+    store.add_requests(recs)
+    h = queries.bandit_history(store, run.id, points=points)
+    windows = list(range(0, 10, width))
+    assert h["signals"]["t"].tolist() == windows and h["signals"]["n"].sum() == 10
+    first = list(range(min(width, 10)))
+    assert h["signals"]["epsilon"].iloc[0] == pytest.approx(sum(0.1 * t for t in first) / len(first))
+    assert h["signals"]["p_not_best"].isna().all()
+    assert h["means"]["t"].tolist() == [min(w + width, 10) - 1 for w in windows]  # each window's last decision
+    assert h["choices"]["n"].sum() == 10 and set(h["choices"]["chosen_k"]) == {0, 2, 4}
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -14,6 +14,15 @@ def add_db(p) -> None:
     p.add_argument("--db", default=None, help="SQLAlchemy URL or file path (default: $PHOENIX_DB or data/phoenix.db)")
 
 
+def add_run_command(sub, name: str, help_text: str, func):
+    """A command about one stored run: `NAME RUN [--db ...]`."""
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("run", type=int)
+    add_db(p)
+    p.set_defaults(func=func)
+    return p
+
+
 def add_sentry(p) -> None:
     add_options(p, SentryConfig, prefix="sentry")
 

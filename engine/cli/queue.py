@@ -6,7 +6,7 @@ import os
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.setup import create_run
 from engine.bench.worker import Worker, WorkerConfig, log_line
-from engine.cli.options import add_db, add_sentry, get_run, open_store, start_telemetry
+from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.cli.runs import add_bench_options, execute_and_report
 from engine.config import add_options, from_args
 from engine.decode.loading import check_same_tokenizer_files, resolve
@@ -64,12 +64,5 @@ def add_commands(sub) -> None:
     add_db(w)
     add_sentry(w)
     w.set_defaults(func=cmd_worker)
-    r = sub.add_parser("resume", help="continue an interrupted, failed or cancelled run in this process")
-    r.add_argument("run", type=int)
-    add_db(r)
-    add_sentry(r)
-    r.set_defaults(func=cmd_resume)
-    c = sub.add_parser("cancel", help="cancel a queued or running run (rows are kept)")
-    c.add_argument("run", type=int)
-    add_db(c)
-    c.set_defaults(func=cmd_cancel)
+    add_sentry(add_run_command(sub, "resume", "continue an interrupted, failed or cancelled run in this process", cmd_resume))
+    add_run_command(sub, "cancel", "cancel a queued or running run (rows are kept)", cmd_cancel)

@@ -9,7 +9,7 @@ from db.store import Store, make_engine, resolve_url, safe_url
 from engine.bench.config import BenchConfig, validate
 from engine.bench.run import encode_all, execute, load_decoder, report
 from engine.bench.setup import create_run
-from engine.cli.options import add_db, add_sentry, get_run, open_store, start_telemetry
+from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.config import add_options, from_args
 from engine.decode.prompts import load as load_prompts
 
@@ -86,16 +86,10 @@ def add_commands(sub) -> None:
     r = sub.add_parser("runs", help="list runs")
     add_db(r)
     r.set_defaults(func=cmd_runs)
-    s = sub.add_parser("show", help="print a stored run's results table")
-    s.add_argument("run", type=int)
-    add_db(s)
-    s.set_defaults(func=cmd_show)
-    e = sub.add_parser("export", help="write a run's requests as CSV or JSON")
-    e.add_argument("run", type=int)
+    add_run_command(sub, "show", "print a stored run's results table", cmd_show)
+    e = add_run_command(sub, "export", "write a run's requests as CSV or JSON", cmd_export)
     e.add_argument("--format", choices=["csv", "json"], default="csv")
     e.add_argument("--out", default=None)
-    add_db(e)
-    e.set_defaults(func=cmd_export)
     d = sub.add_parser("db", help="database schema")
     dsub = d.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head")
