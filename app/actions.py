@@ -10,6 +10,8 @@ import streamlit as st
 from engine.bench.autostart import ensure_worker
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
+from engine.catalog import EMBEDDED, SMOLLM2, SMOLLM2_DRAFT, present
+from engine.decode.fetch import FETCHERS
 from engine.decode.loading import check_same_tokenizer_files, resolve
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
@@ -42,7 +44,11 @@ def permission(given: str) -> str | None:
 
 
 def demo_config() -> BenchConfig:
-    return BenchConfig(limit=5, max_new_tokens=64, name="demo", modes=["target", "fixed_4", "bandit"])
+    """The real pair once its draft is here (the worker fetches the target if needed), else the embedded one."""
+    real = present(SMOLLM2_DRAFT)
+    return BenchConfig(target=SMOLLM2 if real else EMBEDDED, draft=SMOLLM2_DRAFT if real else EMBEDDED, limit=5,
+                       max_new_tokens=64, name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
+                       modes=["target", "fixed_4", "bandit"])
 
 
 def _check(errors: dict, field: str, fn) -> object:
@@ -63,7 +69,8 @@ def _check_modes(cfg: BenchConfig) -> None:
 def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
     """Each field of the New run form on its own, so every invalid one gets its own message."""
     errors: dict[str, str] = {}
-    t = _check(errors, "target", lambda: resolve(cfg.target, "target"))
+    fetched_later = cfg.target in FETCHERS and not present(cfg.target)  # the worker fetches it before the run
+    t = None if fetched_later else _check(errors, "target", lambda: resolve(cfg.target, "target"))
     d = _check(errors, "draft", lambda: resolve(cfg.draft, "draft")) if cfg.draft else None
     if t is not None and d is not None:
         _check(errors, "draft", lambda: check_same_tokenizer_files(t, d, cfg.target, cfg.draft))

@@ -30,12 +30,13 @@ def run_picker(url: str, key: str = "run") -> int | None:
 def empty_state() -> None:
     st.info("No runs yet. Phoenix records every request of a benchmark run here: per-position acceptance, "
             "tokens/sec per draft length, where the time goes, and whether outputs match the target alone.")
-    if st.button("Start a quick demo on the embedded pair (5 prompts, 64 tokens)", key="empty_demo", type="primary"):
+    demo = actions.demo_config()
+    if st.button(f"Start a quick demo: {demo.name}, 5 prompts, 64 tokens", key="empty_demo", type="primary"):
         denied = actions.permission("")
         if denied:
             st.error(denied)
         else:
-            queued(*actions.queue_run(actions.demo_config()))
+            queued(*actions.queue_run(demo))
     st.markdown("Or from a shell, in the foreground:")
     st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,fixed_4,bandit", language="bash")
 

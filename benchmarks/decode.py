@@ -5,6 +5,9 @@ Every figure is a ratio against target-only measured on the same prompt in the
 same repeat; the report gives the median and interquartile range of those ratios.
 
     python -m benchmarks.decode [--limit 10] [--max-new-tokens 96] [--repeats 2] [--ks 2,4,6,8]
+    python -m benchmarks.decode --target smollm2 --draft smollm2-draft --dtype bfloat16 --tag smollm2
+
+Identity is checked against target-only in the same dtype; a divergence records its first position.
 """
 from __future__ import annotations
 
@@ -16,13 +19,16 @@ from benchmarks.common import spread, write
 from engine.analysis.breakeven import fit_a, measured_c, predicted_speedup, rates
 from engine.decode.loading import load_pair
 from engine.decode.prompts import load as load_prompts
-from engine.decode.decoder import Decoder
+from engine.decode.decoder import Decoder, first_divergence
 
 
-def configs(ks: list[int]) -> list[tuple[str, str, int]]:
+NAMES = {"model": "ours", "hf": "hf", "ngram": "ngram"}
+
+
+def configs(ks: list[int], drafters: list[str]) -> list[tuple[str, str, int]]:
     out = [("target", "model", 0)]
     for k in ks:
-        out += [(f"ours_{k}", "model", k), (f"hf_{k}", "hf", k), (f"ngram_{k}", "ngram", k)]
+        out += [(f"{NAMES[d]}_{k}", d, k) for d in drafters]
     return out
 
 
@@ -30,8 +36,8 @@ def run(args) -> dict:
     pair = load_pair(args.target, args.draft, args.device, args.dtype)
     dec = Decoder(pair)
     prompts = load_prompts(args.prompts, args.limit)
-    encoded = [(p.id, dec.encode(p.text)) for p in prompts]
-    plan = configs(args.ks)
+    encoded = [(p.id, dec.encode(p.text, args.prompt_format)) for p in prompts]
+    plan = configs(args.ks, args.drafters)
     for _, backend, k in plan:  # warm-up, excluded
         dec.run(encoded[0][1], k, 8, backend)
     rows = []
@@ -47,7 +53,8 @@ def run(args) -> dict:
                              "tokens_per_s": s.tokens_per_s, "latency_s": s.latency_s, "output_tokens": s.output_tokens,
                              "proposed": s.proposed, "accepted": s.accepted, "passes": s.passes, "draft_s": s.draft_s,
                              "verify_s": s.verify_s, "per_position_proposed": s.per_position_proposed,
-                             "per_position_accepted": s.per_position_accepted, "identical": s.output_ids == ref})
+                             "per_position_accepted": s.per_position_accepted, "identical": s.output_ids == ref,
+                             "diverged_at": first_divergence(s.output_ids, ref)})
     return summarise(rows, plan, args)
 
 
@@ -74,10 +81,12 @@ def summarise(rows: list[dict], plan, args) -> dict:
             "draft_share": sum(r["draft_s"] for r in rs) / max(1e-9, sum(r["latency_s"] for r in rs)),
         }
     ours_vs_hf = {}
-    for k in args.ks:
+    for k in args.ks if {"model", "hf"} <= set(args.drafters) else []:
         pairs = {(r["prompt"], r["repeat"]): r["tokens_per_s"] for r in rows if r["config"] == f"hf_{k}"}
         ours_vs_hf[k] = spread([r["tokens_per_s"] / pairs[(r["prompt"], r["repeat"])] for r in rows if r["config"] == f"ours_{k}"])
-    return {"settings": vars(args) | {"ks": args.ks}, "target_step_s": step_s, "table": table, "ours_vs_hf": ours_vs_hf, "rows": rows}
+    divergences = [{"config": r["config"], "prompt": r["prompt"], "diverged_at": r["diverged_at"]}
+                   for r in rows if not r["identical"]]
+    return {"settings": vars(args) | {"ks": args.ks}, "target_step_s": step_s, "divergences": divergences, "table": table, "ours_vs_hf": ours_vs_hf, "rows": rows}
 
 
 def print_table(result: dict) -> None:
@@ -103,10 +112,14 @@ def main(argv=None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6, 8])
+    p.add_argument("--drafters", type=lambda s: [x for x in s.split(",") if x], default=["model", "hf", "ngram"])
+    p.add_argument("--prompt-format", default="auto", help="auto | chat | raw (auto: chat when the target has a template)")
+    p.add_argument("--tag", default="", help="results are named <tag>_decode_<dtype> (the README's real-pair sections)")
     p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = p.parse_args(argv)
     result = run(args)
-    path = write("decode", result, Path(args.out)) if args.out else write("decode", result)
+    name = f"{args.tag}_decode_{args.dtype}" if args.tag else "decode"
+    path = write(name, result, Path(args.out)) if args.out else write(name, result)
     print_table(result)
     print(f"wrote {path}")
 

@@ -18,24 +18,40 @@ def _f(v, fmt):
     return "" if v is None or v != v else format(v, fmt)  # None and NaN both print as blank
 
 
-def decode_md(d: dict) -> str:
+def decode_md(d: dict, title: str = "Decode speed") -> str:
     p = d["provenance"]
     s = d["settings"]
-    lines = [f"**Decode speed** ({p['date']}, {p['cpu']}, {p['cores']} cores, torch {p['torch']}, transformers "
-             f"{p['transformers']}, git {str(p['git_sha'])[:8]}): {s['limit']} held-out HumanEval prompts x {s['repeats']} "
-             f"repeats, {s['max_new_tokens']} new tokens, fp32 CPU. Ratios are per prompt against target-only in the same "
-             "repeat: median (IQR).", "",
-             "| config | tok/s | x target | acceptance | fitted a | c | predicted | draft share | identical |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    pair = f"{s.get('target', 'embedded')} / {s.get('draft', 'embedded')}"
+    lines = [f"**{title}** ({p['date']}, {p['cpu']}, {p['cores']} cores, torch {p['torch']}, transformers "
+             f"{p['transformers']}, git {str(p['git_sha'])[:8]}): pair {pair}, {s.get('dtype', 'float32')} on "
+             f"{s.get('device', 'cpu')}, prompts {s.get('prompt_format', 'raw')}; {s['limit']} held-out HumanEval prompts x "
+             f"{s['repeats']} repeats, {s['max_new_tokens']} new tokens; target step {d['target_step_s'] * 1e3:.1f} ms. "
+             "Ratios are per prompt against target-only in the same repeat: median (IQR); n is requests per config. "
+             f"Command: `python -m benchmarks.decode {command(s)}`.", "",
+             "| config | n | tok/s | x target | acceptance | per position (unconditional) | fitted a | c | predicted | draft share | identical |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for name, t in d["table"].items():
         r = t["ratio_vs_target"]
-        lines.append(f"| {name} | {t['tokens_per_s']['median']:.1f} | {r['median']:.2f} ({r['p25']:.2f}-{r['p75']:.2f}) | "
-                     f"{_f(t['acceptance'], '.1%')} | {_f(t['fitted_a'], '.3f')} | {_f(t['c'], '.3f')} | "
-                     f"{_f(t['predicted_speedup'], '.2f')} | {t['draft_share']:.0%} | {t['identical']} |")
-    lines.append("")
-    lines.append("Our loop over transformers' assisted generation at equal k: " + ", ".join(
-        f"k={k}: {v['median']:.2f}x ({v['p25']:.2f}-{v['p75']:.2f})" for k, v in d["ours_vs_hf"].items()))
+        per_pos = " ".join(f"{u:.2f}" for u in t.get("per_position_unconditional") or [])
+        lines.append(f"| {name} | {t['tokens_per_s']['n']} | {t['tokens_per_s']['median']:.1f} | {r['median']:.2f} "
+                     f"({r['p25']:.2f}-{r['p75']:.2f}) | {_f(t['acceptance'], '.1%')} | {per_pos} | {_f(t['fitted_a'], '.3f')} | "
+                     f"{_f(t['c'], '.3f')} | {_f(t['predicted_speedup'], '.2f')} | {t['draft_share']:.0%} | {t['identical']} |")
+    if d.get("ours_vs_hf"):
+        lines += ["", "Our loop over transformers' assisted generation at equal k: " + ", ".join(
+            f"k={k}: {v['median']:.2f}x ({v['p25']:.2f}-{v['p75']:.2f})" for k, v in d["ours_vs_hf"].items())]
+    if "divergences" in d:
+        div = d["divergences"]
+        lines += ["", f"Outputs that differ from target-only in the same dtype: {len(div)}" + (
+            " (" + ", ".join(f"{x['config']} on {x['prompt']} at token {x['diverged_at']}" for x in div[:8])
+            + (", ..." if len(div) > 8 else "") + ")." if div else ".")]
     return "\n".join(lines)
+
+
+def command(s: dict) -> str:
+    flags = {"target": s.get("target"), "draft": s.get("draft"), "dtype": s.get("dtype"), "limit": s.get("limit"),
+             "repeats": s.get("repeats"), "max-new-tokens": s.get("max_new_tokens"),
+             "ks": ",".join(map(str, s.get("ks", []))), "drafters": ",".join(s.get("drafters", [])), "tag": s.get("tag")}
+    return " ".join(f"--{k} {v}" for k, v in flags.items() if v not in (None, ""))
 
 
 def efficiency_md(e: dict) -> str:
@@ -104,8 +120,10 @@ def gpu_md(g: dict) -> str:
 
 def render() -> str:
     parts = []
-    sections = [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md), ("regret", regret_md),
-                ("dashboard", dashboard_md), ("gpu", gpu_md)]
+    real = [(f"smollm2_decode_{dtype}", lambda d, t=f"SmolLM2-135M-Instruct, {dtype}": decode_md(d, t))
+            for dtype in ("float32", "bfloat16")]
+    sections = real + [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md),
+                       ("regret", regret_md), ("dashboard", dashboard_md), ("gpu", gpu_md)]
     for name, fmt in sections:
         result = latest(name)
         if result and not (name == "gpu" and result["settings"].get("tiny")):

@@ -14,6 +14,7 @@ K_MAX = 16  # largest draft length anywhere: arms, fixed_<k>, per-pass k
 DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
 GRANULARITIES = ("request", "pass")  # how often a policy may change k
 DRAFTERS = ("model", "ngram")  # what fixed_<k> and bandit draft with
+PROMPT_FORMATS = ("auto", "chat", "raw")  # how prompt text becomes token ids: auto = chat when the target has a template
 
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"

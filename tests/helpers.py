@@ -122,3 +122,59 @@ def build_db(url: str) -> Store:
             recs[4].identical, recs[4].diverged_at = False, 17
         store.add_requests(recs)
     return store
+
+
+def write_tiny_gguf(path: Path, tokenizer, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """A small Llama GGUF in F32, written with the gguf package as llama.cpp lays one out: tokenizer and weights."""
+    import json as _json
+
+    import gguf
+    import numpy as np
+
+    state = _json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    vocab = sorted(state["vocab"].items(), key=lambda kv: kv[1])
+    merges = [m if isinstance(m, str) else " ".join(m) for m in state["merges"]]
+    special = set(tokenizer.all_special_tokens)
+    eos = tokenizer.eos_token_id
+    rng = np.random.default_rng(seed)
+    ffn, heads, kv_heads = hidden * 2, 4, 2
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("phoenix-tiny-gguf")
+    w.add_block_count(layers)
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t, _ in vocab])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(eos)
+    w.add_eos_token_id(eos)
+    w.add_pad_token_id(eos)
+
+    def tensor(name, *shape, scale=0.3):
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    tensor("token_embd.weight", len(vocab), hidden)
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        tensor(f"blk.{i}.attn_q.weight", hidden, hidden)
+        tensor(f"blk.{i}.attn_k.weight", hidden * kv_heads // heads, hidden)
+        tensor(f"blk.{i}.attn_v.weight", hidden * kv_heads // heads, hidden)
+        tensor(f"blk.{i}.attn_output.weight", hidden, hidden)
+        tensor(f"blk.{i}.ffn_gate.weight", ffn, hidden)
+        tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
+        tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -224,3 +224,35 @@ def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_pat
     sweep_df = next(f for f in frames if "metric" in f.columns and "concurrency" in f.columns)
     assert set(sweep_df["metric"]) == {"throughput (tok/s)", "acceptance", "mean acceptance length"}
     assert sorted(sweep_df["concurrency"].unique()) == [1, 2]
+
+
+def test_the_form_names_the_real_pair_with_its_size_and_whether_it_is_here(tmp_path, monkeypatch):
+    import engine.catalog as catalog
+
+    monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{tmp_path / 'f.db'}")
+    monkeypatch.setitem(catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2-135M-Instruct",
+                                                                "python -m engine zoo fetch smollm2", 517))
+    at = open_page("new_run")
+    options = at.selectbox(key="n_target").options
+    assert any(o.startswith("smollm2 (SmolLM2-135M-Instruct, 517 MB) · not here yet: the worker fetches it first")
+               for o in options)
+
+
+@pytest.mark.parametrize("draft_here,target", [(True, "smollm2"), (False, "embedded")])
+def test_the_quick_demo_uses_the_real_pair_once_its_draft_is_here(monkeypatch, draft_here, target):
+    from app import actions
+
+    monkeypatch.setattr(actions, "present", lambda name, role="target": draft_here)
+    cfg = actions.demo_config()
+    assert (cfg.target, cfg.limit, cfg.max_new_tokens) == (target, 5, 64)
+
+
+def test_a_missing_fetchable_target_passes_the_form_checks(monkeypatch, tmp_path):
+    import engine.catalog as catalog
+    from app import actions
+    from engine.bench.config import BenchConfig
+
+    monkeypatch.setitem(catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2", "fetch", 517))
+    monkeypatch.setattr(actions, "present", catalog.present)
+    cfg = BenchConfig(target="smollm2", draft=None, drafter="ngram", modes=["target", "ngram_4"], limit=2)
+    assert actions.field_checks(cfg, "0,2,4") == {}

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import decode, efficiency, report
 from benchmarks.common import latest
 
@@ -70,6 +72,7 @@ def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     assert latest("gpu", tmp_path)["gpu"].startswith("no GPU")
 
 
+@pytest.mark.slow  # torch.profiler over every backend's decodes
 def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_file, tmp_path):
     from benchmarks import profile_decode
 

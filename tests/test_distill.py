@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from db import distills
-from engine.train.distill import DistillConfig, Work, format_prompt, training_prompts
+from engine.decode.decoder import format_prompt
+from engine.train.distill import DistillConfig, Work, training_prompts
 from engine.train.job import run
 from engine.errors import PhoenixError
 from engine.decode.prompts import humaneval, split

@@ -176,3 +176,98 @@ def test_per_position_accounting_matches_a_hand_checked_case(tiny_dirs):
     assert stats.per_position_proposed == [4, 4, 3]
     assert stats.per_position_accepted == [3, 3, 1]
     assert (stats.proposed, stats.accepted, stats.passes) == (11, 7, 4)
+
+
+@pytest.fixture(scope="module")
+def padded_pair(tiny_dirs, tmp_path_factory):
+    """The tiny Qwen3 pair with output layers padded to different sizes, one tokenizer (as Qwen2.5-7B / -0.5B)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("padded")
+    d = tiny_dirs["qwen3"]
+    tok = AutoTokenizer.from_pretrained(d["target"])
+    for role, src, extra in (("target", d["target"], 8), ("draft", d["near"], 64)):
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        model.resize_token_embeddings(len(tok) + extra, mean_resizing=False)
+        with torch.no_grad():
+            head = model.get_output_embeddings().weight
+            head[len(tok):] = 0.0
+            if role == "draft":  # rows past the target's would win every argmax: proposing one would crash the target
+                head[len(tok) + 8:] = 50.0 * head[:len(tok)].abs().max()
+        model.save_pretrained(root / role)
+        tok.save_pretrained(root / role)
+    return str(root / "target"), str(root / "draft"), len(tok)
+
+
+@pytest.mark.parametrize("backend", ["model", "ngram"])
+def test_a_pair_with_differently_padded_output_layers_is_accepted_and_exact(padded_pair, backend):
+    target, draft, n_tokens = padded_pair
+    pair = load_pair(target, draft, "cpu", "float32")
+    assert pair.shared_vocab == n_tokens + 8
+    assert pair.target.get_output_embeddings().weight.shape[0] != pair.draft.get_output_embeddings().weight.shape[0]
+    dec = Decoder(pair)
+    for prompt in PROMPTS:
+        ids = dec.encode(prompt)
+        reference = dec.run(ids, 0, 30).output_ids
+        for k in (1, 4):
+            stats = dec.run(ids, k, 30, backend)
+            assert stats.output_ids == reference
+            if backend == "model":
+                assert stats.accepted > 0  # the draft proposed real tokens, not its padding
+
+
+def test_a_draft_that_lacks_rows_for_real_tokens_is_refused(tiny_dirs, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.errors import PhoenixError
+
+    d = tiny_dirs["qwen3"]
+    tok = AutoTokenizer.from_pretrained(d["near"])
+    model = AutoModelForCausalLM.from_pretrained(d["near"], dtype=torch.float32)
+    model.resize_token_embeddings(len(tok) - 10)
+    model.save_pretrained(tmp_path / "short")
+    tok.save_pretrained(tmp_path / "short")
+    with pytest.raises(PhoenixError, match=r"has \d+ rows but the tokenizer has \d+ tokens"):
+        load_pair(d["target"], str(tmp_path / "short"), "cpu", "float32")
+
+
+@pytest.mark.parametrize("wanted,template,expected", [
+    ("auto", False, "raw"), ("auto", True, "chat"), ("raw", True, "raw"), ("chat", True, "chat")])
+def test_prompt_format_follows_the_targets_chat_template(decoders, wanted, template, expected):
+    dec = decoders["qwen3-near"]
+    tok = dec.pair.tokenizer
+    tok.chat_template = "{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>" if template else None
+    try:
+        assert dec.prompt_format(wanted) == expected
+        ids = dec.encode("def f(x):", wanted)
+        text = tok.decode(ids)
+        assert text.endswith("<|assistant|>") == (expected == "chat") and "def f(x):" in text
+    finally:
+        tok.chat_template = None
+
+
+def test_chat_format_without_a_template_is_one_clear_error(decoders):
+    from engine.errors import PhoenixError
+
+    with pytest.raises(PhoenixError, match="has no chat template; use raw"):
+        decoders["qwen3-near"].encode("def f(x):", "chat")
+
+
+REAL = "smollm2"
+
+
+@pytest.mark.slow  # loads the 135M-parameter target
+@pytest.mark.skipif(not __import__("engine.catalog", fromlist=["present"]).present(REAL),
+                    reason="the real pair is not fetched here (python -m engine zoo fetch smollm2); CI does not need it")
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_the_real_pair_decodes_exactly_in_fp32(drafter):
+    from engine.catalog import SMOLLM2_DRAFT, present
+    from engine.decode.prompts import load
+
+    if drafter == "model" and not present(SMOLLM2_DRAFT):
+        pytest.skip("the SmolLM2 draft is not built here (python -m engine zoo build-draft smollm2)")
+    dec = Decoder(load_pair(REAL, SMOLLM2_DRAFT if drafter == "model" else None, "cpu", "float32"))
+    for prompt in load("humaneval-test", 2):
+        ids = dec.encode(prompt.text, "chat")
+        reference = dec.run(ids, 0, 24).output_ids
+        assert dec.run(ids, 4, 24, drafter).output_ids == reference

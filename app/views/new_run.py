@@ -6,7 +6,8 @@ import streamlit as st
 from app import actions, data, widgets
 from app.actions import FORM_LIMITS
 from engine.bench.config import BenchConfig
-from engine.decode.loading import EMBEDDED
+from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
+from engine.decode.fetch import FETCHERS
 from engine.decode.prompts import NAMED_SETS
 from engine.paths import MODELS_DIR, ROOT
 from engine.policies.registry import policy_names
@@ -18,24 +19,36 @@ MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4",
 
 
 def local_models() -> list[str]:
+    """Model directories under models/ that no name stands for (distilled drafts, your own)."""
+    named = {NAMED[n].path for n in NAMED}
     found = []
     for cfg in sorted(MODELS_DIR.glob("**/config.json")):
-        rel = cfg.parent.relative_to(ROOT)
-        if "phoenix-tiny" not in rel.parts:
-            found.append(str(rel))
+        if not any(cfg.parent == p or p in cfg.parent.parents for p in named):
+            found.append(str(cfg.parent.relative_to(ROOT)))
     return found
+
+
+def label(choice: str) -> str:
+    """A named model with what it is, its size, and whether it is here yet."""
+    if choice not in NAMED:
+        return choice
+    named = NAMED[choice]
+    state = "" if present(choice) else (" · not here yet: the worker fetches it first" if choice in FETCHERS
+                                        else f" · not here yet: run {named.get}")
+    return f"{choice} ({named.what}, {named.size_mb} MB){state}"
 
 
 def render() -> None:
     st.title("New run")
-    models = [EMBEDDED] + local_models()
+    local = local_models()
     slots = {}
     with st.form("new_run"):
         c1, c2 = st.columns(2)
-        target = c1.selectbox("Target", models + ["other…"], key="n_target")
+        target = c1.selectbox("Target", [EMBEDDED, SMOLLM2] + local + ["other…"], format_func=label, key="n_target")
         target_typed = c1.text_input("Target path or Hugging Face id (for other…)", key="n_target_typed")
         slots["target"] = c1.empty()
-        draft = c2.selectbox("Draft", models + ["none", "other…"], key="n_draft")
+        draft = c2.selectbox("Draft", [EMBEDDED, SMOLLM2_DRAFT] + local + ["none", "other…"], format_func=label,
+                             key="n_draft")
         draft_typed = c2.text_input("Draft path or Hugging Face id (for other…)", key="n_draft_typed")
         slots["draft"] = c2.empty()
         drafter = st.radio("Drafter for fixed_<k> and bandit", ["model", "ngram"], horizontal=True, key="n_drafter")
@@ -63,7 +76,7 @@ def render() -> None:
         token = actions.token_field("n_token")
         slots["form"] = st.empty()
         submitted = st.form_submit_button("Queue run", type="primary")
-    demo = st.button("Quick demo on the embedded pair (5 prompts, 64 tokens)", key="n_demo")
+    demo = st.button(f"Quick demo: {actions.demo_config().name}, 5 prompts, 64 tokens", key="n_demo")
     if not (submitted or demo):
         return
     denied = actions.permission(token)

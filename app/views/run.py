@@ -57,9 +57,13 @@ def body(url: str, run_id: int) -> None:
     bench = info.config.get("bench", {})
     st.caption(f"#{info.id} · {info.status} · target {widgets.code_span(info.target)} · draft {widgets.code_span(info.draft)} · drafter "
                f"{widgets.code_span(bench.get('drafter', '?'))} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
+               f"prompts {widgets.code_span(info.config.get('prompt_format') or bench.get('prompt_format', 'raw'))} · "
+               f"{info.config.get('dtype') or bench.get('dtype', '?')} · "
                f"{info.progress_done}/{info.progress_total} requests")
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
+    if info.status == "running" and info.config.get("preparing"):
+        st.info(f"Preparing the models: {info.config['preparing']}")
     if info.error:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)

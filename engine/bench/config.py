@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from engine.config import from_dict
 from engine.decode.loading import PairConfig
 from engine.errors import PhoenixError
-from engine.modes import DEFAULT_ARMS, DRAFTERS, GRANULARITIES, K_MAX, Mode
+from engine.modes import DEFAULT_ARMS, DRAFTERS, GRANULARITIES, K_MAX, PROMPT_FORMATS, Mode
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
 
@@ -17,6 +17,7 @@ class BenchConfig(PairConfig):
     prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
     max_new_tokens: int = 128  # tokens generated per request
+    prompt_format: str = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
     modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
     policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
@@ -63,6 +64,8 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}")
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
         raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}")
+    if cfg.prompt_format not in PROMPT_FORMATS:
+        raise PhoenixError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {cfg.prompt_format!r}")
     if not 0.0 <= cfg.shadow_rate <= 1.0:
         raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}")
     return cfg

@@ -28,9 +28,9 @@ def load_decoder(cfg: BenchConfig) -> Decoder:
     return Decoder(pair, max_new_cap=cfg.max_new_tokens_cap)
 
 
-def encode_all(decoder: Decoder, prompts, max_new_tokens: int) -> dict[str, list[int]]:
+def encode_all(decoder: Decoder, prompts, max_new_tokens: int, prompt_format: str = "auto") -> dict[str, list[int]]:
     """Token ids per prompt id, each checked against the target's context."""
-    encoded = {p.id: decoder.encode(p.text) for p in prompts}
+    encoded = {p.id: decoder.encode(p.text, prompt_format) for p in prompts}
     for ids in encoded.values():
         decoder.check_fits(ids, max_new_tokens)
     return encoded
@@ -44,11 +44,12 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     prompts = load_prompts(cfg.prompts, cfg.limit)
     try:
         decoder = decoder or load_decoder(cfg)
-        encoded = encode_all(decoder, prompts, cfg.max_new_tokens)
+        encoded = encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
-    store.merge_config(run_id, {"device": decoder.pair.device, "dtype": decoder.pair.dtype})
+    store.merge_config(run_id, {"device": decoder.pair.device, "dtype": decoder.pair.dtype,
+                                "prompt_format": decoder.prompt_format(cfg.prompt_format)})
     state = make_state(decoder, cfg, telemetry)
     existing = store.requests(run_id, include_warmup=True)
     done = {(r.prompt_id, r.mode) for r in existing if not r.warmup}

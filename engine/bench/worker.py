@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from db.store import HEARTBEAT_S, STALE_AFTER_S, Store
 from engine.bench.config import BenchConfig, stored
 from engine.bench.run import execute, load_decoder
+from engine.decode.fetch import ensure_present
 from engine.errors import PhoenixError
 from engine.observe.prometheus import Metrics
 
@@ -93,6 +94,16 @@ class Worker:
             self._decoder_key = key
         return self._decoder
 
+    def prepare(self, run_id: int, bench: BenchConfig) -> None:
+        """Fetch a named model the run needs and this machine lacks, saying each stage on the run's page."""
+        def say(text: str) -> None:
+            self.store.merge_config(run_id, {"preparing": text})
+            self.log(f"worker {self.id}: run {run_id}: {text}")
+
+        fetched = [name for name in (bench.target, bench.draft) if ensure_present(name, say)]
+        if fetched:
+            self.store.merge_config(run_id, {"preparing": None, "fetched": fetched})
+
     def run_one(self) -> int | None:
         self.store.mark_stale(self.cfg.stale_after_s)
         run = self.store.claim_next(self.id)
@@ -102,6 +113,7 @@ class Worker:
         try:
             bench = stored(run.config.get("bench", {}))
             with Heartbeat(self.store, run.id):
+                self.prepare(run.id, bench)
                 decoder = self.decoder_for(bench)
                 observe = (lambda rec, _stats: self.metrics.observe(rec, bench.target)) if self.metrics else None
                 status = execute(self.store, run.id, bench, decoder=decoder, progress=False,

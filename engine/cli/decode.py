@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from engine.catalog import SMOLLM2
 from engine.config import add_options, from_args
 from engine.decode.decoder import Decoder, stats_dict
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.prompts import check_prompt
 from engine.errors import PhoenixError
 from engine.modes import check_k
+from engine.train.draft import DraftConfig, build_draft
+from engine.decode.fetch import FetchConfig, fetch
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
 
 GENERATE_DRAFTERS = ("model", "ngram", "hf")
@@ -22,6 +25,7 @@ class GenerateConfig(PairConfig):
     max_new_tokens: int = 64  # tokens to generate
     prompt: str = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # the text to continue
     json: bool = False  # print exactly one JSON object
+    prompt_format: str = "raw"  # raw continues the text; chat sends it as the user's turn of the chat template
 
     def validate(self) -> "GenerateConfig":
         check_prompt(self.prompt)
@@ -35,7 +39,7 @@ def cmd_generate(args) -> int:
     cfg = from_args(GenerateConfig, args).validate()
     draft = cfg.draft if cfg.drafter != "ngram" else None
     dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
-    ids = dec.encode(cfg.prompt)
+    ids = dec.encode(cfg.prompt, cfg.prompt_format)
     dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter)  # warm-up, excluded
     stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter)
     out = stats_dict(stats, dec.text(stats))
@@ -65,6 +69,18 @@ def cmd_zoo_distill_draft(args) -> int:
     return 0
 
 
+def cmd_zoo_fetch(args) -> int:
+    result = fetch(from_args(FetchConfig, args))
+    print(f"{args.name}: {result['status']} at {from_args(FetchConfig, args).out} ({result['parameters']:,} parameters, "
+          f"{result['license']}, {result['weights']})")
+    return 0
+
+
+def cmd_zoo_build_draft(args) -> int:
+    print(json.dumps(build_draft(from_args(DraftConfig, args))))
+    return 0
+
+
 def add_commands(sub) -> None:
     g = sub.add_parser("generate", help="decode one prompt and print the text and stats")
     add_options(g, GenerateConfig)
@@ -77,3 +93,11 @@ def add_commands(sub) -> None:
     zd = zsub.add_parser("distill-draft", help="only the last stage: retrain the draft on the target's answers")
     add_options(zd, ZooConfig)
     zd.set_defaults(func=cmd_zoo_distill_draft)
+    zf = zsub.add_parser("fetch", help="download and convert a real model (once; cached in models/)")
+    zf.add_argument("name", choices=[SMOLLM2], help="the model to fetch")
+    add_options(zf, FetchConfig)
+    zf.set_defaults(func=cmd_zoo_fetch)
+    zd2 = zsub.add_parser("build-draft", help="train a small draft of a real target (KL to its next-token distribution)")
+    zd2.add_argument("name", choices=[SMOLLM2], help="the target whose draft to build")
+    add_options(zd2, DraftConfig)
+    zd2.set_defaults(func=cmd_zoo_build_draft)

@@ -24,7 +24,7 @@ def cmd_bench(args) -> int:
     cfg = validate(from_args(BenchConfig, args))
     prompts = load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
     decoder = load_decoder(cfg)
-    encode_all(decoder, prompts, cfg.max_new_tokens)
+    encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
     telemetry = start_telemetry(args)
     store = open_store(args.db)
     run = create_run(store, cfg)

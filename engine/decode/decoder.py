@@ -12,7 +12,7 @@ from engine.decode.loading import LoadedPair
 from engine.decode.prompts import check_prompt
 from engine.decode.spec import RequestStats, generate
 from engine.errors import PhoenixError
-from engine.modes import check_k
+from engine.modes import PROMPT_FORMATS, check_k
 
 def check_max_new_tokens(n: int, cap: int) -> int:
     if n <= 0 or n > cap:
@@ -22,6 +22,16 @@ def check_max_new_tokens(n: int, cap: int) -> int:
 
 def sha256_ids(ids: list[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def format_prompt(tokenizer, text: str) -> list[int]:
+    """The text as the user's turn of the tokenizer's chat template, ready for the assistant's answer; thinking
+    disabled where the template supports it (Qwen3's enable_thinking). Without a template, the raw text."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            enable_thinking=False, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -38,13 +48,25 @@ class Decoder:
     max_new_cap: int = 4096
 
     def __post_init__(self):
-        self._model_drafter = ModelDrafter(self.pair.draft) if self.pair.draft is not None else None
+        self._model_drafter = ModelDrafter(self.pair.draft, self.pair.shared_vocab) if self.pair.draft is not None else None
         self._ngram = NgramDrafter()
         self.eos_id = self.pair.tokenizer.eos_token_id
 
-    def encode(self, text: str) -> list[int]:
+    def prompt_format(self, wanted: str = "auto") -> str:
+        """'chat' or 'raw': auto takes the chat template when the target's tokenizer has one (a chat model)."""
+        if wanted not in PROMPT_FORMATS:
+            raise PhoenixError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {wanted!r}")
+        has_template = bool(getattr(self.pair.tokenizer, "chat_template", None))
+        if wanted == "chat" and not has_template:
+            raise PhoenixError(f"--prompt-format chat: {self.pair.target_name!r} has no chat template; use raw")
+        return "chat" if wanted == "chat" or (wanted == "auto" and has_template) else "raw"
+
+    def encode(self, text: str, prompt_format: str = "raw") -> list[int]:
         check_prompt(text)
-        ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self.prompt_format(prompt_format) == "chat":
+            ids = format_prompt(self.pair.tokenizer, text)
+        else:
+            ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids:
             raise PhoenixError("the prompt encodes to no tokens: pass some text")
         return ids

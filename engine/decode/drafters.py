@@ -15,8 +15,9 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, model):
+    def __init__(self, model, vocab_limit: int | None = None):
         self.model = model
+        self.vocab_limit = vocab_limit  # propose only ids the target also has (padded output layers differ)
         self.cache: DynamicCache | None = None
         self.cache_len = 0
 
@@ -29,7 +30,7 @@ class ModelDrafter:
         x = torch.tensor([ids], device=self.model.device)
         logits = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=1).logits
         self.cache_len += len(ids)
-        return logits[0, -1].argmax()
+        return logits[0, -1, :self.vocab_limit].argmax()
 
     def draft(self, seq: list[int], k: int) -> list[int]:
         # After a full accept the cache lags by one drafted token; feeding every
@@ -39,7 +40,7 @@ class ModelDrafter:
         for _ in range(k - 1):
             logits = self.model(input_ids=tok.view(1, 1), cache=self.cache, use_cache=True).logits
             self.cache_len += 1
-            tok = logits[0, -1].argmax()
+            tok = logits[0, -1, :self.vocab_limit].argmax()
             out.append(tok)
         return torch.stack(out).tolist()
 

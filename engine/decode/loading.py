@@ -7,17 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import PhoenixError
-from engine.paths import EMBEDDED_DIR
-
-EMBEDDED = "embedded"
+from engine.catalog import EMBEDDED, NAMED, named_dir
 
 
 @dataclass
 class PairConfig:
     """Which target and draft to load, and how."""
 
-    target: str = EMBEDDED  # 'embedded', a model directory or a cached Hugging Face id
-    draft: str | None = EMBEDDED  # like --target, or 'none' for model-free runs
+    target: str = EMBEDDED  # a name (embedded, smollm2), a model directory or a cached Hugging Face id
+    draft: str | None = EMBEDDED  # a name (embedded, smollm2-draft), a directory, a cached id, or 'none' (model-free)
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
     allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
@@ -32,6 +30,7 @@ class LoadedPair:
     draft_name: str | None
     device: str
     dtype: str
+    shared_vocab: int | None = None  # output rows both models have; the draft proposes only from these
 
 
 def pick_device(device: str) -> str:
@@ -57,12 +56,12 @@ def pick_dtype(dtype: str, device: str):
 
 
 def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
-    """Turn 'embedded', a directory or a cached hub id into a checked model directory."""
-    if spec == EMBEDDED:
-        path = EMBEDDED_DIR / role
-        if not (path / "config.json").exists():
-            raise PhoenixError(f"the embedded {role} is missing at {path}: run `python -m engine zoo build`")
-        return path
+    """Turn a known name ('embedded', 'smollm2', ...), a directory or a cached hub id into a checked model directory."""
+    named = named_dir(spec, role)
+    if named is not None:
+        if not (named / "config.json").exists():
+            raise PhoenixError(f"model {spec!r} ({role}) is not here yet ({NAMED[spec].what}): run `{NAMED[spec].get}`")
+        return named
     path = Path(spec).expanduser()
     if path.is_dir():
         return check_model_dir(path, spec, allow_pickle)
@@ -70,7 +69,8 @@ def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
         raise PhoenixError(f"{spec!r} is a file, not a model directory: pass a directory holding config.json and weights")
     if spec.count("/") == 1 and not spec.startswith((".", "/")):
         return check_model_dir(_from_hub_cache(spec), spec, allow_pickle)
-    raise PhoenixError(f"model {spec!r} not found: pass 'embedded', a local model directory, or a Hugging Face id already in the local cache")
+    raise PhoenixError(f"model {spec!r} not found: pass {', '.join(repr(n) for n in NAMED)}, a local model directory, "
+                       "or a Hugging Face id already in the local cache")
 
 
 def _from_hub_cache(repo_id: str) -> Path:
@@ -124,12 +124,21 @@ def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = Fa
     return model.to(device).eval(), tokenizer
 
 
-def check_same_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: str) -> None:
-    """Speculation compares token ids, so both sides must mean the same thing by each id."""
+def _same_tokenizer(t_tok, d_tok, target_name: str, draft_name: str) -> None:
     if t_tok.get_vocab() != d_tok.get_vocab():
         raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family")
-    if target.get_output_embeddings().weight.shape[0] != draft.get_output_embeddings().weight.shape[0]:
-        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different vocabulary sizes; pick a draft from the target's family")
+
+
+def shared_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: str) -> int:
+    """Speculation compares token ids, so both sides must mean the same thing by each id: the tokenizers must match.
+    Families often pad the output layer differently (Qwen2.5-7B has 152,064 rows, -0.5B 151,936, one tokenizer); such
+    a pair is fine as long as both cover every real token. Returns the rows the draft may propose from."""
+    _same_tokenizer(t_tok, d_tok, target_name, draft_name)
+    rows = min(target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0])
+    if rows < len(t_tok):
+        raise PhoenixError(f"the output layer of {draft_name!r} or {target_name!r} has {rows} rows but the tokenizer has "
+                           f"{len(t_tok)} tokens; re-export the model with its full vocabulary")
+    return rows
 
 
 def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
@@ -141,8 +150,7 @@ def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name:
         d_tok = AutoTokenizer.from_pretrained(draft_path, trust_remote_code=False)
     except Exception as exc:
         raise PhoenixError(f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    if t_tok.get_vocab() != d_tok.get_vocab():
-        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family")
+    _same_tokenizer(t_tok, d_tok, target_name, draft_name)
 
 
 def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str = "auto",
@@ -150,8 +158,8 @@ def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str 
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
     t_model, t_tok = load_model(target, "target", dev, torch_dtype, allow_pickle)
-    d_model = None
+    d_model, rows = None, None
     if draft:
         d_model, d_tok = load_model(draft, "draft", dev, torch_dtype, allow_pickle)
-        check_same_vocab(t_tok, d_tok, t_model, d_model, target, draft)
-    return LoadedPair(t_model, d_model, t_tok, target, draft, dev, str(torch_dtype).removeprefix("torch."))
+        rows = shared_vocab(t_tok, d_tok, t_model, d_model, target, draft)
+    return LoadedPair(t_model, d_model, t_tok, target, draft, dev, str(torch_dtype).removeprefix("torch."), rows)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from engine.decode.decoder import Decoder
+from engine.decode.decoder import Decoder, format_prompt
 from engine.decode.prompts import humaneval, load, split
 from engine.errors import PhoenixError
 from engine.modes import K_MAX
@@ -81,16 +81,6 @@ def eval_ks(cfg: DistillConfig) -> list[int]:
 def default_out(cfg: DistillConfig) -> str:
     name = "phoenix-tiny-draft" if cfg.draft == "embedded" else Path(cfg.draft.rstrip("/")).name.replace("/", "--")
     return str(MODELS_DIR / f"{name}-distilled")
-
-
-def format_prompt(tokenizer, text: str) -> list[int]:
-    """Token ids the teacher answers: through the chat template when the tokenizer has one,
-    with thinking disabled where the template supports it (Qwen3's enable_thinking)."""
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            enable_thinking=False, tokenize=True)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def training_prompts(cfg: DistillConfig):

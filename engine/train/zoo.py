@@ -124,7 +124,7 @@ def _batches(ids, steps: int, batch: int, seq_len: int, seed: int):
         yield torch.stack([ids[s : s + seq_len] for s in starts.tolist()])
 
 
-def _step(model, opt, loss, losses: list[float], bar) -> None:
+def optimizer_step(model, opt, loss, losses: list[float], bar) -> None:
     import torch
 
     loss.backward()
@@ -135,7 +135,7 @@ def _step(model, opt, loss, losses: list[float], bar) -> None:
     bar.set_postfix(loss=f"{losses[-1]:.3f}")
 
 
-def _train(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed: int, desc: str, teacher=None):
+def train_lm(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed: int, desc: str, teacher=None):
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
@@ -152,14 +152,14 @@ def _train(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed: 
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         else:
             with torch.no_grad():
-                t_logp = F.log_softmax(teacher(input_ids=x).logits[:, :-1], dim=-1)
+                t_logp = F.log_softmax(teacher(input_ids=x).logits[:, :-1].float(), dim=-1)  # a bf16 teacher too
             loss = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="batchmean") / x.shape[1]
-        _step(model, opt, loss, losses, bar)
+        optimizer_step(model, opt, loss, losses, bar)
     model.eval()
     return losses
 
 
-def _save(model, tokenizer, path: Path, cfg: ZooConfig, card: dict) -> None:
+def save_model(model, tokenizer, path: Path, cfg: ZooConfig, card: dict) -> None:
     import torch
 
     path.mkdir(parents=True, exist_ok=True)
@@ -182,17 +182,17 @@ def build(cfg: ZooConfig) -> dict:
     ids = torch.tensor(tokenizer(EOS.join(texts))["input_ids"], dtype=torch.long)
     vocab = len(tokenizer)
     target = Qwen3ForCausalLM(qwen3_config(vocab, cfg.target_hidden, cfg.target_layers, cfg.target_ffn, cfg.target_heads, cfg.target_kv_heads, eos_id))
-    t_losses = _train(target, ids, cfg, cfg.target_steps, cfg.target_batch, cfg.target_lr, cfg.seed, "target")
+    t_losses = train_lm(target, ids, cfg, cfg.target_steps, cfg.target_batch, cfg.target_lr, cfg.seed, "target")
     torch.manual_seed(cfg.seed + 1)
     draft = Qwen3ForCausalLM(qwen3_config(vocab, cfg.draft_hidden, cfg.draft_layers, cfg.draft_ffn, cfg.draft_heads, cfg.draft_kv_heads, eos_id))
-    d_losses = _train(draft, ids, cfg, cfg.draft_steps, cfg.draft_batch, cfg.draft_lr, cfg.seed + 1, "draft (distil)", teacher=target)
+    d_losses = train_lm(draft, ids, cfg, cfg.draft_steps, cfg.draft_batch, cfg.draft_lr, cfg.seed + 1, "draft (distil)", teacher=target)
     torch.manual_seed(cfg.seed + 2)
     a_losses = train_on_sequences(draft, teacher_sequences(target, tokenizer, ids, cfg), cfg)
     corpus = {"source": "stdlib top-level *.py", "files": len(texts), "tokens": int(len(ids))}
     common = {"zoo_config": asdict(cfg), "corpus": corpus, "torch": torch.__version__}
     out = Path(cfg.out)
-    _save(target, tokenizer, out / "target", cfg, {**common, "role": "target", "loss": t_losses})
-    _save(draft, tokenizer, out / "draft", cfg, {**common, "role": "draft", "kl_loss": d_losses, "answers_loss": a_losses})
+    save_model(target, tokenizer, out / "target", cfg, {**common, "role": "target", "loss": t_losses})
+    save_model(draft, tokenizer, out / "draft", cfg, {**common, "role": "draft", "kl_loss": d_losses, "answers_loss": a_losses})
     return {"out": str(out), "tokens": int(len(ids)), "seconds": round(time.perf_counter() - t0, 1),
             "target_final_loss": t_losses[-1], "draft_final_kl": d_losses[-1], "draft_final_answers_loss": a_losses[-1]}
 
@@ -240,7 +240,7 @@ def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: ZooConfig)
             mask[row, plen: len(seq)] = True  # predict continuation tokens
         logits = draft(input_ids=x).logits[:, :-1]
         loss = F.cross_entropy(logits[mask[:, 1:]], x[:, 1:][mask[:, 1:]])
-        _step(draft, opt, loss, losses, bar)
+        optimizer_step(draft, opt, loss, losses, bar)
     draft.eval()
     return losses
 
@@ -261,6 +261,6 @@ def distill_draft_on_answers(cfg: ZooConfig) -> dict:
     card = json.loads((out / "draft" / "phoenix_card.json").read_text())
     card.update({"answers_loss": losses, "answers": {"sequences": len(seqs), "new_tokens": cfg.seq_new_tokens,
                                                      "sources": "HumanEval train split + stdlib windows"}})
-    _save(draft, tokenizer, out / "draft", cfg, card)
+    save_model(draft, tokenizer, out / "draft", cfg, card)
     return {"sequences": len(seqs), "final_loss": losses[-1]}
 

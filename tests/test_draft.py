@@ -1,0 +1,48 @@
+"""The real target's draft, built at toy size on a tiny target: it loads, decodes exactly, never sees test prompts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import engine.train.draft as draft_mod
+from engine.decode.decoder import Decoder
+from engine.decode.loading import load_pair
+from engine.decode.prompts import humaneval, split
+from engine.errors import PhoenixError
+from engine.train.draft import DraftConfig, build_draft, corpus_ids
+
+
+def toy(target: str, out) -> DraftConfig:
+    return DraftConfig(target=target, out=str(out), hidden=32, heads=2, kv_heads=1, ffn=64, layers=1, steps=2, batch=2,
+                       seq_len=32, warmup_steps=1, teacher_dtype="float32")
+
+
+@pytest.mark.slow  # trains
+def test_a_toy_draft_loads_beside_its_target_and_decodes_exactly(tiny_dirs, tmp_path):
+    target = tiny_dirs["llama"]["target"]
+    result = build_draft(toy(target, tmp_path / "draft"))
+    assert result["parameters"] > 0 and set(result["stage_seconds"]) == {"prepare", "distill"}
+    card = json.loads((tmp_path / "draft" / "phoenix_card.json").read_text())
+    assert card["data"]["held_out_checked"] == 50 and card["data"]["humaneval_train_prompts"] == 114
+    assert len(card["kl_loss"]) == 2 and card["draft_config"]["hidden"] == 32
+    dec = Decoder(load_pair(target, str(tmp_path / "draft"), "cpu", "float32"))
+    ids = dec.encode("def f(x):\n    return")
+    assert dec.run(ids, 3, 16).output_ids == dec.run(ids, 0, 16).output_ids
+
+
+def test_a_held_out_prompt_in_the_corpus_is_refused(tiny_tokenizer, monkeypatch):
+    _, test = split(humaneval())
+    monkeypatch.setattr(draft_mod, "stdlib_texts", lambda: ["import os\n", test[7].text])
+    with pytest.raises(PhoenixError, match=r"held-out HumanEval prompt\(s\) appear in the stdlib corpus"):
+        corpus_ids(tiny_tokenizer)
+
+
+def test_the_corpus_holds_train_prompts_and_no_test_prompt(tiny_tokenizer, monkeypatch):
+    monkeypatch.setattr(draft_mod, "stdlib_texts", lambda: ["import os\n"])
+    ids, data = corpus_ids(tiny_tokenizer)
+    text = tiny_tokenizer.decode(ids)
+    train, test = split(humaneval())
+    assert data["humaneval_train_prompts"] == len(train) == 114
+    assert all(p.text.strip()[:60] in text for p in train[:5])
+    assert not any(p.text.strip()[:200] in text for p in test)
