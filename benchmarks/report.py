@@ -120,7 +120,9 @@ def gpu_md(g: dict) -> str:
 
 def render() -> str:
     parts = []
-    real = [(f"smollm2_decode_{dtype}", lambda d, t=f"SmolLM2-135M-Instruct, {dtype}": decode_md(d, t))
+    real = [(f"{tag}_decode_{dtype}", lambda d, t=f"SmolLM2-135M-Instruct, {dtype}, {what}": decode_md(d, t))
+            for tag, what in (("smollm2_ngram50", "n-gram drafter on all 50 held-out prompts"),
+                              ("smollm2", "every drafter on 8 prompts"))
             for dtype in ("float32", "bfloat16")]
     sections = real + [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md),
                        ("regret", regret_md), ("dashboard", dashboard_md), ("gpu", gpu_md)]

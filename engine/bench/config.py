@@ -86,8 +86,10 @@ _OLD_FALLBACK = {"fallback": "enabled", "fallback_window": "window", "fallback_m
 
 
 def stored(values: dict) -> BenchConfig:
-    """A run's saved 'bench' config, including those saved before fallback became one dataclass."""
+    """A run's saved 'bench' config, including those saved before fallback became one dataclass or before prompt
+    formats existed, so a resumed old run encodes its prompts as it did."""
     values = dict(values)
+    values.setdefault("prompt_format", "raw")  # runs saved before prompt formats existed encoded prompts raw
     if not isinstance(values.get("fallback", {}), dict):
         values["fallback"] = {new: values.pop(old) for old, new in _OLD_FALLBACK.items() if old in values}
     return from_dict(BenchConfig, values)
