@@ -33,7 +33,7 @@ def configs(ks: list[int], drafters: list[str]) -> list[tuple[str, str, int]]:
 
 
 def run(args) -> dict:
-    pair = load_pair(args.target, args.draft, args.device, args.dtype)
+    pair = load_pair(args.target, None if args.draft in ("none", "") else args.draft, args.device, args.dtype)
     dec = Decoder(pair)
     prompts = load_prompts(args.prompts, args.limit)
     encoded = [(p.id, dec.encode(p.text, args.prompt_format)) for p in prompts]

@@ -33,6 +33,7 @@ def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dir
     (["generate", "--prompt", "   "], "prompt is empty"),
     (["generate", "--k", "17"], r"k=17 is out of range: use 0\.\.16"),
     (["generate", "--k", "-1"], "out of range"),
+    (["generate", "--prompt-format", "markdown"], "--prompt-format must be one of auto, chat, raw"),
 ])
 def test_bad_generate_input_is_one_clear_line(capsys, argv, pattern):
     code, _, err = run_cli(capsys, *argv)

@@ -46,3 +46,16 @@ def test_the_corpus_holds_train_prompts_and_no_test_prompt(tiny_tokenizer, monke
     assert data["humaneval_train_prompts"] == len(train) == 114
     assert all(p.text.strip()[:60] in text for p in train[:5])
     assert not any(p.text.strip()[:200] in text for p in test)
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--hidden", "100", "--heads", "3"], "--hidden must be a multiple of --heads"),
+    (["--steps", "abc"], "--steps expects a number"),
+])
+def test_bad_draft_options_are_one_line_before_the_target_loads(capsys, tmp_path, argv, pattern):
+    from helpers import assert_one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "zoo", "build-draft", "smollm2", "--out", str(tmp_path / "d"), *argv)
+    assert_one_line_error(code, err, pattern)
+    assert not (tmp_path / "d").exists()

@@ -95,3 +95,10 @@ def test_an_unfetched_name_says_how_to_fetch_it(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2", "python -m engine zoo fetch smollm2", 517))
     code, _, err = run_cli(capsys, "generate", "--target", "smollm2", "--draft", "none", "--drafter", "ngram")
     assert_one_line_error(code, err, r"model 'smollm2' \(target\) is not here yet .*run `python -m engine zoo fetch smollm2`")
+
+
+def test_an_unwritable_model_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # root ignores permission bits, so block with a file
+    with pytest.raises(PhoenixError, match="cannot write the model folder .*pass --out"):
+        fetch(FetchConfig(out=str(blocker / "sub" / "smol")))

@@ -10,7 +10,7 @@ from engine.decode.decoder import Decoder, stats_dict
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.prompts import check_prompt
 from engine.errors import PhoenixError
-from engine.modes import check_k
+from engine.modes import PROMPT_FORMATS, check_k
 from engine.train.draft import DraftConfig, build_draft
 from engine.decode.fetch import FetchConfig, fetch
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
@@ -30,6 +30,8 @@ class GenerateConfig(PairConfig):
     def validate(self) -> "GenerateConfig":
         check_prompt(self.prompt)
         check_k(self.k)
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise PhoenixError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
         if self.drafter not in GENERATE_DRAFTERS:
             raise PhoenixError(f"--drafter must be one of {', '.join(GENERATE_DRAFTERS)}, got {self.drafter!r}")
         return self

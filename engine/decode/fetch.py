@@ -130,7 +130,13 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
         card = json.loads(card_file.read_text())
         if card.get("gguf_sha256") == cfg.gguf_sha256:
             return {**card, "status": "present"}
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.TemporaryDirectory(dir=out.parent, prefix=".fetch-")
+    except OSError as exc:
+        raise PhoenixError(f"cannot write the model folder {out.parent} ({exc.strerror}); pass --out with a writable "
+                           "path") from None
+    probe.cleanup()
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".fetch-") as tmp:
         work = Path(tmp)

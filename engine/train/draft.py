@@ -39,6 +39,19 @@ class DraftConfig:
     teacher_dtype: str = "bfloat16"  # the target's forward while teaching: bf16 is about 2x faster on AVX512-BF16
     save_dtype: str = "float16"  # weights on disk; loaded in the run's dtype
 
+    def validate(self) -> "DraftConfig":
+        """Every number checked before the target loads, each with the flag to fix."""
+        checks = [(self.steps >= 1, "--steps must be >= 1"), (self.batch >= 1, "--batch must be >= 1"),
+                  (self.layers >= 1, "--layers must be >= 1"), (self.seq_len >= 8, "--seq-len must be >= 8"),
+                  (self.heads >= 1 and self.hidden % self.heads == 0, "--hidden must be a multiple of --heads"),
+                  (self.kv_heads >= 1 and self.heads % self.kv_heads == 0, "--heads must be a multiple of --kv-heads"),
+                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_steps < self.steps, "--warmup-steps must be in 0..steps-1"),
+                  (self.save_dtype in ("float16", "bfloat16", "float32"), "--save-dtype must be float16, bfloat16 or float32")]
+        for ok, message in checks:
+            if not ok:
+                raise PhoenixError(message)
+        return self
+
 
 def corpus_ids(tokenizer) -> tuple[list[int], dict]:
     """Stdlib code and the HumanEval train prompts in the target's chat format; never a test prompt."""
@@ -82,6 +95,7 @@ def build_draft(cfg: DraftConfig) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
+    cfg.validate()
     t0 = time.perf_counter()
     teacher, tokenizer = load_model(cfg.target, "target", "cpu", pick_dtype(cfg.teacher_dtype, "cpu"))
     ids, data = corpus_ids(tokenizer)
