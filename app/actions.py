@@ -43,9 +43,14 @@ def permission(given: str) -> str | None:
             "starting and cancelling runs.")
 
 
-def demo_config() -> BenchConfig:
-    """The real pair once its draft is here (the worker fetches the target if needed), else the embedded one."""
-    real = present(SMOLLM2_DRAFT)
+def real_pair_present() -> bool:
+    return present(SMOLLM2) and present(SMOLLM2_DRAFT)
+
+
+def demo_config(real: bool | None = None) -> BenchConfig:
+    """The quick demo: the real pair once it is here (or when asked for: the worker fetches the target first),
+    else the embedded one."""
+    real = real_pair_present() if real is None else real
     return BenchConfig(target=SMOLLM2 if real else EMBEDDED, draft=SMOLLM2_DRAFT if real else EMBEDDED, limit=5,
                        max_new_tokens=64, name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
                        modes=["target", "fixed_4", "bandit"])

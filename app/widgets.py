@@ -30,15 +30,24 @@ def run_picker(url: str, key: str = "run") -> int | None:
 def empty_state() -> None:
     st.info("No runs yet. Phoenix records every request of a benchmark run here: per-position acceptance, "
             "tokens/sec per draft length, where the time goes, and whether outputs match the target alone.")
-    demo = actions.demo_config()
-    if st.button(f"Start a quick demo: {demo.name}, 5 prompts, 64 tokens", key="empty_demo", type="primary"):
-        denied = actions.permission("")
-        if denied:
-            st.error(denied)
-        else:
-            queued(*actions.queue_run(demo))
+    demo_buttons("empty")
     st.markdown("Or from a shell, in the foreground:")
     st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,fixed_4,bandit", language="bash")
+
+
+def demo_buttons(key: str, token: str = "") -> None:
+    """The quick demo, and while SmolLM2 is not fetched, the way to it: a demo that fetches it first."""
+    choices = [(actions.demo_config(), f"{key}_demo", "primary")]
+    if not actions.real_pair_present():
+        choices.append((actions.demo_config(real=True), f"{key}_demo_real", "secondary"))
+    for cfg, button_key, kind in choices:
+        fetch = " (fetches SmolLM2-135M first: 93 MB, about 30 s)" if cfg.target == "smollm2" and button_key.endswith("real") else ""
+        if st.button(f"Quick demo: {cfg.name}, 5 prompts, 64 tokens{fetch}", key=button_key, type=kind):
+            denied = actions.permission(token)
+            if denied:
+                st.error(denied)
+            else:
+                queued(*actions.queue_run(cfg))
 
 
 def queued(run, worker: str) -> None:

@@ -238,13 +238,29 @@ def test_the_form_names_the_real_pair_with_its_size_and_whether_it_is_here(tmp_p
                for o in options)
 
 
-@pytest.mark.parametrize("draft_here,target", [(True, "smollm2"), (False, "embedded")])
-def test_the_quick_demo_uses_the_real_pair_once_its_draft_is_here(monkeypatch, draft_here, target):
+@pytest.mark.parametrize("pair_here,target", [(True, "smollm2"), (False, "embedded")])
+def test_the_quick_demo_uses_the_real_pair_once_it_is_here(monkeypatch, pair_here, target):
     from app import actions
 
-    monkeypatch.setattr(actions, "present", lambda name, role="target": draft_here)
+    monkeypatch.setattr(actions, "present", lambda name, role="target": pair_here)
     cfg = actions.demo_config()
     assert (cfg.target, cfg.limit, cfg.max_new_tokens) == (target, 5, 64)
+    assert actions.demo_config(real=True).target == "smollm2"
+
+
+def test_until_the_real_pair_is_here_a_second_demo_fetches_it_first(tmp_path, monkeypatch):
+    from app import actions
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    monkeypatch.setenv("PHOENIX_DB", url)
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
+    monkeypatch.setattr(actions, "present", lambda name, role="target": name != "smollm2")
+    at = open_page("runs")
+    assert "fetches SmolLM2-135M first" in at.button(key="empty_demo_real").label
+    at.button(key="empty_demo_real").click().run()
+    assert not at.exception
+    (run,) = Store(url).list_runs()
+    assert (run.target, run.draft, run.status) == ("smollm2", "smollm2-draft", "queued")
 
 
 def test_a_missing_fetchable_target_passes_the_form_checks(monkeypatch, tmp_path):

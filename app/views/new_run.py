@@ -76,8 +76,8 @@ def render() -> None:
         token = actions.token_field("n_token")
         slots["form"] = st.empty()
         submitted = st.form_submit_button("Queue run", type="primary")
-    demo = st.button(f"Quick demo: {actions.demo_config().name}, 5 prompts, 64 tokens", key="n_demo")
-    if not (submitted or demo):
+    widgets.demo_buttons("n", token)
+    if not submitted:
         return
     denied = actions.permission(token)
     if denied:
@@ -87,17 +87,15 @@ def render() -> None:
         target=target_typed.strip() if target == "other…" else target,
         draft=None if draft == "none" else (draft_typed.strip() if draft == "other…" else draft),
         drafter=drafter, prompts=prompts_file.strip() or prompts, limit=int(limit), max_new_tokens=int(max_new),
-        modes=list(modes), policy=policy, granularity=granularity, fallback=FallbackConfig(enabled=bool(fallback)), seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
+        modes=list(modes), policy=policy, granularity=granularity, fallback=FallbackConfig(enabled=bool(fallback)),
+        seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
         max_new_tokens_cap=FORM_LIMITS["max_new_tokens"], max_prompts=FORM_LIMITS["max_prompts"])
-    if demo:
-        cfg = actions.demo_config()
-    errors = actions.field_checks(cfg, arms if not demo else "0,2,4,6,8")
+    errors = actions.field_checks(cfg, arms)
     if errors:
         for field, message in errors.items():
             slots.get(field, slots["form"]).error(message)
         return
     widgets.queued(*actions.queue_run(cfg))
-
 
 
 render()
