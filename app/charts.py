@@ -9,8 +9,7 @@ from engine.modes import Mode
 
 
 def arm_label(mode: str, k: int) -> str:
-    parsed = Mode.of(mode)
-    return parsed.arm_label(k) if parsed else f"{mode} k={k}"
+    return Mode.of(mode).arm_label(k)
 
 
 def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:

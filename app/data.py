@@ -72,7 +72,7 @@ def run(url: str, run_id: int):
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def summaries(url: str, run_id: int):
-    return queries.mode_summaries(_store(url), run_id, totals=time_split(url, run_id))
+    return queries.mode_summaries(_store(url), run_id, totals=arm_totals(url, run_id))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -86,8 +86,8 @@ def request_sample(url: str, run_id: int) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def time_split(url: str, run_id: int) -> pd.DataFrame:
-    """Sums per (mode, k); the results table is derived from the same cached frame."""
+def arm_totals(url: str, run_id: int) -> pd.DataFrame:
+    """Sums per (mode, k), the time split's data; the results table is derived from the same cached frame."""
     return queries.arm_totals(_store(url), run_id)
 
 

@@ -37,12 +37,12 @@ def empty_state() -> None:
 
 def demo_buttons(key: str, token: str = "") -> None:
     """The quick demo, and while SmolLM2 is not fetched, the way to it: a demo that fetches it first."""
-    choices = [(actions.demo_config(), f"{key}_demo", "primary")]
+    choices = [(actions.demo_config(), f"{key}_demo", "primary", "")]
     if not actions.real_pair_present():
-        choices.append((actions.demo_config(real=True), f"{key}_demo_real", "secondary"))
-    for cfg, button_key, kind in choices:
-        fetch = " (fetches SmolLM2-135M first: 93 MB, about 30 s)" if cfg.target == "smollm2" and button_key.endswith("real") else ""
-        if st.button(f"Quick demo: {cfg.name}, 5 prompts, 64 tokens{fetch}", key=button_key, type=kind):
+        choices.append((actions.demo_config(real=True), f"{key}_demo_real", "secondary",
+                        " (fetches SmolLM2-135M first: 93 MB, about 30 s)"))
+    for cfg, button_key, kind, note in choices:
+        if st.button(f"Quick demo: {cfg.name}, 5 prompts, 64 tokens{note}", key=button_key, type=kind):
             denied = actions.permission(token)
             if denied:
                 st.error(denied)

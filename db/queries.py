@@ -72,10 +72,6 @@ def arm_totals(store: Store, run_id: int) -> pd.DataFrame:
     return _frame(store, q)
 
 
-def time_split(store: Store, run_id: int) -> pd.DataFrame:
-    return arm_totals(store, run_id)
-
-
 def positions(store: Store, run_id: int) -> pd.DataFrame:
     r, p = Request, RequestPosition
     q = (select(r.mode, r.k, p.position, func.sum(p.proposed).label("proposed"), func.sum(p.accepted).label("accepted"))

@@ -32,7 +32,7 @@ def check_k(k: int) -> int:
 @dataclass(frozen=True)
 class Mode:
     text: str
-    kind: str  # target | fixed | ngram | hf | bandit | vllm
+    kind: str  # target | fixed | ngram | hf | bandit | vllm, or other for a stored mode this grammar does not know
     k: int | None = None  # fixed draft length; None for bandit (the policy picks) and vllm
     policy: str | None = None  # bandit:<policy>; None means the run's --policy
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
@@ -54,12 +54,12 @@ class Mode:
         return cls(text, "vllm")
 
     @classmethod
-    def of(cls, text: str) -> "Mode | None":
-        """For stored rows, which may hold any mode: None instead of an error."""
+    def of(cls, text: str) -> "Mode":
+        """For stored rows, which may hold any mode: kind 'other' instead of an error."""
         try:
             return cls.parse(text)
         except PhoenixError:
-            return None
+            return cls(text, "other")
 
     @property
     def is_bandit(self) -> bool:

@@ -34,7 +34,7 @@ def test_each_mode_parses_to_its_parts(text, kind, k, policy, granularity, backe
 def test_bad_modes_are_one_clear_error(text, message):
     with pytest.raises(PhoenixError, match=message):
         Mode.parse(text)
-    assert Mode.of(text) is None
+    assert Mode.of(text).kind == "other" and not Mode.of(text).is_bandit
 
 
 @pytest.mark.parametrize("text,fixed_arm,uses_drafter,label", [

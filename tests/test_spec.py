@@ -56,11 +56,10 @@ def test_speculative_output_equals_target_only_for_every_k(decoders, name, backe
         ids = dec.encode(prompt)
         reference = decoders.reference(name, prompt, 40)
         assert len(reference) > 0
-        for k in KS:
+        for k in KS[1:]:  # k=0 is the reference's own call: comparing it with itself could not fail
             stats = dec.run(ids, k, 40, backend)
             assert stats.output_ids == reference, f"{name} {backend} k={k} diverged"
-            if k:
-                assert stats.passes > 0 and stats.proposed >= stats.accepted
+            assert stats.passes > 0 and stats.proposed >= stats.accepted
 
 
 @pytest.mark.parametrize("name", ["embedded", "qwen3-near", "llama-near"])

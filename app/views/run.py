@@ -76,7 +76,7 @@ def body(url: str, run_id: int) -> None:
         return
     kpis(summaries)
     vllm_sweep(info)
-    pos, split, sample = data.positions(url, run_id), data.time_split(url, run_id), data.request_sample(url, run_id)
+    pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     fit = fit_run(pos, split)
     st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
     st.subheader("Per-position acceptance")

@@ -20,14 +20,9 @@ class RunFit:
     k_opt: int | None
 
 
-def uses_drafter(mode: str) -> bool:
-    parsed = Mode.of(mode)
-    return parsed is not None and parsed.uses_drafter
-
-
 def fit_run(pos: pd.DataFrame, split: pd.DataFrame) -> RunFit:
-    model_modes = split[split["mode"].map(uses_drafter)]
-    model_pos = pos[pos["mode"].map(uses_drafter)]
+    model_modes = split[split["mode"].map(lambda m: Mode.of(m).uses_drafter)]
+    model_pos = pos[pos["mode"].map(lambda m: Mode.of(m).uses_drafter)]
     a = None
     if not model_pos.empty:
         summed = model_pos.groupby("position")[["proposed", "accepted"]].sum().sort_index()

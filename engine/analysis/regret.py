@@ -14,13 +14,11 @@ from engine.modes import Mode
 
 
 def is_fixed(mode: str) -> bool:
-    parsed = Mode.of(mode)
-    return parsed is not None and parsed.is_fixed_arm
+    return Mode.of(mode).is_fixed_arm
 
 
 def is_bandit(mode: str) -> bool:
-    parsed = Mode.of(mode)
-    return parsed is not None and parsed.is_bandit
+    return Mode.of(mode).is_bandit
 
 
 def best_fixed(frame: pd.DataFrame) -> str | None:

@@ -72,8 +72,9 @@ def cmd_zoo_distill_draft(args) -> int:
 
 
 def cmd_zoo_fetch(args) -> int:
-    result = fetch(from_args(FetchConfig, args))
-    print(f"{args.name}: {result['status']} at {from_args(FetchConfig, args).out} ({result['parameters']:,} parameters, "
+    cfg = from_args(FetchConfig, args)
+    result = fetch(cfg)
+    print(f"{args.name}: {result['status']} at {cfg.out} ({result['parameters']:,} parameters, "
           f"{result['license']}, {result['weights']})")
     return 0
 

