@@ -36,7 +36,8 @@ def permission(given: str) -> str | None:
         if given and hmac.compare_digest(given.encode(), token.encode()):
             return None
         return "Enter the operator token (PHOENIX_OPERATOR_TOKEN) to start or cancel runs."
-    address = (st.get_option("server.address") or "127.0.0.1").strip()
+    # Unset means Streamlit listens on every interface, so it is not local.
+    address = (st.get_option("server.address") or "").strip()
     if address in LOCAL:
         return None
     return ("This dashboard is reachable beyond localhost: set PHOENIX_OPERATOR_TOKEN on the server to allow "

@@ -8,9 +8,12 @@ from app import actions, data
 from app.urlstate import link, qp_int, set_qp
 
 
-def code_span(text: object) -> str:
-    """User text inside inline code in Markdown: backticks removed so it cannot break out."""
-    return "`" + str(text).replace("`", "'") + "`"
+def refused(message: str, where=None) -> None:
+    """An error whose message may quote user input: a fixed headline in the alert, the message itself as
+    literal text, because alerts render Markdown and user text must never be interpreted."""
+    box = (where or st).container()
+    box.error("Not accepted:")
+    box.code(message, language=None, wrap_lines=True)
 
 
 def run_picker(url: str, key: str = "run") -> int | None:

@@ -8,7 +8,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError
 
 from db.store import StoreError, make_engine, operational_error, safe_url
 
@@ -28,14 +28,47 @@ def current(url: str) -> str | None:
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
-    except OperationalError as exc:
+    except DatabaseError as exc:
         raise operational_error(exc, url) from None
     finally:
         engine.dispose()
 
-def upgrade(url: str, revision: str = "head") -> str:
-    command.upgrade(alembic_config(url), revision)
+def upgrade(url: str, revision: str = "head", allow_foreign_tables: bool = False) -> str:
+    """Migrate to ``revision``; refuse a database at a revision this Phoenix does not know, and one that holds
+    tables without a Phoenix schema version (another application's), unless explicitly allowed."""
+    rev = current(url)
+    if rev is not None and not _known(rev):
+        raise StoreError(f"the database {safe_url(url)} is at schema {rev}, which this Phoenix does not know (head {head()}): "
+                         "upgrade Phoenix, or pass --db with a Phoenix database")
+    if rev is None and not allow_foreign_tables:
+        tables = _tables(url)
+        if tables:
+            raise StoreError(f"the database {safe_url(url)} already holds tables Phoenix did not version ({', '.join(tables[:5])}); "
+                             "Phoenix adds its tables only to an empty database: pass --db with a new path, or "
+                             "--allow-foreign-tables to add them anyway")
+    try:
+        command.upgrade(alembic_config(url), revision)
+    except DatabaseError as exc:
+        raise operational_error(exc, url) from None
     return current(url)
+
+
+def _known(rev: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(rev) is not None
+    except Exception:  # alembic raises several kinds for an unknown id
+        return False
+
+
+def _tables(url: str) -> list[str]:
+    engine = make_engine(url)
+    try:
+        return sorted(inspect(engine).get_table_names())
+    except DatabaseError as exc:
+        raise operational_error(exc, url) from None
+    finally:
+        engine.dispose()
+
 
 def upgrade_command(url: str) -> str:
     return f"python -m engine db upgrade --db '{safe_url(url)}'"
@@ -46,19 +79,13 @@ def ensure_schema(url: str, create_if_empty: bool = True) -> None:
     want = head()
     if rev == want:
         return
-    script = ScriptDirectory.from_config(alembic_config(url))
     if rev is None:
-        engine = make_engine(url)
-        try:
-            empty = not inspect(engine).get_table_names()
-        finally:
-            engine.dispose()
-        if empty and create_if_empty:
+        if not _tables(url) and create_if_empty:
             upgrade(url)
             return
-        raise StoreError(f"the database {safe_url(url)} has no Phoenix schema version; run `{upgrade_command(url)}`")
-    try:
-        script.get_revision(rev)
-    except Exception:
-        raise StoreError(f"the database {safe_url(url)} has schema {rev}, newer than this Phoenix knows (head {want}); upgrade Phoenix") from None
+        raise StoreError(f"the database {safe_url(url)} has tables but no Phoenix schema version: it is another "
+                         f"application's, or predates versioning; pass --db with a new path, or run "
+                         f"`{upgrade_command(url)} --allow-foreign-tables`")
+    if not _known(rev):
+        raise StoreError(f"the database {safe_url(url)} has schema {rev}, newer than this Phoenix knows (head {want}); upgrade Phoenix")
     raise StoreError(f"the database {safe_url(url)} is at schema {rev}, behind {want}; run `{upgrade_command(url)}`")

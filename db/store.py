@@ -13,7 +13,7 @@ from typing import Iterator
 
 from sqlalchemy import and_, case, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import entities as E
@@ -65,6 +65,9 @@ def make_engine(url: str) -> Engine:
             raise StoreError(f"the database folder {parent} is not writable; pass --db with a writable path")
     try:
         engine = create_engine(url, future=True, **({} if u.get_backend_name() == "sqlite" else {"pool_pre_ping": True}))
+    except NoSuchModuleError:
+        raise StoreError(f"unknown database kind {u.drivername!r} in {safe_url(url)}; use a SQLite path or "
+                         "postgresql+psycopg://USER@HOST/DB") from None
     except ModuleNotFoundError as exc:
         raise StoreError(f"no database driver for {safe_url(url)} ({exc.name} is not installed); use postgresql+psycopg:// "
                          "(psycopg is in requirements.txt) or a SQLite path") from None
@@ -90,7 +93,7 @@ class Store:
         try:
             yield session
             session.commit()
-        except OperationalError as exc:
+        except DatabaseError as exc:  # OperationalError and the rest: one line naming the database
             session.rollback()
             raise operational_error(exc, self.url) from None
         except BaseException:
@@ -267,9 +270,12 @@ def status_expr(stale_after_s: float = STALE_AFTER_S):
     return case((_stale(stale_after_s), "interrupted"), else_=Run.status)
 
 
-def operational_error(exc: OperationalError, url: str) -> StoreError:
+def operational_error(exc: DatabaseError, url: str) -> StoreError:
     text = str(exc.orig) if exc.orig is not None else str(exc)
     where = safe_url(url)
+    if "file is not a database" in text or "malformed" in text:
+        return StoreError(f"{where} is not a SQLite database, or it is corrupt; pass --db with a Phoenix database "
+                          "(a new path creates one)")
     if "locked" in text or "busy" in text:
         return StoreError(f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; retry when it is free")
     if "unable to open" in text or "readonly" in text or "read-only" in text:

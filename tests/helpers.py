@@ -19,6 +19,8 @@ from engine.decode.decoder import Decoder
 
 ROOT = Path(__file__).resolve().parent.parent
 XSS = "<script>alert('pwned')</script>"
+# A backtick and a blank line close any inline code span; what follows would render as Markdown.
+BREAKOUT = "m`\n\n[click me](https://evil.example/x) ![beacon](https://evil.example/b.png)"
 
 
 def bench_cfg(tiny_dirs, prompt_file, **kw) -> BenchConfig:
@@ -48,7 +50,10 @@ class CorruptingDecoder(Decoder):
 
 
 def run_cli(capsys, *argv):
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own errors exit from inside parse_args
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 

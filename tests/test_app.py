@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from db import migrate
 from db.queries import mode_summaries
 from db.store import Store
-from helpers import XSS, build_db
+from helpers import BREAKOUT, XSS, app_record, build_db
 
 PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run"]
 
@@ -272,3 +272,35 @@ def test_a_missing_fetchable_target_passes_the_form_checks(monkeypatch, tmp_path
     monkeypatch.setattr(actions, "present", catalog.present)
     cfg = BenchConfig(target="smollm2", draft=None, drafter="ngram", modes=["target", "ngram_4"], limit=2)
     assert actions.field_checks(cfg, "0,2,4") == {}
+
+
+def markdown_like(at: AppTest) -> list[str]:
+    """Every element whose text Streamlit interprets as Markdown."""
+    return [e.value for kind in ("markdown", "caption", "info", "error", "warning", "success") for e in at.get(kind)]
+
+
+def test_user_text_with_a_markdown_breakout_is_shown_literally_on_the_run_and_requests_pages(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'breakout.db'}"
+    migrate.upgrade(url)
+    store = Store(url)
+    run = store.create_run("breakout", {"bench": {"modes": ["fixed_4"], "drafter": "model", "prompt_format": BREAKOUT}},
+                           BREAKOUT, BREAKOUT, 1, status="done")
+    record = app_record(run.id, 0, "fixed_4", 4, random.Random(0))
+    record.prompt_id = BREAKOUT
+    store.add_requests([record])
+    monkeypatch.setenv("PHOENIX_DB", url)
+    for page in ("run", "requests"):
+        at = open_page(page, run=run.id)
+        assert not any("evil.example" in text for text in markdown_like(at)), page
+        assert any("evil.example" in t.value for t in at.text), page
+
+
+def test_a_field_error_quoting_user_input_is_literal_text(app_db, monkeypatch):
+    at = open_page("new_run")
+    at.selectbox(key="n_target").set_value("other…")  # a form: values travel with the submit
+    at.text_input(key="n_target_typed").input(BREAKOUT)
+    at.get("form_submit_button")[0].click()
+    at.run()
+    assert any("Not accepted" in e.value for e in at.error)
+    assert any("evil.example" in c.value for c in at.code)
+    assert not any("evil.example" in text for text in markdown_like(at))

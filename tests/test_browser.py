@@ -36,8 +36,9 @@ def server(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PHOENIX_DB": f"sqlite:///{db}", "PHOENIX_AUTOSTART_WORKER": "0",
            "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
-                             "--server.headless", "true"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # not the repository root: its .streamlit/ is not read
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
+                             "--server.headless", "true"], cwd=elsewhere, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -60,6 +61,22 @@ def browser():
                                                                "--disable-component-update", "--disable-sync", "--no-first-run"])
         yield b
         b.close()
+
+
+def listening(port: int) -> set[str]:
+    """Local addresses with a listening TCP socket on ``port``, from the kernel's own tables."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            host, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(host)
+    return found
+
+
+def test_started_from_another_folder_the_app_listens_on_loopback_only(server):
+    assert listening(int(server.rsplit(":", 1)[1])) == {"0100007F"}  # 127.0.0.1, little-endian; 00000000 would be every interface
 
 
 def test_a_shared_run_link_opens_the_run_page_with_its_charts(server, browser):

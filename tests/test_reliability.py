@@ -184,6 +184,21 @@ def test_the_app_binds_to_localhost_by_default():
     assert cfg["server"]["address"] == "127.0.0.1"
 
 
+def test_the_app_folder_carries_the_same_config_so_any_working_directory_binds_localhost():
+    # Streamlit reads <script folder>/.streamlit/config.toml wherever it is started from.
+    assert (ROOT / "app" / ".streamlit" / "config.toml").resolve() == (ROOT / ".streamlit" / "config.toml").resolve()
+
+
+@pytest.mark.parametrize("address, allowed", [("127.0.0.1", True), ("localhost", True), ("::1", True),
+                                              (None, False), ("", False), ("0.0.0.0", False), ("10.0.0.5", False)])
+def test_runs_start_without_a_token_only_when_the_app_listens_on_loopback(address, allowed, monkeypatch):
+    import app.actions as actions
+
+    monkeypatch.delenv("PHOENIX_OPERATOR_TOKEN", raising=False)
+    monkeypatch.setattr(actions.st, "get_option", lambda key: address)
+    assert (actions.permission("") is None) is allowed
+
+
 def test_starting_runs_needs_the_operator_token_when_one_is_set(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

@@ -93,7 +93,7 @@ def render() -> None:
     errors = actions.field_checks(cfg, arms)
     if errors:
         for field, message in errors.items():
-            slots.get(field, slots["form"]).error(message)
+            widgets.refused(message, slots.get(field, slots["form"]))
         return
     widgets.queued(*actions.queue_run(cfg))
 

@@ -53,7 +53,7 @@ def detail(url: str, run_id: int, df) -> None:
     info, pos = data.request_detail(url, chosen)
     if info is None:
         return
-    st.markdown(f"**{widgets.code_span(info['mode'])}** · k = {int(info['k'])} · prompt {widgets.code_span(info['prompt_id'])} · "
+    st.text(f"{info['mode']} · k = {int(info['k'])} · prompt {info['prompt_id']} · "
                 f"{info['accepted']}/{info['proposed']} drafted tokens accepted in {info['passes']} passes")
     if info["identical"] is False:
         st.error(f"Output differs from target-only decoding from token {info['diverged_at']} on.")

@@ -55,15 +55,17 @@ def run_actions(info) -> None:
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
     bench = info.config.get("bench", {})
-    st.caption(f"#{info.id} · {info.status} · target {widgets.code_span(info.target)} · draft {widgets.code_span(info.draft)} · drafter "
-               f"{widgets.code_span(bench.get('drafter', '?'))} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
-               f"prompts {widgets.code_span(info.config.get('prompt_format') or bench.get('prompt_format', 'raw'))} · "
+    # st.text: model paths and names are user text, and st.text never interprets Markdown.
+    st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft} · drafter "
+               f"{bench.get('drafter', '?')} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
+               f"prompts {info.config.get('prompt_format') or bench.get('prompt_format', 'raw')} · "
                f"{info.config.get('dtype') or bench.get('dtype', '?')} · "
                f"{info.progress_done}/{info.progress_total} requests")
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.status == "running" and info.config.get("preparing"):
-        st.info(f"Preparing the models: {info.config['preparing']}")
+        st.info("Preparing the models:")
+        st.text(str(info.config["preparing"]))
     if info.error:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)
@@ -118,7 +120,7 @@ def bandit(history: dict) -> None:
 
 def kpis(summaries) -> None:
     for m in summaries:
-        st.markdown(f"**{m.mode}** · n = {m.n}")
+        st.text(f"{m.mode} · n = {m.n}")
         cols = st.columns(7)
         cols[0].metric("tokens/sec", f"{m.tokens_per_s:.2f}")
         cols[1].metric("mean latency", f"{m.mean_latency_s:.3f} s")
@@ -146,15 +148,18 @@ def distill_link(url: str, run_id: int) -> None:
     if job is None:
         return
     role, other = ("before", job.after_run_id) if job.before_run_id == run_id else ("after", job.before_run_id)
-    text = (f"This run is the **{role}** evaluation of distillation #{job.id} "
-            f"({widgets.code_span(job.config.get('distill', {}).get('draft', '?'))} → {widgets.code_span(job.out_dir)}).")
-    if other:
-        text += f" [Open the {'after' if role == 'before' else 'before'} run #{other}]({urlstate.link('run', run=other)})"
-        k = str(job.config.get("distill", {}).get("eval_ks", "4")).split(",")[0].strip()
+    st.text(f"This run is the {role} evaluation of distillation #{job.id} "
+            f"({job.config.get('distill', {}).get('draft', '?')} → {job.out_dir}).")
+    links = []
+    if other:  # only our own integers go into these links
+        links.append(f"[Open the {'after' if role == 'before' else 'before'} run #{other}]({urlstate.link('run', run=other)})")
+        first = str(job.config.get("distill", {}).get("eval_ks", "4")).split(",")[0].strip()
+        k = int(first) if first.isdecimal() and first.isascii() else 4
         if job.before_run_id and job.after_run_id:
             series = f"{job.before_run_id}:fixed_{k},{job.after_run_id}:fixed_{k}"
-            text += f" · [compare fixed_{k} before and after]({urlstate.link('compare', series=series)})"
-    st.markdown(text)
+            links.append(f"[compare fixed_{k} before and after]({urlstate.link('compare', series=series)})")
+    if links:
+        st.markdown(" · ".join(links))
     if job.losses:
         st.caption(f"LoRA loss over {len(job.losses)} steps: {job.losses[0]:.3f} → {job.losses[-1]:.3f}")
 

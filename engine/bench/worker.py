@@ -5,6 +5,7 @@ tab closing because it lives in this process and in the database.
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
@@ -28,6 +29,12 @@ class WorkerConfig:
     max_idle_s: float | None = field(default=None, metadata={"flag": "--max-idle"})  # exit after this many idle seconds
     metrics_port: int | None = None  # serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)
     metrics_addr: str = "127.0.0.1"  # localhost by default: counters say what models you run
+
+    def validate(self) -> "WorkerConfig":
+        for flag, value in (("--poll", self.poll_s), ("--stale-after-s", self.stale_after_s), ("--max-idle", self.max_idle_s)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise PhoenixError(f"{flag} must be a finite number of seconds >= 0, got {value}")
+        return self
 
 
 def worker_id() -> str:

@@ -13,8 +13,15 @@ from engine.cli import decode, jobs, queue, runs
 from engine.errors import PhoenixError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argparse errors as one line and a hint, like every other error, not the whole usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
+    parser = OneLineParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (decode, runs, queue, jobs):
         group.add_commands(sub)

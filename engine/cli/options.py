@@ -1,6 +1,8 @@
 """What several commands share: the database, Sentry, and reading a run by id."""
 from __future__ import annotations
 
+import argparse
+
 from db.entities import RunInfo
 from db.migrate import ensure_schema
 from db.store import Store, resolve_url
@@ -14,10 +16,21 @@ def add_db(p) -> None:
     p.add_argument("--db", default=None, help="SQLAlchemy URL or file path (default: $PHOENIX_DB or data/phoenix.db)")
 
 
+RUN_ID_MAX = 2**63 - 1  # SQLite's and PostgreSQL's bigint ceiling
+
+
+def run_id(text: str) -> int:
+    """A run id argparse accepts: a whole number the database can hold."""
+    value = int(text) if text.strip().isascii() and text.strip().lstrip("-").isdigit() else None
+    if value is None or not 1 <= value <= RUN_ID_MAX:
+        raise argparse.ArgumentTypeError(f"run ids are whole numbers from 1 to {RUN_ID_MAX}, got {text!r}")
+    return value
+
+
 def add_run_command(sub, name: str, help_text: str, func):
     """A command about one stored run: `NAME RUN [--db ...]`."""
     p = sub.add_parser(name, help=help_text)
-    p.add_argument("run", type=int)
+    p.add_argument("run", type=run_id)
     add_db(p)
     p.set_defaults(func=func)
     return p

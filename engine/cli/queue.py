@@ -27,7 +27,7 @@ def cmd_submit(args) -> int:
 
 
 def cmd_worker(args) -> int:
-    cfg = from_args(WorkerConfig, args)
+    cfg = from_args(WorkerConfig, args).validate()
     cfg.metrics_port = (parse_port(cfg.metrics_port, "--metrics-port") if cfg.metrics_port is not None
                         else parse_port(os.environ.get("PHOENIX_METRICS_PORT"), "PHOENIX_METRICS_PORT"))
     telemetry = start_telemetry(args)

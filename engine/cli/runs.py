@@ -1,7 +1,9 @@
 """`bench`, `runs`, `show`, `export` and `db upgrade`: runs in the foreground and what the store holds."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from db.export import export
 from db.migrate import upgrade
@@ -12,6 +14,7 @@ from engine.bench.setup import create_run
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.config import add_options, from_args
 from engine.decode.prompts import load as load_prompts
+from engine.errors import PhoenixError
 
 
 def add_bench_options(p) -> None:
@@ -63,19 +66,34 @@ def cmd_show(args) -> int:
 def cmd_export(args) -> int:
     store = open_store(args.db)
     get_run(store, args.run)
+    if args.out:
+        check_out(args.out)
     text = export(store, args.run, args.format)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise PhoenixError(f"cannot write --out {args.out} ({exc.strerror}); choose a writable file path") from None
     else:
         sys.stdout.write(text)
     return 0
 
 
+def check_out(out: str) -> None:
+    """Before reading any row: the place the export goes must take a file."""
+    path = Path(out)
+    if path.is_dir():
+        raise PhoenixError(f"--out {out} is a folder; give a file path inside it")
+    if not path.parent.is_dir():
+        raise PhoenixError(f"--out {out}: the folder {path.parent} does not exist; create it first")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PhoenixError(f"cannot write --out {out}: not writable; choose a writable file path")
+
+
 def cmd_db_upgrade(args) -> int:
     url = resolve_url(args.db)
     make_engine(url).dispose()
-    print(f"{safe_url(url)} is at schema {upgrade(url)}")
+    print(f"{safe_url(url)} is at schema {upgrade(url, allow_foreign_tables=args.allow_foreign_tables)}")
     return 0
 
 
@@ -94,4 +112,6 @@ def add_commands(sub) -> None:
     dsub = d.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head")
     add_db(u)
+    u.add_argument("--allow-foreign-tables", action="store_true",
+                   help="add Phoenix's tables to a database that already holds other tables")
     u.set_defaults(func=cmd_db_upgrade)

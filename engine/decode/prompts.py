@@ -36,13 +36,18 @@ def split(prompts: list[Prompt], seed: int = SPLIT_SEED, test_size: int = TEST_S
     return ordered[:-test_size], ordered[-test_size:]
 
 
+MAX_ID_CHARS = 200  # ids are shown in tables and links
+
+
 def parse_jsonl(data: bytes, source: str) -> list[Prompt]:
+    """Every prompt and id checked here, before any run exists: what passes can be tokenized and stored."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a leading BOM is an editor's habit, not content
     except UnicodeDecodeError as exc:
         raise PhoenixError(f"{source}: not UTF-8 (bad byte at offset {exc.start}); save the file as UTF-8") from None
     prompts, seen = [], set()
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines separates on "\n" only: str.splitlines() would also split inside strings on U+2028 and friends.
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -51,9 +56,10 @@ def parse_jsonl(data: bytes, source: str) -> list[Prompt]:
             raise PhoenixError(f"{source}: line {lineno} is not valid JSON; each line must be {{\"id\": ..., \"prompt\": ...}}") from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise PhoenixError(f"{source}: line {lineno} needs a string field \"prompt\"")
-        pid = str(row.get("id", f"line-{lineno}"))
+        pid = _prompt_id(row, lineno, source)
         if not row["prompt"].strip():
             raise PhoenixError(f"{source}: line {lineno} has an empty prompt")
+        _storable(row["prompt"], f"{source}: line {lineno}'s prompt")
         if pid in seen:
             raise PhoenixError(f"{source}: line {lineno} repeats id {pid!r}; ids must be unique")
         seen.add(pid)
@@ -61,6 +67,28 @@ def parse_jsonl(data: bytes, source: str) -> list[Prompt]:
     if not prompts:
         raise PhoenixError(f"{source}: no prompts in the file; add lines of {{\"id\": ..., \"prompt\": ...}}")
     return prompts
+
+
+def _prompt_id(row: dict, lineno: int, source: str) -> str:
+    raw = row.get("id", f"line-{lineno}")
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        raise PhoenixError(f"{source}: line {lineno}'s id must be a string or a whole number")
+    pid = str(raw)
+    if not pid.strip() or len(pid) > MAX_ID_CHARS or any(not ch.isprintable() for ch in pid):
+        raise PhoenixError(f"{source}: line {lineno}'s id must be 1..{MAX_ID_CHARS} printable characters")
+    _storable(pid, f"{source}: line {lineno}'s id")
+    return pid
+
+
+def _storable(text: str, what: str) -> None:
+    """Lone surrogates cannot be encoded for the tokenizer or the database, and PostgreSQL refuses NUL."""
+    if "\x00" in text:
+        raise PhoenixError(f"{what} holds a NUL character; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PhoenixError(f"{what} holds an unpaired surrogate (\\u{ord(text[exc.start]):04x}) at character {exc.start}; "
+                           "fix the file's escapes") from None
 
 
 def load(spec: str, limit: int | None = None) -> list[Prompt]:

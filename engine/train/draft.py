@@ -2,13 +2,19 @@
 
 With a 49,152-token vocabulary the output layer dominates a small draft's cost, so the
 draft is narrow (its tied embedding is the target's, projected onto its top principal
-directions) and shallow. It learns the target's next-token distribution (KL to the
-target's logits) on code: the interpreter's standard library and the HumanEval *train*
-prompts in the target's chat format. The held-out test split is checked out by id and
-by text before any training.
+directions) and shallow. Two stages:
+
+1. KL to the target's next-token distribution on code: the interpreter's standard
+   library and the HumanEval *train* prompts in the target's chat format;
+2. the target's own greedy chat answers (HumanEval train prompts plus stdlib functions
+   posed the same way), learned token by token: greedy speculation accepts exactly
+   these tokens, and a draft that only saw source files learns a different text.
+
+The held-out test split is checked out by id and by text before any training.
 """
 from __future__ import annotations
 
+import ast
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +24,7 @@ from engine.decode.decoder import format_prompt
 from engine.decode.loading import load_model, pick_dtype
 from engine.decode.prompts import humaneval, split
 from engine.errors import PhoenixError
-from engine.train.zoo import save_model, stdlib_texts, train_lm
+from engine.train.zoo import save_model, stdlib_texts, train_lm, train_on_sequences
 
 
 @dataclass
@@ -32,20 +38,31 @@ class DraftConfig:
     heads: int = 5  # attention heads of 64 dims
     kv_heads: int = 1  # grouped-query attention keeps the draft's KV cache small
     seq_len: int = 256  # training window in tokens
-    steps: int = 300  # optimizer steps of KL distillation
+    steps: int = 300  # optimizer steps of KL distillation (0 with --init-from: skip to the answers stage)
     batch: int = 4  # windows per step
     lr: float = 2e-3  # peak learning rate (warm-up, cosine decay)
     warmup_steps: int = 20  # linear warm-up steps
+    init_from: str = ""  # start from this draft's weights instead of a fresh initialisation
+    answer_prompts: int = 400  # chat prompts the target answers (HumanEval train first, then stdlib functions)
+    answer_tokens: int = 128  # greedy tokens per answer
+    answer_batch: int = 16  # answers generated together (left-padded)
+    seq_steps: int = 300  # optimizer steps on the answers (0 skips the stage)
+    seq_batch: int = 8  # answers per step
+    seq_lr: float = 5e-4  # peak learning rate on the answers
     teacher_dtype: str = "bfloat16"  # the target's forward while teaching: bf16 is about 2x faster on AVX512-BF16
     save_dtype: str = "float16"  # weights on disk; loaded in the run's dtype
 
     def validate(self) -> "DraftConfig":
         """Every number checked before the target loads, each with the flag to fix."""
-        checks = [(self.steps >= 1, "--steps must be >= 1"), (self.batch >= 1, "--batch must be >= 1"),
+        checks = [(self.steps >= (0 if self.init_from else 1), "--steps must be >= 1 (0 only with --init-from)"),
+                  (self.seq_steps >= 0 and self.seq_batch >= 1, "--seq-steps must be >= 0 and --seq-batch >= 1"),
+                  (self.answer_prompts >= 0 and self.answer_tokens >= 1 and self.answer_batch >= 1,
+                   "--answer-prompts must be >= 0, --answer-tokens and --answer-batch >= 1"),
+                  (self.seq_lr > 0, "--seq-lr must be > 0"), (self.batch >= 1, "--batch must be >= 1"),
                   (self.layers >= 1, "--layers must be >= 1"), (self.seq_len >= 8, "--seq-len must be >= 8"),
                   (self.heads >= 1 and self.hidden % self.heads == 0, "--hidden must be a multiple of --heads"),
                   (self.kv_heads >= 1 and self.heads % self.kv_heads == 0, "--heads must be a multiple of --kv-heads"),
-                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_steps < self.steps, "--warmup-steps must be in 0..steps-1"),
+                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_steps < max(self.steps, self.seq_steps, 1), "--warmup-steps must be below the step counts"),
                   (self.save_dtype in ("float16", "bfloat16", "float32"), "--save-dtype must be float16, bfloat16 or float32")]
         for ok, message in checks:
             if not ok:
@@ -69,6 +86,53 @@ def corpus_ids(tokenizer) -> tuple[list[int], dict]:
         ids += format_prompt(tokenizer, p.text)
     return ids, {"stdlib_files": len(texts), "humaneval_train_prompts": len(train), "tokens": len(ids),
                  "held_out_checked": len(test)}
+
+
+def stdlib_functions(texts: list[str]) -> list[str]:
+    """Stdlib functions with docstrings, cut after the docstring: HumanEval's shape of prompt."""
+    out = []
+    for text in texts:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines()
+        for node in tree.body:
+            doc = node.body[0] if isinstance(node, ast.FunctionDef) and node.body else None
+            if doc is not None and isinstance(doc, ast.Expr) and isinstance(getattr(doc, "value", None), ast.Constant) \
+                    and isinstance(doc.value.value, str) and len(node.body) > 1:
+                out.append("\n".join(lines[node.lineno - 1: doc.end_lineno]) + "\n")
+    return out
+
+
+def answer_prompts(limit: int) -> list[str]:
+    """HumanEval train prompts, then stdlib functions; none equal to or containing a held-out prompt."""
+    train, test = split(humaneval())
+    texts = [p.text for p in train] + stdlib_functions(stdlib_texts())
+    held_out = [p.text.strip() for p in test]
+    return [t for t in texts if not any(h in t for h in held_out)][:limit]
+
+
+def target_answers(teacher, tokenizer, texts: list[str], cfg: DraftConfig) -> list[tuple[list[int], int]]:
+    """(chat prompt + the target's greedy answer, prompt length), generated in left-padded batches."""
+    import torch
+    from tqdm import tqdm
+
+    prompts = [format_prompt(tokenizer, t) for t in texts]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out = []
+    with torch.inference_mode():
+        for start in tqdm(range(0, len(prompts), cfg.answer_batch), desc="target answers"):
+            chunk = prompts[start:start + cfg.answer_batch]
+            width = max(map(len, chunk))
+            x = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+            gen = teacher.generate(input_ids=x, attention_mask=mask, max_new_tokens=cfg.answer_tokens, do_sample=False,
+                                   pad_token_id=pad)
+            for p, row in zip(chunk, gen[:, width:].tolist()):
+                answer = row[:row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+                out.append((p + answer, len(p)))
+    return out
 
 
 def draft_config(target_config, cfg: DraftConfig):
@@ -100,17 +164,40 @@ def build_draft(cfg: DraftConfig) -> dict:
     teacher, tokenizer = load_model(cfg.target, "target", "cpu", pick_dtype(cfg.teacher_dtype, "cpu"))
     ids, data = corpus_ids(tokenizer)
     torch.manual_seed(cfg.seed)
-    draft = AutoModelForCausalLM.from_config(draft_config(teacher.config, cfg), dtype=torch.float32)
-    init_embedding(draft, teacher)
+    if cfg.init_from:
+        draft = AutoModelForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
+    else:
+        draft = AutoModelForCausalLM.from_config(draft_config(teacher.config, cfg), dtype=torch.float32)
+        init_embedding(draft, teacher)
     seconds = {"prepare": time.perf_counter() - t0}
-    t0 = time.perf_counter()
-    losses = train_lm(draft, torch.tensor(ids, dtype=torch.long), cfg, cfg.steps, cfg.batch, cfg.lr, cfg.seed,
-                      "draft (KL to the target)", teacher=teacher)
-    seconds["distill"] = time.perf_counter() - t0
+    losses, answer_losses, answers = [], [], []
+    if cfg.steps:
+        t0 = time.perf_counter()
+        losses = train_lm(draft, torch.tensor(ids, dtype=torch.long), cfg, cfg.steps, cfg.batch, cfg.lr, cfg.seed,
+                          "draft (KL to the target)", teacher=teacher)
+        seconds["distill"] = time.perf_counter() - t0
+    if cfg.seq_steps and cfg.answer_prompts:
+        t0 = time.perf_counter()
+        answers = target_answers(teacher, tokenizer, answer_prompts(cfg.answer_prompts), cfg)
+        seconds["answers"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        answer_losses = train_on_sequences(draft, answers, cfg)
+        seconds["answers_training"] = time.perf_counter() - t0
+    data["answers"] = {"prompts": len(answers), "answer_tokens": sum(len(s) - n for s, n in answers)}
     card = {"role": "draft", "name": SMOLLM2_DRAFT if cfg.target == SMOLLM2 else Path(cfg.out).name,
             "teacher": cfg.target, "parameters": sum(p.numel() for p in draft.parameters()), "data": data,
-            "kl_loss": losses, "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
+            "kl_loss": losses, "answers_loss": answer_losses, "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
             "draft_config": asdict(cfg), "torch": torch.__version__}
+    if cfg.init_from:
+        card["init_from"] = _card(cfg.init_from)
     save_model(draft, tokenizer, Path(cfg.out), cfg, card)
-    return {"out": cfg.out, "parameters": card["parameters"], "tokens": data["tokens"], "first_loss": losses[0],
-            "last_loss": losses[-1], "stage_seconds": card["stage_seconds"]}
+    return {"out": cfg.out, "parameters": card["parameters"], "tokens": data["tokens"], "kl_last_loss": losses[-1] if losses else None,
+            "answers_last_loss": answer_losses[-1] if answer_losses else None, "stage_seconds": card["stage_seconds"]}
+
+
+def _card(path: str) -> dict:
+    """The starting draft's own card, so the chain of builds stays on record."""
+    import json
+
+    f = Path(path) / "phoenix_card.json"
+    return json.loads(f.read_text()) if f.is_file() else {"path": path}

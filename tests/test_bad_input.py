@@ -1,0 +1,101 @@
+"""Bad input, command by command: one table, one line per case. Each gives one clear line, exit status 2,
+no traceback, and changes nothing. A new case is one more row."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from db import migrate
+from db.store import Store
+from helpers import assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def place(tmp_path):
+    """Named files the cases point at: {ok} is a Phoenix database with one finished run."""
+    ok = tmp_path / "ok.db"
+    migrate.upgrade(f"sqlite:///{ok}")
+    Store(f"sqlite:///{ok}").create_run("one", {}, "embedded", "embedded", 0, status="done")
+    (tmp_path / "notsqlite.txt").write_text("hello, not a database\n")
+    (tmp_path / "corrupt.db").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    with sqlite3.connect(tmp_path / "foreign.db") as conn:
+        conn.execute("CREATE TABLE runs (their_column TEXT)")
+    with sqlite3.connect(tmp_path / "unknown_rev.db") as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version VALUES ('f00dcafe')")
+    (tmp_path / "folder").mkdir()
+    lines = {"surrogate.jsonl": '{"id": "a", "prompt": "x \\ud800 y"}', "nul.jsonl": '{"id": "a", "prompt": "x\\u0000y"}',
+             "dict_id.jsonl": '{"id": {"a": 1}, "prompt": "x"}', "long_id.jsonl": json.dumps({"id": "i" * 201, "prompt": "x"}),
+             "newline_id.jsonl": '{"id": "a\\nb", "prompt": "x"}', "bool_id.jsonl": '{"id": true, "prompt": "x"}'}
+    for name, line in lines.items():
+        (tmp_path / name).write_text(line + "\n", encoding="utf-8")
+    return lambda text: text.format(dir=tmp_path, ok=ok)
+
+
+BIG = str(2**63)
+CASES = [  # (argv, pattern of the one line)
+    ("runs --db {dir}/notsqlite.txt", "is not a SQLite database, or it is corrupt"),
+    ("show 1 --db {dir}/corrupt.db", "is not a SQLite database, or it is corrupt"),
+    ("runs --db nosuchscheme://host/db", "unknown database kind .nosuchscheme."),
+    ("db upgrade --db {dir}/unknown_rev.db", "at schema f00dcafe, which this Phoenix does not know"),
+    ("db upgrade --db {dir}/foreign.db", r"already holds tables Phoenix did not version \(runs\).*--allow-foreign-tables"),
+    ("runs --db {dir}/foreign.db", "has tables but no Phoenix schema version"),
+    (f"show {BIG} --db {{ok}}", "run ids are whole numbers from 1 to"),
+    (f"export {BIG} --db {{ok}}", "run ids are whole numbers"),
+    (f"resume {BIG} --db {{ok}}", "run ids are whole numbers"),
+    (f"cancel {BIG} --db {{ok}}", "run ids are whole numbers"),
+    ("show 0 --db {ok}", "run ids are whole numbers"),
+    ("show -3 --db {ok}", "run ids are whole numbers"),
+    ("show ٣ --db {ok}", "run ids are whole numbers"),  # an Arabic-Indic digit: int() takes it, SQL must not
+    ("show 99 --db {ok}", "no run 99"),
+    ("export 1 --db {ok} --out {dir}/missing/x.csv", r"the folder .*missing does not exist"),
+    ("export 1 --db {ok} --out {dir}/folder", "is a folder; give a file path"),
+    ("export 1 --db {ok} --out /proc/phoenix.csv", "cannot write --out|not writable"),
+    ("worker --db {ok} --poll nan", "--poll must be a finite number"),
+    ("worker --db {ok} --poll -1", "--poll must be a finite number"),
+    ("worker --db {ok} --max-idle inf", "--max-idle must be a finite number"),
+    ("show abc", "run ids are whole numbers"),
+    ("bench --no-such-flag", r"unrecognized arguments: --no-such-flag; see `python -m engine --help`"),
+    ("generate --k four", "--k expects a number, got 'four'"),
+    ("bench --db {dir}/p.db --prompts {dir}/surrogate.jsonl", r"line 1's prompt holds an unpaired surrogate"),
+    ("bench --db {dir}/p.db --prompts {dir}/nul.jsonl", "line 1's prompt holds a NUL character"),
+    ("bench --db {dir}/p.db --prompts {dir}/dict_id.jsonl", "line 1's id must be a string or a whole number"),
+    ("bench --db {dir}/p.db --prompts {dir}/bool_id.jsonl", "line 1's id must be a string or a whole number"),
+    ("bench --db {dir}/p.db --prompts {dir}/long_id.jsonl", r"line 1's id must be 1\.\.200 printable characters"),
+    ("bench --db {dir}/p.db --prompts {dir}/newline_id.jsonl", "printable characters"),
+]
+
+
+def snapshot(place) -> dict:
+    """What must not change: the files that are not databases byte for byte, the databases' tables and runs."""
+    out = {name: Path(place(f"{{dir}}/{name}")).read_bytes() for name in ("notsqlite.txt", "corrupt.db")}
+    for name in ("ok.db", "foreign.db", "unknown_rev.db"):
+        with closing(sqlite3.connect(place(f"{{dir}}/{name}"))) as conn:
+            tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            out[name] = (tables, conn.execute("SELECT * FROM runs").fetchall() if "runs" in tables else None)
+    return out
+
+
+@pytest.mark.parametrize("argv, pattern", CASES, ids=[c[0].split(" --db")[0] for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(capsys, place, argv, pattern):
+    before = snapshot(place)
+    code, _, err = run_cli(capsys, *place(argv).split(" "))
+    assert_one_line_error(code, err, pattern)
+    assert snapshot(place) == before
+    assert not Path(place("{dir}/p.db")).exists()
+
+
+@pytest.mark.parametrize("data, expected", [
+    ('{"id": "a", "prompt": "x\u2028y"}\n'.encode(), [("a", "x\u2028y")]),  # JSON allows U+2028 raw in strings
+    ('{"id": "a", "prompt": "x\u0085y\u2029"}\n'.encode(), [("a", "x\u0085y\u2029")]),
+    (b'\xef\xbb\xbf{"id": "a", "prompt": "xy"}\n', [("a", "xy")]),  # a UTF-8 BOM
+    (b'{"id": "a", "prompt": "x"}\r\n{"id": 7, "prompt": "y"}\r\n', [("a", "x"), ("7", "y")]),  # CRLF
+])
+def test_good_prompt_files_with_unusual_separators_parse(data, expected):
+    from engine.decode.prompts import parse_jsonl
+
+    assert [(p.id, p.text) for p in parse_jsonl(data, "p.jsonl")] == expected
