@@ -97,10 +97,10 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
 
 
 def queue_run(cfg: BenchConfig):
-    """Write the queued run and make sure a worker will take it; (run, worker state)."""
+    """Write the queued run and make sure a worker will take it; (run, worker state, worker log)."""
     run = create_run(data.store(), cfg, status="queued")
     data.runs.clear()
-    return run, ensure_worker(data.db_url())
+    return (run, *ensure_worker(data.db_url()))
 
 
 def cancel_run(run_id: int) -> str | None:

@@ -12,7 +12,9 @@ from app import data  # noqa: E402
 
 st.set_page_config(page_title="Phoenix", page_icon="🔥", layout="wide")
 page = st.navigation([
-    st.Page("views/runs.py", title="Runs", url_path="runs", default=True),
+    # The default page is served at "/"; the hidden twin answers "/runs", the address links and users type.
+    st.Page("views/runs.py", title="Runs", url_path="home", default=True),
+    st.Page("views/runs.py", title="Runs", url_path="runs", visibility="hidden"),
     st.Page("views/run.py", title="Run", url_path="run"),
     st.Page("views/breakeven.py", title="Break-even", url_path="breakeven"),
     st.Page("views/compare.py", title="Compare", url_path="compare"),
@@ -21,7 +23,8 @@ page = st.navigation([
     st.Page("views/new_run.py", title="New run", url_path="new"),
 ])
 problem = data.schema_problem()
-if problem:  # one clear line on every page instead of a traceback
-    st.error(problem)
+if problem:  # one clear line on every page instead of a traceback; literal, since it quotes the URL
+    st.error("The database cannot be used:")
+    st.code(problem, language=None, wrap_lines=True)
     st.stop()
 page.run()

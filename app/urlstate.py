@@ -15,11 +15,20 @@ def qp(name: str, default: str = "") -> str:
     return st.query_params.get(name, default)
 
 
-def qp_int(name: str) -> int | None:
-    try:
-        return int(st.query_params.get(name, ""))
-    except ValueError:
+ID_MAX = 2**63 - 1  # the databases' integer ceiling: larger ids would overflow the bound parameter
+
+
+def whole(text: str, lo: int = 0, hi: int = ID_MAX) -> int | None:
+    """ASCII digits in lo..hi, else None. str.isdigit alone lets '²' and '٣' through, and int() refuses the first."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
         return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
+def qp_int(name: str, lo: int = 1, hi: int = ID_MAX) -> int | None:
+    return whole(st.query_params.get(name, ""), lo, hi)
 
 
 def set_qp(**values) -> None:

@@ -1,11 +1,14 @@
 """Pieces several pages show: the run picker, the empty state, the identity banner, downloads."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
 from app import actions, data
 from app.urlstate import link, qp_int, set_qp
+from engine.paths import ROOT
 
 
 def refused(message: str, where=None) -> None:
@@ -23,10 +26,16 @@ def run_picker(url: str, key: str = "run") -> int | None:
         return None
     ids = runs["id"].tolist()
     labels = {r.id: f"#{r.id} {r.name} [{r.status}]" for r in runs.itertuples()}
+    asked = key in st.query_params
     current = qp_int(key)
-    index = ids.index(current) if current in ids else 0
-    chosen = st.selectbox("Run", ids, index=index, format_func=lambda i: labels[i], key=f"pick_{key}")
-    set_qp(**{key: chosen})
+    if asked and current not in ids:
+        # Never show another run in its place: the link's reader would take it for the one that was shared.
+        st.error(f"Run #{current} was not found in this database." if current else "This link's run id is not a run id.")
+    index = ids.index(current) if current in ids else (None if asked else 0)
+    chosen = st.selectbox("Run", ids, index=index, format_func=lambda i: labels[i], key=f"pick_{key}",
+                          placeholder="Choose a run")
+    if chosen is not None:
+        set_qp(**{key: chosen})
     return chosen
 
 
@@ -53,13 +62,13 @@ def demo_buttons(key: str, token: str = "") -> None:
                 queued(*actions.queue_run(cfg))
 
 
-def queued(run, worker: str) -> None:
+def queued(run, worker: str, log) -> None:
     st.success(f"Run #{run.id} queued ({run.progress_total} requests).")
     st.markdown(f"[Watch run #{run.id} live]({link('run', run=run.id)})")
     if worker == "disabled":
         st.caption("Worker autostart is off (PHOENIX_AUTOSTART_WORKER=0): your own workers will pick it up.")
     else:
-        st.caption(f"Background worker {worker}; its log is data/worker.log.")
+        st.caption(f"Background worker for this database {worker}; its log is {Path(log).relative_to(ROOT) if Path(log).is_relative_to(ROOT) else log}.")
 
 
 def identity_banner(url: str, run_id: int) -> None:

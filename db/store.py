@@ -132,6 +132,18 @@ class Store:
         with self.session_scope() as s:
             s.execute(update(Run).where(Run.id == run_id).values(**values))
 
+    def attach(self, run_id: int, worker_id: str) -> None:
+        """A foreground process (bench, resume) owns a run: its id and heartbeat let others judge staleness."""
+        with self.session_scope() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(worker_id=worker_id, heartbeat_at=utcnow()))
+
+    def interrupt_if_running(self, run_id: int, reason: str) -> bool:
+        """Mark a running run interrupted now (its worker is known to be gone)."""
+        with self.session_scope() as s:
+            res = s.execute(update(Run).where(Run.id == run_id, Run.status == "running")
+                            .values(status="interrupted", finished_at=utcnow(), error=reason))
+            return res.rowcount == 1
+
     # queue ------------------------------------------------------------------
     def claim_next(self, worker_id: str) -> E.RunInfo | None:
         """Atomically take the oldest queued run. PostgreSQL: SELECT ... FOR UPDATE SKIP

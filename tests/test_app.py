@@ -304,3 +304,41 @@ def test_a_field_error_quoting_user_input_is_literal_text(app_db, monkeypatch):
     assert any("Not accepted" in e.value for e in at.error)
     assert any("evil.example" in c.value for c in at.code)
     assert not any("evil.example" in text for text in markdown_like(at))
+
+
+@pytest.mark.parametrize("page, params", [
+    ("requests", {"run": 1, "arm": "²"}), ("requests", {"run": 1, "arm": "٣"}), ("requests", {"run": 1, "arm": str(2**70)}),
+    ("requests", {"run": 1, "arm": "-1"}), ("breakeven", {"k": "²"}), ("breakeven", {"k": "999"}),
+    ("breakeven", {"a": "nan", "c": "inf"}), ("breakeven", {"run": str(2**70)}), ("run", {"run": "²"}),
+    ("run", {"run": str(2**70)}), ("policies", {"run": "x"}), ("compare", {"series": "²:fixed_4,1:nope"}),
+])
+def test_hostile_query_parameters_never_raise(app_db, page, params):
+    open_page(page, **params)  # open_page asserts no exception was rendered
+
+
+@pytest.mark.parametrize("page", ["run", "requests", "policies"])
+def test_a_run_that_does_not_exist_is_said_not_found_instead_of_showing_another(app_db, page):
+    at = open_page(page, run=99)
+    assert any("Run #99 was not found" in e.value for e in at.error)
+    assert at.selectbox(key="pick_run").value is None
+    assert not at.get("vega_lite_chart")
+
+
+@pytest.mark.parametrize("kind", ["not_sqlite", "corrupt", "unknown_scheme", "unknown_revision"])
+def test_every_page_says_what_is_wrong_with_an_unusable_database(tmp_path, monkeypatch, kind):
+    import sqlite3
+
+    path = tmp_path / "bad.db"
+    if kind == "not_sqlite":
+        path.write_text("hello")
+    elif kind == "corrupt":
+        path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    elif kind == "unknown_revision":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+            conn.execute("INSERT INTO alembic_version VALUES ('f00dcafe')")
+    monkeypatch.setenv("PHOENIX_DB", "nosuch://x/y" if kind == "unknown_scheme" else f"sqlite:///{path}")
+    for page in PAGES:
+        at = open_page(page)
+        assert [e.value for e in at.error] == ["The database cannot be used:"], page
+        assert at.code and at.code[0].value

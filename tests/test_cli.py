@@ -134,3 +134,13 @@ def test_a_hub_id_in_the_local_cache_loads_through_the_same_path(capsys, tiny_di
                              "--device", "cpu", "--k", "2", "--max-new-tokens", "6", "--prompt", "x = 1", "--json")
     assert code == 0, err
     assert json.loads(out)["output_tokens"] == 6
+
+
+def test_resume_of_a_run_whose_worker_may_be_alive_says_how_long_to_wait(capsys, store, db_url):
+    from engine.bench.worker import worker_id
+
+    run = store.create_run("live", {"bench": {}}, "embedded", "embedded", 3)
+    store.attach(run.id, worker_id())  # this very process: provably alive
+    code, _, err = run_cli(capsys, "resume", str(run.id), "--db", db_url)
+    assert_one_line_error(code, err, r"run 1 is running \(worker .*, last heartbeat \d+ s ago\); cancel it, or retry in (29|30) s")
+    assert store.get_run(run.id).status == "running"

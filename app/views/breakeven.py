@@ -1,6 +1,8 @@
 """Break-even: speedup = E(a,k) / (1 + c k), by hand or fitted to a run."""
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from app import charts, data, urlstate, widgets
@@ -11,9 +13,10 @@ from engine.modes import K_MAX
 
 def _float_qp(name: str, default: float) -> float:
     try:
-        return min(max(float(urlstate.qp(name, str(default))), 0.0), 1.0)
+        value = float(urlstate.qp(name, str(default)))
     except ValueError:
         return default
+    return min(max(value, 0.0), 1.0) if math.isfinite(value) else default
 
 
 def render() -> None:
@@ -21,7 +24,7 @@ def render() -> None:
     st.title("Break-even")
     st.markdown("Expected tokens per verification pass: **E(a,k) = 1 + a + … + a^k**. A pass costs **1 + c·k** target "
                 "steps, so **speedup = E / (1 + c·k)**. The optimum k is interior: more drafts add less and less.")
-    use_run = st.toggle("Fit from a run", value=urlstate.qp_int("run") is not None, key="fit_toggle")
+    use_run = st.toggle("Fit from a run", value="run" in st.query_params, key="fit_toggle")
     measured, fit = None, None
     a, c = _float_qp("a", 0.7), _float_qp("c", 0.1)
     if use_run:
@@ -40,7 +43,7 @@ def render() -> None:
     col1, col2, col3 = st.columns(3)
     a = col1.slider("a: per-token acceptance", 0.0, 1.0, float(round(a, 3)), 0.01, disabled=measured is not None)
     c = col2.slider("c: draft cost per token / target step", 0.0, 1.0, float(round(c, 3)), 0.01, disabled=measured is not None)
-    k = col3.slider("k: draft length", 1, K_MAX, int(urlstate.qp("k", "4")) if urlstate.qp("k", "4").isdigit() else 4)
+    k = col3.slider("k: draft length", 1, K_MAX, urlstate.whole(urlstate.qp("k", "4"), 1, K_MAX) or 4)
     if measured is None:
         urlstate.set_qp(a=f"{a:.2f}", c=f"{c:.2f}", k=k)
     k_opt = optimum_k(a, c, K_MAX)

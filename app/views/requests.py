@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import data, urlstate, widgets
 from engine.decode.prompts import load as load_prompts
+from engine.modes import K_MAX
 
 IDENTITY = ["", "yes", "no", "unchecked"]
 
@@ -24,9 +25,9 @@ def render() -> None:
     ident_q = urlstate.qp("identical")
     ident = c3.selectbox("Identical", IDENTITY, index=IDENTITY.index(ident_q) if ident_q in IDENTITY else 0, key="r_ident")
     search = c4.text_input("Search prompt id / output", value=urlstate.qp("q"), key="r_q")
-    arm = int(arm_text) if arm_text.strip().isdigit() else None
+    arm = urlstate.whole(arm_text, 0, K_MAX)
     if arm_text.strip() and arm is None:
-        st.warning("Arm k must be a whole number; the filter is ignored.")
+        st.warning(f"Arm k must be a whole number from 0 to {K_MAX}; the filter is ignored.")
     urlstate.set_qp(mode=mode, arm=arm, identical=ident, q=search)
     df = data.requests(url, run_id, mode, arm, ident, search)
     if urlstate.sentry_web():

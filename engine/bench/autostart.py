@@ -1,7 +1,8 @@
-"""Start one detached background worker for the dashboard, never two."""
+"""Start one detached background worker per database for the dashboard, never two for the same one."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import subprocess
 import sys
@@ -21,28 +22,36 @@ def _alive(pid: int) -> bool:
     return not zombie and "engine" in cmdline and "worker" in cmdline
 
 
-def worker_pid(data_dir: Path) -> int | None:
+def worker_files(data_dir: Path, db_url: str) -> dict[str, Path]:
+    """Pid, lock and log files of the worker that serves ``db_url``: one set per database, so a second
+    database gets a worker of its own instead of a 'running' answer from the first one's."""
+    key = hashlib.sha256(db_url.encode()).hexdigest()[:12]
+    return {kind: data_dir / f"worker-{key}.{kind}" for kind in ("pid", "lock", "log")}
+
+
+def worker_pid(data_dir: Path, db_url: str) -> int | None:
     try:
-        pid = int((data_dir / "worker.pid").read_text().strip())
+        pid = int(worker_files(data_dir, db_url)["pid"].read_text().strip())
     except (OSError, ValueError):
         return None
     return pid if _alive(pid) else None
 
 
-def ensure_worker(db_url: str, data_dir: Path | None = None) -> str:
-    """'disabled', 'running' or 'started'. The DB URL goes by environment, not argv,
+def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]:
+    """('disabled' | 'running' | 'started', the worker's log file). The DB URL goes by environment, not argv,
     so a password in it never shows in a process list."""
-    if os.environ.get("PHOENIX_AUTOSTART_WORKER", "1") == "0":
-        return "disabled"
     data_dir = Path(data_dir or DATA_DIR)
+    files = worker_files(data_dir, db_url)
+    if os.environ.get("PHOENIX_AUTOSTART_WORKER", "1") == "0":
+        return "disabled", files["log"]
     data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / "worker.lock", "w") as lock:
+    with open(files["lock"], "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two dashboard sessions must not both start one
-        if worker_pid(data_dir) is not None:
-            return "running"
-        log = open(data_dir / "worker.log", "ab")
+        if worker_pid(data_dir, db_url) is not None:
+            return "running", files["log"]
+        log = open(files["log"], "ab")
         env = {**os.environ, "PHOENIX_DB": db_url}
         proc = subprocess.Popen([sys.executable, "-m", "engine", "worker"], cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        (data_dir / "worker.pid").write_text(str(proc.pid))
-        return "started"
+        files["pid"].write_text(str(proc.pid))
+        return "started", files["log"]

@@ -1,8 +1,12 @@
 """`submit`, `worker`, `resume` and `cancel`: runs through the queue and the background engine."""
 from __future__ import annotations
 
+import math
 import os
+import socket
 
+from db.store import STALE_AFTER_S
+from db.models import utcnow
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.setup import create_run
 from engine.bench.worker import Worker, WorkerConfig, log_line
@@ -39,12 +43,37 @@ def cmd_resume(args) -> int:
     store = open_store(args.db)
     store.mark_stale()
     run = get_run(store, args.run)
+    if run.status == "running":
+        run = take_over(store, run)
     if run.status in ("done", "running", "queued"):
         raise PhoenixError(f"run {run.id} is {run.status}; only interrupted, failed or cancelled runs resume")
     cfg = stored(run.config.get("bench", {}))
     telemetry = start_telemetry(args)
     store.requeue(run.id)
     return execute_and_report(store, run.id, cfg, telemetry=telemetry)
+
+
+def take_over(store, run):
+    """A running run whose worker is provably gone (same host, no such process) is interrupted at once;
+    otherwise say how long until its missing heartbeat makes it resumable."""
+    host, _, pid = (run.worker_id or "").rpartition(":")
+    if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        store.interrupt_if_running(run.id, f"worker {run.worker_id} is gone; resumed")
+        return get_run(store, run.id)
+    age = (utcnow() - run.heartbeat_at).total_seconds() if run.heartbeat_at else 0.0
+    wait = max(1, math.ceil(STALE_AFTER_S - age))
+    raise PhoenixError(f"run {run.id} is running (worker {run.worker_id or '?'}, last heartbeat {age:.0f} s ago); "
+                       f"cancel it, or retry in {wait} s if its worker died")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def cmd_cancel(args) -> int:

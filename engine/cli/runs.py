@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from db.store import Store, make_engine, resolve_url, safe_url
 from engine.bench.config import BenchConfig, validate
 from engine.bench.run import encode_all, execute, load_decoder, report
 from engine.bench.setup import create_run
+from engine.bench.worker import Heartbeat, worker_id
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.config import add_options, from_args
 from engine.decode.prompts import load as load_prompts
@@ -35,12 +37,21 @@ def cmd_bench(args) -> int:
     return execute_and_report(store, run.id, cfg, decoder=decoder, telemetry=telemetry)
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends a run as Ctrl-C does: rows flushed, status interrupted
+
+
 def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) -> int:
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    store.attach(run_id, worker_id())
     try:
-        status = execute(store, run_id, cfg, **kwargs)
+        with Heartbeat(store, run_id):
+            status = execute(store, run_id, cfg, **kwargs)
     except KeyboardInterrupt:
         print(f"run {run_id} interrupted; its rows are kept (`python -m engine resume {run_id}` continues it)", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(report(store, run_id))
     print(f"run {run_id}: {status}", file=sys.stderr)
     return 0

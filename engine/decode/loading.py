@@ -135,14 +135,30 @@ def shared_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: str)
     a pair is fine as long as both cover every real token. Returns the rows the draft may propose from."""
     _same_tokenizer(t_tok, d_tok, target_name, draft_name)
     rows = min(target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0])
-    if rows < len(t_tok):
+    return _rows_cover(rows, len(t_tok), target_name, draft_name)
+
+
+def _rows_cover(rows: int, tokens: int, target_name: str, draft_name: str) -> int:
+    """The one rule, whether rows come from loaded weights or from config.json."""
+    if rows < tokens:
         raise PhoenixError(f"the output layer of {draft_name!r} or {target_name!r} has {rows} rows but the tokenizer has "
-                           f"{len(t_tok)} tokens; re-export the model with its full vocabulary")
+                           f"{tokens} tokens; re-export the model with its full vocabulary")
     return rows
 
 
+def config_rows(path: Path) -> int | None:
+    """Output rows as config.json declares them (vocab_size), without loading weights."""
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    rows = cfg.get("vocab_size", (cfg.get("text_config") or {}).get("vocab_size"))
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
+
+
 def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
-    """The vocabulary check without loading weights, for forms and queued runs."""
+    """The pair checks of load_pair without loading weights, for the form and `submit`: the same tokenizer, and
+    output layers (as config.json declares them) that cover every token."""
     from transformers import AutoTokenizer
 
     try:
@@ -151,6 +167,9 @@ def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name:
     except Exception as exc:
         raise PhoenixError(f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     _same_tokenizer(t_tok, d_tok, target_name, draft_name)
+    rows = [r for r in (config_rows(target_path), config_rows(draft_path)) if r is not None]
+    if len(rows) == 2:
+        _rows_cover(min(rows), len(t_tok), target_name, draft_name)
 
 
 def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str = "auto",
