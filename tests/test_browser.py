@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import XSS, build_db
+from helpers import BREAKOUT, XSS, build_db
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     db = tmp_path_factory.mktemp("browser") / "b.db"
-    build_db(f"sqlite:///{db}")
+    store = build_db(f"sqlite:///{db}")
+    store.create_run("breakout", {"bench": {"modes": ["target"], "drafter": "model", "prompt_format": BREAKOUT}},
+                     BREAKOUT, BREAKOUT, 0, status="done")  # run 3
     port = free_port()
     env = {**os.environ, "PHOENIX_DB": f"sqlite:///{db}", "PHOENIX_AUTOSTART_WORKER": "0",
            "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
@@ -101,4 +103,28 @@ def test_a_script_payload_in_outputs_is_shown_as_text_and_never_runs(server, bro
     assert page.get_by_text(XSS).count() >= 1  # visible as text
     assert alerts == []
     assert page.locator("script:text('pwned')").count() == 0
+    page.close()
+
+
+def test_the_runs_address_opens_the_runs_page(server, browser):
+    page = browser.new_page()
+    page.goto(f"{server}/runs")
+    page.wait_for_selector('[data-testid="stDataFrame"]', timeout=60000)
+    page.wait_for_timeout(1000)
+    assert page.get_by_text("Page not found").count() == 0
+    assert page.get_by_role("heading", name="Runs").count() >= 1
+    page.close()
+
+
+def test_a_markdown_breakout_in_a_model_name_renders_no_link_and_loads_nothing(server, browser):
+    page = browser.new_page()
+    outside = []
+    page.on("request", lambda r: outside.append(r.url) if "evil.example" in r.url else None)
+    page.goto(f"{server}/run?run=3")
+    page.wait_for_selector('[data-testid="stText"]', timeout=60000)
+    page.wait_for_timeout(1500)
+    assert page.get_by_text("evil.example", exact=False).count() >= 1  # shown, as text
+    assert page.locator('a[href*="evil.example"]').count() == 0
+    assert page.locator('img[src*="evil.example"]').count() == 0
+    assert outside == []
     page.close()
