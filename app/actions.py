@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
+from pathlib import Path
 
 import streamlit as st
 
 from engine.bench.autostart import ensure_worker
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
-from engine.catalog import EMBEDDED, SMOLLM2, SMOLLM2_DRAFT, present
+from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
 from engine.decode.fetch import FETCHERS
 from engine.decode.loading import check_same_tokenizer_files, resolve
-from engine.decode.prompts import load as load_prompts
+from engine.decode.prompts import NAMED_SETS, load as load_prompts
 from engine.errors import PhoenixError
 from engine.modes import Mode
+from engine.paths import DATA_DIR, MODELS_DIR, ROOT
 
 from app import data
 
@@ -72,9 +75,48 @@ def _check_modes(cfg: BenchConfig) -> None:
         Mode.parse(mode)
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def data_roots() -> list[Path]:
+    """The only folders the form may read: models/, data/, the Hugging Face cache and $PHOENIX_DATA_ROOTS."""
+    from huggingface_hub import constants
+
+    extra = [p for p in os.environ.get("PHOENIX_DATA_ROOTS", "").split(os.pathsep) if p.strip()]
+    return [Path(r).expanduser().resolve() for r in [MODELS_DIR, DATA_DIR, constants.HF_HUB_CACHE, *extra]]
+
+
+def rooted(text: str, what: str) -> str:
+    """The absolute path of ``text`` inside a data root; one message for anything else, so the form never tells
+    which files exist elsewhere on the server. Relative paths are taken from the project root, not the cwd."""
+    path = Path(text).expanduser()
+    path = (path if path.is_absolute() else ROOT / path).resolve()
+    if not any(path.is_relative_to(root) for root in data_roots()):
+        raise PhoenixError(f"{what} paths must lie inside models/, data/, the Hugging Face cache or a folder in "
+                           "PHOENIX_DATA_ROOTS")
+    return str(path)
+
+
+def form_model(text: str, role: str) -> str:
+    """A named model, a hub id, or a path inside the roots."""
+    if text in NAMED or (HUB_ID.fullmatch(text) and not (ROOT / text).exists()):
+        return text
+    return rooted(text, f"{role} model")
+
+
+def form_prompts(text: str) -> str:
+    return text if text in NAMED_SETS else rooted(text, "prompt file")
+
+
 def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
     """Each field of the New run form on its own, so every invalid one gets its own message."""
     errors: dict[str, str] = {}
+    cfg.target = _check(errors, "target", lambda: form_model(cfg.target, "target")) or cfg.target
+    if cfg.draft:
+        cfg.draft = _check(errors, "draft", lambda: form_model(cfg.draft, "draft")) or cfg.draft
+    cfg.prompts = _check(errors, "prompts", lambda: form_prompts(cfg.prompts)) or cfg.prompts
+    if errors:
+        return errors
     fetched_later = cfg.target in FETCHERS and not present(cfg.target)  # the worker fetches it before the run
     t = None if fetched_later else _check(errors, "target", lambda: resolve(cfg.target, "target"))
     d = _check(errors, "draft", lambda: resolve(cfg.draft, "draft")) if cfg.draft else None

@@ -342,3 +342,18 @@ def test_every_page_says_what_is_wrong_with_an_unusable_database(tmp_path, monke
         at = open_page(page)
         assert [e.value for e in at.error] == ["The database cannot be used:"], page
         assert at.code and at.code[0].value
+
+
+@pytest.mark.parametrize("field, key", [("target", "n_target_typed"), ("draft", "n_draft_typed"), ("prompts", "n_prompts_file")])
+def test_the_form_reads_only_inside_its_roots_and_never_tells_which_files_exist(app_db, tmp_path, field, key):
+    answers = []
+    for path in ("/etc/passwd", "/no/such/file", str(tmp_path / "app.db"), "../../etc/hostname"):
+        at = open_page("new_run")
+        if field != "prompts":
+            at.selectbox(key=f"n_{field}").set_value("other…")
+        at.text_input(key=key).input(path)
+        at.get("form_submit_button")[0].click()
+        at.run()
+        answers.append(sorted(c.value for c in at.code))
+    assert all("must lie inside models/, data/" in " ".join(a) for a in answers)
+    assert all(a == answers[0] for a in answers)  # one message, whatever is there

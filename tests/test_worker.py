@@ -145,17 +145,18 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
 
     monkeypatch.setenv("PHOENIX_DB", db_url)
     monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
+    models_root = Path(tiny_dirs["qwen3"]["target"]).parent.parent
+    monkeypatch.setenv("PHOENIX_DATA_ROOTS", os.pathsep.join([str(models_root), str(Path(prompt_file).parent)]))
     at = AppTest.from_file("../app/main.py", default_timeout=60)
     at.run()
     at.switch_page("views/new_run.py").run()
     at.selectbox(key="n_target").set_value("other…")
-    at.text_input(key="n_target_typed").input("/no/such/dir")
+    at.text_input(key="n_target_typed").input(str(models_root / "no-such-model"))
     at.text_input(key="n_arms").input("0,2,2")
     at.text_input(key="n_prompts_file").input(prompt_file)
     at.get("form_submit_button")[0].click()
     at.run()
-    errors = [e.value for e in at.error]
-    assert any("not found" in e for e in errors)
+    assert any("not found" in c.value for c in at.code)  # inside a root: the ordinary message
     assert not store.list_runs()  # nothing queued
     at.text_input(key="n_target_typed").input(tiny_dirs["qwen3"]["target"])
     at.selectbox(key="n_draft").set_value("other…")
