@@ -67,6 +67,7 @@ class RequestRecord:
     diverged_at: int | None = None
     trace_id: str | None = None
     warmup: bool = False
+    error: str | None = None  # why the request failed (a server's answer); None when it succeeded
     positions: list[PositionCount] = field(default_factory=list)
     bandit: BanditRecord | None = None
     id: int | None = None

@@ -162,7 +162,7 @@ def requests_frame(store: Store, run_id: int, mode: str = "", k: int | None = No
     if prompt:
         cond.append(r.prompt_id.contains(prompt, autoescape=True) | r.output_text.contains(prompt, autoescape=True))
     q = (select(r.id, r.seq, r.mode, r.k, r.prompt_id, r.output_tokens, r.latency_s, r.ttft_s, r.tokens_per_s,
-                r.proposed, r.accepted, r.passes, r.draft_s, r.verify_s, r.identical, r.diverged_at, r.trace_id)
+                r.proposed, r.accepted, r.passes, r.draft_s, r.verify_s, r.identical, r.diverged_at, r.trace_id, r.error)
          .where(and_(*cond)).order_by(r.seq).limit(limit))
     return _frame(store, q)
 

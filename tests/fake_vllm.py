@@ -17,8 +17,12 @@ K = 4
 
 
 class FakeVllm:
-    def __init__(self, model: str = "Qwen/Qwen3-1.7B", tokens: int = 24, delay_s: float = 0.01):
+    def __init__(self, model: str = "Qwen/Qwen3-1.7B", tokens: int = 24, delay_s: float = 0.01,
+                 max_model_len: int | None = None, spec: bool = True, prefix: str = ""):
         self.model, self.tokens, self.delay_s = model, tokens, delay_s
+        self.max_model_len = max_model_len  # in prompt words + max_tokens, as a real server counts tokens
+        self.spec, self.prefix = spec, prefix  # spec=False: started without a speculative config; prefix "ray_": Ray Serve
+        self.bodies: list[dict] = []
         self.lock = threading.Lock()
         self.running = 0
         self.c = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation_tokens": 0, "requests": 0,
@@ -35,6 +39,10 @@ class FakeVllm:
                 if self.path != "/v1/completions":
                     return self._send(404, b"{}", "application/json")
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                fake.bodies.append(body)
+                if fake.max_model_len and len(body.get("prompt", "").split()) + body.get("max_tokens", 16) > fake.max_model_len:
+                    return self._send(400, json.dumps({"error": "This model's maximum context length is "
+                                                       f"{fake.max_model_len} tokens"}).encode(), "application/json")
                 if body.get("model") != fake.model:
                     return self._send(404, json.dumps({"error": f"model {body.get('model')} not served"}).encode(),
                                       "application/json")
@@ -89,7 +97,14 @@ class FakeVllm:
         out = TEMPLATE
         for key, value in fields.items():
             out = out.replace("{" + key + "}", str(value))
-        return out
+        if not self.spec:
+            out = "\n".join(line for line in out.splitlines() if "spec_decode" not in line) + "\n"
+        return out.replace("vllm:", self.prefix + "vllm:") if self.prefix else out
+
+    def restart(self) -> None:
+        """Counters start again from zero, as after a server restart."""
+        with self.lock:
+            self.c = {key: ([0] * K if key == "per_pos" else 0) for key in self.c}
 
     def stop(self) -> None:
         self.server.shutdown()

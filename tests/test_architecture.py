@@ -23,7 +23,7 @@ ALLOWED = {
     "train": {"base", "decode", "analysis", "db", "bench", "train"},
     "vllm": {"base", "decode", "db", "bench", "vllm"},
     "cli": {"base", "decode", "policies", "analysis", "db", "observe", "bench", "train", "vllm", "cli"},
-    "app": {"base", "decode", "policies", "analysis", "db", "bench", "app"},
+    "app": {"base", "decode", "policies", "analysis", "db", "bench", "vllm", "app"},
     "entry": {"cli"},
 }
 

@@ -75,3 +75,60 @@ def test_a_wrong_model_name_fails_the_run_with_the_servers_answer(store, server,
     with pytest.raises(PhoenixError, match="HTTP 404"):
         sweep(store, SweepConfig(url=server.url, model="other", prompts=prompt_file, limit=2, concurrency="1"))
     assert store.list_runs()[0].status == "failed"
+
+
+def test_a_failed_request_is_recorded_with_the_servers_answer_and_its_level_carries_on(store, prompt_file):
+    s = FakeVllm(max_model_len=20)  # "def f0(x): return x + 0" is 6 words: 6 + 16 fits; the long prompt does not
+    long_prompts = prompt_file.replace("prompts.jsonl", "long.jsonl")
+    with open(prompt_file) as src, open(long_prompts, "w") as dst:
+        dst.write(src.read() + '{"id": "long", "prompt": "' + "word " * 30 + '"}\n')
+    try:
+        levels = []
+        run_id = sweep(store, SweepConfig(url=s.url, model=s.model, prompts=long_prompts, limit=5, max_new_tokens=12,
+                                          concurrency="1,4"), on_level=levels.append)
+    finally:
+        s.stop()
+    assert store.get_run(run_id).status == "done" and [lv["failed"] for lv in levels] == [1, 1]
+    rows = store.requests(run_id)
+    assert len(rows) == 10 and sum(r.output_tokens == 12 for r in rows) == 8
+    failed = [r for r in rows if r.error]
+    assert [r.prompt_id for r in failed] == ["long", "long"] and all("HTTP 400" in r.error for r in failed)
+
+
+@pytest.mark.parametrize("spec, prefix, seen", [(True, "", True), (True, "ray_", True), (False, "", False)])
+def test_counters_are_read_with_the_ray_prefix_and_their_absence_is_said(spec, prefix, seen):
+    from engine.vllm.client import level_notes
+
+    s = FakeVllm(spec=spec, prefix=prefix)
+    try:
+        s.complete({"max_tokens": 20, "prompt": "a"})
+        summary = parse_metrics(s.render()).summary()
+    finally:
+        s.stop()
+    assert summary["spec_decode_counters"] is seen
+    assert (summary["drafts"] == 10) is seen
+    assert any("no vllm:spec_decode_* counters" in n for n in level_notes(summary)) is not seen
+
+
+def test_a_counter_that_goes_down_is_a_restart_and_the_increase_starts_from_zero():
+    s = FakeVllm()
+    try:
+        for _ in range(3):
+            s.complete({"max_tokens": 20, "prompt": "a"})
+        before = parse_metrics(s.render())
+        s.restart()
+        s.complete({"max_tokens": 20, "prompt": "a"})
+        delta = parse_metrics(s.render()).minus(before)
+    finally:
+        s.stop()
+    assert delta.reset and delta.drafts == 10 and delta.summary()["counters_reset"]
+
+
+def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(store, server, prompt_file):
+    from engine.vllm.client import GREEDY
+
+    run_id = sweep(store, SweepConfig(url=server.url + "/v1/", model=server.model, prompts=prompt_file, limit=2,
+                                      max_new_tokens=8, concurrency="1"))
+    assert all({k: b[k] for k in GREEDY} == GREEDY for b in server.bodies) and len(server.bodies) == 2
+    assert GREEDY["repetition_penalty"] == 1.0 and GREEDY["temperature"] == 0.0
+    assert store.get_run(run_id).config["sampling"] == GREEDY

@@ -6,6 +6,7 @@ import math
 import streamlit as st
 
 from app import actions, charts, data, urlstate, widgets
+from engine.vllm.client import level_notes
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 
@@ -139,7 +140,11 @@ def vllm_sweep(info) -> None:
     st.altair_chart(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
     st.caption("Acceptance per level from the server's vllm:spec_decode_* counters scraped before and after the level: "
                "accepted / draft tokens; mean acceptance length 1 + accepted / drafts. Requests per level: "
-               + ", ".join(f"{lv['concurrency']}: {lv['requests']}" for lv in levels))
+               + ", ".join(f"{lv['concurrency']}: {lv['requests']}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
+                           for lv in levels))
+    for lv in levels:
+        for note in level_notes(lv):
+            st.warning(f"Concurrency {int(lv['concurrency'])}: {note}")
 
 
 def distill_link(url: str, run_id: int) -> None:

@@ -8,6 +8,7 @@ from engine.config import add_options, from_args
 from engine.train.distill import DistillConfig
 from engine.train.evaluate import format_comparison
 from engine.train.job import run as run_distill
+from engine.vllm.client import level_notes
 from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 
 
@@ -23,7 +24,12 @@ def cmd_distill(args) -> int:
 def show_level(level: dict) -> None:
     acc = "n/a" if level["acceptance"] is None else f"{level['acceptance']:.1%}"
     print(f"concurrency {level['concurrency']:>4}: {level['throughput_tokens_per_s']:8.1f} tok/s, acceptance {acc}, "
-          f"per position " + " ".join("n/a" if r is None else f"{r:.3f}" for r in level["per_position"]))
+          f"per position " + " ".join("n/a" if r is None else f"{r:.3f}" for r in level["per_position"])
+          + (f", {level['failed']} of {level['requests']} requests failed (see the Requests page)" if level.get("failed") else ""))
+    for note in level_notes(level):
+        print(f"  note: {note}")
+
+
 
 
 def cmd_vllm_sweep(args) -> int:

@@ -11,7 +11,7 @@ from db.entities import PositionCount, RequestRecord
 from db.store import Store
 from engine.bench.setup import environment
 from engine.decode.prompts import load as load_prompts
-from engine.vllm.client import SpecCounters, VllmClient, sweep_level
+from engine.vllm.client import GREEDY, SpecCounters, VllmClient, sweep_level
 from engine.errors import PhoenixError
 
 
@@ -58,7 +58,8 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
     prompts = load_prompts(cfg.prompts, cfg.limit)
     client = client_for(cfg.url, cfg.model, cfg.timeout_s)
     client.metrics()  # fail before writing anything if the server or its /metrics is unreachable
-    run = store.create_run(cfg.name or f"vllm sweep {cfg.concurrency}", {"vllm": asdict(cfg), "environment": environment()},
+    run = store.create_run(cfg.name or f"vllm sweep {cfg.concurrency}",
+                           {"vllm": asdict(cfg), "sampling": GREEDY, "environment": environment()},
                            cfg.model, None, len(prompts) * len(levels))
     seq, summary = 0, []
     try:
@@ -72,6 +73,8 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
             store.add_requests(recs, progress=(run.id, seq))
             if on_level:
                 on_level(level)
+            if level["failed"] == level["requests"]:  # nothing got through: a wrong model name, a dead backend
+                raise PhoenixError(f"every request at concurrency {c} failed; the first: {results[0]['error']}")
     except PhoenixError as exc:
         store.set_status(run.id, "failed", str(exc))
         raise
@@ -88,7 +91,7 @@ def _record(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
                          output_tokens=r["output_tokens"], latency_s=lat, ttft_s=None,
                          tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0, proposed=0, accepted=0, passes=0,
                          draft_s=0.0, verify_s=0.0, output_text=r["text"],
-                         output_sha256=hashlib.sha256(r["text"].encode()).hexdigest())
+                         output_sha256=hashlib.sha256(r["text"].encode()).hexdigest(), error=r.get("error"))
 
 
 def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.sleep) -> int:
