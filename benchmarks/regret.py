@@ -6,6 +6,7 @@ the same run. Regret per request is measured against the best fixed arm's
 tokens/sec on the same prompt.
 
     python -m benchmarks.regret [--limit 50] [--max-new-tokens 96] [--policies ...]
+    python -m benchmarks.regret --target smollm2 --draft smollm2-draft --tag smollm2 --limit 20 --policies ...
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def parse(argv):
     p.add_argument("--arms", default="0,2,4,6,8")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--fallback", action="store_true")
+    p.add_argument("--drafter", default="model", help="model | ngram: what the fixed arms and the bandits draft with")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--tag", default="", help="results are named <tag>_regret (the README's real-pair sections)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--db", default=None, help="defaults to PHOENIX_DB, else a temporary file")
     p.add_argument("--out", default=str(RESULTS))
@@ -51,7 +55,8 @@ def config(args) -> BenchConfig:
     bandits = [f"bandit:{p}" for p in args.policies.split(",") if p]
     return BenchConfig(target=args.target, draft=args.draft, prompts=args.prompts, limit=args.limit,
                        max_new_tokens=args.max_new_tokens, modes=fixed + bandits, arms=arms, seed=args.seed,
-                       fallback=FallbackConfig(enabled=args.fallback), name="regret benchmark", device="cpu", dtype="float32")
+                       fallback=FallbackConfig(enabled=args.fallback), name=f"regret benchmark {args.tag}".strip(), device="cpu",
+                       dtype=args.dtype, drafter=args.drafter)
 
 
 def summarise(store: Store, run_id: int) -> dict:
@@ -77,7 +82,7 @@ def main(argv=None) -> None:
     status = execute(store, run.id, cfg, progress=True)
     wall = time.perf_counter() - t0
     summary = summarise(store, run.id)
-    path = write("regret", {"settings": {k: v for k, v in vars(args).items() if k != "db"}, "run_id": run.id,
+    path = write(f"{args.tag}_regret" if args.tag else "regret", {"settings": {k: v for k, v in vars(args).items() if k != "db"}, "run_id": run.id,
                             "status": status, "wall_s": wall, **summary}, Path(args.out))
     print(f"best fixed arm in hindsight: {summary['best_fixed']}  (run #{run.id}, {wall:.0f} s)")
     print(f"{'mode':<32}{'n':>4}{'tok/s':>9}{'share':>8}{'mean k':>8}{'p':>9}  verdict")
