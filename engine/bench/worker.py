@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from db.store import HEARTBEAT_S, STALE_AFTER_S, Store
@@ -18,6 +19,7 @@ from engine.bench.config import BenchConfig, stored
 from engine.bench.run import execute, load_decoder
 from engine.decode.fetch import ensure_present
 from engine.errors import PhoenixError
+from engine.modes import Mode
 from engine.observe.prometheus import Metrics
 
 
@@ -35,6 +37,14 @@ class WorkerConfig:
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise PhoenixError(f"{flag} must be a finite number of seconds >= 0, got {value}")
         return self
+
+
+def mode_arms(bench: BenchConfig) -> list[tuple[str, int]]:
+    """(mode, k) pairs a run can record: a fixed mode its k, a bandit any of its arms."""
+    pairs = []
+    for mode in map(Mode.of, bench.modes):
+        pairs += [(mode.text, k) for k in bench.arms] if mode.is_bandit else [(mode.text, mode.k or 0)]
+    return pairs
 
 
 def worker_id() -> str:
@@ -120,12 +130,16 @@ class Worker:
         try:
             bench = stored(run.config.get("bench", {}))
             with Heartbeat(self.store, run.id):
+                if self.metrics:
+                    self.metrics.prepare(bench.target, max(bench.arms + [m.k or 0 for m in map(Mode.of, bench.modes)]),
+                                         mode_arms(bench))
                 self.prepare(run.id, bench)
                 decoder = self.decoder_for(bench)
                 observe = (lambda rec, _stats: self.metrics.observe(rec, bench.target)) if self.metrics else None
-                status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
-                                 should_stop=CancelCheck(self.store, run.id), on_request=observe,
-                                 telemetry=self.telemetry)
+                with self.metrics.running.labels(bench.target, "0").track_inprogress() if self.metrics else nullcontext():
+                    status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
+                                     should_stop=CancelCheck(self.store, run.id), on_request=observe,
+                                     telemetry=self.telemetry)
             self.log(f"worker {self.id}: run {run.id} {status}")
         except PhoenixError as exc:
             self.store.set_status(run.id, "failed", str(exc))

@@ -9,10 +9,19 @@ meanings, so Grafana panels written for ``vllm:spec_decode_*`` work on Phoenix:
                         passes whose first i+1 drafted tokens were all accepted
 Acceptance rate = accepted / draft_tokens; mean acceptance length = 1 + accepted / drafts.
 prometheus_client adds the ``_total`` suffix to counters on exposition, as in vLLM.
+
+As vLLM does, every child a run will touch is created at 0 when the run starts (``prepare``):
+``rate()`` needs a sample before the first increment, or it never sees that increment.
+``phoenix:num_requests_running`` mirrors vLLM's gauge, which Grafana dashboards use to list models.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+import socket
+import threading
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from engine.errors import PhoenixError
 
@@ -36,6 +45,20 @@ class Metrics:
         self.tokens_per_s = Histogram("phoenix:request_tokens_per_second", "Output tokens per second of a request.", arm,
                                       buckets=TPS_BUCKETS, registry=r)
         self.requests = Counter("phoenix:requests", "Recorded requests (warm-up excluded).", arm, registry=r)
+        self.running = Gauge("phoenix:num_requests_running", "Number of requests being decoded (this worker decodes "
+                             "one at a time: 1 while a run executes).", model, registry=r)
+
+    def prepare(self, model_name: str, k_max: int, mode_arms: list[tuple[str, int]]) -> None:
+        """Create at 0 every child a run will touch: spec-decode counters for positions 0..k_max-1 and the
+        per-request series of each (mode, arm)."""
+        for counter in (self.drafts, self.draft_tokens, self.accepted):
+            counter.labels(model_name, "0")
+        for pos in range(k_max):
+            self.per_pos.labels(model_name, "0", str(pos))
+        for mode, k in mode_arms:
+            for family in (self.requests, self.latency, self.tokens_per_s):
+                family.labels(mode=mode, arm=str(k))
+        self.running.labels(model_name, "0")
 
     def observe(self, rec, model_name: str) -> None:
         """One finished request (a db.entities.RequestRecord)."""
@@ -54,10 +77,33 @@ class Metrics:
 
     def serve(self, port: int, addr: str = "127.0.0.1"):
         """Start /metrics on addr:port in a daemon thread; returns (server, thread)."""
+        server_class = type("MetricsServer", (_Server,), {"address_family": socket.AF_INET6 if ":" in addr else socket.AF_INET})
         try:
-            return start_http_server(port, addr=addr, registry=self.registry)
+            httpd = make_server(addr, port, text_format(make_wsgi_app(self.registry)), server_class, handler_class=_Quiet)
         except (OSError, OverflowError) as exc:
             raise PhoenixError(f"cannot serve metrics on {addr}:{port} ({exc}); pick another --metrics-port") from None
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="phoenix-metrics")
+        thread.start()
+        return httpd, thread
+
+
+def text_format(app):
+    """Always the Prometheus text format. prometheus_client 0.26's OpenMetrics output rewrites the ':' of sample
+    names to '_' (its HELP lines keep it), so a Prometheus that negotiates OpenMetrics, as 2.x does, would store
+    phoenix_spec_decode_* and no panel written for vLLM-style names would match. Found by the real-Prometheus test."""
+    def serve(environ, start_response):
+        environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
+        return app(environ, start_response)
+    return serve
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, *args):  # a scrape every few seconds is not news
+        pass
 
 
 def parse_port(value: str | int | None, source: str) -> int | None:

@@ -108,7 +108,8 @@ def stdlib_functions(texts: list[str]) -> list[str]:
 def answer_prompts(limit: int) -> list[str]:
     """HumanEval train prompts, then stdlib functions; none equal to or containing a held-out prompt."""
     train, test = split(humaneval())
-    texts = [p.text for p in train] + stdlib_functions(stdlib_texts())
+    # short functions first after HumanEval: a long docstring costs the target's answer time, not answer tokens
+    texts = [p.text for p in train] + sorted(stdlib_functions(stdlib_texts()), key=len)
     held_out = [p.text.strip() for p in test]
     return [t for t in texts if not any(h in t for h in held_out)][:limit]
 

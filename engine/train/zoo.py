@@ -238,8 +238,11 @@ def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: ZooConfig)
             seq, plen = seqs[i]
             x[row, : len(seq)] = torch.tensor(seq)
             mask[row, plen: len(seq)] = True  # predict continuation tokens
-        logits = draft(input_ids=x).logits[:, :-1]
-        loss = F.cross_entropy(logits[mask[:, 1:]], x[:, 1:][mask[:, 1:]])
+        # Output-layer logits only where the loss looks: with a 49k vocabulary, logits at every prompt position
+        # cost more than the rest of the step.
+        hidden = draft.get_decoder()(input_ids=x).last_hidden_state[:, :-1]
+        logits = draft.get_output_embeddings()(hidden[mask[:, 1:]])
+        loss = F.cross_entropy(logits.float(), x[:, 1:][mask[:, 1:]])
         optimizer_step(draft, opt, loss, losses, bar)
     draft.eval()
     return losses
