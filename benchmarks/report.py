@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from benchmarks.common import latest
+from engine.analysis.breakeven import optimum_k, predicted_speedup
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -45,6 +46,25 @@ def decode_md(d: dict, title: str = "Decode speed") -> str:
             " (" + ", ".join(f"{x['config']} on {x['prompt']} at token {x['diverged_at']}" for x in div[:8])
             + (", ..." if len(div) > 8 else "") + ")." if div else ".")]
     return "\n".join(lines)
+
+
+def breakeven_md(d: dict) -> str:
+    """The break-even model's optimum k, fitted to the run (a from the longest drafts' per-position counts, c the
+    median of the draft model's measured c), against the best k measured; model drafter rows only."""
+    rows = {t["k"]: t for name, t in d["table"].items() if t["backend"] == "model" and t["k"]}
+    fitted = [t for t in rows.values() if t["fitted_a"] is not None and t["c"] is not None]
+    if not fitted:
+        return ""
+    a = max(fitted, key=lambda t: t["k"])["fitted_a"]
+    c = sorted(t["c"] for t in fitted)[len(fitted) // 2]
+    k_model = optimum_k(a, c, max(rows))
+    ratios = {0: 1.0, **{k: t["ratio_vs_target"]["median"] for k, t in rows.items()}}
+    k_best = max(ratios, key=ratios.get)
+    interior = 0 < k_model < max(rows)
+    return (f"\nBreak-even model on this run ({d['settings'].get('dtype')}): a = {a:.3f}, c = {c:.3f}: predicted optimum "
+            f"k = {k_model} ({predicted_speedup(a, c, k_model):.2f}x); measured best k = {k_best} ({ratios[k_best]:.2f}x "
+            f"median). The predicted optimum is {'interior' if interior else 'not interior (at an end of the range)'}"
+            f"{'' if k_model == k_best else '; model and measurement disagree'}.")
 
 
 def command(s: dict) -> str:
@@ -94,7 +114,8 @@ def overhead_md(o: dict) -> str:
 
 def regret_md(r: dict) -> str:
     p, s = r["provenance"], r["settings"]
-    lines = ["", f"**Policies against the best fixed arm in hindsight** ({p['date']}, run #{r['run_id']}, {s['limit']} "
+    pair = f"pair {s.get('target', 'embedded')} / {s.get('draft', 'embedded')}, drafter {s.get('drafter', 'model')}, {s.get('dtype', 'float32')}, "
+    lines = ["", f"**Policies against the best fixed arm in hindsight** ({p['date']}, {pair}run #{r['run_id']}, {s['limit']} "
              f"held-out prompts, {s['max_new_tokens']} new tokens, every mode on every prompt, interleaved; best fixed "
              f"arm: {r['best_fixed']}; Welch's t-test of tokens/sec against it; tok/s is the mean of per-request tokens/sec, "
              "the policies' reward):", "",
@@ -120,10 +141,13 @@ def gpu_md(g: dict) -> str:
 
 def render() -> str:
     parts = []
-    real = [(f"{tag}_decode_{dtype}", lambda d, t=f"SmolLM2-135M-Instruct, {dtype}, {what}": decode_md(d, t))
-            for tag, what in (("smollm2_ngram50", "n-gram drafter on all 50 held-out prompts"),
-                              ("smollm2", "every drafter on 8 prompts"))
+    real = [(f"{tag}_decode_{dtype}", lambda d, t=f"SmolLM2-135M-Instruct, {dtype}, {what}": decode_md(d, t) + breakeven_md(d))
+            for tag, what in (("smollm2_model50", "the Phoenix-trained draft on all 50 held-out prompts"),
+                              ("smollm2_hf50", "transformers' assisted generation on all 50 held-out prompts"),
+                              ("smollm2_ngram50", "n-gram drafter on all 50 held-out prompts"),
+                              ("smollm2", "every drafter on 8 prompts (the first draft)"))
             for dtype in ("float32", "bfloat16")]
+    real.append(("smollm2_regret", regret_md))
     sections = real + [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md),
                        ("regret", regret_md), ("dashboard", dashboard_md), ("gpu", gpu_md)]
     for name, fmt in sections:

@@ -21,6 +21,9 @@ class RunInfo:
     worker_id: str | None = None
     heartbeat_at: datetime | None = None
     cancel_requested: bool = False
+    tags: list[str] = field(default_factory=list)
+    note: str | None = None
+    archived: bool = False
 
 
 @dataclass

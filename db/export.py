@@ -29,9 +29,13 @@ def request_rows(store: Store, run_id: int) -> list[dict]:
 
 
 def export(store: Store, run_id: int, fmt: str) -> str:
+    """CSV: one row per request. JSON: the run (with its tags, note and config) and its requests."""
     rows = request_rows(store, run_id)
     if fmt == "json":
-        return json.dumps(rows, default=str, indent=1)
+        run = store.get_run(run_id)
+        head = {k: getattr(run, k) for k in ("id", "name", "status", "target", "draft", "tags", "note", "archived",
+                                             "created_at", "finished_at", "config")} if run else {"id": run_id}
+        return json.dumps({"run": head, "requests": rows}, default=str, indent=1)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS)
     writer.writeheader()

@@ -31,6 +31,20 @@ class Run(Base):
     worker_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)  # why the run was made, Markdown (0012)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # hidden from lists (0013)
+
+
+class RunTag(Base):
+    __tablename__ = "run_tags"  # 0011
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(100), primary_key=True, index=True)
+
+
+class Baseline(Base):
+    __tablename__ = "baselines"  # 0014: one pinned run per target model
+    target: Mapped[str] = mapped_column(String(500), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
 
 
 class Request(Base):

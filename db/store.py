@@ -17,7 +17,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, Oper
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import entities as E
-from db.models import BanditStep, Request, RequestPosition, Run, utcnow
+from db.models import RunTag, BanditStep, Request, RequestPosition, Run, utcnow
 
 DEFAULT_DB = "data/phoenix.db"
 BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
@@ -114,12 +114,13 @@ class Store:
         """The run, its status as readers see it (status_expr)."""
         with self.session_scope() as s:
             row = s.execute(select(Run, status_expr()).where(Run.id == run_id)).first()
-            return _run(*row) if row else None
+            return _run(*row, tags=_tags(s, [run_id]).get(run_id, [])) if row else None
 
     def list_runs(self, limit: int = 1000) -> list[E.RunInfo]:
         with self.session_scope() as s:
             rows = s.execute(select(Run, status_expr()).order_by(Run.id.desc()).limit(limit)).all()
-            return [_run(*r) for r in rows]
+            tags = _tags(s, [r[0].id for r in rows])
+            return [_run(*r, tags=tags.get(r[0].id, [])) for r in rows]
 
     def set_status(self, run_id: int, status: str, error: str | None = None) -> None:
         if status not in RUN_STATUSES:
@@ -303,9 +304,18 @@ def operational_error(exc: DatabaseError, url: str) -> StoreError:
     return StoreError(f"database error on {where}: {text}")
 
 
-def _run(r: Run, status: str | None = None) -> E.RunInfo:
+def _run(r: Run, status: str | None = None, tags: list[str] | None = None) -> E.RunInfo:
     return E.RunInfo(r.id, r.name, status or r.status, r.created_at, r.finished_at, dict(r.config or {}), r.target, r.draft,
-                     r.progress_done, r.progress_total, r.error, r.worker_id, r.heartbeat_at, bool(r.cancel_requested))
+                     r.progress_done, r.progress_total, r.error, r.worker_id, r.heartbeat_at, bool(r.cancel_requested),
+                     list(tags or []), r.note, bool(r.archived))
+
+
+def _tags(s: Session, run_ids: list[int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    if run_ids:
+        for run_id, tag in s.execute(select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids)).order_by(RunTag.tag)):
+            out.setdefault(run_id, []).append(tag)
+    return out
 
 
 def _positions_by_request(s: Session, ids: list[int]) -> dict[int, list[E.PositionCount]]:

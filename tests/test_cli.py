@@ -92,8 +92,11 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
     assert code == 0 and out.strip().splitlines()[-1] in out_show  # same table, recomputed from the DB
     code, runs, _ = run_cli(capsys, "runs", "--db", db)
     assert "done" in runs
+    assert run_cli(capsys, "tag", "1", "draft-v2", "--db", db)[0] == 0
     code, js, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "json")
-    rows = json.loads(js)
+    exported = json.loads(js)
+    rows = exported["requests"]
+    assert exported["run"]["tags"] == ["draft-v2"] and exported["run"]["config"]["bench"]["modes"] == ["target", "fixed_2"]
     assert len(rows) == 6 and {r["mode"] for r in rows} == {"target", "fixed_2"}
     code, csv_text, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "csv")
     assert csv_text.splitlines()[0].startswith("id,run_id,seq,mode,k") and len(csv_text.splitlines()) == 7

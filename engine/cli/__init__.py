@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from db.store import StoreError
-from engine.cli import decode, jobs, queue, runs
+from engine.cli import decode, jobs, queue, runs, tracker
 from engine.errors import PhoenixError
 
 
@@ -23,7 +23,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (decode, runs, queue, jobs):
+    for group in (decode, runs, queue, jobs, tracker):
         group.add_commands(sub)
     return parser
 

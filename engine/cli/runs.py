@@ -59,8 +59,11 @@ def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) ->
 
 def cmd_runs(args) -> int:
     for r in open_store(args.db).list_runs():
+        if (r.archived and not args.archived) or (args.tag and args.tag not in r.tags):
+            continue
         print(f"{r.id:>5}  {r.status:<12} {r.progress_done:>5}/{r.progress_total:<5} {r.created_at:%Y-%m-%d %H:%M}  "
-              f"{r.name}  [{r.target} / {r.draft}]")
+              f"{r.name}  [{r.target} / {r.draft}]" + (f"  #{' #'.join(r.tags)}" if r.tags else "")
+              + ("  (archived)" if r.archived else ""))
     return 0
 
 
@@ -114,6 +117,8 @@ def add_commands(sub) -> None:
     b.set_defaults(func=cmd_bench)
     r = sub.add_parser("runs", help="list runs")
     add_db(r)
+    r.add_argument("--tag", default="", help="only runs with this tag")
+    r.add_argument("--archived", action="store_true", help="include archived runs")
     r.set_defaults(func=cmd_runs)
     add_run_command(sub, "show", "print a stored run's results table", cmd_show)
     e = add_run_command(sub, "export", "write a run's requests as CSV or JSON", cmd_export)

@@ -1,0 +1,73 @@
+"""`tag`, `untag`, `note`, `archive`, `unarchive`, `delete` and `baseline`: a thin layer over db.tracker."""
+from __future__ import annotations
+
+from db import tracker
+from engine.cli.options import add_db, open_store, run_id
+
+
+def _run_parser(sub, name: str, help_text: str, func):
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("run", type=run_id)
+    add_db(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def cmd_tag(args) -> int:
+    print(f"run {args.run}: tags {', '.join(tracker.add_tags(open_store(args.db), args.run, args.tags))}")
+    return 0
+
+
+def cmd_untag(args) -> int:
+    left = tracker.remove_tags(open_store(args.db), args.run, args.tags)
+    print(f"run {args.run}: tags {', '.join(left) or '(none)'}")
+    return 0
+
+
+def cmd_note(args) -> int:
+    tracker.set_note(open_store(args.db), args.run, args.text)
+    print(f"run {args.run}: note {'set' if args.text else 'cleared'}")
+    return 0
+
+
+def cmd_archive(args) -> int:
+    tracker.set_archived(open_store(args.db), args.run, args.command == "archive")
+    print(f"run {args.run}: {args.command}d")
+    return 0
+
+
+def cmd_delete(args) -> int:
+    store = open_store(args.db)
+    n = tracker.request_count(store, args.run)
+    if not args.yes:
+        raise tracker.TrackerError(f"deleting run {args.run} removes it and its {n} requests for good; "
+                                   f"pass --yes to confirm, or `archive {args.run}` to hide it instead")
+    tracker.delete_run(store, args.run)
+    print(f"run {args.run} deleted with its {n} requests")
+    return 0
+
+
+def cmd_baseline(args) -> int:
+    store = open_store(args.db)
+    if args.clear:
+        target = store.get_run(args.run).target if store.get_run(args.run) else None
+        if target is None:
+            raise tracker.TrackerError(f"no run {args.run}: see `python -m engine runs`")
+        tracker.clear_baseline(store, target)
+        print(f"no baseline for {target}")
+    else:
+        print(f"run {args.run} is the baseline of {tracker.set_baseline(store, args.run)}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    for name, func, help_text in (("tag", cmd_tag, "add tags to a run"), ("untag", cmd_untag, "remove tags from a run")):
+        _run_parser(sub, name, help_text, func).add_argument("tags", nargs="+")
+    _run_parser(sub, "note", "write why a run was made (Markdown; empty text clears it)", cmd_note).add_argument(
+        "--text", required=True)
+    _run_parser(sub, "archive", "hide a run from the default lists; every row and link is kept", cmd_archive)
+    _run_parser(sub, "unarchive", "bring an archived run back into the lists", cmd_archive)
+    _run_parser(sub, "delete", "delete a run and all its rows (not a running one)", cmd_delete).add_argument(
+        "--yes", action="store_true", help="confirm: the run and its requests are gone for good")
+    _run_parser(sub, "baseline", "pin a run as the baseline of its target model", cmd_baseline).add_argument(
+        "--clear", action="store_true", help="unpin the baseline of this run's target")

@@ -1,0 +1,93 @@
+"""Tags, notes, archive, delete and baselines: the store functions and their CLI, on tmp_path databases."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from db import distills, tracker
+from db.store import Store
+from helpers import app_record, assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def runs(store):
+    """Run 1 done with 3 requests, run 2 running, run 3 done on another target."""
+    one = store.create_run("one", {"bench": {}}, "tgt", "drf", 3, status="done")
+    store.add_requests([app_record(one.id, i, "fixed_4", 4, random.Random(i)) for i in range(3)])
+    store.create_run("two", {"bench": {}}, "tgt", "drf", 3, status="running")
+    store.create_run("three", {"bench": {}}, "other", "drf", 0, status="done")
+    return store
+
+
+def test_tags_are_added_once_removed_and_listed_sorted(runs):
+    assert tracker.add_tags(runs, 1, ["draft-v2", " baseline ", "draft-v2"]) == ["baseline", "draft-v2"]
+    assert tracker.add_tags(runs, 3, ["x"]) == ["x"]
+    assert runs.get_run(1).tags == ["baseline", "draft-v2"] and [r.tags for r in runs.list_runs()] == [["x"], [], ["baseline", "draft-v2"]]
+    assert tracker.remove_tags(runs, 1, ["baseline"]) == ["draft-v2"]
+    assert tracker.all_tags(runs) == ["draft-v2", "x"]
+
+
+@pytest.mark.parametrize("tags", [[""], ["   "], ["a\nb"], ["t" * 101]])
+def test_a_bad_tag_is_refused(runs, tags):
+    with pytest.raises(tracker.TrackerError, match="tags are 1..100 printable characters"):
+        tracker.add_tags(runs, 1, tags)
+
+
+def test_archive_hides_nothing_from_the_store_and_comes_back(runs):
+    tracker.set_archived(runs, 1, True)
+    assert runs.get_run(1).archived and len(runs.requests(1)) == 3
+    tracker.set_archived(runs, 1, False)
+    assert not runs.get_run(1).archived
+
+
+def test_delete_removes_the_run_and_every_row_in_one_go_and_refuses_a_running_run(runs):
+    tracker.add_tags(runs, 1, ["gone"])
+    tracker.set_baseline(runs, 1)
+    job = distills.create(runs, {}, "out")
+    distills.set_fields(runs, job.id, before_run_id=1, after_run_id=3)
+    assert tracker.delete_run(runs, 1) == 3
+    assert runs.get_run(1) is None and runs.count_requests(1) == 0 and tracker.all_tags(runs) == []
+    assert tracker.baseline_of(runs, "tgt") is None
+    assert (distills.get(runs, job.id).before_run_id, distills.get(runs, job.id).after_run_id) == (None, 3)
+    with pytest.raises(tracker.TrackerError, match="run 2 is running; cancel it first"):
+        tracker.delete_run(runs, 2)
+    assert runs.get_run(2) is not None
+
+
+def test_one_baseline_per_target_model(runs):
+    assert tracker.set_baseline(runs, 1) == "tgt"
+    tracker.set_baseline(runs, 2)
+    assert tracker.baseline_of(runs, "tgt") == 2 and tracker.baseline_of(runs, "other") is None
+    tracker.clear_baseline(runs, "tgt")
+    assert tracker.baseline_of(runs, "tgt") is None
+
+
+def test_the_cli_tags_notes_archives_and_deletes(capsys, runs, db_url):
+    assert run_cli(capsys, "tag", "1", "draft-v2", "exp", "--db", db_url)[1].strip() == "run 1: tags draft-v2, exp"
+    assert run_cli(capsys, "note", "1", "--text", "why: **new draft**", "--db", db_url)[0] == 0
+    assert Store(db_url).get_run(1).note == "why: **new draft**"
+    assert run_cli(capsys, "archive", "1", "--db", db_url)[0] == 0
+    listed = run_cli(capsys, "runs", "--db", db_url)[1]
+    assert " one " not in listed and "three" in listed
+    assert "#draft-v2 #exp  (archived)" in run_cli(capsys, "runs", "--archived", "--tag", "exp", "--db", db_url)[1]
+    assert run_cli(capsys, "unarchive", "1", "--db", db_url)[0] == 0
+    assert run_cli(capsys, "baseline", "1", "--db", db_url)[1].strip() == "run 1 is the baseline of tgt"
+    assert run_cli(capsys, "delete", "1", "--yes", "--db", db_url)[1].strip() == "run 1 deleted with its 3 requests"
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    ("tag 9 x", "no run 9"),
+    ("tag 1 ", "the following arguments are required: tags"),
+    ("untag 1 \t", "tags are 1..100 printable characters"),
+    ("delete 2 --yes", "run 2 is running; cancel it first"),
+    ("delete 1", r"removes it and its 3 requests for good; pass --yes"),
+    ("note 9 --text hi", "no run 9"),
+    ("archive 0", "run ids are whole numbers"),
+    ("baseline 9", "no run 9"),
+])
+def test_bad_tracker_input_is_one_line_and_exit_2(capsys, runs, db_url, argv, pattern):
+    code, _, err = run_cli(capsys, *[a for a in argv.split(" ") if a], "--db", db_url) if "\t" not in argv else \
+        run_cli(capsys, "untag", "1", "\t", "--db", db_url)
+    assert_one_line_error(code, err, pattern)
+    assert runs.get_run(1) is not None and runs.count_requests(1) == 3
