@@ -21,6 +21,7 @@ from engine.modes import Mode
 from engine.paths import DATA_DIR, MODELS_DIR, ROOT
 
 from app import data
+from db import tracker
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
 FORM_LIMITS = {"max_prompts": 50, "max_new_tokens": 512}  # the form is no DoS lever
@@ -161,3 +162,41 @@ def resume_run(run_id: int) -> bool:
 def _changed() -> None:
     data.run.clear()
     data.runs.clear()
+    data.runs_total.clear()
+    data.tags.clear()
+    data.baseline.clear()
+    data.request_count.clear()
+
+
+def set_tags(run_id: int, text: str) -> list[str]:
+    """The run's tags become exactly the comma-separated ones in ``text``."""
+    wanted = [t.strip() for t in text.split(",") if t.strip()]
+    store = data.store()
+    have = store.get_run(run_id).tags
+    if [t for t in have if t not in wanted]:
+        tracker.remove_tags(store, run_id, [t for t in have if t not in wanted])
+    left = tracker.add_tags(store, run_id, wanted) if wanted else []
+    _changed()
+    return left
+
+
+def set_note(run_id: int, text: str) -> None:
+    tracker.set_note(data.store(), run_id, text)
+    _changed()
+
+
+def set_archived(run_id: int, archived: bool) -> None:
+    tracker.set_archived(data.store(), run_id, archived)
+    _changed()
+
+
+def delete_run(run_id: int) -> int:
+    n = tracker.delete_run(data.store(), run_id)
+    _changed()
+    return n
+
+
+def pin_baseline(run_id: int) -> str:
+    target = tracker.set_baseline(data.store(), run_id)
+    _changed()
+    return target

@@ -10,7 +10,7 @@ import os
 import pandas as pd
 import streamlit as st
 
-from db import distills, queries
+from db import distills, queries, tracker
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 
@@ -42,17 +42,40 @@ def schema_problem() -> str | None:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def runs(url: str, name: str = "", model: str = "", status: str = "") -> pd.DataFrame:
-    """Runs, newest first; a dead worker's run reads as interrupted (computed in SQL, nothing written)."""
-    df = queries.runs_frame(_store(url), name, model, status)
+def runs(url: str, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False,
+         limit: int | None = 500, offset: int = 0, sort: str = "id", descending: bool = True) -> pd.DataFrame:
+    """One page of runs, newest first by default; a dead worker's run reads as interrupted (computed in SQL,
+    nothing written). Aggregates are computed for the page's runs only, so 10,000 runs cost one page."""
+    df = queries.runs_frame(_store(url), name, model, status, tag, archived, limit, offset, sort, descending)
     if df.empty:
         return df
+    df["tags"] = df["tags"].fillna("")
     rates = queries.run_mode_rates(_store(url), df["id"].tolist())
     df["modes"] = df["config"].map(lambda c: ",".join((c or {}).get("bench", {}).get("modes", [])))
     prompts = rates.groupby("run_id")["prompts"].max() if not rates.empty else pd.Series(dtype=float)
     df["prompts"] = df["id"].map(prompts).fillna(0).astype(int)
     df["best_speedup"] = df["id"].map(_best_speedup(rates))
     return df.drop(columns=["config"])
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def runs_total(url: str, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False) -> int:
+    return queries.runs_count(_store(url), name, model, status, tag, archived)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def request_count(url: str, run_id: int) -> int:
+    return _store(url).count_requests(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def tags(url: str) -> list[str]:
+    return tracker.all_tags(_store(url))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def baseline(url: str, target: str) -> int | None:
+    return tracker.baseline_of(_store(url), target)
 
 
 def _best_speedup(rates: pd.DataFrame) -> dict:

@@ -20,14 +20,21 @@ def refused(message: str, where=None) -> None:
 
 
 def run_picker(url: str, key: str = "run") -> int | None:
+    """Unarchived runs, newest first; a link to an archived run still opens it."""
     runs = data.runs(url)
+    asked = key in st.query_params
+    current = qp_int(key)
+    if current is not None and current not in set(runs["id"] if not runs.empty else []):
+        extra = data.run(url, current)
+        if extra is not None:
+            runs = pd.concat([runs, pd.DataFrame([{"id": extra.id, "name": extra.name, "status": extra.status,
+                                                   "tags": ",".join(extra.tags), "archived": extra.archived}])])
     if runs.empty:
         empty_state()
         return None
     ids = runs["id"].tolist()
-    labels = {r.id: f"#{r.id} {r.name} [{r.status}]" for r in runs.itertuples()}
-    asked = key in st.query_params
-    current = qp_int(key)
+    labels = {r.id: f"#{r.id} {r.name} [{r.status}]" + "".join(f" #{t}" for t in str(r.tags or "").split(",") if t)
+              + (" (archived)" if r.archived else "") for r in runs.itertuples()}
     if asked and current not in ids:
         # Never show another run in its place: the link's reader would take it for the one that was shared.
         st.error(f"Run #{current} was not found in this database." if current else "This link's run id is not a run id.")

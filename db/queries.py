@@ -9,7 +9,7 @@ import pandas as pd
 from sqlalchemy import Integer, and_, case, cast, func, or_, select
 
 from db import entities as E
-from db.models import BanditStep, Request, RequestPosition, Run
+from db.models import BanditStep, Request, RequestPosition, Run, RunTag
 from db.store import STALE_AFTER_S, Store, status_expr
 
 PLOT_ROWS_PER_MODE = 4000  # request-level charts sample this many rows per mode
@@ -22,18 +22,45 @@ def _frame(store: Store, stmt) -> pd.DataFrame:
         return pd.DataFrame(result.all(), columns=list(result.keys()))
 
 
-def runs_frame(store: Store, name: str = "", model: str = "", status: str = "",
-               stale_after_s: float = STALE_AFTER_S) -> pd.DataFrame:
+RUN_SORTS = {"id": Run.id, "name": Run.name, "status": Run.status, "target": Run.target, "created_at": Run.created_at}
+
+
+def _run_filters(name: str, model: str, status: str, tag: str, archived: bool, stale_after_s: float) -> list:
     shown = status_expr(stale_after_s)
-    q = select(Run.id, Run.name, shown.label("status"), Run.target, Run.draft, Run.created_at, Run.finished_at,
-               Run.progress_done, Run.progress_total, Run.error, Run.config).order_by(Run.id.desc())
+    cond = []
     if name:
-        q = q.where(Run.name.contains(name, autoescape=True))
+        cond.append(Run.name.contains(name, autoescape=True))
     if model:
-        q = q.where(Run.target.contains(model, autoescape=True) | Run.draft.contains(model, autoescape=True))
+        cond.append(Run.target.contains(model, autoescape=True) | Run.draft.contains(model, autoescape=True))
     if status:
-        q = q.where(shown == status)
-    return _frame(store, q)
+        cond.append(shown == status)
+    if tag:
+        cond.append(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+    if not archived:
+        cond.append(Run.archived.is_(False))
+    return cond
+
+
+def runs_frame(store: Store, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False,
+               limit: int | None = None, offset: int = 0, sort: str = "id", descending: bool = True,
+               stale_after_s: float = STALE_AFTER_S) -> pd.DataFrame:
+    """One page of runs, filtered, sorted and paged in SQL; tags joined in as one comma-separated string."""
+    shown = status_expr(stale_after_s)
+    tags = (select(func.aggregate_strings(RunTag.tag, ",")).where(RunTag.run_id == Run.id)
+            .correlate(Run).scalar_subquery())
+    key = RUN_SORTS.get(sort, Run.id)
+    q = (select(Run.id, Run.name, shown.label("status"), Run.target, Run.draft, Run.created_at, Run.finished_at,
+                Run.progress_done, Run.progress_total, Run.error, Run.config, Run.archived, tags.label("tags"))
+         .where(*_run_filters(name, model, status, tag, archived, stale_after_s))
+         .order_by(key.desc() if descending else key.asc(), Run.id.desc()).offset(offset))
+    return _frame(store, q.limit(limit) if limit else q)
+
+
+def runs_count(store: Store, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False,
+               stale_after_s: float = STALE_AFTER_S) -> int:
+    q = select(func.count()).select_from(Run).where(*_run_filters(name, model, status, tag, archived, stale_after_s))
+    with store.session_scope() as s:
+        return s.scalar(q) or 0
 
 
 def run_mode_rates(store: Store, run_ids: list[int]) -> pd.DataFrame:
@@ -178,7 +205,7 @@ def request_detail(store: Store, request_id: int) -> tuple[dict | None, pd.DataF
 
 def rewards(store: Store, run_id: int, modes: list[str]) -> pd.DataFrame:
     r = Request
-    q = (select(r.run_id, r.mode, r.tokens_per_s, r.latency_s)
+    q = (select(r.run_id, r.mode, r.tokens_per_s, r.latency_s, r.accepted, r.proposed)
          .where(r.run_id == run_id, r.mode.in_(modes), r.warmup.is_(False)).order_by(r.seq))
     return _frame(store, q)
 

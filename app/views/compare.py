@@ -39,23 +39,78 @@ def render() -> None:
         run_id, mode = s.split(":", 1)
         df = data.rewards(url, int(run_id), (mode,))
         df["series"] = s
+        df["acceptance"] = (df["accepted"] / df["proposed"]).where(df["proposed"] > 0)
         frames.append(df)
     all_rows = pd.concat(frames)
     st.altair_chart(charts.compare_chart(all_rows), width="stretch")
     table = verdicts(frames, alpha)
     st.dataframe(table, hide_index=True, width="stretch")
     widgets.csv_download(table, "compare", key="dl_cmp")
+    curves(url, series)
+    st.subheader("Settings that differ")
+    diff = config_diff({s: data.run(url, int(s.split(":", 1)[0])) for s in series})
+    if diff.empty:
+        st.caption("The runs' recorded settings are identical apart from the mode.")
+    else:
+        st.dataframe(diff, hide_index=True, width="stretch")
     urlstate.show_share_link("compare")
+
+
+def curves(url: str, series: list[str]) -> None:
+    """Per-position acceptance of every series on one chart: unconditional, conditional and the a^(i+1) fit."""
+    parts, fits = [], {}
+    for s in series:
+        run_id, mode = s.split(":", 1)
+        pos = data.positions(url, int(run_id))
+        frame, fit = charts.acceptance_frame(pos[pos["mode"] == mode])
+        if not frame.empty:
+            parts.append(frame.assign(arm=s))
+            fits.update({s: a for a in fit.values()})
+    if not parts:
+        return
+    st.subheader("Per-position acceptance")
+    st.altair_chart(charts.acceptance_chart(pd.concat(parts)), width="stretch")
+    st.caption("Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
+
+
+DIFF_KEYS = ("target", "draft", "mode", "bench.drafter", "bench.dtype", "dtype", "bench.policy", "bench.granularity",
+             "bench.prompts", "bench.prompt_format", "prompt_format", "bench.max_new_tokens", "bench.limit", "bench.seed",
+             "bench.arms", "environment", "git_sha", "versions")
+
+
+def _flat(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def config_diff(runs: dict) -> pd.DataFrame:
+    """Only the settings that differ between the series' runs: models, drafter, dtype, k, policy, prompts, max
+    tokens, machine, versions and git sha, as the runs recorded them."""
+    flat = {}
+    for label, info in runs.items():
+        if info is None:
+            continue
+        cfg = _flat(info.config)
+        cfg.update({"target": info.target, "draft": info.draft, "mode": label.split(":", 1)[1]})
+        flat[label] = {k: v for k, v in cfg.items() if k.startswith(DIFF_KEYS) and not k.startswith("environment.time")}
+    keys = sorted({k for cfg in flat.values() for k in cfg})
+    rows = [{"setting": k, **{label: str(cfg.get(k, "")) for label, cfg in flat.items()}} for k in keys
+            if len({str(cfg.get(k, "")) for cfg in flat.values()}) > 1]
+    return pd.DataFrame(rows)
 
 
 def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
     base = frames[0]
     rows = []
     for other in frames[1:]:
-        for metric in ("tokens_per_s", "latency_s"):
-            w = welch(base[metric].tolist(), other[metric].tolist(), alpha)
+        for metric in ("tokens_per_s", "latency_s", "acceptance"):
+            w = welch(base[metric].dropna().tolist(), other[metric].dropna().tolist(), alpha)
             row = {"baseline": base["series"].iloc[0] if len(base) else "", "series": other["series"].iloc[0] if len(other) else "",
-                   "metric": metric, "n baseline": len(base), "n series": len(other)}
+                   "metric": metric, "n baseline": int(base[metric].notna().sum()), "n series": int(other[metric].notna().sum())}
             if w is None:
                 row.update({"verdict": "too few requests (need 2+ each)"})
             else:

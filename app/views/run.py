@@ -5,7 +5,7 @@ import math
 
 import streamlit as st
 
-from app import actions, charts, data, urlstate, widgets
+from app import actions, charts, data, tracking, urlstate, widgets
 from engine.vllm.client import level_notes
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
@@ -18,7 +18,9 @@ def render() -> None:
     if run_id is None:
         return
     info = data.run(url, run_id)
+    tracking.show_note(info)
     run_actions(info)
+    tracking.panel(info)
     if info.status in ("running", "queued"):
         live(url, run_id)
     else:
@@ -78,6 +80,7 @@ def body(url: str, run_id: int) -> None:
         st.info("No requests recorded yet.")
         return
     kpis(summaries)
+    tracking.baseline_table(url, info, [m.mode for m in summaries])
     vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     fit = fit_run(pos, split)

@@ -1,40 +1,59 @@
-"""Runs: every benchmark run, filterable, with live progress for running ones."""
+"""Runs: every benchmark run, filtered, sorted and paged in SQL, with live progress for running ones."""
 from __future__ import annotations
+
+import math
 
 import streamlit as st
 
 from app import data, urlstate, widgets
+from db.queries import RUN_SORTS
 
 STATUSES = ["", "queued", "running", "done", "failed", "cancelled", "interrupted"]
+PAGE_SIZE = 50
+
+
+def _choice(options: list[str], wanted: str) -> int:
+    return options.index(wanted) if wanted in options else 0
 
 
 def render() -> None:
     url = data.db_url()
     st.title("Runs")
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns(4)
     name = c1.text_input("Name contains", value=urlstate.qp("name"), key="f_name")
     model = c2.text_input("Model contains", value=urlstate.qp("model"), key="f_model")
-    status_now = urlstate.qp("status")
-    status = c3.selectbox("Status", STATUSES, index=STATUSES.index(status_now) if status_now in STATUSES else 0, key="f_status")
-    urlstate.set_qp(name=name, model=model, status=status)
-    if data.runs(url).empty:
+    status = c3.selectbox("Status", STATUSES, index=_choice(STATUSES, urlstate.qp("status")), key="f_status")
+    tags = [""] + data.tags(url)
+    tag = c4.selectbox("Tag", tags, index=_choice(tags, urlstate.qp("tag")), key="f_tag")
+    s1, s2, s3 = st.columns([2, 1, 1])
+    sorts = list(RUN_SORTS)
+    sort = s1.selectbox("Sort by", sorts, index=_choice(sorts, urlstate.qp("sort", "id")), key="f_sort")
+    descending = s2.toggle("Descending", value=urlstate.qp("asc") != "1", key="f_desc")
+    archived = s3.toggle("Show archived", value=urlstate.qp("archived") == "1", key="f_archived")
+    filters = dict(name=name, model=model, status=status, tag=tag, archived=archived)
+    total = data.runs_total(url, **filters)
+    pages = max(1, math.ceil(total / PAGE_SIZE))
+    page = st.number_input(f"Page (of {pages}; {total:,} runs)", 1, pages, min(urlstate.qp_int("page") or 1, pages), key="f_page")
+    urlstate.set_qp(name=name, model=model, status=status, tag=tag, archived="1" if archived else None,
+                    sort=None if sort == "id" else sort, asc=None if descending else "1", page=None if page == 1 else page)
+    if total == 0 and not any((name, model, status, tag)) and data.runs_total(url, archived=True) == 0:
         widgets.empty_state()
         return
-    table(url, name, model, status)
+    table(url, filters, sort, descending, int(page))
     urlstate.show_share_link("runs")
 
 
 @st.fragment(run_every="3s")
-def table(url: str, name: str, model: str, status: str) -> None:
-    df = data.runs(url, name, model, status)
+def table(url: str, filters: dict, sort: str, descending: bool, page: int) -> None:
+    df = data.runs(url, **filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, sort=sort, descending=descending)
     if df.empty:
         st.warning("No run matches these filters.")
         return
     for r in df[df["status"].isin(["running", "queued"])].itertuples():
         frac = r.progress_done / r.progress_total if r.progress_total else 0.0
         st.progress(min(frac, 1.0), text=f"run #{r.id}: {r.status}, {r.progress_done}/{r.progress_total} requests")
-    view = df[["id", "name", "status", "target", "draft", "modes", "prompts", "best_speedup", "progress_done",
-               "progress_total", "created_at"]].copy()
+    view = df[["id", "name", "tags", "status", "target", "draft", "modes", "prompts", "best_speedup", "progress_done",
+               "progress_total", "created_at", "archived"]].copy()
     view.insert(1, "open", [urlstate.link("run", run=i) for i in view["id"]])
     st.dataframe(view, hide_index=True, width="stretch", column_config={
         "open": st.column_config.LinkColumn("open", display_text="Run page"),

@@ -1,0 +1,94 @@
+"""The Run page's tracker parts: the note, tags, archive, delete, the baseline pin and the comparison with it."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+from markdown_it import MarkdownIt
+
+from app import actions, data, urlstate
+from db.tracker import TrackerError
+from engine.analysis.stats import welch
+
+# Raw HTML off and no links, images or autolinks: a note can format text but can load nothing from outside.
+_NOTE = MarkdownIt("commonmark", {"html": False}).disable(["link", "image", "autolink"])
+
+
+def note_html(text: str) -> str:
+    return _NOTE.render(text)
+
+
+def show_note(info) -> None:
+    if info.tags:
+        st.text("tags: " + ", ".join(info.tags))
+    if info.archived:
+        st.info("This run is archived: it is hidden from the lists; every row and link is kept.")
+    if info.note:
+        with st.container(border=True):
+            st.html(note_html(info.note))
+
+
+def panel(info) -> None:
+    """Tags, note, archive and delete, and the baseline pin; writes need the operator token where one is set."""
+    with st.expander("Tags, note, archive, baseline"):
+        with st.form("tracker"):
+            tags = st.text_input("Tags (comma-separated)", ", ".join(info.tags), key="t_tags")
+            note = st.text_area("Note (Markdown; no HTML, links or images)", info.note or "", key="t_note")
+            token = actions.token_field("t_token")
+            saved = st.form_submit_button("Save tags and note")
+        if saved and _allowed(token):
+            _attempt(lambda: (actions.set_tags(info.id, tags), actions.set_note(info.id, note)), "Saved.")
+        c1, c2, c3 = st.columns(3)
+        if c1.button("Unarchive" if info.archived else "Archive", key="t_archive") and _allowed(token):
+            _attempt(lambda: actions.set_archived(info.id, not info.archived), "Unarchived." if info.archived else "Archived.")
+        if c2.button("Pin as the baseline of its target", key="t_baseline") and _allowed(token):
+            _attempt(lambda: actions.pin_baseline(info.id), f"Run #{info.id} is the baseline of its target.")
+        delete(info, c3, token)
+
+
+def delete(info, where, token: str) -> None:
+    n = data.request_count(data.db_url(), info.id)
+    confirm = where.checkbox(f"Delete run #{info.id} ({info.name}) and its {n:,} requests", key="t_delete_confirm")
+    if where.button("Delete for good", key="t_delete", disabled=not confirm) and _allowed(token):
+        _attempt(lambda: actions.delete_run(info.id), f"Run #{info.id} deleted with its {n:,} requests.")
+
+
+def _allowed(token: str) -> bool:
+    denied = actions.permission(token)
+    if denied:
+        st.error(denied)
+    return denied is None
+
+
+def _attempt(fn, done: str) -> None:
+    try:
+        fn()
+    except TrackerError as exc:
+        st.error("Not done:")
+        st.code(str(exc), language=None, wrap_lines=True)
+        return
+    st.success(done)
+
+
+def baseline_table(url: str, info, modes: list[str]) -> None:
+    """Each mode of this run against the pinned baseline of its target: x baseline with Welch's p-value."""
+    base_id = data.baseline(url, info.target)
+    if base_id is None or base_id == info.id:
+        if base_id == info.id:
+            st.caption("This run is the pinned baseline of its target.")
+        return
+    base_modes = [m.mode for m in data.summaries(url, base_id)]
+    if not base_modes:
+        return
+    base = {m: data.rewards(url, base_id, (m,))["tokens_per_s"].tolist() for m in base_modes}
+    best = max(base, key=lambda m: sum(base[m]) / max(1, len(base[m])))
+    rows = []
+    for mode in modes:
+        mine = data.rewards(url, info.id, (mode,))["tokens_per_s"].tolist()
+        w = welch(base[best], mine)
+        rows.append({"mode": mode, "n": len(mine), "x baseline": (sum(mine) / len(mine)) / (sum(base[best]) / len(base[best]))
+                     if mine and base[best] else None, "p-value": None if w is None else w.p_value,
+                     "verdict": "too few requests" if w is None else w.verdict})
+    st.subheader(f"Against the baseline of this target: run #{base_id}, {best} (n = {len(base[best])})")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
+        "x baseline": st.column_config.NumberColumn(format="%.2fx"), "p-value": st.column_config.NumberColumn(format="%.4f")})
+    st.markdown(f"[Compare with the baseline]({urlstate.link('compare', series=f'{base_id}:{best},{info.id}:{modes[0]}')})")
