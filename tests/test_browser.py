@@ -128,3 +128,36 @@ def test_a_markdown_breakout_in_a_model_name_renders_no_link_and_loads_nothing(s
     assert page.locator('img[src*="evil.example"]').count() == 0
     assert outside == []
     page.close()
+
+
+def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_link(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 2000})
+    page.goto(f"{server}/run?run=1")
+    page.get_by_text("Tags, note, archive, baseline").click()
+    page.get_by_label("Tags (comma-separated)").fill("draft-v2")
+    page.get_by_label("Note (Markdown; no HTML, links or images)").fill(
+        "**why** <script>alert('note')</script> <img src=https://evil.example/n.png> [x](javascript:alert(1)) "
+        "![b](https://evil.example/b.png)")
+    outside, alerts = [], []
+    page.on("request", lambda r: outside.append(r.url) if "evil.example" in r.url else None)
+    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
+    page.get_by_role("button", name="Save tags and note").click()
+    page.wait_for_selector("text=Saved.", timeout=30000)
+    page.get_by_role("button", name="Archive").click()
+    page.wait_for_selector("text=Archived.", state="attached", timeout=30000)  # inside the expander
+    page.goto(f"{server}/run?run=1")  # the note, rendered
+    page.wait_for_selector("strong:text('why')", timeout=60000)
+    page.wait_for_timeout(1500)
+    assert page.locator('a[href^="javascript"]').count() == 0 and page.locator('img[src*="evil.example"]').count() == 0
+    assert alerts == [] and outside == []
+    page.goto(f"{server}/runs")
+    page.wait_for_selector('[data-testid="stDataFrame"]', timeout=60000)
+    page.get_by_text("Show archived").click()
+    page.wait_for_function("() => document.location.search.includes('archived=1')", timeout=30000)
+    link = f"{server}/compare?series=1:fixed_4,2:fixed_4"
+    page.goto(link)
+    page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60000)
+    page.wait_for_timeout(1500)
+    assert page.get_by_text("Settings that differ").count() == 1
+    assert page.get_by_text("Per-position acceptance").count() == 1
+    page.close()

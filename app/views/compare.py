@@ -9,11 +9,10 @@ from engine.analysis.stats import welch
 
 
 def _series_options(url: str, runs: pd.DataFrame) -> list[str]:
-    options = []
-    for run_id in runs["id"].head(50):
-        for m in data.summaries(url, int(run_id)):
-            options.append(f"{run_id}:{m.mode}")
-    return options
+    """Modes of the 50 newest unarchived runs, and of any run the link names (archived runs keep their links)."""
+    linked = [urlstate.whole(s.split(":", 1)[0], 1) for s in urlstate.qp("series").split(",") if ":" in s]
+    ids = list(dict.fromkeys([int(i) for i in runs["id"].head(50)] + [i for i in linked if i and data.run(url, i)]))
+    return [f"{run_id}:{m.mode}" for run_id in ids for m in data.summaries(url, run_id)]
 
 
 def render() -> None:
