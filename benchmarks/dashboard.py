@@ -1,7 +1,7 @@
 """Dashboard at scale: synthetic requests written through the store, then the Run
 page's queries and one AppTest render of it, timed.
 
-    python -m benchmarks.dashboard [--sizes 10000,200000] [--single-run 200000] [--repeats 3]
+    python -m benchmarks.dashboard [--sizes 10000,200000] [--single-run 200000] [--many-runs 10000] [--repeats 3]
 
 Two cases: the database holds runs of --run-size requests and the page shows one of
 them (--sizes), or the page shows one run that holds every request (--single-run).
@@ -97,6 +97,49 @@ def time_page(url: str) -> float:
     return elapsed
 
 
+def build_runs(url: str, n: int) -> float:
+    """n finished runs of 3 requests each, one in ten tagged and one in twenty archived: the Runs page's load."""
+    from db import tracker
+
+    migrate.upgrade(url)
+    store = Store(url)
+    rng = random.Random(1)
+    t0 = time.perf_counter()
+    for i in range(n):
+        run = store.create_run(f"run {i}", {"bench": {"modes": [m for m, _ in MODES], "prompts": "humaneval-test"}},
+                               "embedded", "embedded", 3, status="done")
+        store.add_requests([synthetic(run.id, s, rng) for s in range(3)])
+        if i % 10 == 0:
+            tracker.add_tags(store, run.id, [f"sweep-{i % 7}"])
+        if i % 20 == 0:
+            tracker.set_archived(store, run.id, True)
+    return n / (time.perf_counter() - t0)
+
+
+def time_runs_page(url: str, repeats: int) -> dict:
+    """The Runs page's reads (one sorted, filtered page of 50, the total, the page's rates) and one AppTest render."""
+    from streamlit.testing.v1 import AppTest
+
+    store = Store(url)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        page = queries.runs_frame(store, limit=50, sort="name", descending=False)
+        queries.runs_count(store)
+        queries.run_mode_rates(store, page["id"].tolist())
+        queries.runs_frame(store, tag="sweep-3", limit=50)
+        times.append(time.perf_counter() - t)
+    os.environ["PHOENIX_DB"] = url
+    os.environ["PHOENIX_AUTOSTART_WORKER"] = "0"
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app" / "main.py"), default_timeout=120)
+    t = time.perf_counter()
+    at.run()
+    render = time.perf_counter() - t
+    if at.exception:
+        raise RuntimeError(at.exception[0].value)
+    return {"queries": spread(times), "runs_page_render_s": render}
+
+
 def measure(url: str, n: int, run_size: int, repeats: int) -> dict:
     rate = build(url, n, run_size)
     q = time_queries(url, repeats)
@@ -113,16 +156,24 @@ def main(argv=None) -> dict:
     p.add_argument("--single-run", type=sizes, default=[200_000], help="sizes of one run that the page shows")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--run-size", type=int, default=2000, help="requests per run; the page shows one run")
+    p.add_argument("--many-runs", type=sizes, default=[10_000], help="run counts for the Runs page case")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    results, single = {}, {}
+    results, single, many = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
             results[n] = measure(f"sqlite:///{tmp}/scale-{n}.db", n, min(args.run_size, n), args.repeats)
         for n in args.single_run:
             single[n] = measure(f"sqlite:///{tmp}/single-{n}.db", n, n, args.repeats)
-    payload = {"settings": vars(args), "results": results, "single_run": single}
-    path = write("dashboard", payload, Path(args.out)) if args.out else write("dashboard", payload)
+        for n in args.many_runs:
+            url = f"sqlite:///{tmp}/runs-{n}.db"
+            rate = build_runs(url, n)
+            many[n] = {"runs_per_s": rate, **time_runs_page(url, args.repeats)}
+            print(f"{n:>8} runs: Runs page queries {many[n]['queries']['median']:.3f} s (median), AppTest render "
+                  f"{many[n]['runs_page_render_s']:.2f} s")
+    payload = {"settings": vars(args), "results": results, "single_run": single, "many_runs": many}
+    name = "dashboard" if results or single else "dashboard_runs"  # the Runs-page case alone has its own file
+    path = write(name, payload, Path(args.out)) if args.out else write(name, payload)
     print(f"wrote {path}")
     return payload
 

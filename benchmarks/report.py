@@ -98,6 +98,17 @@ def dashboard_md(b: dict) -> str:
     return "\n".join(lines)
 
 
+def runs_page_md(b: dict) -> str:
+    lines = []
+    for n, r in b.get("many_runs", {}).items():
+        q = r["queries"]
+        lines += ["", f"Runs page with {int(n):,} runs (3 requests each; tags and archived runs among them): one sorted, "
+                  f"filtered page of 50 with its total and rates in {q['median']:.3f} s median ({q['p25']:.3f}-{q['p75']:.3f} "
+                  f"IQR, n={q['n']}); AppTest render of the Runs page {r['runs_page_render_s']:.2f} s "
+                  f"({b['provenance']['date']}, `python -m benchmarks.dashboard --sizes '' --single-run '' --many-runs {int(n)}`)."]
+    return "\n".join(lines)
+
+
 def overhead_md(o: dict) -> str:
     p, s = o["provenance"], o["settings"]
     lines = ["", f"**Recording overhead** ({p['date']}, {s['limit']} prompts x {s['repeats']} repeats, fixed_{s['k']}, "
@@ -149,7 +160,8 @@ def render() -> str:
             for dtype in ("float32", "bfloat16")]
     real.append(("smollm2_regret", regret_md))
     sections = real + [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md),
-                       ("regret", regret_md), ("dashboard", dashboard_md), ("gpu", gpu_md)]
+                       ("regret", regret_md), ("dashboard", dashboard_md), ("dashboard_runs", runs_page_md),
+                       ("gpu", gpu_md)]
     for name, fmt in sections:
         result = latest(name)
         if result and not (name == "gpu" and result["settings"].get("tiny")):

@@ -25,10 +25,19 @@ def test_decode_then_efficiency_and_report_on_tiny_models(tiny_dirs, tmp_path, m
     json.dumps(result)  # everything stored is plain JSON
 
 
+def test_the_runs_page_case_lists_many_runs_through_sql_paging_and_has_its_own_file(tmp_path):
+    from benchmarks import dashboard
+
+    dashboard.main(["--sizes", "", "--single-run", "", "--many-runs", "40", "--repeats", "1", "--out", str(tmp_path)])
+    result = latest("dashboard_runs", tmp_path)
+    case = result["many_runs"]["40"]
+    assert case["queries"]["n"] == 1 and case["queries"]["median"] > 0 and case["runs_page_render_s"] > 0
+
+
 def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path):
     from benchmarks import dashboard
 
-    dashboard.main(["--sizes", "300", "--single-run", "200", "--repeats", "1", "--out", str(tmp_path)])
+    dashboard.main(["--sizes", "300", "--single-run", "200", "--many-runs", "", "--repeats", "1", "--out", str(tmp_path)])
     result = latest("dashboard", tmp_path)
     for row in (result["results"]["300"], result["single_run"]["200"]):
         assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0

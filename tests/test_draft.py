@@ -15,17 +15,19 @@ from engine.train.draft import DraftConfig, build_draft, corpus_ids
 
 def toy(target: str, out) -> DraftConfig:
     return DraftConfig(target=target, out=str(out), hidden=32, heads=2, kv_heads=1, ffn=64, layers=1, steps=2, batch=2,
-                       seq_len=32, warmup_steps=1, teacher_dtype="float32")
+                       seq_len=32, warmup_steps=1, teacher_dtype="float32", answer_prompts=3, answer_tokens=6, answer_batch=2,
+                       seq_steps=2, seq_batch=2)
 
 
 @pytest.mark.slow  # trains
 def test_a_toy_draft_loads_beside_its_target_and_decodes_exactly(tiny_dirs, tmp_path):
     target = tiny_dirs["llama"]["target"]
     result = build_draft(toy(target, tmp_path / "draft"))
-    assert result["parameters"] > 0 and set(result["stage_seconds"]) == {"prepare", "distill"}
+    assert result["parameters"] > 0 and set(result["stage_seconds"]) == {"prepare", "distill", "answers", "answers_training"}
     card = json.loads((tmp_path / "draft" / "phoenix_card.json").read_text())
     assert card["data"]["held_out_checked"] == 50 and card["data"]["humaneval_train_prompts"] == 114
-    assert len(card["kl_loss"]) == 2 and card["draft_config"]["hidden"] == 32
+    assert len(card["kl_loss"]) == 2 and len(card["answers_loss"]) == 2 and card["draft_config"]["hidden"] == 32
+    assert card["data"]["answers"]["prompts"] == 3 and card["data"]["answers"]["answer_tokens"] > 0
     dec = Decoder(load_pair(target, str(tmp_path / "draft"), "cpu", "float32"))
     ids = dec.encode("def f(x):\n    return")
     assert dec.run(ids, 3, 16).output_ids == dec.run(ids, 0, 16).output_ids
@@ -59,3 +61,13 @@ def test_bad_draft_options_are_one_line_before_the_target_loads(capsys, tmp_path
     code, _, err = run_cli(capsys, "zoo", "build-draft", "smollm2", "--out", str(tmp_path / "d"), *argv)
     assert_one_line_error(code, err, pattern)
     assert not (tmp_path / "d").exists()
+
+
+def test_the_answer_prompts_are_train_prompts_then_stdlib_functions_and_never_a_held_out_prompt():
+    from engine.train.draft import answer_prompts
+
+    train, test = split(humaneval())
+    prompts = answer_prompts(300)
+    assert prompts[:len(train)] == [p.text for p in train] and len(prompts) == 300
+    assert not any(t.text.strip() in p for t in test for p in prompts)
+    assert all(p.lstrip().startswith("def ") and '"""' in p or "'''" in p for p in prompts[len(train):])

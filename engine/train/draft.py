@@ -38,17 +38,17 @@ class DraftConfig:
     heads: int = 5  # attention heads of 64 dims
     kv_heads: int = 1  # grouped-query attention keeps the draft's KV cache small
     seq_len: int = 256  # training window in tokens
-    steps: int = 300  # optimizer steps of KL distillation (0 with --init-from: skip to the answers stage)
+    steps: int = 400  # optimizer steps of KL distillation (0 with --init-from: skip to the answers stage)
     batch: int = 4  # windows per step
     lr: float = 2e-3  # peak learning rate (warm-up, cosine decay)
     warmup_steps: int = 20  # linear warm-up steps
     init_from: str = ""  # start from this draft's weights instead of a fresh initialisation
-    answer_prompts: int = 400  # chat prompts the target answers (HumanEval train first, then stdlib functions)
+    answer_prompts: int = 208  # chat prompts the target answers (HumanEval train first, then stdlib functions)
     answer_tokens: int = 128  # greedy tokens per answer
     answer_batch: int = 16  # answers generated together (left-padded)
-    seq_steps: int = 300  # optimizer steps on the answers (0 skips the stage)
+    seq_steps: int = 250  # optimizer steps on the answers (0 skips the stage)
     seq_batch: int = 8  # answers per step
-    seq_lr: float = 5e-4  # peak learning rate on the answers
+    seq_lr: float = 1e-3  # peak learning rate on the answers
     teacher_dtype: str = "bfloat16"  # the target's forward while teaching: bf16 is about 2x faster on AVX512-BF16
     save_dtype: str = "float16"  # weights on disk; loaded in the run's dtype
 
