@@ -5,6 +5,7 @@ import altair as alt
 import pandas as pd
 
 from engine.analysis.breakeven import fit_a, predicted_speedup, rates
+from engine.analysis.fit import reached_of
 from engine.modes import Mode
 
 
@@ -18,8 +19,9 @@ def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]
     for (mode, k), g in pos.groupby(["mode", "k"], sort=True):
         g = g.sort_values("position")
         proposed, accepted = g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist()
-        uncond, cond = rates(proposed, accepted)
-        a = fit_a(proposed, accepted)
+        reached = reached_of(g)
+        uncond, cond = rates(proposed, accepted, reached)
+        a = fit_a(proposed, accepted, reached)
         arm = arm_label(mode, int(k))
         if a is not None:
             fits[arm] = a
@@ -141,3 +143,28 @@ def sweep_chart(df: pd.DataFrame) -> alt.FacetChart:
         x=alt.X("concurrency:O", title="concurrency"), y=alt.Y("value:Q", title=None),
         tooltip=["concurrency", "metric", alt.Tooltip("value:Q", format=".3f")],
     ).properties(height=220, width=260).facet(column=alt.Column("metric:N", title=None)).resolve_scale(y="independent")
+
+
+def draft_length_frame(pos: pd.DataFrame, totals: pd.DataFrame, adaptive: set[str]) -> pd.DataFrame:
+    """Per arm of an adaptive drafter: how many passes drafted 0, 1, ..., k tokens. Passes that drafted L or more
+    are the proposals at position L-1, so L exactly is proposed[L-1] - proposed[L]; none is passes - proposed[0]."""
+    rows = []
+    for t in totals[(totals["mode"].isin(adaptive)) & (totals["k"] > 0)].itertuples():
+        g = pos[(pos["mode"] == t.mode) & (pos["k"] == t.k)].sort_values("position")
+        at_least = g["proposed"].astype(int).tolist() + [0]
+        counts = [int(t.passes) - (at_least[0] if len(at_least) > 1 else 0)] + \
+                 [at_least[i] - at_least[i + 1] for i in range(len(at_least) - 1)]
+        counts += [0] * (int(t.k) + 1 - len(counts))
+        for length, n in enumerate(counts):
+            rows.append({"arm": arm_label(t.mode, int(t.k)), "draft length": length, "passes": n,
+                         "share": n / t.passes if t.passes else 0.0})
+    return pd.DataFrame(rows, columns=["arm", "draft length", "passes", "share"])
+
+
+def draft_length_chart(df: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("draft length:O", title="tokens drafted in a pass"),
+        y=alt.Y("share:Q", title="share of passes", axis=alt.Axis(format="%")),
+        color=alt.Color("arm:N"), xOffset="arm:N",
+        tooltip=["arm", "draft length", "passes", alt.Tooltip("share:Q", format=".1%")],
+    ).properties(height=260)

@@ -53,7 +53,8 @@ def run(args) -> dict:
                              "tokens_per_s": s.tokens_per_s, "latency_s": s.latency_s, "output_tokens": s.output_tokens,
                              "proposed": s.proposed, "accepted": s.accepted, "passes": s.passes, "draft_s": s.draft_s,
                              "verify_s": s.verify_s, "per_position_proposed": s.per_position_proposed,
-                             "per_position_accepted": s.per_position_accepted, "identical": s.output_ids == ref,
+                             "per_position_accepted": s.per_position_accepted, "per_position_reached": s.per_position_reached,
+                             "identical": s.output_ids == ref,
                              "diverged_at": first_divergence(s.output_ids, ref)})
     return summarise(rows, plan, args)
 
@@ -67,8 +68,10 @@ def summarise(rows: list[dict], plan, args) -> dict:
         rs = [r for r in rows if r["config"] == name]
         prop = [sum(r["per_position_proposed"][i] for r in rs if i < len(r["per_position_proposed"])) for i in range(k)]
         acc = [sum(r["per_position_accepted"][i] for r in rs if i < len(r["per_position_accepted"])) for i in range(k)]
-        uncond, cond = rates(prop, acc) if k else ([], [])
-        a = fit_a(prop, acc) if k else None
+        reached = [sum(r["per_position_reached"][i] for r in rs if i < len(r.get("per_position_reached", [])))
+                   for i in range(k)] if all("per_position_reached" in r for r in rs) else None
+        uncond, cond = rates(prop, acc, reached) if k else ([], [])
+        a = fit_a(prop, acc, reached) if k else None
         c = measured_c(sum(r["draft_s"] for r in rs), sum(r["proposed"] for r in rs), step_s) if (k and backend == "model") else None
         table[name] = {
             "backend": backend, "k": k,

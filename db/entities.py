@@ -31,6 +31,7 @@ class PositionCount:
     position: int
     proposed: int
     accepted: int
+    reached: int | None = None  # passes that proposed this position with every earlier one accepted (0015); None before
 
 
 @dataclass(kw_only=True)

@@ -88,6 +88,7 @@ class RequestPosition(Base):
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
     proposed: Mapped[int] = mapped_column(Integer)
     accepted: Mapped[int] = mapped_column(Integer)
+    reached: Mapped[int | None] = mapped_column(Integer, nullable=True)  # see PositionCount.reached (0015)
 
 
 class BanditStep(Base):

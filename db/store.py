@@ -258,7 +258,7 @@ def _insert_requests(s: Session, records: list[E.RequestRecord]) -> list[int]:
     now = utcnow()
     rows = [{**{k: v for k, v in vars(r).items() if k not in skip}, "created_at": r.created_at or now} for r in records]
     ids = list(s.scalars(insert(Request).returning(Request.id, sort_by_parameter_order=True), rows))
-    positions = [{"request_id": rid, "position": p.position, "proposed": p.proposed, "accepted": p.accepted}
+    positions = [{"request_id": rid, "position": p.position, "proposed": p.proposed, "accepted": p.accepted, "reached": p.reached}
                  for rid, rec in zip(ids, records) for p in rec.positions]
     if positions:
         s.execute(insert(RequestPosition), positions)
@@ -324,7 +324,7 @@ def _positions_by_request(s: Session, ids: list[int]) -> dict[int, list[E.Positi
         part = ids[chunk:chunk + 500]
         rows = s.scalars(select(RequestPosition).where(RequestPosition.request_id.in_(part)).order_by(RequestPosition.position)).all()
         for p in rows:
-            out.setdefault(p.request_id, []).append(E.PositionCount(p.position, p.proposed, p.accepted))
+            out.setdefault(p.request_id, []).append(E.PositionCount(p.position, p.proposed, p.accepted, p.reached))
     return out
 
 

@@ -13,14 +13,14 @@ from engine.errors import PhoenixError
 K_MAX = 16  # largest draft length anywhere: arms, fixed_<k>, per-pass k
 DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
 GRANULARITIES = ("request", "pass")  # how often a policy may change k
-DRAFTERS = ("model", "ngram")  # what fixed_<k> and bandit draft with
+DRAFTERS = ("model", "ngram", "suffix")  # what fixed_<k> and bandit draft with
 PROMPT_FORMATS = ("auto", "chat", "raw")  # how prompt text becomes token ids: auto = chat when the target has a template
 
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
-                      r"|(?P<kind>fixed|ngram|hf)_(?P<k>\d+)"
+                      r"|(?P<kind>fixed|ngram|suffix|hf)_(?P<k>\d+)"
                       r"|vllm_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
-HELP = "use target, fixed_<k>, ngram_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
+HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
 
 
 def check_k(k: int) -> int:
@@ -32,7 +32,7 @@ def check_k(k: int) -> int:
 @dataclass(frozen=True)
 class Mode:
     text: str
-    kind: str  # target | fixed | ngram | hf | bandit | vllm, or other for a stored mode this grammar does not know
+    kind: str  # target | fixed | ngram | suffix | hf | bandit | vllm, or other for a stored mode this grammar does not know
     k: int | None = None  # fixed draft length; None for bandit (the policy picks) and vllm
     policy: str | None = None  # bandit:<policy>; None means the run's --policy
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
@@ -77,7 +77,8 @@ class Mode:
 
     def backend(self, drafter: str) -> str:
         """What decodes this mode: the run's drafter, 'ngram', 'hf' or plain 'model' for target."""
-        return {"target": "model", "fixed": drafter, "bandit": drafter, "ngram": "ngram", "hf": "hf"}[self.kind]
+        return {"target": "model", "fixed": drafter, "bandit": drafter, "ngram": "ngram", "suffix": "suffix",
+                "hf": "hf"}[self.kind]
 
     def needs_draft_model(self, drafter: str) -> bool:
         return self.kind != "target" and self.backend(drafter) in ("model", "hf")

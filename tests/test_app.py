@@ -431,3 +431,25 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
     assert diff["setting"].tolist() == ["bench.drafter"] and diff["2:fixed_4"].tolist() == ["ngram"]
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(verdict["metric"]) == {"tokens_per_s", "latency_s", "acceptance"}
+
+
+def test_an_adaptive_drafters_run_shows_its_draft_lengths_and_the_share_of_empty_passes(tmp_path, monkeypatch):
+    from db.entities import PositionCount
+
+    url = f"sqlite:///{tmp_path / 'suffix.db'}"
+    migrate.upgrade(url)
+    store = Store(url)
+    run = store.create_run("suffix", {"bench": {"modes": ["target", "suffix_4"], "drafter": "model"}}, "t", None, 2,
+                           status="done")
+    rng = random.Random(0)
+    rec = app_record(run.id, 0, "suffix_4", 4, rng)
+    # 10 passes: 4 drafted nothing, 3 drafted one token, 2 drafted three, 1 drafted four
+    rec.passes, rec.proposed = 10, 3 + 6 + 4
+    rec.positions = [PositionCount(0, 6, 5, 6), PositionCount(1, 3, 2, 3), PositionCount(2, 3, 1, 2), PositionCount(3, 1, 0, 1)]
+    store.add_requests([app_record(run.id, 1, "target", 0, rng), rec])
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("run", run=run.id)
+    index = next(i for i, sp in enumerate(charts(at)) if "draft length" in json.dumps(sp))
+    bars = chart_frames(at, index)[0]
+    assert list(zip(bars["draft length"], bars["passes"])) == [(0, 4), (1, 3), (2, 0), (3, 2), (4, 1)]
+    assert any("proposed nothing: suffix_4 40.0% (4 of 10)" in c.value for c in at.caption)

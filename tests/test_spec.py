@@ -51,7 +51,7 @@ def decoders(tiny_dirs):
 
 
 @pytest.mark.parametrize("name", ["embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near"])
-@pytest.mark.parametrize("backend", ["model", "ngram"])
+@pytest.mark.parametrize("backend", ["model", "ngram", "suffix"])
 def test_speculative_output_equals_target_only_for_every_k(decoders, name, backend):
     dec = decoders[name]
     for prompt in PROMPTS:
@@ -65,7 +65,7 @@ def test_speculative_output_equals_target_only_for_every_k(decoders, name, backe
 
 
 @pytest.mark.parametrize("name", ["embedded", "qwen3-near", "llama-near"])
-@pytest.mark.parametrize("backend", ["model", "ngram"])
+@pytest.mark.parametrize("backend", ["model", "ngram", "suffix"])
 def test_k_changing_between_passes_still_equals_target_only(decoders, name, backend):
     """Per-pass policies switch k every pass, to 0 and back: the draft cache must catch up exactly."""
     dec = decoders[name]
@@ -76,7 +76,7 @@ def test_k_changing_between_passes_still_equals_target_only(decoders, name, back
         stats = dec.run(ids, 3, 40, backend, choose_k=lambda s: schedule[s.passes % len(schedule)])
         assert stats.output_ids == reference
         assert 0 in stats.k_per_pass  # the schedule really was followed (n-gram drafts only what it finds)
-        assert backend == "ngram" or max(stats.k_per_pass) > 4
+        assert backend in ("ngram", "suffix") or max(stats.k_per_pass) > 4
         assert sum(stats.per_position_proposed[:1]) == sum(1 for k in stats.k_per_pass if k)
 
 
@@ -200,7 +200,7 @@ def padded_pair(tiny_dirs, tmp_path_factory):
     return str(root / "target"), str(root / "draft"), len(tok)
 
 
-@pytest.mark.parametrize("backend", ["model", "ngram"])
+@pytest.mark.parametrize("backend", ["model", "ngram", "suffix"])
 def test_a_pair_with_differently_padded_output_layers_is_accepted_and_exact(padded_pair, backend):
     target, draft, n_tokens = padded_pair
     pair = load_pair(target, draft, "cpu", "float32")
@@ -265,7 +265,7 @@ REAL = "smollm2"
 @pytest.mark.slow  # loads the 135M-parameter target
 @pytest.mark.skipif(not __import__("engine.catalog", fromlist=["present"]).present(REAL),
                     reason="the real pair is not fetched here (python -m engine zoo fetch smollm2); CI does not need it")
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
 def test_the_real_pair_decodes_exactly_in_fp32(drafter):
     from engine.catalog import SMOLLM2_DRAFT, present
     from engine.decode.prompts import load

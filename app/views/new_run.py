@@ -9,11 +9,12 @@ from engine.bench.config import BenchConfig
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
 from engine.decode.fetch import FETCHERS
 from engine.decode.prompts import NAMED_SETS
+from engine.modes import DRAFTERS
 from engine.paths import MODELS_DIR, ROOT
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
 
-MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "hf_4", "bandit"] + [
+MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "suffix_4", "suffix_16", "hf_4", "bandit"] + [
     f"bandit:{p}" for p in ("epsilon_greedy", "model_based", "model_based:pass", "ucb1", "thompson", "ema_hysteresis",
                             "contextual_model_based")]
 
@@ -51,7 +52,9 @@ def render() -> None:
                              key="n_draft")
         draft_typed = c2.text_input("Draft path or Hugging Face id (for other…)", key="n_draft_typed")
         slots["draft"] = c2.empty()
-        drafter = st.radio("Drafter for fixed_<k> and bandit", ["model", "ngram"], horizontal=True, key="n_drafter")
+        drafter = st.radio("Drafter for fixed_<k> and bandit", list(DRAFTERS), horizontal=True, key="n_drafter",
+                           help="model: the draft model; ngram: prompt lookup; suffix: suffix trees over this request "
+                                "and earlier outputs of the run (model-free, adaptive length)")
         modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "fixed_4", "bandit"], key="n_modes")
         slots["modes"] = st.empty()
         b1, b2, b3 = st.columns([2, 1, 1])

@@ -9,6 +9,7 @@ from app import actions, charts, data, tracking, urlstate, widgets
 from engine.vllm.client import level_notes
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
+from engine.modes import Mode
 
 
 def render() -> None:
@@ -95,6 +96,7 @@ def body(url: str, run_id: int) -> None:
                    "Conditional: accepted at i given accepted up to i-1. Fitted a per arm: "
                    + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
         widgets.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
+    draft_lengths(info, pos, split)
     st.subheader("Tokens/sec per arm")
     st.altair_chart(charts.tokens_per_arm_chart(sample, urlstate.trace_url), width="stretch")
     st.subheader("Where the time goes")
@@ -104,6 +106,21 @@ def body(url: str, run_id: int) -> None:
     st.subheader("Latency distribution")
     st.altair_chart(charts.latency_chart(sample), width="stretch")
     widgets.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
+
+
+def draft_lengths(info, pos, split) -> None:
+    """Adaptive drafters (suffix, n-gram) draft fewer than k tokens on some passes: how many, and how often none."""
+    drafter = info.config.get("bench", {}).get("drafter", "model")
+    adaptive = {m for m in split["mode"].unique() if Mode.of(m).kind in ("ngram", "suffix")
+                or (Mode.of(m).uses_drafter and drafter in ("ngram", "suffix"))}
+    frame = charts.draft_length_frame(pos, split, adaptive) if adaptive and not pos.empty else None
+    if frame is None or frame.empty:
+        return
+    st.subheader("Draft length per pass")
+    st.altair_chart(charts.draft_length_chart(frame), width="stretch")
+    none = frame[frame["draft length"] == 0]
+    st.caption("Share of passes that proposed nothing: " + ", ".join(
+        f"{r.arm} {r.share:.1%} ({r.passes:,} of {int(frame[frame['arm'] == r.arm]['passes'].sum()):,})" for r in none.itertuples()))
 
 
 def bandit(history: dict) -> None:

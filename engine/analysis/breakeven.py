@@ -30,24 +30,37 @@ def breakeven_c(a: float, k: int) -> float:
     return (expected_tokens(a, k) - 1.0) / k if k else float("inf")
 
 
-def rates(proposed: list[int], accepted: list[int]) -> tuple[list[float], list[float]]:
-    """Unconditional (vLLM: accepted_i / drafts) and conditional (accepted_i / accepted_{i-1}) rates."""
+def rates(proposed: list[int], accepted: list[int], reached: list[int] | None = None) -> tuple[list[float], list[float]]:
+    """Unconditional (vLLM: accepted_i / drafts) and conditional rates. Position i's conditional rate is accepted_i
+    over the passes that reached it (proposed it with every earlier position accepted). Without those counts
+    (rows before 0015) it is accepted_i / min(accepted_{i-1}, proposed_i), exact when the draft length is fixed."""
     drafts = proposed[0] if proposed else 0
     uncond = [acc / drafts if drafts else float("nan") for acc in accepted]
     cond, prev = [], drafts
-    for acc, prop in zip(accepted, proposed):
-        base = min(prev, prop)
+    for i, (acc, prop) in enumerate(zip(accepted, proposed)):
+        base = reached[i] if reached is not None and i < len(reached) and reached[i] is not None else min(prev, prop)
         cond.append(acc / base if base else float("nan"))
         prev = acc
     return uncond, cond
 
 
-def fit_a(proposed: list[int], accepted: list[int]) -> float | None:
-    """Least-squares fit of a^(i+1) to the unconditional per-position rates."""
+def survival(proposed: list[int], accepted: list[int], reached: list[int] | None = None) -> list[float]:
+    """P(the first i+1 drafted tokens are accepted) had every pass proposed position i: the product of the
+    conditional rates. With a fixed k it equals the unconditional rate; with an adaptive drafter the unconditional
+    rate also counts positions that were never proposed, as if they had been rejected."""
+    out, s = [], 1.0
+    for c in rates(proposed, accepted, reached)[1]:
+        s = s * c if not math.isnan(c) else float("nan")
+        out.append(s)
+    return out
+
+
+def fit_a(proposed: list[int], accepted: list[int], reached: list[int] | None = None) -> float | None:
+    """Least-squares fit of a^(i+1) to the per-position survival, weighted by the proposals at each position."""
     from scipy.optimize import curve_fit
 
-    uncond, _ = rates(proposed, accepted)
-    pts = [(i, u) for i, (u, p) in enumerate(zip(uncond, proposed)) if p and not math.isnan(u)]
+    surv = survival(proposed, accepted, reached)
+    pts = [(i, u) for i, (u, p) in enumerate(zip(surv, proposed)) if p and not math.isnan(u)]
     if not pts:
         return None
     x = np.array([i for i, _ in pts], dtype=float)

@@ -20,13 +20,20 @@ class RunFit:
     k_opt: int | None
 
 
+def reached_of(pos: pd.DataFrame) -> list[int] | None:
+    """Summed per-position 'reached' counts, or None when any row predates them (0015)."""
+    if "reached" not in pos or pos["reached"].isna().any():
+        return None
+    return pos.groupby("position")["reached"].sum().sort_index().astype(int).tolist()
+
+
 def fit_run(pos: pd.DataFrame, split: pd.DataFrame) -> RunFit:
     model_modes = split[split["mode"].map(lambda m: Mode.of(m).uses_drafter)]
     model_pos = pos[pos["mode"].map(lambda m: Mode.of(m).uses_drafter)]
     a = None
     if not model_pos.empty:
         summed = model_pos.groupby("position")[["proposed", "accepted"]].sum().sort_index()
-        a = fit_a(summed["proposed"].astype(int).tolist(), summed["accepted"].astype(int).tolist())
+        a = fit_a(summed["proposed"].astype(int).tolist(), summed["accepted"].astype(int).tolist(), reached_of(model_pos))
     target = split[split["mode"] == "target"]
     step = float(target["verify_s"].sum() / target["passes"].sum()) if not target.empty and target["passes"].sum() else None
     c = measured_c(float(model_modes["draft_s"].sum()), int(model_modes["proposed"].sum()), step) if step else None

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from engine.config import from_dict
 from engine.decode.loading import PairConfig
+from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_ARMS, DRAFTERS, GRANULARITIES, K_MAX, PROMPT_FORMATS, Mode
 from engine.policies.registry import policy_names
@@ -13,16 +14,17 @@ from engine.policies.wrappers import FallbackConfig
 
 @dataclass
 class BenchConfig(PairConfig):
-    drafter: str = "model"  # what fixed_<k> and bandit draft with: model | ngram
+    drafter: str = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix
     prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
     max_new_tokens: int = 128  # tokens generated per request
     prompt_format: str = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
-    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
+    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
     policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
     granularity: str = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
+    suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter (suffix_<k>, --drafter suffix)
     seed: int = 42  # bandit decisions and shadow sampling
     name: str = ""  # defaults to the modes joined
     shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
@@ -60,6 +62,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
             where = mode.text if mode.text != "bandit" else "--policy"
             raise PhoenixError(f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}")
     cfg.fallback.validate()
+    cfg.suffix.validate()
     if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
         raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}")
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:

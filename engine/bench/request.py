@@ -48,7 +48,8 @@ def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats,
         proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
         verify_s=stats.verify_s, output_text=text, output_sha256=sha256_ids(stats.output_ids),
         trace_id=trace_id, warmup=warmup,
-        positions=[PositionCount(i, p, a) for i, (p, a) in enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
+        positions=[PositionCount(i, p, a, r) for i, (p, a, r) in
+                   enumerate(zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached))],
     )
 
 

@@ -48,6 +48,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
+    decoder.start_run(cfg.suffix)
     store.merge_config(run_id, {"device": decoder.pair.device, "dtype": decoder.pair.dtype,
                                 "prompt_format": decoder.prompt_format(cfg.prompt_format)})
     state = make_state(decoder, cfg, telemetry)

@@ -2,30 +2,32 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.catalog import SMOLLM2
 from engine.config import add_options, from_args
 from engine.decode.decoder import Decoder, stats_dict
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.prompts import check_prompt
+from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
 from engine.modes import PROMPT_FORMATS, check_k
 from engine.train.draft import DraftConfig, build_draft
 from engine.decode.fetch import FetchConfig, fetch
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
 
-GENERATE_DRAFTERS = ("model", "ngram", "hf")
+GENERATE_DRAFTERS = ("model", "ngram", "suffix", "hf")
 
 
 @dataclass
 class GenerateConfig(PairConfig):
-    drafter: str = "model"  # model | ngram | hf (transformers' assisted generation)
+    drafter: str = "model"  # model | ngram | suffix | hf (transformers' assisted generation)
     k: int = 4  # draft length; 0 is target-only
     max_new_tokens: int = 64  # tokens to generate
     prompt: str = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # the text to continue
     json: bool = False  # print exactly one JSON object
     prompt_format: str = "raw"  # raw continues the text; chat sends it as the user's turn of the chat template
+    suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter's settings
 
     def validate(self) -> "GenerateConfig":
         check_prompt(self.prompt)
@@ -39,8 +41,9 @@ class GenerateConfig(PairConfig):
 
 def cmd_generate(args) -> int:
     cfg = from_args(GenerateConfig, args).validate()
-    draft = cfg.draft if cfg.drafter != "ngram" else None
+    draft = cfg.draft if cfg.drafter in ("model", "hf") else None
     dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
+    dec.start_run(cfg.suffix.validate())
     ids = dec.encode(cfg.prompt, cfg.prompt_format)
     dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter)  # warm-up, excluded
     stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter)

@@ -11,6 +11,7 @@ from engine.decode.hf_assisted import generate_hf
 from engine.decode.loading import LoadedPair
 from engine.decode.prompts import check_prompt
 from engine.decode.spec import RequestStats, generate
+from engine.decode.suffix import SuffixConfig, SuffixDrafter
 from engine.errors import PhoenixError
 from engine.modes import PROMPT_FORMATS, check_k
 
@@ -50,6 +51,7 @@ class Decoder:
     def __post_init__(self):
         self._model_drafter = ModelDrafter(self.pair.draft, self.pair.shared_vocab) if self.pair.draft is not None else None
         self._ngram = NgramDrafter()
+        self._suffix = SuffixDrafter()
         self.eos_id = self.pair.tokenizer.eos_token_id
 
     def prompt_format(self, wanted: str = "auto") -> str:
@@ -76,11 +78,17 @@ class Decoder:
         if ctx and len(prompt_ids) + max_new_tokens > ctx:
             raise PhoenixError(f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceed the target's context of {ctx}; shorten the prompt or lower --max-new-tokens")
 
+    def start_run(self, suffix: SuffixConfig) -> None:
+        """A new run: the suffix drafter's global tree starts empty, with the run's settings."""
+        self._suffix = SuffixDrafter(suffix)
+
     def drafter(self, kind: str):
         if kind == "ngram":
             return self._ngram
+        if kind == "suffix":
+            return self._suffix
         if self._model_drafter is None:
-            raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram")
+            raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram or suffix")
         return self._model_drafter
 
     def run(self, prompt_ids: list[int], k: int, max_new_tokens: int, backend: str = "model", choose_k=None) -> RequestStats:

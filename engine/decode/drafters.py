@@ -50,6 +50,9 @@ class ModelDrafter:
             self.cache.crop(-extra)
             self.cache_len = valid_len
 
+    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
+        pass
+
 
 class NgramDrafter:
     """Model-free prompt lookup: find the latest earlier match of the last n tokens
@@ -78,5 +81,8 @@ class NgramDrafter:
         return []
 
     def commit(self, valid_len: int) -> None:
+        pass
+
+    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
         pass
 

