@@ -15,38 +15,56 @@ import argparse
 from pathlib import Path
 
 import engine  # noqa: F401  (BLAS and offline settings before torch loads)
+import torch
 from benchmarks.common import spread, write
 from engine.analysis.breakeven import fit_a, measured_c, predicted_speedup, rates
 from engine.decode.loading import load_pair
 from engine.decode.prompts import load as load_prompts
+from engine.analysis.stats import welch
 from engine.decode.decoder import Decoder, first_divergence
+from engine.decode.spec import generate
+from engine.decode.suffix import SuffixConfig, SuffixDrafter
+from engine.modes import K_MAX
 
 
-NAMES = {"model": "ours", "hf": "hf", "ngram": "ngram"}
+NAMES = {"model": "ours", "hf": "hf", "ngram": "ngram", "suffix": "suffix", "suffix-local": "suffix_local"}
 
 
 def configs(ks: list[int], drafters: list[str]) -> list[tuple[str, str, int]]:
     out = [("target", "model", 0)]
     for k in ks:
         out += [(f"{NAMES[d]}_{k}", d, k) for d in drafters]
+    for d in ("suffix", "suffix-local"):  # the adaptive mode: the match length sets the draft length, up to K_MAX
+        if d in drafters:
+            out.append((f"{NAMES[d]}_{K_MAX}", d, K_MAX))
     return out
+
+
+def decode_one(dec: Decoder, local: SuffixDrafter, ids: list[int], k: int, n: int, backend: str):
+    """'suffix-local' is the suffix drafter without the run's global tree, side by side with the one that has it."""
+    if backend != "suffix-local":
+        return dec.run(ids, k, n, backend)
+    with torch.inference_mode():
+        return generate(dec.pair.target, local, ids, k, n, dec.eos_id)
 
 
 def run(args) -> dict:
     pair = load_pair(args.target, None if args.draft in ("none", "") else args.draft, args.device, args.dtype)
     dec = Decoder(pair)
+    dec.start_run(SuffixConfig())
+    local = SuffixDrafter(SuffixConfig(global_tree=False))
     prompts = load_prompts(args.prompts, args.limit)
     encoded = [(p.id, dec.encode(p.text, args.prompt_format)) for p in prompts]
     plan = configs(args.ks, args.drafters)
     for _, backend, k in plan:  # warm-up, excluded
-        dec.run(encoded[0][1], k, 8, backend)
+        decode_one(dec, local, encoded[0][1], k, 8, backend)
     rows = []
     for rep in range(args.repeats):
         for pid, ids in encoded:
             order = plan if rep % 2 == 0 else [plan[0]] + plan[1:][::-1]  # alternate order against drift
             ref = None
             for name, backend, k in order:
-                s = dec.run(ids, k, args.max_new_tokens, backend)
+                s = decode_one(dec, local, ids, k, args.max_new_tokens, backend)
                 if name == "target":
                     ref = s.output_ids
                 rows.append({"config": name, "backend": backend, "k": k, "prompt": pid, "repeat": rep,
@@ -81,15 +99,24 @@ def summarise(rows: list[dict], plan, args) -> dict:
             "per_position_unconditional": uncond, "per_position_conditional": cond, "fitted_a": a, "c": c,
             "predicted_speedup": predicted_speedup(a, c, k) if (a is not None and c is not None) else None,
             "identical": f"{sum(r['identical'] for r in rs)}/{len(rs)}",
+            "mean_accepted_length": 1 + sum(r["accepted"] for r in rs) / prop[0] if k and prop and prop[0] else None,
+            "draft_ms_per_pass": 1e3 * sum(r["draft_s"] for r in rs) / max(1, sum(r["passes"] for r in rs)),
             "draft_share": sum(r["draft_s"] for r in rs) / max(1e-9, sum(r["latency_s"] for r in rs)),
         }
     ours_vs_hf = {}
     for k in args.ks if {"model", "hf"} <= set(args.drafters) else []:
         pairs = {(r["prompt"], r["repeat"]): r["tokens_per_s"] for r in rows if r["config"] == f"hf_{k}"}
         ours_vs_hf[k] = spread([r["tokens_per_s"] / pairs[(r["prompt"], r["repeat"])] for r in rows if r["config"] == f"ours_{k}"])
+    suffix_vs_ngram = {}
+    for k in args.ks if {"suffix", "ngram"} <= set(args.drafters) else []:
+        w = welch([r["tokens_per_s"] for r in rows if r["config"] == f"ngram_{k}"],
+                  [r["tokens_per_s"] for r in rows if r["config"] == f"suffix_{k}"])
+        suffix_vs_ngram[k] = None if w is None else {"ngram": w.mean_a, "suffix": w.mean_b, "p_value": w.p_value,
+                                                     "verdict": w.verdict}
     divergences = [{"config": r["config"], "prompt": r["prompt"], "diverged_at": r["diverged_at"]}
                    for r in rows if not r["identical"]]
-    return {"settings": vars(args) | {"ks": args.ks}, "target_step_s": step_s, "divergences": divergences, "table": table, "ours_vs_hf": ours_vs_hf, "rows": rows}
+    return {"settings": vars(args) | {"ks": args.ks}, "target_step_s": step_s, "divergences": divergences, "table": table, "ours_vs_hf": ours_vs_hf,
+            "suffix_vs_ngram": suffix_vs_ngram, "rows": rows}
 
 
 def print_table(result: dict) -> None:

@@ -25,21 +25,26 @@ def decode_md(d: dict, title: str = "Decode speed") -> str:
     pair = f"{s.get('target', 'embedded')} / {s.get('draft', 'embedded')}"
     lines = [f"**{title}** ({p['date']}, {p['cpu']}, {p['cores']} cores, torch {p['torch']}, transformers "
              f"{p['transformers']}, git {str(p['git_sha'])[:8]}): pair {pair}, {s.get('dtype', 'float32')} on "
-             f"{s.get('device', 'cpu')}, prompts {s.get('prompt_format', 'raw')}; {s['limit']} held-out HumanEval prompts x "
+             f"{s.get('device', 'cpu')}, prompts {s.get('prompt_format', 'raw')}; {s['limit']} prompts of {s.get('prompts', 'humaneval-test')} x "
              f"{s['repeats']} repeats, {s['max_new_tokens']} new tokens; target step {d['target_step_s'] * 1e3:.1f} ms. "
              "Ratios are per prompt against target-only in the same repeat: median (IQR); n is requests per config. "
              f"Command: `python -m benchmarks.decode {command(s)}`.", "",
-             "| config | n | tok/s | x target | acceptance | per position (unconditional) | fitted a | c | predicted | draft share | identical |",
-             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "| config | n | tok/s | x target | acceptance | mean accepted length | per position (unconditional) | fitted a | c | predicted | draft ms/pass | draft share | identical |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for name, t in d["table"].items():
         r = t["ratio_vs_target"]
         per_pos = " ".join(f"{u:.2f}" for u in t.get("per_position_unconditional") or [])
         lines.append(f"| {name} | {t['tokens_per_s']['n']} | {t['tokens_per_s']['median']:.1f} | {r['median']:.2f} "
-                     f"({r['p25']:.2f}-{r['p75']:.2f}) | {_f(t['acceptance'], '.1%')} | {per_pos} | {_f(t['fitted_a'], '.3f')} | "
-                     f"{_f(t['c'], '.3f')} | {_f(t['predicted_speedup'], '.2f')} | {t['draft_share']:.0%} | {t['identical']} |")
+                     f"({r['p25']:.2f}-{r['p75']:.2f}) | {_f(t['acceptance'], '.1%')} | {_f(t.get('mean_accepted_length'), '.2f')} | "
+                     f"{per_pos} | {_f(t['fitted_a'], '.3f')} | {_f(t['c'], '.3f')} | {_f(t['predicted_speedup'], '.2f')} | "
+                     f"{_f(t.get('draft_ms_per_pass'), '.2f')} | {t['draft_share']:.0%} | {t['identical']} |")
     if d.get("ours_vs_hf"):
         lines += ["", "Our loop over transformers' assisted generation at equal k: " + ", ".join(
             f"k={k}: {v['median']:.2f}x ({v['p25']:.2f}-{v['p75']:.2f})" for k, v in d["ours_vs_hf"].items())]
+    if d.get("suffix_vs_ngram"):
+        lines += ["", "Suffix against n-gram at equal k, Welch's t-test of per-request tokens/sec: " + ", ".join(
+            f"k={k}: {v['suffix']:.1f} vs {v['ngram']:.1f} tok/s, p={v['p_value']:.3g} ({v['verdict']})"
+            for k, v in d["suffix_vs_ngram"].items() if v)]
     if "divergences" in d:
         div = d["divergences"]
         lines += ["", f"Outputs that differ from target-only in the same dtype: {len(div)}" + (
@@ -70,7 +75,8 @@ def breakeven_md(d: dict) -> str:
 def command(s: dict) -> str:
     flags = {"target": s.get("target"), "draft": s.get("draft"), "dtype": s.get("dtype"), "limit": s.get("limit"),
              "repeats": s.get("repeats"), "max-new-tokens": s.get("max_new_tokens"),
-             "ks": ",".join(map(str, s.get("ks", []))), "drafters": ",".join(s.get("drafters", [])), "tag": s.get("tag")}
+             "ks": ",".join(map(str, s.get("ks", []))), "drafters": ",".join(s.get("drafters", [])), "tag": s.get("tag"),
+             "prompts": None if s.get("prompts", "humaneval-test") == "humaneval-test" else s.get("prompts")}
     return " ".join(f"--{k} {v}" for k, v in flags.items() if v not in (None, ""))
 
 
@@ -159,6 +165,12 @@ def render() -> str:
                               ("smollm2", "every drafter on 8 prompts (the first draft)"))
             for dtype in ("float32", "bfloat16")]
     real.append(("smollm2_regret", regret_md))
+    real += [(f"{tag}_decode_float32", lambda d, t=title: decode_md(d, t)) for tag, title in (
+        ("suffix_test", "Suffix decoding, embedded pair, humaneval-test"),
+        ("suffix_edit", "Suffix decoding, embedded pair, humaneval-edit-test (output repeats the prompt)"),
+        ("suffix_multiturn", "Suffix decoding, embedded pair, humaneval-edit-multiturn-test"),
+        ("smollm2_suffix_test", "Suffix decoding, SmolLM2-135M-Instruct, humaneval-test"),
+        ("smollm2_suffix_edit", "Suffix decoding, SmolLM2-135M-Instruct, humaneval-edit-test"))]
     sections = real + [("decode", decode_md), ("efficiency", efficiency_md), ("overhead", overhead_md),
                        ("regret", regret_md), ("dashboard", dashboard_md), ("dashboard_runs", runs_page_md),
                        ("gpu", gpu_md)]

@@ -88,6 +88,10 @@ class SuffixTree:
         """The best draft for text ending in ``pattern``: (tokens, score)."""
         best, best_score = [], 0.0
         for start in range(max(0, len(pattern) - self.depth), len(pattern)):
+            match_len = len(pattern) - start
+            budget = max(0, min(k, int(match_len * cfg.max_spec_factor + cfg.max_spec_offset + 1e-6)))
+            if best_score >= budget:  # a score is at most its token count, and shorter matches get smaller budgets
+                break
             node = self.root
             for token in pattern[start:]:
                 node = node.children.get(token)
@@ -95,8 +99,6 @@ class SuffixTree:
                     break
             if node is None:
                 continue
-            match_len = len(pattern) - start
-            budget = max(0, min(k, int(match_len * cfg.max_spec_factor + cfg.max_spec_offset + 1e-6)))
             tokens, score = _path(node, budget, cfg.min_prob)
             if score > best_score:
                 best, best_score = tokens, score
