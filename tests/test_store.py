@@ -97,10 +97,10 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
 
 def test_positions_sum_per_mode_and_arm(store):
     run = store.create_run("r", {}, "t", "d", total=2)
-    store.add_requests([request_record(run.id, i, positions=[PositionCount(0, 2, 2), PositionCount(1, 2, 1)]) for i in range(2)])
+    store.add_requests([request_record(run.id, i, positions=[PositionCount(0, 2, 2, 2), PositionCount(1, 2, 1, 2)]) for i in range(2)])
     rows = positions(store, run.id).to_dict(orient="records")
-    assert rows == [{"mode": "fixed_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4},
-                    {"mode": "fixed_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2}]
+    assert rows == [{"mode": "fixed_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4, "reached": 4},
+                    {"mode": "fixed_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2, "reached": 4}]
 
 
 @pytest.mark.parametrize("latencies", [[1.0], [3.0, 1.0], [5.0, 1.0, 2.0, 4.0, 3.0], [0.1 * i for i in range(37, 0, -1)]])
