@@ -50,11 +50,11 @@ def cmd_delete(args) -> int:
 def cmd_baseline(args) -> int:
     store = open_store(args.db)
     if args.clear:
-        target = store.get_run(args.run).target if store.get_run(args.run) else None
-        if target is None:
+        run = store.get_run(args.run)
+        if run is None:
             raise tracker.TrackerError(f"no run {args.run}: see `python -m engine runs`")
-        tracker.clear_baseline(store, target)
-        print(f"no baseline for {target}")
+        tracker.clear_baseline(store, run.target)
+        print(f"no baseline for {run.target}")
     else:
         print(f"run {args.run} is the baseline of {tracker.set_baseline(store, args.run)}")
     return 0

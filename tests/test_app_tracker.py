@@ -1,0 +1,80 @@
+"""The tracker on the dashboard: notes, tags, archive, delete, baselines and any-run comparison, through AppTest."""
+from __future__ import annotations
+
+import json
+
+from apptest import app_db, charts, open_page  # noqa: F401  (app_db is a fixture)
+
+
+HOSTILE_NOTE = ("# Why\n**new draft** <script>alert('x')</script> <img src=x onerror=alert(1)> "
+                "[click](javascript:alert(1)) ![beacon](https://evil.example/b.png) <https://evil.example/a>")
+
+
+def test_a_note_renders_its_formatting_and_nothing_that_runs_or_loads(app_db):
+    from db import tracker
+
+    tracker.set_note(app_db, 1, HOSTILE_NOTE)
+    at = open_page("run", run=1)
+    html = " ".join(h.proto.body for h in at.get("html"))
+    assert "<strong>new draft</strong>" in html and "<h1>Why</h1>" in html
+    assert "<script" not in html and "<img" not in html and "<a " not in html and "href" not in html
+    assert "&lt;script&gt;" in html  # shown as text
+
+
+def test_the_run_page_saves_tags_and_a_note_archives_and_deletes_with_a_confirmation(app_db):
+    at = open_page("run", run=1)
+    at.text_input(key="t_tags").input("draft-v2, exp")
+    at.text_area(key="t_note").input("made to test **v2**")
+    at.get("form_submit_button")[-1].click()
+    at.run()
+    info = app_db.get_run(1)
+    assert info.tags == ["draft-v2", "exp"] and info.note == "made to test **v2**"
+    at.button(key="t_archive").click().run()
+    assert app_db.get_run(1).archived
+    assert at.button(key="t_delete").disabled
+    assert any("Delete run #1 (run-0) and its 30 requests" in c.label for c in at.checkbox)
+    at.checkbox(key="t_delete_confirm").check().run()
+    at.button(key="t_delete").click().run()
+    assert app_db.get_run(1) is None and app_db.count_requests(1) == 0
+
+
+def test_the_runs_page_filters_by_tag_hides_archived_and_pages_in_sql(app_db):
+    from db import tracker
+
+    tracker.add_tags(app_db, 1, ["baseline-run"])
+    tracker.set_archived(app_db, 2, True)
+    at = open_page("runs")
+    table = next(d.value for d in at.dataframe if "open" in d.value.columns)
+    assert table["id"].tolist() == [1]  # run 2 is archived
+    at.toggle(key="f_archived").set_value(True).run()
+    table = next(d.value for d in at.dataframe if "open" in d.value.columns)
+    assert table["id"].tolist() == [2, 1] and table["tags"].tolist() == ["", "baseline-run"]
+    at = open_page("runs", tag="baseline-run", archived=1)
+    assert next(d.value for d in at.dataframe if "open" in d.value.columns)["id"].tolist() == [1]
+    assert "2 runs" in open_page("runs", archived=1).number_input(key="f_page").label
+
+
+def test_a_pinned_baseline_shows_x_baseline_with_welchs_p_value_on_its_targets_runs(app_db):
+    from db import tracker
+
+    tracker.set_baseline(app_db, 1)
+    at = open_page("run", run=2)
+    table = next(d.value for d in at.dataframe if "x baseline" in d.value.columns)
+    assert set(table["mode"]) == {"target", "fixed_4", "bandit"}
+    assert table["p-value"].between(0, 1).all() and (table["x baseline"] > 0).all()
+    assert any("baseline of this target: run #1" in s.value for s in at.subheader)
+
+
+def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_differ(app_db):
+    from db.models import Run
+
+    with app_db.session_scope() as s:
+        s.get(Run, 2).config = {**s.get(Run, 2).config, "bench": {**s.get(Run, 2).config["bench"], "drafter": "ngram"}}
+    at = open_page("compare", series="1:fixed_4,2:fixed_4")
+    assert at.multiselect(key="series").value == ["1:fixed_4", "2:fixed_4"]
+    specs = charts(at)
+    assert any("strokeDash" in json.dumps(sp) for sp in specs)  # the acceptance curves, one color per series
+    diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
+    assert diff["setting"].tolist() == ["bench.drafter"] and diff["2:fixed_4"].tolist() == ["ngram"]
+    verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    assert set(verdict["metric"]) == {"tokens_per_s", "latency_s", "acceptance"}
