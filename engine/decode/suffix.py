@@ -55,19 +55,19 @@ class SuffixTree:
     def __init__(self, depth: int):
         self.depth = depth
         self.root = _Node()
-        self._active: list[_Node] = []  # nodes of the suffixes that end at the last appended token, longest first
+        self.active: list[_Node] = []  # nodes of the suffixes that end at the last appended token, longest first
 
     def append(self, token: int) -> None:
         """Extend the sequence this tree is growing by one token (the request's own tree)."""
         self.root.count += 1
         grown = []
-        for node in [*self._active[-(self.depth - 1):], self.root] if self.depth > 1 else [self.root]:
+        for node in [*self.active[-(self.depth - 1):], self.root] if self.depth > 1 else [self.root]:
             child = node.children.get(token)
             if child is None:
                 child = node.children[token] = _Node()
             child.count += 1
             grown.append(child)
-        self._active = grown
+        self.active = grown
 
     def add(self, tokens: list[int], sign: int = 1) -> None:
         """Add (or with sign=-1 remove) every suffix of a whole sequence (the global tree's entries)."""
@@ -84,25 +84,42 @@ class SuffixTree:
                     break
                 node = child
 
-    def speculate(self, pattern: list[int], k: int, cfg: SuffixConfig) -> tuple[list[int], float]:
-        """The best draft for text ending in ``pattern``: (tokens, score)."""
-        best, best_score = [], 0.0
+    def matches(self, pattern: list[int]) -> list[tuple[_Node, int]]:
+        """(node, match length) for every suffix of ``pattern`` the tree holds, longest first."""
+        out = []
         for start in range(max(0, len(pattern) - self.depth), len(pattern)):
-            match_len = len(pattern) - start
-            budget = max(0, min(k, int(match_len * cfg.max_spec_factor + cfg.max_spec_offset + 1e-6)))
-            if best_score >= budget:  # a score is at most its token count, and shorter matches get smaller budgets
-                break
             node = self.root
             for token in pattern[start:]:
                 node = node.children.get(token)
                 if node is None:
                     break
-            if node is None:
-                continue
-            tokens, score = _path(node, budget, cfg.min_prob)
-            if score > best_score:
-                best, best_score = tokens, score
-        return best, best_score
+            if node is not None:
+                out.append((node, len(pattern) - start))
+        return out
+
+    def speculate(self, pattern: list[int], k: int, cfg: SuffixConfig) -> tuple[list[int], float]:
+        """The best draft for text ending in ``pattern``: (tokens, score)."""
+        return best_draft(self.matches(pattern), k, cfg)
+
+    def step(self, matched: list[tuple[_Node, int]], token: int) -> list[tuple[_Node, int]]:
+        """The matches after one more token of the text, from the matches before it: O(depth), no walk from the root."""
+        out = [(child, n + 1) for node, n in matched if n < self.depth and (child := node.children.get(token)) is not None]
+        child = self.root.children.get(token)
+        return out + [(child, 1)] if child is not None else out
+
+
+def best_draft(matches: list[tuple[_Node, int]], k: int, cfg: SuffixConfig) -> tuple[list[int], float]:
+    """ArcticInference's rule over the matches (longest first): budget min(k, match_len * factor + offset), the most
+    frequent path within it, the highest score (sum of path probabilities) wins."""
+    best, best_score = [], 0.0
+    for node, match_len in matches:
+        budget = max(0, min(k, int(match_len * cfg.max_spec_factor + cfg.max_spec_offset + 1e-6)))
+        if best_score >= budget:  # a score is at most its token count, and shorter matches get smaller budgets
+            break
+        tokens, score = _path(node, budget, cfg.min_prob)
+        if score > best_score:
+            best, best_score = tokens, score
+    return best, best_score
 
 
 def _path(node: _Node, budget: int, min_prob: float) -> tuple[list[int], float]:
@@ -128,14 +145,11 @@ class SuffixDrafter:
         self.global_tree = SuffixTree(self.cfg.max_tree_depth)
         self._cached: deque[tuple[tuple[int, ...], list[int]]] = deque()  # (prompt key, output) in arrival order
         self.local: SuffixTree | None = None
+        self._global_matches: list = []  # (node, length) of the text's suffixes in the global tree, kept per token
         self._fed = 0
         self._key: tuple[int, ...] = ()
 
     def reset(self, prompt_ids: list[int]) -> None:
-        self.local = SuffixTree(self.cfg.max_tree_depth)
-        for token in prompt_ids:
-            self.local.append(token)
-        self._fed = len(prompt_ids)
         self._key = tuple(prompt_ids)
         if any(key == self._key for key, _ in self._cached):  # this prompt's earlier output would be its own answer
             kept = deque()
@@ -145,15 +159,25 @@ class SuffixDrafter:
                 else:
                     kept.append((key, output))
             self._cached = kept
+        self.local = SuffixTree(self.cfg.max_tree_depth)
+        self._global_matches, self._fed = [], 0
+        self._feed(prompt_ids)
+
+    def _feed(self, tokens: list[int]) -> None:
+        use_global = self.cfg.global_tree and self._cached
+        for token in tokens:
+            self.local.append(token)
+            if use_global:
+                self._global_matches = self.global_tree.step(self._global_matches, token)
+        self._fed += len(tokens)
 
     def draft(self, seq: list[int], k: int) -> list[int]:
-        for token in seq[self._fed:]:
-            self.local.append(token)
-        self._fed = len(seq)
-        pattern = seq[-self.cfg.max_tree_depth:]
-        tokens, score = self.local.speculate(pattern, k, self.cfg)
-        if self.cfg.global_tree and self._cached:
-            other, other_score = self.global_tree.speculate(pattern, k, self.cfg)
+        self._feed(seq[self._fed:])
+        # the request tree's active nodes are exactly the matches of the text's suffixes, longest first
+        depth = len(self.local.active)
+        tokens, score = best_draft([(node, depth - i) for i, node in enumerate(self.local.active)], k, self.cfg)
+        if self._global_matches:
+            other, other_score = best_draft(self._global_matches, k, self.cfg)
             if other_score > score:
                 tokens = other
         return tokens
