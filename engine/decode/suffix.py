@@ -160,8 +160,12 @@ class SuffixDrafter:
                     kept.append((key, output))
             self._cached = kept
         self.local = SuffixTree(self.cfg.max_tree_depth)
-        self._global_matches, self._fed = [], 0
-        self._feed(prompt_ids)
+        for token in prompt_ids:
+            self.local.append(token)
+        self._fed = len(prompt_ids)
+        # matches depend only on the last max_tree_depth tokens, so the global tree is walked for those alone
+        use_global = self.cfg.global_tree and self._cached
+        self._global_matches = self.global_tree.matches(prompt_ids[-self.cfg.max_tree_depth:]) if use_global else []
 
     def _feed(self, tokens: list[int]) -> None:
         use_global = self.cfg.global_tree and self._cached
