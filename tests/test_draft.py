@@ -1,6 +1,7 @@
 """The real target's draft, built at toy size on a tiny target: it loads, decodes exactly, never sees test prompts."""
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -70,4 +71,6 @@ def test_the_answer_prompts_are_train_prompts_then_stdlib_functions_and_never_a_
     prompts = answer_prompts(300)
     assert prompts[:len(train)] == [p.text for p in train] and len(prompts) == 300
     assert not any(t.text.strip() in p for t in test for p in prompts)
-    assert all(p.lstrip().startswith("def ") and '"""' in p or "'''" in p for p in prompts[len(train):])
+    for p in prompts[len(train):]:  # a function cut after its docstring, HumanEval's shape
+        fn = ast.parse(p + "    pass\n").body[0]
+        assert isinstance(fn, ast.FunctionDef) and ast.get_docstring(fn)

@@ -157,6 +157,9 @@ class ScriptedDrafter:
     def commit(self, valid_len):
         pass
 
+    def finish(self, prompt_ids, output_ids):
+        pass
+
 
 def test_per_position_accounting_matches_a_hand_checked_case(tiny_dirs):
     d = tiny_dirs["qwen3"]

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from engine.paths import DATA_DIR, ROOT
@@ -54,4 +55,9 @@ def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]
         proc = subprocess.Popen([sys.executable, "-m", "engine", "worker"], cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         files["pid"].write_text(str(proc.pid))
+        # until the child has exec'd, /proc shows our own command line and a second call would start another
+        for _ in range(100):
+            if proc.poll() is not None or _alive(proc.pid):
+                break
+            time.sleep(0.02)
         return "started", files["log"]
