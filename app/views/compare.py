@@ -64,7 +64,7 @@ def curves(url: str, series: list[str]) -> None:
         frame, fit = charts.acceptance_frame(pos[pos["mode"] == mode])
         if not frame.empty:
             parts.append(frame.assign(arm=s))
-            fits.update({s: a for a in fit.values()})
+            fits.update({s: a for a in list(fit.values())[:1]})  # one arm per series
     if not parts:
         return
     st.subheader("Per-position acceptance")

@@ -2,15 +2,7 @@
 from __future__ import annotations
 
 from db import tracker
-from engine.cli.options import add_db, open_store, run_id
-
-
-def _run_parser(sub, name: str, help_text: str, func):
-    p = sub.add_parser(name, help=help_text)
-    p.add_argument("run", type=run_id)
-    add_db(p)
-    p.set_defaults(func=func)
-    return p
+from engine.cli.options import add_run_command, open_store
 
 
 def cmd_tag(args) -> int:
@@ -62,12 +54,12 @@ def cmd_baseline(args) -> int:
 
 def add_commands(sub) -> None:
     for name, func, help_text in (("tag", cmd_tag, "add tags to a run"), ("untag", cmd_untag, "remove tags from a run")):
-        _run_parser(sub, name, help_text, func).add_argument("tags", nargs="+")
-    _run_parser(sub, "note", "write why a run was made (Markdown; empty text clears it)", cmd_note).add_argument(
+        add_run_command(sub, name, help_text, func).add_argument("tags", nargs="+")
+    add_run_command(sub, "note", "write why a run was made (Markdown; empty text clears it)", cmd_note).add_argument(
         "--text", required=True)
-    _run_parser(sub, "archive", "hide a run from the default lists; every row and link is kept", cmd_archive)
-    _run_parser(sub, "unarchive", "bring an archived run back into the lists", cmd_archive)
-    _run_parser(sub, "delete", "delete a run and all its rows (not a running one)", cmd_delete).add_argument(
+    add_run_command(sub, "archive", "hide a run from the default lists; every row and link is kept", cmd_archive)
+    add_run_command(sub, "unarchive", "bring an archived run back into the lists", cmd_archive)
+    add_run_command(sub, "delete", "delete a run and all its rows (not a running one)", cmd_delete).add_argument(
         "--yes", action="store_true", help="confirm: the run and its requests are gone for good")
-    _run_parser(sub, "baseline", "pin a run as the baseline of its target model", cmd_baseline).add_argument(
+    add_run_command(sub, "baseline", "pin a run as the baseline of its target model", cmd_baseline).add_argument(
         "--clear", action="store_true", help="unpin the baseline of this run's target")

@@ -15,6 +15,7 @@ The held-out test split is checked out by id and by text before any training.
 from __future__ import annotations
 
 import ast
+import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -198,7 +199,5 @@ def build_draft(cfg: DraftConfig) -> dict:
 
 def _card(path: str) -> dict:
     """The starting draft's own card, so the chain of builds stays on record."""
-    import json
-
     f = Path(path) / "phoenix_card.json"
     return json.loads(f.read_text()) if f.is_file() else {"path": path}
