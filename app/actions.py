@@ -132,10 +132,8 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
     if not errors:
         try:
             validate(cfg)
-        except PhoenixError as exc:
-            text = str(exc)
-            field = next((f for f in ("arms", "modes", "max-new-tokens", "limit", "shadow-rate") if f in text), "form")
-            errors[field.replace("-", "_")] = text
+        except PhoenixError as exc:  # the error names its field; the form puts the message beside it
+            errors[(exc.field or "form").split(".")[0]] = str(exc)
     return errors
 
 

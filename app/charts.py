@@ -65,13 +65,16 @@ def time_split_chart(split: pd.DataFrame) -> alt.Chart:
     rows = []
     for r in split.itertuples():
         arm = arm_label(r.mode, int(r.k))
-        total = r.draft_s + r.verify_s
-        for part, secs in (("draft", r.draft_s), ("verify", r.verify_s)):
+        prefill, draft_prefill = (0.0 if v is None or v != v else v for v in (r.prefill_s, r.draft_prefill_s))  # NULL: not recorded
+        total = prefill + draft_prefill + r.draft_s + r.verify_s
+        for part, secs in (("prefill", prefill), ("draft prefill", draft_prefill), ("draft", r.draft_s),
+                           ("verify", r.verify_s)):
             rows.append({"arm": arm, "part": part, "seconds_per_request": secs / r.n, "share": secs / total if total else 0.0, "n": r.n})
     return alt.Chart(pd.DataFrame(rows)).mark_bar().encode(
         y=alt.Y("arm:N", title="mode / arm"),
         x=alt.X("seconds_per_request:Q", title="seconds per request", stack="zero"),
-        color=alt.Color("part:N", scale=alt.Scale(domain=["draft", "verify"], range=["#e45756", "#4c78a8"])),
+        color=alt.Color("part:N", scale=alt.Scale(domain=["prefill", "draft prefill", "draft", "verify"],
+                                                  range=["#bab0ac", "#ff9da6", "#e45756", "#4c78a8"])),
         tooltip=["arm", "part", alt.Tooltip("seconds_per_request:Q", format=".3f"), alt.Tooltip("share:Q", format=".0%"), "n"],
     ).properties(height=40 + 30 * max(1, len(split)))
 

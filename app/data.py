@@ -13,6 +13,8 @@ import streamlit as st
 from db import distills, queries, tracker
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
+from engine.bench import report
+from engine.bench.config import stored
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
@@ -24,7 +26,7 @@ def db_url() -> str:
 @st.cache_resource(show_spinner=False)
 def _store(url: str) -> Store:
     ensure_schema(url)
-    return Store(url)
+    return Store(url, bench_parser=stored)
 
 
 def store() -> Store:
@@ -51,7 +53,7 @@ def runs(url: str, name: str = "", model: str = "", status: str = "", tag: str =
         return df
     df["tags"] = df["tags"].fillna("")
     rates = queries.run_mode_rates(_store(url), df["id"].tolist())
-    df["modes"] = df["config"].map(lambda c: ",".join((c or {}).get("bench", {}).get("modes", [])))
+    df["modes"] = df["config"].map(lambda c: ",".join((c or {}).get("bench", {}).get("modes", [])))  # no parse per row
     prompts = rates.groupby("run_id")["prompts"].max() if not rates.empty else pd.Series(dtype=float)
     df["prompts"] = df["id"].map(prompts).fillna(0).astype(int)
     df["best_speedup"] = df["id"].map(_best_speedup(rates))
@@ -95,7 +97,7 @@ def run(url: str, run_id: int):
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def summaries(url: str, run_id: int):
-    return queries.mode_summaries(_store(url), run_id, totals=arm_totals(url, run_id))
+    return report.summaries(_store(url), run_id, totals=arm_totals(url, run_id))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -7,7 +7,7 @@ from markdown_it import MarkdownIt
 
 from app import actions, data, urlstate
 from db.tracker import TrackerError
-from engine.analysis.stats import welch
+from engine.analysis.compare import TOKENS_PER_S, compare
 
 # Raw HTML off and no links, images or autolinks: a note can format text but can load nothing from outside.
 _NOTE = MarkdownIt("commonmark", {"html": False}).disable(["link", "image", "autolink"])
@@ -83,12 +83,13 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
     best = max(base, key=lambda m: sum(base[m]) / max(1, len(base[m])))
     rows = []
     for mode in modes:
-        mine = data.rewards(url, info.id, (mode,))["tokens_per_s"].tolist()
-        w = welch(base[best], mine)
-        rows.append({"mode": mode, "n": len(mine), "x baseline": (sum(mine) / len(mine)) / (sum(base[best]) / len(base[best]))
-                     if mine and base[best] else None, "p-value": None if w is None else w.p_value,
-                     "verdict": "too few requests" if w is None else w.verdict})
+        c = compare(base[best], data.rewards(url, info.id, (mode,))["tokens_per_s"].tolist())
+        rows.append({"mode": mode, "n": c.n, "x baseline": c.ratio, "95% CI low": c.ratio_low,
+                     "95% CI high": c.ratio_high, "p-value": c.p_value, "verdict": c.verdict})
     st.subheader(f"Against the baseline of this target: run #{base_id}, {best} (n = {len(base[best])})")
+    ratio = st.column_config.NumberColumn(format="%.2fx")
     st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
-        "x baseline": st.column_config.NumberColumn(format="%.2fx"), "p-value": st.column_config.NumberColumn(format="%.4f")})
+        "x baseline": ratio, "95% CI low": ratio, "95% CI high": ratio,
+        "p-value": st.column_config.NumberColumn(format="%.4f")})
+    st.caption(TOKENS_PER_S + "; x baseline is the ratio of means, its interval Welch's, over the baseline's mean.")
     st.markdown(f"[Compare with the baseline]({urlstate.link('compare', series=f'{base_id}:{best},{info.id}:{modes[0]}')})")

@@ -117,12 +117,15 @@ def main(argv=None) -> dict:
     for a, pr in q["predictions"].items():
         print(f"a={a}: best k {pr['best_k']} -> {pr['best_speedup']:.2f}x (with measured verify cost)")
     if not args.skip_decode:
-        from benchmarks import decode
+        import subprocess
+        import sys
 
-        out = Path(args.out) if args.out else None
-        decode_args = ["--device", args.device, "--limit", str(args.decode_limit), "--repeats", "2"]
-        decode.main(decode_args + (["--out", str(out)] if out else []))
-        result["decode"] = "written by benchmarks.decode alongside (device " + args.device + ")"
+        # the decode comparison is a run like any other: recorded in the store, opened on the dashboard
+        db = str(Path(args.out) / "gpu.db") if args.out else "data/gpu.db"
+        cmd = [sys.executable, "-m", "engine", "bench", "--device", args.device, "--limit", str(args.decode_limit),
+               "--max-new-tokens", "96", "--modes", "target,fixed_2,fixed_4,ngram_4,hf_4", "--name", "gpu decode",
+               "--db", db]
+        result["decode"] = {"command": " ".join(cmd), "returncode": subprocess.call(cmd)}
     path = write("gpu", result, Path(args.out)) if args.out else write("gpu", result)
     print(f"wrote {path}")
     return result

@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
     runs = {name: create_run(store, cfg).id for name in states}
     recorders = {name: Recorder(store, runs[name]) for name in states}
     mode = cfg.modes[0]
-    decoder.run(encoded[prompts[0].id], args.k, 8)  # warm-up, excluded
+    decoder.run(encoded[prompts[0].id], args.k, 8, "model")  # warm-up, excluded
     walls: dict[str, dict] = {c: {} for c in CONFIGS}
     for rep in range(args.repeats):
         for i, p in enumerate(prompts):
@@ -70,7 +70,7 @@ def main(argv=None) -> dict:
             for c in order:
                 t0 = time.perf_counter()
                 if c == "bare":
-                    decoder.run(encoded[p.id], args.k, cfg.max_new_tokens)
+                    decoder.run(encoded[p.id], args.k, cfg.max_new_tokens, "model")
                 else:
                     rec, _ = run_one(states[c], runs[c], cfg, p, encoded[p.id], mode, False, None)
                     recorders[c].put(rec)

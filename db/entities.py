@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RunInfo:
     tags: list[str] = field(default_factory=list)
     note: str | None = None
     archived: bool = False
+    bench: Any = None  # the typed bench config (engine.bench.config.BenchConfig) when the store was given its parser
 
 
 @dataclass
@@ -63,8 +65,8 @@ class RequestRecord:
     proposed: int
     accepted: int
     passes: int
-    draft_s: float
-    verify_s: float
+    draft_s: float  # drafting in decode passes only
+    verify_s: float  # target verification passes only, prefill excluded
     output_text: str
     output_sha256: str
     identical: bool | None = None
@@ -72,6 +74,8 @@ class RequestRecord:
     trace_id: str | None = None
     warmup: bool = False
     error: str | None = None  # why the request failed (a server's answer); None when it succeeded
+    prefill_s: float | None = None  # the target's prefill; None where unknown (assisted generation, servers)
+    draft_prefill_s: float | None = None  # the drafter's own prefill (its reset); None where unknown or no drafter
     positions: list[PositionCount] = field(default_factory=list)
     bandit: BanditRecord | None = None
     id: int | None = None
@@ -85,18 +89,26 @@ class ModeSummary:
     mean_latency_s: float
     p50_latency_s: float
     p95_latency_s: float
-    tokens_per_s: float
+    tokens_per_s: float  # the mean of per-request tokens/s (engine.analysis.compare.TOKENS_PER_S)
     proposed: int
     accepted: int
     draft_s: float
     verify_s: float
     identical_n: int
     checked_n: int
-    speedup: float | None = None
+    passes: int = 0
+    output_tokens: int = 0
+    speedup: Any = None  # the paired per-prompt speedup against target-only (engine.analysis.compare.Spread)
 
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.proposed if self.proposed else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens per verify pass, bonus included (vLLM's mean acceptance length, Spec-Bench's 'mean accepted
+        tokens'): 1 + accepted / passes, so 1.00 for target-only."""
+        return 1 + self.accepted / self.passes if self.passes else None
 
 
 @dataclass

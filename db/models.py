@@ -64,7 +64,9 @@ class Request(Base):
     accepted: Mapped[int] = mapped_column(Integer)
     passes: Mapped[int] = mapped_column(Integer)
     draft_s: Mapped[float] = mapped_column(Float)
-    verify_s: Mapped[float] = mapped_column(Float)
+    verify_s: Mapped[float] = mapped_column(Float)  # decode passes only; prefill apart since 0016
+    prefill_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # the target's prefill (0016)
+    draft_prefill_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # the drafter's reset (0016); NULL before
     output_text: Mapped[str] = mapped_column(Text)
     output_sha256: Mapped[str] = mapped_column(String(64))
     identical: Mapped[bool | None] = mapped_column(Boolean, nullable=True)

@@ -64,23 +64,30 @@ def runs_count(store: Store, name: str = "", model: str = "", status: str = "", 
 
 
 def run_mode_rates(store: Store, run_ids: list[int]) -> pd.DataFrame:
-    """Per (run, mode): requests, prompts, output tokens / latency seconds."""
+    """Per (run, mode): requests, prompts, and tokens/s (the mean of per-request tokens/s, Phoenix's one definition)."""
     r = Request
     q = (select(r.run_id, r.mode, func.count().label("n"), func.count(func.distinct(r.prompt_id)).label("prompts"),
-                (func.sum(r.output_tokens) / func.sum(r.latency_s)).label("tokens_per_s"))
+                func.avg(r.tokens_per_s).label("tokens_per_s"))
          .where(r.run_id.in_(run_ids), r.warmup.is_(False)).group_by(r.run_id, r.mode))
     return _frame(store, q)
 
 
 def request_sample(store: Store, run_id: int, per_mode: int = PLOT_ROWS_PER_MODE) -> pd.DataFrame:
-    """Request-level rows for strip and distribution charts, the first N per mode (one indexed query each)."""
+    """Request-level rows for strip and distribution charts: per mode, at most ``per_mode`` rows spread evenly over
+    the run (every n-th by seq), so a long bandit run shows its whole course and not only its exploration."""
     r = Request
     cols = (r.id, r.seq, r.mode, r.k, r.latency_s, r.tokens_per_s, r.draft_s, r.verify_s, r.trace_id, r.prompt_id,
             r.accepted, r.proposed)
     with store.session_scope() as s:
-        modes = s.scalars(select(r.mode).where(r.run_id == run_id, r.warmup.is_(False)).distinct()).all()
-    frames = [_frame(store, select(*cols).where(r.run_id == run_id, r.mode == m, r.warmup.is_(False))
-                     .order_by(r.seq).limit(per_mode)) for m in modes]
+        sizes = dict(s.execute(select(r.mode, func.count()).where(r.run_id == run_id, r.warmup.is_(False))
+                               .group_by(r.mode)).all())
+    frames = []
+    for mode, n in sizes.items():
+        step = max(1, math.ceil(n / per_mode))
+        ranked = (select(*cols, (func.row_number().over(order_by=r.seq) - 1).label("rank"))
+                  .where(r.run_id == run_id, r.mode == mode, r.warmup.is_(False)).subquery())
+        q = select(*[ranked.c[c.key] for c in cols]).where(ranked.c.rank % step == 0).order_by(ranked.c.seq)
+        frames.append(_frame(store, q))
     if not frames:
         return pd.DataFrame(columns=[c.key for c in cols])
     return pd.concat(frames, ignore_index=True).sort_values("seq", ignore_index=True)
@@ -93,6 +100,8 @@ def arm_totals(store: Store, run_id: int) -> pd.DataFrame:
                 func.sum(r.verify_s).label("verify_s"), func.sum(r.latency_s).label("latency_s"),
                 func.sum(r.passes).label("passes"), func.sum(r.proposed).label("proposed"),
                 func.sum(r.accepted).label("accepted"), func.sum(r.output_tokens).label("output_tokens"),
+                func.sum(r.tokens_per_s).label("tokens_per_s_sum"), func.sum(r.prefill_s).label("prefill_s"),
+                func.sum(r.draft_prefill_s).label("draft_prefill_s"),
                 _identical_count().label("identical"), func.count(r.identical).label("checked"),
                 func.min(r.seq).label("first_seq"))
          .where(r.run_id == run_id, r.warmup.is_(False)).group_by(r.mode, r.k).order_by(r.mode, r.k))
@@ -224,15 +233,19 @@ def mode_summaries(store: Store, run_id: int, totals: pd.DataFrame | None = None
     pct = latency_percentiles(store, run_id, {m: int(n) for m, n in per_mode["n"].items()}, (50, 95))
     out = []
     for mode, t in per_mode.iterrows():
-        secs = float(t["latency_s"])
-        out.append(E.ModeSummary(mode, int(t["n"]), secs / float(t["n"]), pct[mode][50], pct[mode][95],
-                                 float(t["output_tokens"]) / secs if secs else 0.0, int(t["proposed"]),
+        n = int(t["n"])
+        out.append(E.ModeSummary(mode, n, float(t["latency_s"]) / n, pct[mode][50], pct[mode][95],
+                                 float(t["tokens_per_s_sum"]) / n, int(t["proposed"]),
                                  int(t["accepted"]), float(t["draft_s"]), float(t["verify_s"]), int(t["identical"]),
-                                 int(t["checked"])))
-    base = next((m.tokens_per_s for m in out if m.mode == "target"), None)
-    for m in out:
-        m.speedup = m.tokens_per_s / base if base else None
+                                 int(t["checked"]), passes=int(t["passes"]), output_tokens=int(t["output_tokens"])))
     return out
+
+
+def prompt_rewards(store: Store, run_id: int) -> pd.DataFrame:
+    """prompt_id, mode and tokens_per_s of every non-warm-up request: what paired speedups are built from."""
+    r = Request
+    return _frame(store, select(r.prompt_id, r.mode, r.tokens_per_s)
+                  .where(r.run_id == run_id, r.warmup.is_(False), r.error.is_(None)))
 
 
 def latency_percentiles(store: Store, run_id: int, sizes: dict[str, int], qs: tuple[int, ...]) -> dict[str, dict[int, float]]:

@@ -9,7 +9,7 @@ import os
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import and_, case, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Engine, make_url
@@ -82,10 +82,23 @@ def safe_url(url: str) -> str:
 
 
 class Store:
-    def __init__(self, url: str):
+    def __init__(self, url: str, bench_parser: Callable[[dict], Any] | None = None):
+        """``bench_parser`` turns a run's stored config into its typed bench config (the engine's BenchConfig,
+        passed in because db imports nothing from engine); every RunInfo this store returns carries it as
+        ``.bench``, parsed here once, so readers use attributes instead of digging through the dict."""
         self.url = url
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.bench_parser = bench_parser
+
+    def _info(self, r: Run, status: str | None = None, tags: list[str] | None = None) -> E.RunInfo:
+        info = _run(r, status, tags)
+        if self.bench_parser is not None and "bench" in info.config:
+            try:
+                info.bench = self.bench_parser(info.config)
+            except Exception:  # a config no parser of this version reads: readers fall back to the dict
+                info.bench = None
+        return info
 
     @contextmanager
     def session_scope(self) -> Iterator[Session]:
@@ -108,19 +121,19 @@ class Store:
             run = Run(name=name, status=status, config=config, target=target, draft=draft, progress_total=total, progress_done=0)
             s.add(run)
             s.flush()
-            return _run(run)
+            return self._info(run)
 
     def get_run(self, run_id: int) -> E.RunInfo | None:
         """The run, its status as readers see it (status_expr)."""
         with self.session_scope() as s:
             row = s.execute(select(Run, status_expr()).where(Run.id == run_id)).first()
-            return _run(*row, tags=_tags(s, [run_id]).get(run_id, [])) if row else None
+            return self._info(*row, tags=_tags(s, [run_id]).get(run_id, [])) if row else None
 
     def list_runs(self, limit: int = 1000) -> list[E.RunInfo]:
         with self.session_scope() as s:
             rows = s.execute(select(Run, status_expr()).order_by(Run.id.desc()).limit(limit)).all()
             tags = _tags(s, [r[0].id for r in rows])
-            return [_run(*r, tags=tags.get(r[0].id, [])) for r in rows]
+            return [self._info(*r, tags=tags.get(r[0].id, [])) for r in rows]
 
     def set_status(self, run_id: int, status: str, error: str | None = None) -> None:
         if status not in RUN_STATUSES:
@@ -160,7 +173,7 @@ class Store:
                 return None
             run = s.scalars(select(Run).where(Run.worker_id == worker_id, Run.status == "running")
                             .order_by(Run.heartbeat_at.desc(), Run.id.desc()).limit(1)).first()
-            return _run(run) if run else None
+            return self._info(run) if run else None
 
     def _claim_skip_locked(self, worker_id: str) -> E.RunInfo | None:
         with self.session_scope() as s:
@@ -170,7 +183,7 @@ class Store:
                 return None
             run.status, run.worker_id, run.heartbeat_at, run.cancel_requested = "running", worker_id, utcnow(), False
             s.flush()
-            return _run(run)
+            return self._info(run)
 
     def heartbeat(self, run_id: int) -> None:
         with self.session_scope() as s:

@@ -83,7 +83,9 @@ def add_options(parser, cls, prefix: str = "") -> None:
         default = _default(f)
         text = helps.get(f.name, "")
         text = (f"{text} (default {default!r})" if text else f"default {default!r}").replace("%", "%%")
-        if tp is bool and default is True:
+        if typing.get_origin(tp) is typing.Literal:
+            parser.add_argument(flag, dest=dest, default=None, choices=typing.get_args(tp), help=text)
+        elif tp is bool and default is True:
             no = "--no-" + flag.removeprefix("--")
             parser.add_argument(no, dest=dest, action="store_const", const=False, default=None, help=text)
         elif tp is bool:
@@ -114,6 +116,20 @@ def given_values(cls, args, prefix: str = "") -> dict[str, Any]:
     return values
 
 
+def check_choices(cfg, prefix: str = "") -> None:
+    """Every ``Literal`` field of ``cfg`` (nested configs too) holds one of its choices. argparse already refuses a
+    bad flag; this catches the same mistake in a form, a stored config or a Python caller."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        tp, value = hints[f.name], getattr(cfg, f.name)
+        if _is_config(tp):
+            check_choices(value, f"{prefix}{f.name}.")
+        elif typing.get_origin(tp) is typing.Literal and value not in typing.get_args(tp):
+            flag = _flag(f, prefix.rstrip(".").replace("_", "-"))
+            raise PhoenixError(f"{flag} must be one of {', '.join(map(str, typing.get_args(tp)))}, got {value!r}",
+                               field=prefix + f.name)
+
+
 def parse_value(tp, text: str, flag: str):
     """One flag's text as its field's type; a bad value names the flag."""
     args = typing.get_args(tp)
@@ -129,10 +145,14 @@ def parse_value(tp, text: str, flag: str):
             return [item(p) for p in parts]
         except ValueError:
             kind = "whole numbers" if item is int else "numbers"
-            raise PhoenixError(f"{flag} must be comma-separated {kind}, got {text!r}") from None
+            raise PhoenixError(f"{flag} must be comma-separated {kind}, got {text!r}", field=_field_of(flag)) from None
     if tp in (int, float):
         try:
             return tp(text)
         except ValueError:
-            raise PhoenixError(f"{flag} expects a number, got {text!r}") from None
+            raise PhoenixError(f"{flag} expects a number, got {text!r}", field=_field_of(flag)) from None
     return text
+
+
+def _field_of(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")

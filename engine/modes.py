@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from engine.errors import PhoenixError
 
 K_MAX = 16  # largest draft length anywhere: arms, fixed_<k>, per-pass k
 DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
 GRANULARITIES = ("request", "pass")  # how often a policy may change k
-DRAFTERS = ("model", "ngram", "suffix")  # what fixed_<k> and bandit draft with
+# Two words, two things. A drafter proposes tokens: none (target-only), the draft model, or a model-free one. An
+# engine runs the request: Phoenix's own loop, or transformers' assisted generation (hf_<k>) for comparison.
+DRAFTERS = ("none", "model", "ngram", "suffix")
+RUN_DRAFTERS = ("model", "ngram", "suffix")  # what a run's fixed_<k> and bandit modes may draft with (--drafter)
+ENGINES = ("phoenix", "hf")
 PROMPT_FORMATS = ("auto", "chat", "raw")  # how prompt text becomes token ids: auto = chat when the target has a template
+Drafter = Literal["none", "model", "ngram", "suffix"]
+RunDrafter = Literal["model", "ngram", "suffix"]
+Engine = Literal["phoenix", "hf"]
+PromptFormat = Literal["auto", "chat", "raw"]
+Granularity = Literal["request", "pass"]
 
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
@@ -25,7 +35,7 @@ HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, hf_<k>, bandit or bandit:<
 
 def check_k(k: int) -> int:
     if not 0 <= k <= K_MAX:
-        raise PhoenixError(f"k={k} is out of range: use 0..{K_MAX}")
+        raise PhoenixError(f"k={k} is out of range: use 0..{K_MAX}", field="k")
     return k
 
 
@@ -75,13 +85,20 @@ class Mode:
         """Drafts with the run's --drafter (fixed_<k> and bandit), so the break-even model applies."""
         return self.kind in ("fixed", "bandit")
 
-    def backend(self, drafter: str) -> str:
-        """What decodes this mode: the run's drafter, 'ngram', 'hf' or plain 'model' for target."""
-        return {"target": "model", "fixed": drafter, "bandit": drafter, "ngram": "ngram", "suffix": "suffix",
-                "hf": "hf"}[self.kind]
+    def drafter(self, run_drafter: str, has_draft_model: bool = True) -> str:
+        """What proposes this mode's tokens: fixed_<k> and bandit take the run's --drafter; hf_<k> drafts with the
+        draft model when there is one and with prompt lookup otherwise, as transformers does."""
+        if self.kind == "hf":
+            return "model" if has_draft_model else "ngram"
+        return {"target": "none", "fixed": run_drafter, "bandit": run_drafter, "ngram": "ngram",
+                "suffix": "suffix"}.get(self.kind, "none")
 
-    def needs_draft_model(self, drafter: str) -> bool:
-        return self.kind != "target" and self.backend(drafter) in ("model", "hf")
+    @property
+    def engine(self) -> str:
+        return "hf" if self.kind == "hf" else "phoenix"
+
+    def needs_draft_model(self, run_drafter: str) -> bool:
+        return self.kind != "target" and (self.kind == "hf" or self.drafter(run_drafter) == "model")
 
     def arm_label(self, k: int) -> str:
         """How charts name one arm of this mode: bandit arms carry their k."""

@@ -42,8 +42,8 @@ def request_record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, pro
 class CorruptingDecoder(Decoder):
     """Flips one token of every speculative output, as a bf16 near-tie would."""
 
-    def run(self, prompt_ids, k, max_new_tokens, backend="model", choose_k=None):
-        stats = super().run(prompt_ids, k, max_new_tokens, backend, choose_k)
+    def run(self, prompt_ids, k, max_new_tokens, drafter="none", engine="phoenix", choose_k=None):
+        stats = super().run(prompt_ids, k, max_new_tokens, drafter, engine, choose_k)
         if k > 0 and len(stats.output_ids) > 3:
             stats.output_ids[3] += 1
         return stats

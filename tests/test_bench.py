@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from db.queries import mode_summaries
+from engine.bench.report import summaries
 from engine.bench.run import execute
 from engine.bench.setup import create_run
 from engine.policies.wrappers import FallbackConfig
@@ -30,11 +30,11 @@ def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, t
     info = store.get_run(run.id)
     assert (info.status, info.progress_done, info.progress_total) == ("done", 15, 15)
     assert info.config["bench"]["modes"] == cfg.modes and "torch" in info.config["environment"]
-    assert (info.config["device"], info.config["dtype"]) == ("cpu", "float32")
+    assert (info.config["bench"]["device"], info.config["bench"]["dtype"]) == ("cpu", "float32")  # auto, resolved
     fixed = [r for r in real if r.mode == "fixed_2"]
     assert all(sum(p.proposed for p in r.positions) == r.proposed for r in fixed)
-    by = {m.mode: m for m in mode_summaries(store, run.id)}
-    assert by["target"].speedup == 1.0 and by["fixed_2"].n == 3
+    by = {m.mode: m for m in summaries(store, run.id)}
+    assert by["target"].speedup.median == 1.0 and by["fixed_2"].n == 3 and by["fixed_2"].speedup.n == 3
 
 
 def test_a_forced_mismatch_is_recorded_with_its_first_diverging_position(store, tiny_dirs, prompt_file, decoder):
@@ -113,9 +113,11 @@ def test_several_policies_run_side_by_side_and_each_step_records_its_policy(stor
     (["bandit:ucb1:token"], "epsilon_greedy", "unknown mode"),
 ])
 def test_unknown_policies_are_refused_before_anything_runs(store, tiny_dirs, prompt_file, modes, policy, match):
+    from engine.bench.config import validate
     from engine.errors import PhoenixError
 
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=modes, policy=policy)
-    with pytest.raises(PhoenixError, match=match):
-        create_run(store, cfg)
+    with pytest.raises(PhoenixError, match=match) as err:
+        validate(cfg)
+    assert err.value.field in ("modes", "policy")  # a form puts the message beside that field
     assert store.list_runs() == []

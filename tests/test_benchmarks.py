@@ -1,28 +1,37 @@
 """Smoke test of the benchmark scripts with tiny sizes (the real runs are not for CI)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from benchmarks import decode, efficiency, report
+from benchmarks import report
 from benchmarks.common import latest
 
 
-def test_decode_then_efficiency_and_report_on_tiny_models(tiny_dirs, tmp_path, monkeypatch, capsys):
+
+def test_the_results_report_renders_every_done_run_with_its_link_command_and_identity(tiny_dirs, prompt_file, tmp_path):
+    from engine.bench.config import BenchConfig, validate
+    from engine.bench.run import execute
+    from engine.bench.setup import create_run
+
     d = tiny_dirs["qwen3"]
-    decode.main(["--target", d["target"], "--draft", d["near"], "--limit", "2", "--max-new-tokens", "10",
-                 "--repeats", "1", "--ks", "2", "--out", str(tmp_path)])
-    result = latest("decode", tmp_path)
-    assert set(result["table"]) == {"target", "ours_2", "hf_2", "ngram_2"}
-    assert result["table"]["ours_2"]["identical"] == "2/2" and result["table"]["hf_2"]["identical"] == "2/2"
-    assert result["provenance"]["git_sha"] is None or len(result["provenance"]["git_sha"]) == 40
-    eff = efficiency.analyse(result)
-    assert set(eff) <= {"ours_2"}
-    monkeypatch.setattr(report, "latest", lambda name: latest(name, tmp_path))
-    md = report.render()
-    assert "| ours_2 |" in md and "x target" in md
-    json.dumps(result)  # everything stored is plain JSON
+    store = report.open_results(str(tmp_path / "results.db"))
+    cfg = validate(BenchConfig(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=10,
+                               modes=["target", "fixed_2", "ngram_2"], name="tiny side by side"))
+    run = create_run(store, cfg)
+    assert execute(store, run.id, cfg, progress=False) == "done"
+    md = report.render(report.open_results(str(tmp_path / "results.db")))
+    assert "### tiny side by side" in md and f"/run?run={run.id}" in md
+    assert "| fixed_2 | 3 |" in md and "x target" in md
+    assert "--modes target,fixed_2,ngram_2" in md and "--limit 3" in md and "--max-new-tokens 10" in md
+    assert "9 of 9 identical" in md  # target rows count as their own reference
+    assert "Break-even fit" in md and "a = " in md
+
+
+def test_the_bench_command_names_only_the_settings_that_differ_from_the_defaults():
+    from engine.bench.config import BenchConfig
+
+    cmd = report.bench_command(BenchConfig(target="smollm2", limit=5, modes=["target", "fixed_4"], name="two words"))
+    assert cmd == "python -m engine bench --target smollm2 --limit 5 --modes target,fixed_4 --name 'two words'"
 
 
 def test_the_runs_page_case_lists_many_runs_through_sql_paging_and_has_its_own_file(tmp_path):
@@ -43,20 +52,6 @@ def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path)
         assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0
         assert set(row["queries"]) >= {"arm_totals", "mode_summaries", "positions", "request_sample", "bandit", "all_queries_median_s"}
     assert result["single_run"]["200"]["shown_run_requests"] == 200
-
-
-def test_regret_benchmark_runs_every_policy_against_the_fixed_arms(tiny_dirs, prompt_file, tmp_path):
-    from benchmarks import regret
-
-    d = tiny_dirs["qwen3"]
-    regret.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "3",
-                 "--max-new-tokens", "8", "--arms", "0,2", "--policies", "model_based,ucb1:pass",
-                 "--db", f"sqlite:///{tmp_path / 'r.db'}", "--out", str(tmp_path)])
-    result = latest("regret", tmp_path)
-    assert result["status"] == "done" and result["best_fixed"] in ("target", "fixed_2")
-    modes = {r["mode"] for r in result["table"]}
-    assert modes == {"target", "fixed_2", "bandit:model_based", "bandit:ucb1:pass"}
-    assert all(len(c) == 3 for c in result["cumulative_regret"].values())
 
 
 def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, prompt_file, tmp_path):
@@ -81,13 +76,13 @@ def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     assert latest("gpu", tmp_path)["gpu"].startswith("no GPU")
 
 
-@pytest.mark.slow  # torch.profiler over every backend's decodes
+@pytest.mark.slow  # torch.profiler over both engines' decodes
 def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_file, tmp_path):
     from benchmarks import profile_decode
 
     d = tiny_dirs["qwen3"]
     result = profile_decode.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "2",
                                   "--k", "2", "--max-new-tokens", "8", "--out", str(tmp_path)])
-    for b in result["backends"].values():
+    for b in result["engines"].values():
         assert 0 < b["target_forward_s"] < b["wall_s"] and b["top_ops"]
         assert 0 <= b["outside_forwards_share"] < 1

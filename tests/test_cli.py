@@ -33,7 +33,9 @@ def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dir
     (["generate", "--prompt", "   "], "prompt is empty"),
     (["generate", "--k", "17"], r"k=17 is out of range: use 0\.\.16"),
     (["generate", "--k", "-1"], "out of range"),
-    (["generate", "--prompt-format", "markdown"], "--prompt-format must be one of auto, chat, raw"),
+    (["generate", "--prompt-format", "markdown"], "argument --prompt-format: invalid choice: 'markdown'"),
+    (["generate", "--engine", "hf", "--drafter", "suffix"], "--engine hf drafts with the draft model or prompt lookup"),
+    (["generate", "--drafter", "none", "--k", "4"], "k=4 needs a drafter"),
 ])
 def test_bad_generate_input_is_one_clear_line(capsys, argv, pattern):
     code, _, err = run_cli(capsys, *argv)
@@ -87,7 +89,7 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
     code, out, err = run_cli(capsys, "bench", "--db", db, "--target", d["target"], "--draft", d["near"], "--device", "cpu",
                              "--prompts", prompt_file, "--limit", "2", "--max-new-tokens", "8", "--modes", "target,fixed_2")
     assert code == 0, err
-    assert "fixed_2" in out and "speedup" in out
+    assert "fixed_2" in out and "x target (IQR)" in out
     code, out_show, _ = run_cli(capsys, "show", "1", "--db", db)
     assert code == 0 and out.strip().splitlines()[-1] in out_show  # same table, recomputed from the DB
     code, runs, _ = run_cli(capsys, "runs", "--db", db)

@@ -87,6 +87,12 @@ def test_bench_flags_cover_every_field_and_the_fallback():
 def test_a_run_stored_before_fallback_was_one_dataclass_still_loads():
     old = {**asdict(BenchConfig()), "fallback": True, "fallback_window": 3, "fallback_margin": 0.1, "fallback_probe_every": 2}
     del old["prompt_format"]
-    assert stored(old).fallback == FallbackConfig(enabled=True, window=3, margin=0.1, probe_every=2)
-    assert stored(old).prompt_format == "raw"  # how it was encoded then
-    assert stored(asdict(BenchConfig())) == BenchConfig()
+    assert stored({"bench": old}).fallback == FallbackConfig(enabled=True, window=3, margin=0.1, probe_every=2)
+    assert stored({"bench": old}).prompt_format == "raw"  # how it was encoded then
+    assert stored({"bench": asdict(BenchConfig())}) == BenchConfig()
+
+
+def test_a_run_that_kept_its_resolved_settings_beside_bench_reads_them_as_its_own():
+    config = {"bench": asdict(BenchConfig()), "device": "cpu", "dtype": "bfloat16", "prompt_format": "chat"}
+    b = stored(config)
+    assert (b.device, b.dtype, b.prompt_format) == ("cpu", "bfloat16", "chat")

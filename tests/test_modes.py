@@ -7,21 +7,26 @@ from engine.errors import PhoenixError
 from engine.modes import K_MAX, Mode
 
 
-@pytest.mark.parametrize("text,kind,k,policy,granularity,backend", [
-    ("target", "target", 0, None, None, "model"),
-    ("fixed_4", "fixed", 4, None, None, "ngram"),
-    ("ngram_2", "ngram", 2, None, None, "ngram"),
-    ("hf_8", "hf", 8, None, None, "hf"),
-    ("bandit", "bandit", None, None, None, "ngram"),
-    ("bandit:ucb1", "bandit", None, "ucb1", None, "ngram"),
-    ("bandit:model_based:pass", "bandit", None, "model_based", "pass", "ngram"),
-    ("vllm_c16", "vllm", None, None, None, None),
+@pytest.mark.parametrize("text,kind,k,policy,granularity,drafter,engine", [
+    ("target", "target", 0, None, None, "none", "phoenix"),
+    ("fixed_4", "fixed", 4, None, None, "suffix", "phoenix"),
+    ("ngram_2", "ngram", 2, None, None, "ngram", "phoenix"),
+    ("suffix_16", "suffix", 16, None, None, "suffix", "phoenix"),
+    ("hf_8", "hf", 8, None, None, "model", "hf"),
+    ("bandit", "bandit", None, None, None, "suffix", "phoenix"),
+    ("bandit:ucb1", "bandit", None, "ucb1", None, "suffix", "phoenix"),
+    ("bandit:model_based:pass", "bandit", None, "model_based", "pass", "suffix", "phoenix"),
+    ("vllm_c16", "vllm", None, None, None, "none", "phoenix"),
 ])
-def test_each_mode_parses_to_its_parts(text, kind, k, policy, granularity, backend):
+def test_each_mode_parses_to_its_parts_and_names_its_drafter_and_engine(text, kind, k, policy, granularity, drafter,
+                                                                       engine):
     m = Mode.parse(text)
     assert (m.kind, m.k, m.policy, m.granularity) == (kind, k, policy, granularity)
-    if backend:
-        assert m.backend("ngram") == backend  # the run's --drafter is ngram here
+    assert (m.drafter("suffix"), m.engine) == (drafter, engine)  # the run's --drafter is suffix here
+
+
+def test_hf_modes_draft_with_prompt_lookup_when_there_is_no_draft_model():
+    assert Mode.parse("hf_4").drafter("model", has_draft_model=False) == "ngram"
 
 
 @pytest.mark.parametrize("text,message", [

@@ -44,10 +44,9 @@ def simulate(k: int, rng: random.Random, a: float = 0.8, v0: float = 0.016, v1: 
         passes, proposed, accepted, out = passes + 1, proposed + k, accepted + n, out + n + 1
         verify += (v0 + v1 * k) * rng.uniform(0.95, 1.05)
         draft += d * k
-    ttft = 0.02
-    latency = ttft + verify + draft
-    return Observation(k, out / latency, prompt_tokens, out, passes, proposed, accepted, latency, ttft, draft,
-                       verify + ttft, prop, acc)
+    prefill = 0.02  # in the request's latency, not in its decode-pass times
+    latency = prefill + verify + draft
+    return Observation(k, out / latency, prompt_tokens, out, passes, proposed, accepted, latency, draft, verify, prop, acc)
 
 
 def play(policy, n: int, seed: int = 0, **env) -> list[int]:
@@ -259,3 +258,19 @@ def test_unknown_policy_and_granularity_are_refused():
         make_policy("greedy", ARMS, 0)
     with pytest.raises(ValueError, match="granularity"):
         make_policy("ucb1", ARMS, 0, granularity="token")
+
+
+@pytest.mark.parametrize("name", ["ema_hysteresis", "contextual_ema_hysteresis"])
+def test_a_request_granularity_policy_keeps_one_k_per_request_and_only_pass_granularity_adapts_within(name):
+    from engine.policies.registry import make_policy
+
+    per_request = make_policy(name, (0, 2, 4, 6, 8), 42, "request")
+    per_pass = make_policy(name, (0, 2, 4, 6, 8), 42, "pass")
+    for policy in (per_request, per_pass):
+        for _ in range(3):  # enough for the per-pass wrapper's model to be ready
+            d = policy.choose(100)
+            policy.update(d.k, 50.0, Observation(d.k, 50.0, prompt_tokens=100, passes=10, proposed=10 * d.k,
+                                                 accepted=2 * d.k, latency_s=1.0, draft_s=0.1, verify_s=0.8,
+                                                 per_position_proposed=[10] * d.k, per_position_accepted=[2] * d.k))
+    assert per_request.pass_controller(per_request.choose(100)) is None
+    assert per_pass.pass_controller(per_pass.choose(100)) is not None

@@ -51,41 +51,41 @@ def decoders(tiny_dirs):
 
 
 @pytest.mark.parametrize("name", ["embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near"])
-@pytest.mark.parametrize("backend", ["model", "ngram", "suffix"])
-def test_speculative_output_equals_target_only_for_every_k(decoders, name, backend):
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
+def test_speculative_output_equals_target_only_for_every_k(decoders, name, drafter):
     dec = decoders[name]
     for prompt in PROMPTS:
         ids = dec.encode(prompt)
         reference = decoders.reference(name, prompt, 40)
         assert len(reference) > 0
         for k in KS[1:]:  # k=0 is the reference's own call: comparing it with itself could not fail
-            stats = dec.run(ids, k, 40, backend)
-            assert stats.output_ids == reference, f"{name} {backend} k={k} diverged"
+            stats = dec.run(ids, k, 40, drafter)
+            assert stats.output_ids == reference, f"{name} {drafter} k={k} diverged"
             assert stats.passes > 0 and stats.proposed >= stats.accepted
 
 
 @pytest.mark.parametrize("name", ["embedded", "qwen3-near", "llama-near"])
-@pytest.mark.parametrize("backend", ["model", "ngram", "suffix"])
-def test_k_changing_between_passes_still_equals_target_only(decoders, name, backend):
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
+def test_k_changing_between_passes_still_equals_target_only(decoders, name, drafter):
     """Per-pass policies switch k every pass, to 0 and back: the draft cache must catch up exactly."""
     dec = decoders[name]
     schedule = [3, 0, 8, 1, 0, 0, 5, 2, 16, 4]
     for prompt in PROMPTS:
         ids = dec.encode(prompt)
         reference = decoders.reference(name, prompt, 40)
-        stats = dec.run(ids, 3, 40, backend, choose_k=lambda s: schedule[s.passes % len(schedule)])
+        stats = dec.run(ids, 3, 40, drafter, choose_k=lambda s: schedule[s.passes % len(schedule)])
         assert stats.output_ids == reference
         assert 0 in stats.k_per_pass  # the schedule really was followed (n-gram drafts only what it finds)
-        assert backend in ("ngram", "suffix") or max(stats.k_per_pass) > 4
+        assert drafter in ("ngram", "suffix") or max(stats.k_per_pass) > 4
         assert sum(stats.per_position_proposed[:1]) == sum(1 for k in stats.k_per_pass if k)
 
 
 @pytest.mark.parametrize("name", ["embedded", "qwen3-near"])
-def test_hf_backend_matches_target_only_and_counts_acceptance(decoders, name):
+def test_the_hf_engine_matches_target_only_and_counts_acceptance(decoders, name):
     dec = decoders[name]
     ids = dec.encode(PROMPTS[0])
     reference = dec.run(ids, 0, 30).output_ids
-    stats = dec.run(ids, 4, 30, "hf")
+    stats = dec.run(ids, 4, 30, "model", engine="hf")
     assert stats.output_ids == reference
     assert stats.passes > 0 and 0 < stats.proposed
     assert sum(stats.per_position_proposed) == stats.proposed
@@ -97,7 +97,7 @@ def test_identical_draft_accepts_everything_so_cache_stays_in_sync(tiny_dirs):
     pair = load_pair(d["target"], d["target"], "cpu", "float32")
     dec = Decoder(pair)
     ids = dec.encode(PROMPTS[1])
-    stats = dec.run(ids, 4, 41)
+    stats = dec.run(ids, 4, 41, "model")
     # draft == target: every drafted token must be accepted on every pass, which
     # only holds if the draft cache catches up after each full accept
     assert stats.proposed > 0 and stats.accepted == stats.proposed
@@ -203,8 +203,8 @@ def padded_pair(tiny_dirs, tmp_path_factory):
     return str(root / "target"), str(root / "draft"), len(tok)
 
 
-@pytest.mark.parametrize("backend", ["model", "ngram", "suffix"])
-def test_a_pair_with_differently_padded_output_layers_is_accepted_and_exact(padded_pair, backend):
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
+def test_a_pair_with_differently_padded_output_layers_is_accepted_and_exact(padded_pair, drafter):
     target, draft, n_tokens = padded_pair
     pair = load_pair(target, draft, "cpu", "float32")
     assert pair.shared_vocab == n_tokens + 8
@@ -214,9 +214,9 @@ def test_a_pair_with_differently_padded_output_layers_is_accepted_and_exact(padd
         ids = dec.encode(prompt)
         reference = dec.run(ids, 0, 30).output_ids
         for k in (1, 4):
-            stats = dec.run(ids, k, 30, backend)
+            stats = dec.run(ids, k, 30, drafter)
             assert stats.output_ids == reference
-            if backend == "model":
+            if drafter == "model":
                 assert stats.accepted > 0  # the draft proposed real tokens, not its padding
 
 
@@ -280,3 +280,26 @@ def test_the_real_pair_decodes_exactly_in_fp32(drafter):
         ids = dec.encode(prompt.text, "chat")
         reference = dec.run(ids, 0, 24).output_ids
         assert dec.run(ids, 4, 24, drafter).output_ids == reference
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_prefill_is_timed_apart_and_verify_holds_decode_passes_only(decoders, monkeypatch, drafter):
+    """A fake clock that charges 10 s for each forward over several tokens with no cache yet (a prefill) and 1 s
+    for every other forward: verify_s must be exactly one second per pass, and the prefills sit apart."""
+    from engine.decode import spec
+
+    clock = [0.0]
+    real_forward = spec.forward
+
+    def charged(model, cache, ids, keep):
+        clock[0] += 10.0 if cache.get_seq_length() == 0 else 1.0
+        return real_forward(model, cache, ids, keep)
+
+    monkeypatch.setattr(spec, "forward", charged)
+    monkeypatch.setattr(spec.time, "perf_counter", lambda: clock[0])
+    dec = decoders["qwen3-near"]
+    stats = dec.run(dec.encode(PROMPTS[0]), 4, 24, drafter)
+    assert stats.prefill_s == stats.ttft_s == 10.0
+    assert stats.verify_s == float(stats.passes)  # decode passes only, 1 s each: no prefill inside
+    assert stats.draft_s == stats.draft_prefill_s == 0.0  # the clock only moves in target forwards
+    assert stats.latency_s == 10.0 + stats.passes

@@ -1,6 +1,8 @@
 """Sentry through the real SDK over real HTTP to a local envelope receiver."""
 from __future__ import annotations
 
+from datetime import datetime
+
 import time
 
 import pytest
@@ -50,7 +52,11 @@ def test_every_request_is_a_transaction_matching_its_database_row(receiver, stor
         assert data["latency_seconds"] == pytest.approx(row.latency_s)
         assert (data["output_tokens"], data["draft_proposed"], data["draft_accepted"]) == (row.output_tokens, row.proposed, row.accepted)
         assert data["tokens_per_s"] == pytest.approx(row.tokens_per_s)
-        assert [s["op"] for s in txn["spans"]] == ["prefill", "draft", "verify"]
+        spans = {s["op"]: s for s in txn["spans"]}
+        assert list(spans) == ["prefill", "draft.prefill", "draft", "verify"]
+        for op, secs in (("prefill", row.prefill_s), ("draft", row.draft_s), ("verify", row.verify_s)):
+            start, end = (datetime.fromisoformat(spans[op][k].replace("Z", "+00:00")) for k in ("start_timestamp", "timestamp"))
+            assert (end - start).total_seconds() == pytest.approx(secs or 0.0, abs=1e-5)
     assert wait_until(lambda: len(receiver.logs()) >= len(rows))
     bodies = [log["body"] for log in receiver.logs()]
     assert sum(b.startswith("phoenix request") for b in bodies) == len(rows)
@@ -83,8 +89,8 @@ def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver
     class SlowSpeculation(Decoder):
         """Speculative requests report 3x their latency, as an expensive draft would."""
 
-        def run(self, prompt_ids, k, max_new_tokens, backend="model", choose_k=None):
-            stats = super().run(prompt_ids, k, max_new_tokens, backend, choose_k)
+        def run(self, prompt_ids, k, max_new_tokens, drafter="none", engine="phoenix", choose_k=None):
+            stats = super().run(prompt_ids, k, max_new_tokens, drafter, engine, choose_k)
             if k > 0:
                 stats.latency_s *= 3
             return stats

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, data, urlstate, widgets
-from engine.analysis.stats import welch
+from engine.analysis.compare import TOKENS_PER_S, compare
 
 
 def _series_options(url: str, runs: pd.DataFrame) -> list[str]:
@@ -44,6 +44,7 @@ def render() -> None:
     st.altair_chart(charts.compare_chart(all_rows), width="stretch")
     table = verdicts(frames, alpha)
     st.dataframe(table, hide_index=True, width="stretch")
+    st.caption(TOKENS_PER_S + ".")
     widgets.csv_download(table, "compare", key="dl_cmp")
     curves(url, series)
     st.subheader("Settings that differ")
@@ -103,20 +104,19 @@ def config_diff(runs: dict) -> pd.DataFrame:
 
 
 def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
+    """Each series against the first, per metric, from the one comparison builder."""
     base = frames[0]
+    level = f"{1 - alpha:.0%}"
     rows = []
     for other in frames[1:]:
         for metric in ("tokens_per_s", "latency_s", "acceptance"):
-            w = welch(base[metric].dropna().tolist(), other[metric].dropna().tolist(), alpha)
-            row = {"baseline": base["series"].iloc[0] if len(base) else "", "series": other["series"].iloc[0] if len(other) else "",
-                   "metric": metric, "n baseline": int(base[metric].notna().sum()), "n series": int(other[metric].notna().sum())}
-            if w is None:
-                row.update({"verdict": "too few requests (need 2+ each)"})
-            else:
-                row.update({"mean baseline": w.mean_a, "mean series": w.mean_b, "difference": w.diff,
-                            f"CI low ({1 - alpha:.0%})": w.ci_low, f"CI high ({1 - alpha:.0%})": w.ci_high,
-                            "p-value": w.p_value, "verdict": w.verdict})
-            rows.append(row)
+            c = compare(base[metric].dropna().tolist(), other[metric].dropna().tolist(), alpha)
+            rows.append({"baseline": base["series"].iloc[0] if len(base) else "",
+                         "series": other["series"].iloc[0] if len(other) else "", "metric": metric,
+                         "n baseline": c.n_base, "n series": c.n, "mean baseline": c.mean_base, "mean series": c.mean,
+                         "ratio": c.ratio, f"ratio CI low ({level})": c.ratio_low,
+                         f"ratio CI high ({level})": c.ratio_high, "difference": c.difference,
+                         "p-value": c.p_value, "verdict": c.verdict})
     return pd.DataFrame(rows)
 
 

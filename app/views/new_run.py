@@ -9,7 +9,7 @@ from engine.bench.config import BenchConfig
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
 from engine.decode.fetch import FETCHERS
 from engine.decode.prompts import NAMED_SETS
-from engine.modes import DRAFTERS
+from engine.modes import RUN_DRAFTERS
 from engine.paths import MODELS_DIR, ROOT
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
@@ -52,7 +52,7 @@ def render() -> None:
                              key="n_draft")
         draft_typed = c2.text_input("Draft path or Hugging Face id (for other…)", key="n_draft_typed")
         slots["draft"] = c2.empty()
-        drafter = st.radio("Drafter for fixed_<k> and bandit", list(DRAFTERS), horizontal=True, key="n_drafter",
+        drafter = st.radio("Drafter for fixed_<k> and bandit", list(RUN_DRAFTERS), horizontal=True, key="n_drafter",
                            help="model: the draft model; ngram: prompt lookup; suffix: suffix trees over this request "
                                 "and earlier outputs of the run (model-free, adaptive length)")
         modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "fixed_4", "bandit"], key="n_modes")

@@ -73,7 +73,8 @@ def detail(url: str, run_id: int, df) -> None:
 
 
 def prompt_text(url: str, run_id: int, prompt_id: str) -> str | None:
-    spec = data.run(url, run_id).config.get("bench", {}).get("prompts", "")
+    bench = data.run(url, run_id).bench
+    spec = bench.prompts if bench is not None else ""
     try:
         return next((p.text for p in load_prompts(spec) if p.id == prompt_id), None)
     except Exception:

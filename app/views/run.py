@@ -1,7 +1,6 @@
 """Run: KPIs per mode and the charts that explain them."""
 from __future__ import annotations
 
-import math
 
 import streamlit as st
 
@@ -58,13 +57,12 @@ def run_actions(info) -> None:
 
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
-    bench = info.config.get("bench", {})
+    b = info.bench
     # st.text: model paths and names are user text, and st.text never interprets Markdown.
-    st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft} · drafter "
-               f"{bench.get('drafter', '?')} · max new tokens {int(bench.get('max_new_tokens', 0) or 0)} · "
-               f"prompts {info.config.get('prompt_format') or bench.get('prompt_format', 'raw')} · "
-               f"{info.config.get('dtype') or bench.get('dtype', '?')} · "
-               f"{info.progress_done}/{info.progress_total} requests")
+    setting = (f" · drafter {b.drafter} · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
+               if b is not None else "")
+    st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft}{setting} · "
+            f"{info.progress_done}/{info.progress_total} requests")
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.status == "running" and info.config.get("preparing"):
@@ -110,9 +108,8 @@ def body(url: str, run_id: int) -> None:
 
 def draft_lengths(info, pos, split) -> None:
     """Adaptive drafters (suffix, n-gram) draft fewer than k tokens on some passes: how many, and how often none."""
-    drafter = info.config.get("bench", {}).get("drafter", "model")
-    adaptive = {m for m in split["mode"].unique() if Mode.of(m).kind in ("ngram", "suffix")
-                or (Mode.of(m).uses_drafter and drafter in ("ngram", "suffix"))}
+    drafter = info.bench.drafter if info.bench is not None else "model"
+    adaptive = {m for m in split["mode"].unique() if Mode.of(m).drafter(drafter) in ("ngram", "suffix")}
     frame = charts.draft_length_frame(pos, split, adaptive) if adaptive and not pos.empty else None
     if frame is None or frame.empty:
         return
@@ -148,7 +145,10 @@ def kpis(summaries) -> None:
         cols[2].metric("p50", f"{m.p50_latency_s:.3f} s")
         cols[3].metric("p95", f"{m.p95_latency_s:.3f} s")
         cols[4].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}")
-        cols[5].metric("speedup", "n/a" if m.speedup is None or math.isnan(m.speedup) else f"{m.speedup:.2f}x")
+        cols[5].metric("x target", "n/a" if m.speedup is None or m.speedup.median is None else f"{m.speedup.median:.2f}x",
+                       help="median of per-prompt ratios against target-only in this run"
+                       + ("" if m.speedup is None or m.speedup.median is None
+                          else f"; IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x over {m.speedup.n} requests"))
         cols[6].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
 
 

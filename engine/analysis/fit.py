@@ -35,14 +35,15 @@ def fit_run(pos: pd.DataFrame, split: pd.DataFrame) -> RunFit:
         summed = model_pos.groupby("position")[["proposed", "accepted"]].sum().sort_index()
         a = fit_a(summed["proposed"].astype(int).tolist(), summed["accepted"].astype(int).tolist(), reached_of(model_pos))
     target = split[split["mode"] == "target"]
+    # verify_s and draft_s hold decode passes only (prefill is stored apart), so these are per-pass figures
     step = float(target["verify_s"].sum() / target["passes"].sum()) if not target.empty and target["passes"].sum() else None
     c = measured_c(float(model_modes["draft_s"].sum()), int(model_modes["proposed"].sum()), step) if step else None
-    base = (target["output_tokens"].sum() / target["latency_s"].sum()) if not target.empty else None
+    base = (target["tokens_per_s_sum"].sum() / target["n"].sum()) if not target.empty else None
     rows = []
     if base:
-        arms = pd.concat([target, model_modes]).groupby("k")[["output_tokens", "latency_s", "n"]].sum()
-        for k, r in arms.iterrows():
-            rows.append({"k": int(k), "measured speedup": float(r.output_tokens / r.latency_s / base), "n": int(r.n)})
+        arms = pd.concat([target, model_modes]).groupby("k")[["tokens_per_s_sum", "n"]].sum()
+        for k, r in arms.iterrows():  # tokens/s as everywhere: the mean of per-request tokens/s
+            rows.append({"k": int(k), "measured speedup": float(r.tokens_per_s_sum / r.n / base), "n": int(r.n)})
     measured = pd.DataFrame(rows, columns=["k", "measured speedup", "n"])
     best = measured.loc[measured["measured speedup"].idxmax()] if not measured.empty else None
     k_opt = optimum_k(a, c) if (a is not None and c is not None) else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.analysis.stats import welch
+from engine.analysis.compare import compare
 from engine.modes import Mode
 
 
@@ -50,14 +50,14 @@ def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.Data
     for mode, g in frame.groupby("mode", sort=True):
         if not (is_bandit(mode) or is_fixed(mode)):
             continue
-        tps = g["tokens_per_s"].tolist()
-        row = {"mode": mode, "n": len(g), "tokens/s": g["tokens_per_s"].mean(),
-               "share of best fixed": g["tokens_per_s"].mean() / (sum(ref) / len(ref)) if ref else None,
+        c = compare(ref, g["tokens_per_s"].tolist(), alpha)
+        row = {"mode": mode, "n": len(g), "tokens/s": c.mean, "share of best fixed": c.ratio,
+               "share CI low": c.ratio_low if mode != best else None,
+               "share CI high": c.ratio_high if mode != best else None,
                "mean k": g["k"].mean(), "explored": g["explored"].mean() if is_bandit(mode) else None,
-               "fallback": g["fallback"].mean() if is_bandit(mode) else None}
-        w = welch(ref, tps, alpha) if mode != best else None
-        row.update({"difference": w.diff if w else None, "p-value": w.p_value if w else None,
-                    "verdict": ("best fixed arm" if mode == best else (w.verdict if w else "too few requests"))})
+               "fallback": g["fallback"].mean() if is_bandit(mode) else None,
+               "difference": c.difference if mode != best else None, "p-value": c.p_value if mode != best else None,
+               "verdict": "best fixed arm" if mode == best else c.verdict}
         rows.append(row)
     table = pd.DataFrame(rows)
     return table.sort_values("tokens/s", ascending=False).reset_index(drop=True) if not table.empty else table

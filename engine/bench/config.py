@@ -3,26 +3,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.config import from_dict
+from engine.config import check_choices, from_dict
 from engine.decode.loading import PairConfig
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.modes import DEFAULT_ARMS, DRAFTERS, GRANULARITIES, K_MAX, PROMPT_FORMATS, Mode
+from engine.modes import DEFAULT_ARMS, K_MAX, Granularity, Mode, PromptFormat, RunDrafter
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
 
 
 @dataclass
 class BenchConfig(PairConfig):
-    drafter: str = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix
+    drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix
     prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
     max_new_tokens: int = 128  # tokens generated per request
-    prompt_format: str = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
+    prompt_format: PromptFormat = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
     modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
     policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
-    granularity: str = "request"  # request | pass: may k change between verification passes of one request
+    granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter (suffix_<k>, --drafter suffix)
     seed: int = 42  # bandit decisions and shadow sampling
@@ -40,59 +40,67 @@ class BenchConfig(PairConfig):
 
 
 def validate(cfg: BenchConfig) -> BenchConfig:
-    """Every option checked before anything loads or is written."""
+    """Every option checked before anything loads or is written, once, where the config enters: the CLI, the
+    form, or a stored run being loaded. Each error names its field."""
+    check_choices(cfg)
     if not cfg.modes:
-        raise PhoenixError("--modes is empty: pass e.g. target,fixed_4,bandit")
+        raise PhoenixError("--modes is empty: pass e.g. target,fixed_4,bandit", field="modes")
     if len(set(cfg.modes)) != len(cfg.modes):
-        raise PhoenixError(f"--modes repeats a mode: {','.join(cfg.modes)}")
-    if cfg.drafter not in DRAFTERS:
-        raise PhoenixError(f"--drafter must be {' or '.join(DRAFTERS)}, got {cfg.drafter!r}")
-    modes = cfg.parsed_modes()
+        raise PhoenixError(f"--modes repeats a mode: {','.join(cfg.modes)}", field="modes")
+    try:
+        modes = cfg.parsed_modes()
+    except PhoenixError as exc:
+        raise PhoenixError(str(exc), field="modes") from None
     for mode in modes:
         if mode.kind == "vllm":
-            raise PhoenixError(f"mode {mode.text!r} is recorded by `python -m engine vllm`, not run by bench")
+            raise PhoenixError(f"mode {mode.text!r} is recorded by `python -m engine serve`, not run by bench",
+                               field="modes")
         if mode.needs_draft_model(cfg.drafter) and not cfg.draft:
-            raise PhoenixError(f"mode {mode.text!r} needs a draft model: pass --draft, or use ngram_<k> modes")
+            raise PhoenixError(f"mode {mode.text!r} needs a draft model: pass --draft, or use ngram_<k> modes",
+                               field="modes")
     _check_arms(cfg.arms)
-    if cfg.granularity not in GRANULARITIES:
-        raise PhoenixError(f"--granularity must be {' or '.join(GRANULARITIES)}, got {cfg.granularity!r}")
     for mode in [m for m in modes if m.is_bandit] or [Mode.parse("bandit")]:
         policy, _ = cfg.bandit_spec(mode)
         if policy not in policy_names():
             where = mode.text if mode.text != "bandit" else "--policy"
-            raise PhoenixError(f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}")
+            raise PhoenixError(f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}",
+                               field="modes" if mode.text != "bandit" else "policy")
     cfg.fallback.validate()
     cfg.suffix.validate()
     if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
-        raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}")
+        raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}",
+                           field="max_new_tokens")
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
-        raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}")
-    if cfg.prompt_format not in PROMPT_FORMATS:
-        raise PhoenixError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {cfg.prompt_format!r}")
+        raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}", field="limit")
     if not 0.0 <= cfg.shadow_rate <= 1.0:
-        raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}")
+        raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}", field="shadow_rate")
     return cfg
 
 
 def _check_arms(arms: list[int]) -> None:
     if not arms:
-        raise PhoenixError("--arms is empty: pass e.g. 0,2,4,6,8")
+        raise PhoenixError("--arms is empty: pass e.g. 0,2,4,6,8", field="arms")
     if len(set(arms)) != len(arms):
-        raise PhoenixError(f"--arms repeats an arm: {','.join(map(str, arms))}")
+        raise PhoenixError(f"--arms repeats an arm: {','.join(map(str, arms))}", field="arms")
     bad = [a for a in arms if not 0 <= a <= K_MAX]
     if bad:
-        raise PhoenixError(f"--arms {bad[0]} is out of range: arms must be in 0..{K_MAX}")
+        raise PhoenixError(f"--arms {bad[0]} is out of range: arms must be in 0..{K_MAX}", field="arms")
 
 
 _OLD_FALLBACK = {"fallback": "enabled", "fallback_window": "window", "fallback_margin": "margin",
                  "fallback_probe_every": "probe_every"}
 
 
-def stored(values: dict) -> BenchConfig:
-    """A run's saved 'bench' config, including those saved before fallback became one dataclass or before prompt
-    formats existed, so a resumed old run encodes its prompts as it did."""
-    values = dict(values)
+def stored(config: dict) -> BenchConfig:
+    """A run's typed bench config from its whole stored config, parsed (not validated: a run page must open even
+    if a later version refuses an option). Old shapes are read too: fallback before it became one dataclass,
+    runs before prompt formats (encoded raw), and runs that kept the resolved device, dtype and prompt format
+    beside 'bench' instead of inside it."""
+    values = dict(config.get("bench", {}))
     values.setdefault("prompt_format", "raw")  # runs saved before prompt formats existed encoded prompts raw
+    for key in ("device", "dtype", "prompt_format"):
+        if key in config:
+            values[key] = config[key]
     if not isinstance(values.get("fallback", {}), dict):
         values["fallback"] = {new: values.pop(old) for old, new in _OLD_FALLBACK.items() if old in values}
     return from_dict(BenchConfig, values)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from db.entities import BanditRecord, PositionCount, RequestRecord
 from engine.bench.config import BenchConfig
-from engine.decode.decoder import Decoder, first_divergence, sha256_ids
+from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
 from engine.decode.prompts import Prompt
 from engine.modes import Mode
-from engine.observe.sentry import Telemetry, utcnow
+from engine.observe.sentry import Telemetry
 from engine.policies.registry import make_policy
 from engine.policies.types import Observation, Policy
 
@@ -44,10 +44,11 @@ def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats,
     return RequestRecord(
         run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=prompt.id, prompt_tokens=stats.prompt_tokens,
         output_tokens=stats.output_tokens, latency_s=stats.latency_s,
-        ttft_s=None if stats.ttft_s != stats.ttft_s else stats.ttft_s, tokens_per_s=stats.tokens_per_s,
+        ttft_s=finite(stats.ttft_s), tokens_per_s=stats.tokens_per_s,
         proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
-        verify_s=stats.verify_s, output_text=text, output_sha256=sha256_ids(stats.output_ids),
-        trace_id=trace_id, warmup=warmup,
+        verify_s=stats.verify_s, output_text=text, output_sha256=sha256_text(text),
+        trace_id=trace_id, warmup=warmup, prefill_s=finite(stats.prefill_s),
+        draft_prefill_s=finite(stats.draft_prefill_s) if stats.draft_prefill_s else None,
         positions=[PositionCount(i, p, a, r) for i, (p, a, r) in
                    enumerate(zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached))],
     )
@@ -69,7 +70,7 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
             warmup: bool, shadow_rng: random.Random | None) -> tuple[RequestRecord, object]:
     """Decode one (prompt, mode) and build its record; updates the policy."""
     parsed = Mode.parse(mode)
-    backend, k = parsed.backend(cfg.drafter), parsed.k
+    drafter, k = parsed.drafter(cfg.drafter, state.decoder.pair.draft is not None), parsed.k
     decision, choose_k = None, None
     if parsed.is_bandit:
         policy = state.policies[mode]
@@ -78,16 +79,16 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
         choose_k = policy.pass_controller(decision) if decision else None
         if decision is not None and decision.event:
             state.telemetry.policy_event(run_id, mode, decision.event)
-    trace_id, start = new_trace_id(), utcnow()
+    trace_id = new_trace_id()
     span = nullcontext() if warmup else state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id)
     with span as txn:
-        stats = state.decoder.run(ids, k, cfg.max_new_tokens, backend if (k or choose_k) else "model", choose_k)
+        stats = state.decoder.run(ids, k, cfg.max_new_tokens, drafter, parsed.engine, choose_k)
         rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
         state.seq += 1
         if warmup:
             return rec, stats
         judge(state, cfg, rec, stats, prompt, ids, mode, decision, shadow_rng)
-        state.telemetry.finish_request(txn, rec, stats, start)
+        state.telemetry.finish_request(txn, rec)
     if rec.bandit is not None:
         state.telemetry.bandit_decision(run_id, rec.bandit)
     return rec, stats
@@ -105,7 +106,7 @@ def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: 
     elif prompt.id in state.reference:
         check_identity(rec, stats.output_ids, state.reference[prompt.id])
     elif shadow_rng is not None and shadow_rng.random() < cfg.shadow_rate:
-        ref = state.decoder.run(ids, 0, cfg.max_new_tokens, "model").output_ids
+        ref = state.decoder.run(ids, 0, cfg.max_new_tokens).output_ids
         check_identity(rec, stats.output_ids, ref)
     if decision is not None:
         policy = state.policies[mode]
@@ -121,7 +122,7 @@ def observation(rec: RequestRecord) -> Observation:
     """What a policy learns from a request, built from the stored record so a replay sees the same numbers."""
     return Observation(k=rec.k, reward=rec.tokens_per_s, prompt_tokens=rec.prompt_tokens, output_tokens=rec.output_tokens,
                        passes=rec.passes, proposed=rec.proposed, accepted=rec.accepted, latency_s=rec.latency_s,
-                       ttft_s=rec.ttft_s or 0.0, draft_s=rec.draft_s, verify_s=rec.verify_s,
+                       draft_s=rec.draft_s, verify_s=rec.verify_s,
                        per_position_proposed=[p.proposed for p in rec.positions],
                        per_position_accepted=[p.accepted for p in rec.positions])
 

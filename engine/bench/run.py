@@ -1,20 +1,20 @@
-"""Executing a benchmark run against the store: run or resume it, and its results table.
+"""Executing a benchmark run against the store: run or resume it.
 
-Modes run interleaved per prompt (target first), so slow drift of a noisy machine
-hits all modes alike. One warm-up request per mode is stored with warmup=1 and left
-out of every figure.
+Modes run interleaved per prompt (target first, the others in alternating order), so slow drift of a noisy
+machine hits all modes alike. One warm-up request per mode is stored with warmup=1 and left out of every figure.
+Every output is checked against target-only on the same prompt in the same dtype; a divergence keeps its position.
 """
 from __future__ import annotations
 
 import random
+from dataclasses import asdict
 from typing import Callable
 
 from tqdm import tqdm
 
-from db.entities import ModeSummary
 from db.queries import mode_summaries
 from db.store import Store
-from engine.bench.config import BenchConfig, validate
+from engine.bench.config import BenchConfig
 from engine.bench.recorder import Recorder
 from engine.bench.request import make_state, ordered_modes, replay_policies, run_one
 from engine.decode.decoder import Decoder
@@ -36,11 +36,18 @@ def encode_all(decoder: Decoder, prompts, max_new_tokens: int, prompt_format: st
     return encoded
 
 
+def interleaved(modes: list[str], i: int) -> list[str]:
+    """The order of modes on the i-th prompt: target first (it is the reference), the rest reversed on every
+    other prompt, so a mode's place in the sequence, and the drift of a noisy machine along it, evens out."""
+    head, rest = modes[:1] if modes[:1] == ["target"] else [], [m for m in modes if m != "target"]
+    return head + (rest if i % 2 == 0 else rest[::-1])
+
+
 def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None = None,
             should_stop: Callable[[], bool] | None = None, progress: bool = True,
             on_request: Callable | None = None, telemetry=None) -> str:
-    """Run (or continue) a run; returns its final status. Rows written are never lost."""
-    validate(cfg)
+    """Run (or continue) a run; returns its final status. Rows written are never lost. ``cfg`` was validated
+    where it entered (the CLI, the form, or ``config.stored`` for a queued or resumed run)."""
     prompts = load_prompts(cfg.prompts, cfg.limit)
     try:
         decoder = decoder or load_decoder(cfg)
@@ -49,8 +56,10 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
         store.set_status(run_id, "failed", str(exc))
         raise
     decoder.start_run(cfg.suffix)
-    store.merge_config(run_id, {"device": decoder.pair.device, "dtype": decoder.pair.dtype,
-                                "prompt_format": decoder.prompt_format(cfg.prompt_format)})
+    # The stored config says what ran: auto resolved to the device, dtype and prompt format actually used.
+    resolved = {"device": decoder.pair.device, "dtype": decoder.pair.dtype,
+                "prompt_format": decoder.prompt_format(cfg.prompt_format)}
+    store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}})
     state = make_state(decoder, cfg, telemetry)
     existing = store.requests(run_id, include_warmup=True)
     done = {(r.prompt_id, r.mode) for r in existing if not r.warmup}
@@ -60,7 +69,7 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     replay_policies(dict(store.bandit_steps(run_id)), state, existing)
     store.set_status(run_id, "running")
     modes = ordered_modes(cfg.modes)
-    plan = [(p, m) for p in prompts for m in modes if (p.id, m) not in done]
+    plan = [(p, m) for i, p in enumerate(prompts) for m in interleaved(modes, i) if (p.id, m) not in done]
     shadow_rng = random.Random(f"shadow:{cfg.seed}:{len(done)}") if "target" not in modes else None
     recorder = Recorder(store, run_id, progress_start=len(done))
     status = "running"
@@ -117,20 +126,3 @@ def _close(recorder: Recorder) -> None:
         recorder.close()
     except Exception:
         pass  # the run is already failing; its first error is the one to report
-
-
-def format_table(rows: list[ModeSummary]) -> str:
-    head = f"{'mode':<12}{'n':>5}{'mean lat (s)':>14}{'p50 (s)':>10}{'p95 (s)':>10}{'tok/s':>9}{'accept':>9}{'draft %':>9}{'identical':>11}{'speedup':>9}"
-    lines = [head, "-" * len(head)]
-    for m in rows:
-        acc = "n/a" if m.acceptance is None else f"{m.acceptance:.1%}"
-        share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
-        ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
-        speed = "n/a" if m.speedup is None else f"{m.speedup:.2f}x"
-        lines.append(f"{m.mode:<12}{m.n:>5}{m.mean_latency_s:>14.3f}{m.p50_latency_s:>10.3f}{m.p95_latency_s:>10.3f}"
-                     f"{m.tokens_per_s:>9.2f}{acc:>9}{share:>9.0%}{ident:>11}{speed:>9}")
-    return "\n".join(lines)
-
-
-def report(store: Store, run_id: int) -> str:
-    return format_table(mode_summaries(store, run_id))

@@ -11,7 +11,7 @@ from importlib import metadata
 
 from db.entities import RunInfo
 from db.store import Store
-from engine.bench.config import BenchConfig, validate
+from engine.bench.config import BenchConfig
 from engine.decode.prompts import load as load_prompts
 from engine.paths import ROOT
 
@@ -38,8 +38,7 @@ def environment() -> dict:
 
 
 def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunInfo:
-    """Validate, count the prompts and write the run row with the full config."""
-    validate(cfg)
+    """Count the prompts and write the run row with the full config (validated where it entered)."""
     prompts = load_prompts(cfg.prompts, cfg.limit)
     name = cfg.name or ",".join(cfg.modes)
     config = {"bench": asdict(cfg), "environment": environment()}

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from db.store import HEARTBEAT_S, STALE_AFTER_S, Store
-from engine.bench.config import BenchConfig, stored
+from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.run import execute, load_decoder
 from engine.decode.fetch import ensure_present
 from engine.errors import PhoenixError
@@ -128,7 +128,7 @@ class Worker:
             return None
         self.log(f"worker {self.id}: run {run.id} ({run.name})")
         try:
-            bench = stored(run.config.get("bench", {}))
+            bench = validate(stored(run.config))
             with Heartbeat(self.store, run.id):
                 if self.metrics:
                     self.metrics.prepare(bench.target, max(bench.arms + [m.k or 0 for m in map(Mode.of, bench.modes)]),

@@ -5,48 +5,47 @@ import json
 from dataclasses import dataclass, field
 
 from engine.catalog import SMOLLM2
-from engine.config import add_options, from_args
+from engine.config import add_options, check_choices, from_args
 from engine.decode.decoder import Decoder, stats_dict
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.prompts import check_prompt
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.modes import PROMPT_FORMATS, check_k
+from engine.modes import Drafter, Engine, PromptFormat, check_k
 from engine.train.draft import DraftConfig, build_draft
 from engine.decode.fetch import FetchConfig, fetch
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
 
-GENERATE_DRAFTERS = ("model", "ngram", "suffix", "hf")
-
-
 @dataclass
 class GenerateConfig(PairConfig):
-    drafter: str = "model"  # model | ngram | suffix | hf (transformers' assisted generation)
+    drafter: Drafter = "model"  # none | model | ngram | suffix: what proposes the k tokens
+    engine: Engine = "phoenix"  # phoenix (this loop) | hf (transformers' assisted generation: drafter model or ngram)
     k: int = 4  # draft length; 0 is target-only
     max_new_tokens: int = 64  # tokens to generate
     prompt: str = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # the text to continue
     json: bool = False  # print exactly one JSON object
-    prompt_format: str = "raw"  # raw continues the text; chat sends it as the user's turn of the chat template
+    prompt_format: PromptFormat = "raw"  # raw continues the text; chat sends it as the user's turn of the chat template
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter's settings
 
     def validate(self) -> "GenerateConfig":
+        check_choices(self)
         check_prompt(self.prompt)
         check_k(self.k)
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise PhoenixError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
-        if self.drafter not in GENERATE_DRAFTERS:
-            raise PhoenixError(f"--drafter must be one of {', '.join(GENERATE_DRAFTERS)}, got {self.drafter!r}")
+        if self.engine == "hf" and self.drafter not in ("model", "ngram"):
+            raise PhoenixError("--engine hf drafts with the draft model or prompt lookup: use --drafter model or ngram",
+                               field="drafter")
+        self.suffix.validate()
         return self
 
 
 def cmd_generate(args) -> int:
     cfg = from_args(GenerateConfig, args).validate()
-    draft = cfg.draft if cfg.drafter in ("model", "hf") else None
+    draft = cfg.draft if cfg.drafter == "model" else None
     dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
-    dec.start_run(cfg.suffix.validate())
+    dec.start_run(cfg.suffix)
     ids = dec.encode(cfg.prompt, cfg.prompt_format)
-    dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter)  # warm-up, excluded
-    stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter)
+    dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter, cfg.engine)  # warm-up, excluded
+    stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter, cfg.engine)
     out = stats_dict(stats, dec.text(stats))
     if cfg.json:
         print(json.dumps(out))
@@ -54,10 +53,10 @@ def cmd_generate(args) -> int:
     print(out["output_text"])
     print("---")
     acc = "n/a" if out["acceptance"] is None else f"{out['acceptance']:.1%}"
-    print(f"k={cfg.k} drafter={cfg.drafter} tokens={out['output_tokens']} passes={out['passes']} "
+    print(f"k={cfg.k} drafter={cfg.drafter} engine={cfg.engine} tokens={out['output_tokens']} passes={out['passes']} "
           f"accepted/proposed={out['accepted']}/{out['proposed']} ({acc}) "
           f"latency={out['latency_s']:.3f}s tok/s={out['tokens_per_s']:.1f} "
-          f"draft={out['draft_s']:.3f}s verify={out['verify_s']:.3f}s")
+          f"prefill={out['prefill_s'] or 0:.3f}s draft={out['draft_s']:.3f}s verify={out['verify_s']:.3f}s")
     for row in out["per_position"]:
         rate = row["accepted"] / row["proposed"] if row["proposed"] else 0
         print(f"  position {row['position']}: {row['accepted']}/{row['proposed']} ({rate:.1%})")

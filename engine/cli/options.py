@@ -6,6 +6,7 @@ import argparse
 from db.entities import RunInfo
 from db.migrate import ensure_schema
 from db.store import Store, resolve_url
+from engine.bench.config import stored
 from engine.bench.setup import git_sha
 from engine.config import add_options, given_values
 from engine.errors import PhoenixError
@@ -43,7 +44,7 @@ def add_sentry(p) -> None:
 def open_store(db: str | None, create_if_empty: bool = True) -> Store:
     url = resolve_url(db)
     ensure_schema(url, create_if_empty=create_if_empty)
-    return Store(url)
+    return Store(url, bench_parser=stored)
 
 
 def start_telemetry(args) -> Telemetry:

@@ -47,7 +47,7 @@ def cmd_resume(args) -> int:
         run = take_over(store, run)
     if run.status in ("done", "running", "queued"):
         raise PhoenixError(f"run {run.id} is {run.status}; only interrupted, failed or cancelled runs resume")
-    cfg = stored(run.config.get("bench", {}))
+    cfg = validate(stored(run.config))
     telemetry = start_telemetry(args)
     store.requeue(run.id)
     return execute_and_report(store, run.id, cfg, telemetry=telemetry)

@@ -1,16 +1,18 @@
 """`bench`, `runs`, `show`, `export` and `db upgrade`: runs in the foreground and what the store holds."""
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import sys
 from pathlib import Path
 
-from db.export import export
+from db.export import EXPORT_FORMATS, export, export_sqlite
 from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.bench.config import BenchConfig, validate
-from engine.bench.run import encode_all, execute, load_decoder, report
+from engine.bench.report import REPORT_FORMATS, csv_rows, format_table, markdown, report, summaries
+from engine.bench.run import encode_all, execute, load_decoder
 from engine.bench.setup import create_run
 from engine.bench.worker import Heartbeat, worker_id
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
@@ -80,6 +82,15 @@ def cmd_show(args) -> int:
 def cmd_export(args) -> int:
     store = open_store(args.db)
     get_run(store, args.run)
+    if args.format == "sqlite":
+        if not args.out:
+            raise PhoenixError("--format sqlite writes a file: pass --out RUN.db")
+        check_out(args.out)
+        if Path(args.out).exists():
+            raise PhoenixError(f"--out {args.out} exists; an export never replaces a file: choose a new path")
+        n = export_sqlite(store, args.run, Path(args.out))
+        print(f"run {args.run}: {n} requests written to {args.out}", file=sys.stderr)
+        return 0
     if args.out:
         check_out(args.out)
     text = export(store, args.run, args.format)
@@ -104,6 +115,21 @@ def check_out(out: str) -> None:
         raise PhoenixError(f"cannot write --out {out}: not writable; choose a writable file path")
 
 
+def cmd_report(args) -> int:
+    store = open_store(args.db)
+    run = get_run(store, args.run)
+    rows = summaries(store, run.id)
+    if args.format == "md":
+        print(markdown(run, rows))
+    elif args.format == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(csv_rows(rows)[0]) if rows else ["mode"])
+        writer.writeheader()
+        writer.writerows(csv_rows(rows))
+    else:
+        print(format_table(rows))
+    return 0
+
+
 def cmd_db_upgrade(args) -> int:
     url = resolve_url(args.db)
     make_engine(url).dispose()
@@ -121,9 +147,12 @@ def add_commands(sub) -> None:
     r.add_argument("--archived", action="store_true", help="include archived runs")
     r.set_defaults(func=cmd_runs)
     add_run_command(sub, "show", "print a stored run's results table", cmd_show)
-    e = add_run_command(sub, "export", "write a run's requests as CSV or JSON", cmd_export)
-    e.add_argument("--format", choices=["csv", "json"], default="csv")
-    e.add_argument("--out", default=None)
+    rp = add_run_command(sub, "report", "a run's results: per mode, tokens/s, paired speedup (median, IQR), "
+                         "acceptance and identity", cmd_report)
+    rp.add_argument("--format", choices=REPORT_FORMATS, default="table", help="table (terminal), md or csv")
+    e = add_run_command(sub, "export", "write a run's requests as CSV or JSON, or the run as a SQLite file", cmd_export)
+    e.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
+    e.add_argument("--out", default=None, help="file to write (required for sqlite; never replaced)")
     d = sub.add_parser("db", help="database schema")
     dsub = d.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head")

@@ -1,4 +1,4 @@
-"""One request, any backend: tokenize, check, decode, and return plain stats."""
+"""One request on either engine with any drafter: tokenize, check, decode, and return plain stats."""
 from __future__ import annotations
 
 import hashlib
@@ -10,19 +10,21 @@ from engine.decode.drafters import ModelDrafter, NgramDrafter
 from engine.decode.hf_assisted import generate_hf
 from engine.decode.loading import LoadedPair
 from engine.decode.prompts import check_prompt
-from engine.decode.spec import RequestStats, generate
+from engine.decode.spec import Drafter, RequestStats, generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter
 from engine.errors import PhoenixError
-from engine.modes import PROMPT_FORMATS, check_k
+from engine.modes import DRAFTERS, check_k
+
 
 def check_max_new_tokens(n: int, cap: int) -> int:
     if n <= 0 or n > cap:
-        raise PhoenixError(f"--max-new-tokens must be in 1..{cap}, got {n}")
+        raise PhoenixError(f"--max-new-tokens must be in 1..{cap}, got {n}", field="max_new_tokens")
     return n
 
 
-def sha256_ids(ids: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+def sha256_text(text: str) -> str:
+    """The output's fingerprint, one definition for every engine: servers return text, not ids."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def format_prompt(tokenizer, text: str) -> list[int]:
@@ -33,6 +35,11 @@ def format_prompt(tokenizer, text: str) -> list[int]:
                                             enable_thinking=False, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def finite(x: float) -> float | None:
+    """None for the NaN that marks a time an engine does not expose (assisted generation's prefill)."""
+    return None if x != x else x
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -55,12 +62,12 @@ class Decoder:
         self.eos_id = self.pair.tokenizer.eos_token_id
 
     def prompt_format(self, wanted: str = "auto") -> str:
-        """'chat' or 'raw': auto takes the chat template when the target's tokenizer has one (a chat model)."""
-        if wanted not in PROMPT_FORMATS:
-            raise PhoenixError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {wanted!r}")
+        """'chat' or 'raw': auto takes the chat template when the target's tokenizer has one (a chat model). The
+        value itself was checked with its config; only what depends on the loaded target is judged here."""
         has_template = bool(getattr(self.pair.tokenizer, "chat_template", None))
         if wanted == "chat" and not has_template:
-            raise PhoenixError(f"--prompt-format chat: {self.pair.target_name!r} has no chat template; use raw")
+            raise PhoenixError(f"--prompt-format chat: {self.pair.target_name!r} has no chat template; use raw",
+                               field="prompt_format")
         return "chat" if wanted == "chat" or (wanted == "auto" and has_template) else "raw"
 
     def encode(self, text: str, prompt_format: str = "raw") -> list[int]:
@@ -82,25 +89,33 @@ class Decoder:
         """A new run: the suffix drafter's global tree starts empty, with the run's settings."""
         self._suffix = SuffixDrafter(suffix)
 
-    def drafter(self, kind: str):
+    def drafter(self, kind: str) -> Drafter | None:
+        if kind == "none":
+            return None
         if kind == "ngram":
             return self._ngram
         if kind == "suffix":
             return self._suffix
+        if kind != "model":
+            raise PhoenixError(f"unknown drafter {kind!r}: use {', '.join(DRAFTERS)}", field="drafter")
         if self._model_drafter is None:
-            raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram or suffix")
+            raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram or suffix",
+                               field="draft")
         return self._model_drafter
 
-    def run(self, prompt_ids: list[int], k: int, max_new_tokens: int, backend: str = "model", choose_k=None) -> RequestStats:
+    def run(self, prompt_ids: list[int], k: int, max_new_tokens: int, drafter: str = "none", engine: str = "phoenix",
+            choose_k=None) -> RequestStats:
+        """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter."""
         check_k(k)
+        if (k > 0 or choose_k) and drafter == "none":
+            raise PhoenixError(f"k={k} needs a drafter: pass --drafter model, ngram or suffix, or k=0", field="drafter")
         check_max_new_tokens(max_new_tokens, self.max_new_cap)
         self.check_fits(prompt_ids, max_new_tokens)
         with torch.inference_mode():
-            if backend == "hf":
-                return generate_hf(self.pair.target, self.pair.draft, "model" if self.pair.draft is not None else "ngram",
-                                   prompt_ids, k, max_new_tokens, self.eos_id)
-            drafter = self.drafter(backend) if (k > 0 or choose_k) else None
-            return generate(self.pair.target, drafter, prompt_ids, k, max_new_tokens, self.eos_id, choose_k)
+            if engine == "hf":
+                return generate_hf(self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id)
+            used = self.drafter(drafter) if (k > 0 or choose_k) else None
+            return generate(self.pair.target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k)
 
     def text(self, stats: RequestStats) -> str:
         return self.pair.tokenizer.decode(stats.output_ids, skip_special_tokens=True)
@@ -109,12 +124,12 @@ class Decoder:
 def stats_dict(stats: RequestStats, text: str) -> dict:
     return {
         "prompt_tokens": stats.prompt_tokens, "output_tokens": stats.output_tokens, "k": stats.k,
-        "output_ids": stats.output_ids, "output_text": text, "output_sha256": sha256_ids(stats.output_ids),
+        "output_ids": stats.output_ids, "output_text": text, "output_sha256": sha256_text(text),
         "proposed": stats.proposed, "accepted": stats.accepted, "passes": stats.passes,
         "acceptance": stats.acceptance,
         "per_position": [{"position": i, "proposed": p, "accepted": a} for i, (p, a) in
                          enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
-        "draft_s": stats.draft_s, "verify_s": stats.verify_s,
-        "ttft_s": None if stats.ttft_s != stats.ttft_s else stats.ttft_s,
+        "prefill_s": finite(stats.prefill_s), "draft_prefill_s": finite(stats.draft_prefill_s),
+        "draft_s": stats.draft_s, "verify_s": stats.verify_s, "ttft_s": finite(stats.ttft_s),
         "latency_s": stats.latency_s, "tokens_per_s": stats.tokens_per_s,
     }

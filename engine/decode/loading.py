@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
 from engine.errors import PhoenixError
@@ -17,7 +18,7 @@ class PairConfig:
     target: str = EMBEDDED  # a name (embedded, smollm2), a model directory or a cached Hugging Face id
     draft: str | None = EMBEDDED  # a name (embedded, smollm2-draft), a directory, a cached id, or 'none' (model-free)
     device: str = "auto"  # auto | cpu | cuda
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
     allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
 
 

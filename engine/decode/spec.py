@@ -42,8 +42,12 @@ class RequestStats:
     # passes that proposed position i with positions 0..i-1 accepted: the denominator of position i's conditional
     # rate when the draft length varies pass by pass (for a fixed k it equals per_position_accepted[i-1])
     per_position_reached: list[int] = field(default_factory=list)
-    draft_s: float = 0.0
-    verify_s: float = 0.0
+    # Times split so that the break-even model sees decode passes only: prefill_s is the target's prompt pass
+    # (which also yields the first token, so it equals ttft_s here), draft_prefill_s the drafter's own reset.
+    prefill_s: float = 0.0
+    draft_prefill_s: float = 0.0
+    draft_s: float = 0.0  # drafting, decode passes only
+    verify_s: float = 0.0  # target verification, decode passes only
     ttft_s: float = 0.0
     latency_s: float = 0.0
     k_per_pass: list[int] = field(default_factory=list)
@@ -125,7 +129,7 @@ def speculative_step(target, cache: DynamicCache, drafter: Drafter | None, seq: 
     return drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1
 
 
-def _finish(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
+def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
     """Append ``new`` to ``out`` up to EOS or the token budget; True when done."""
     for tok in new:
         out.append(tok)
@@ -148,17 +152,16 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
     start = time.perf_counter()
     first = prefill(target, cache, prompt_ids)
     sync(device)
-    stats.ttft_s = time.perf_counter() - start
-    stats.verify_s += stats.ttft_s
+    stats.ttft_s = stats.prefill_s = time.perf_counter() - start
     seq = list(prompt_ids) + [first]
     out = stats.output_ids
-    done = _finish(out, [first], eos_id, max_new_tokens)
+    done = append_until_done(out, [first], eos_id, max_new_tokens)
     drafting = drafter is not None and (k > 0 or choose_k is not None) and not done
     if drafting:
         t = time.perf_counter()
         drafter.reset(list(prompt_ids))
         sync(device)
-        stats.draft_s += time.perf_counter() - t
+        stats.draft_prefill_s = time.perf_counter() - t
     while not done:
         step_k = choose_k(stats) if choose_k else k
         step_k = max(0, min(step_k, max_new_tokens - len(out) - 1))
@@ -169,7 +172,7 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
         seq += new
         if drafter is not None and proposed:
             drafter.commit(len(seq) - 1)
-        done = _finish(out, new, eos_id, max_new_tokens)
+        done = append_until_done(out, new, eos_id, max_new_tokens)
     sync(device)
     stats.latency_s = time.perf_counter() - start
     if drafting:

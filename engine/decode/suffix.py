@@ -30,14 +30,14 @@ class SuffixConfig:
     global_tree: bool = True  # the tree over earlier outputs of the run (off: --no-suffix-global-tree)
 
     def validate(self) -> "SuffixConfig":
-        checks = [(self.max_tree_depth >= 1, "--suffix-max-tree-depth must be >= 1"),
-                  (self.max_cached_requests >= 0, "--suffix-max-cached-requests must be >= 0"),
-                  (self.max_spec_factor >= 0 and self.max_spec_offset >= 0,
+        checks = [(self.max_tree_depth >= 1, "max_tree_depth", "--suffix-max-tree-depth must be >= 1"),
+                  (self.max_cached_requests >= 0, "max_cached_requests", "--suffix-max-cached-requests must be >= 0"),
+                  (self.max_spec_factor >= 0 and self.max_spec_offset >= 0, "max_spec_factor",
                    "--suffix-max-spec-factor and --suffix-max-spec-offset must be >= 0"),
-                  (0.0 <= self.min_prob <= 1.0, "--suffix-min-prob must be in 0..1")]
-        for ok, message in checks:
+                  (0.0 <= self.min_prob <= 1.0, "min_prob", "--suffix-min-prob must be in 0..1")]
+        for ok, name, message in checks:
             if not ok:
-                raise PhoenixError(message)
+                raise PhoenixError(message, field=f"suffix.{name}")
         return self
 
 

@@ -11,7 +11,7 @@ import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from engine.errors import PhoenixError
 
@@ -78,8 +78,9 @@ class Telemetry:
         with txn:
             yield txn
 
-    def finish_request(self, txn, rec, stats, start: datetime) -> None:
-        """Phase spans laid out from the measured sums, data and a structured log line."""
+    def finish_request(self, txn, rec) -> None:
+        """Phase spans laid out from the transaction's start and the measured sums, data and a structured log
+        line. The times are stored split (prefill, draft prefill, draft passes, verify passes), so they tile."""
         if txn is None:
             return
         import sentry_sdk
@@ -89,10 +90,10 @@ class Telemetry:
                 "draft_accepted": rec.accepted, "tokens_per_s": rec.tokens_per_s, "passes": rec.passes, "k": rec.k}
         for key, value in data.items():
             txn.set_data(key, value)
-        t = start
-        ttft = rec.ttft_s or 0.0
-        phases = [("prefill", "prefill", ttft), ("draft", f"draft x{rec.passes} passes", rec.draft_s),
-                  ("verify", f"verify x{rec.passes} passes", max(0.0, rec.verify_s - ttft))]
+        t = txn.start_timestamp
+        phases = [("prefill", "prefill", rec.prefill_s or 0.0), ("draft.prefill", "draft prefill", rec.draft_prefill_s or 0.0),
+                  ("draft", f"draft x{rec.passes} passes", rec.draft_s),
+                  ("verify", f"verify x{rec.passes} passes", rec.verify_s)]
         for op, description, secs in phases:
             span = txn.start_child(op=op, name=description, start_timestamp=t)
             span.finish(end_timestamp=t + timedelta(seconds=secs))
@@ -180,6 +181,3 @@ def init(cfg: SentryConfig | None = None, release: str | None = None) -> Telemet
         _ANNOUNCED = True
     return Telemetry(True, cfg)
 
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)

@@ -49,3 +49,6 @@ class Contextual(PolicyDefaults):
 
     def pass_controller(self, decision: Decision) -> PassController | None:
         return self.inner_last().pass_controller(decision)
+
+    def pass_rule(self, decision: Decision) -> PassController | None:
+        return self.inner_last().pass_rule(decision)

@@ -51,8 +51,9 @@ class EmaHysteresis(PolicyDefaults):
         return ({str(a): (self.ema or 0.0) if a == self.ladder[self.idx] else 0.0 for a in self.arms},
                 {str(a): self.counts[a] for a in self.arms})
 
-    def pass_controller(self, decision: Decision) -> PassController:
-        """Within a request, a private copy of the EMA steps k after every pass."""
+    def pass_rule(self, decision: Decision) -> PassController:
+        """Within a request, a private copy of the EMA steps k after every pass. Used only at pass granularity
+        (``bandit:ema_hysteresis:pass``, through PassAdaptive); at request granularity k stays put."""
         state = PassState(ema=self.ema, idx=self.ladder.index(decision.k) if decision.k in self.ladder else self.idx)
 
         def choose_k(stats) -> int:

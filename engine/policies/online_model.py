@@ -47,7 +47,7 @@ class OnlineModel:
         self.draft_s += max(0.0, obs.draft_s)
         self.drafted += obs.proposed
         passes = obs.passes
-        verify = obs.verify_s - (obs.ttft_s or 0.0)  # prefill is the same for every arm
+        verify = obs.verify_s  # decode passes only: the prefill is kept apart, and is the same for every arm
         if passes > 0 and verify > 0 and math.isfinite(verify):
             self.points.append(CostPoint(obs.proposed / passes, verify / passes, float(passes)))
 

@@ -41,9 +41,8 @@ class Observation:
     proposed: int = 0
     accepted: int = 0
     latency_s: float = 0.0
-    ttft_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
+    draft_s: float = 0.0  # drafting in decode passes
+    verify_s: float = 0.0  # target verification passes, prefill excluded
     per_position_proposed: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
 
@@ -63,6 +62,10 @@ class Policy(Protocol):
 
     def pass_controller(self, decision: Decision) -> PassController | None:
         """None keeps decision.k for the whole request."""
+
+    def pass_rule(self, decision: Decision) -> PassController | None:
+        """The policy's own per-pass rule, which pass granularity uses instead of the online model; None if it
+        has none. Never consulted at request granularity."""
 
     def observe_reference(self, tokens_per_s: float) -> None:
         """A target-only request of the same run finished at this speed."""
@@ -102,6 +105,9 @@ class PolicyDefaults:
 
     def pass_controller(self, decision: Decision) -> PassController | None:
         return None  # request granularity unless wrapped by PassAdaptive
+
+    def pass_rule(self, decision: Decision) -> PassController | None:
+        return None  # no rule of its own: pass granularity uses the online model
 
     def observe_reference(self, tokens_per_s: float) -> None:
         pass  # only the fallback wrapper uses target-only references

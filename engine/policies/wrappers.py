@@ -21,7 +21,7 @@ class FallbackConfig:
     def validate(self) -> "FallbackConfig":
         if self.window < 1 or self.probe_every < 1 or self.recover_probes < 1 or not 0 <= self.margin < 1:
             raise PhoenixError("--fallback-window, --fallback-probe-every and --fallback-recover-probes must be >= 1 "
-                               "and --fallback-margin in [0, 1)")
+                               "and --fallback-margin in [0, 1)", field="fallback")
         return self
 
 
@@ -64,8 +64,11 @@ class PassAdaptive:
     def observe_reference(self, tokens_per_s: float) -> None:
         self.inner.observe_reference(tokens_per_s)
 
+    def pass_rule(self, decision: Decision) -> PassController | None:
+        return self.inner.pass_rule(decision)
+
     def pass_controller(self, decision: Decision) -> PassController | None:
-        own = self.inner.pass_controller(decision)
+        own = self.inner.pass_rule(decision)  # a policy's own per-pass rule (ema_hysteresis) wins over the model
         if own is not None or decision.k == 0 or not self.model.ready:
             return own
         a_run = self.model.conditional_acceptance()
@@ -159,3 +162,6 @@ class Fallback:
 
     def pass_controller(self, decision: Decision) -> PassController | None:
         return None if decision.fallback else self.inner.pass_controller(decision)
+
+    def pass_rule(self, decision: Decision) -> PassController | None:
+        return None if decision.fallback else self.inner.pass_rule(decision)

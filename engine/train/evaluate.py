@@ -6,6 +6,7 @@ from db import distills, queries
 from db.store import Store
 from engine.analysis.stats import welch
 from engine.bench.config import BenchConfig
+from engine.bench.report import summaries
 from engine.bench.run import execute
 from engine.bench.setup import create_run
 from engine.train.distill import DistillConfig, eval_ks
@@ -32,7 +33,7 @@ class RunFigures:
     """One run's summaries, per-position counts and per-request tokens/sec, each read once."""
 
     def __init__(self, store: Store, run_id: int):
-        self.summaries = {m.mode: m for m in queries.mode_summaries(store, run_id)}
+        self.summaries = {m.mode: m for m in summaries(store, run_id)}
         self.positions = queries.positions(store, run_id)
         self.rewards = queries.rewards(store, run_id, list(self.summaries))
 
@@ -42,7 +43,7 @@ class RunFigures:
         m = self.summaries.get(mode)
         return {"per_position": [int(acc) / drafts if drafts else None for acc in rows["accepted"]],
                 "acceptance": m.acceptance if m else None, "tokens_per_s": m.tokens_per_s if m else None,
-                "speedup": m.speedup if m else None, "n": m.n if m else 0}
+                "speedup": m.speedup.median if (m and m.speedup) else None, "n": m.n if m else 0}
 
     def tokens_per_s(self, mode: str) -> list[float]:
         return self.rewards[self.rewards["mode"] == mode]["tokens_per_s"].tolist()

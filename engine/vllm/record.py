@@ -1,7 +1,6 @@
 """Recording vLLM sweeps and watches as Phoenix runs (the CLI is a thin layer over these)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -10,6 +9,7 @@ from typing import Callable
 from db.entities import PositionCount, RequestRecord
 from db.store import Store
 from engine.bench.setup import environment
+from engine.decode.decoder import sha256_text
 from engine.decode.prompts import load as load_prompts
 from engine.vllm.client import GREEDY, SpecCounters, VllmClient, sweep_level
 from engine.errors import PhoenixError
@@ -91,7 +91,7 @@ def _record(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
                          output_tokens=r["output_tokens"], latency_s=lat, ttft_s=None,
                          tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0, proposed=0, accepted=0, passes=0,
                          draft_s=0.0, verify_s=0.0, output_text=r["text"],
-                         output_sha256=hashlib.sha256(r["text"].encode()).hexdigest(), error=r.get("error"))
+                         output_sha256=sha256_text(r["text"]), error=r.get("error"))
 
 
 def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.sleep) -> int:

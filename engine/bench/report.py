@@ -1,0 +1,76 @@
+"""A run's results, read from the store: every figure the CLI, the Run page and the docs quote.
+
+Speedups are paired: each request's tokens/s over target-only's on the same prompt in the same run, summarised
+as the median with its IQR and n (``engine.analysis.compare``).
+"""
+from __future__ import annotations
+
+from db import queries
+from db.entities import ModeSummary, RunInfo
+from db.store import Store
+from engine.analysis.compare import Spread, speedups
+
+REPORT_FORMATS = ("table", "md", "csv")
+
+
+def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
+    """The results table's rows, each with its paired speedup against target-only (None without target)."""
+    rows = queries.mode_summaries(store, run_id, totals=totals)
+    paired = speedups(queries.prompt_rewards(store, run_id)) if any(m.mode == "target" for m in rows) else {}
+    for m in rows:
+        m.speedup = Spread(1.0, 1.0, 1.0, m.n) if m.mode == "target" else paired.get(m.mode)
+    return rows
+
+
+def _f(value, fmt: str, empty: str = "n/a") -> str:
+    return empty if value is None or value != value else format(value, fmt)
+
+
+def _speed(s: Spread | None, iqr: bool = True) -> str:
+    if s is None or s.median is None:
+        return "n/a"
+    return f"{s.median:.2f}x ({s.p25:.2f}-{s.p75:.2f})" if iqr else f"{s.median:.2f}x"
+
+
+def format_table(rows: list[ModeSummary]) -> str:
+    head = (f"{'mode':<14}{'n':>5}{'p50 (s)':>9}{'p95 (s)':>9}{'tok/s':>8}{'accept':>8}{'acc len':>8}{'draft %':>8}"
+            f"{'identical':>11}  x target (IQR)")
+    lines = [head, "-" * len(head)]
+    for m in rows:
+        share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
+        ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
+        lines.append(f"{m.mode:<14}{m.n:>5}{m.p50_latency_s:>9.3f}{m.p95_latency_s:>9.3f}{m.tokens_per_s:>8.2f}"
+                     f"{_f(m.acceptance, '.1%'):>8}{_f(m.mean_accepted_length, '.2f'):>8}{share:>8.0%}{ident:>11}"
+                     f"  {_speed(m.speedup)}")
+    return "\n".join(lines)
+
+
+def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) -> str:
+    """The run as a Markdown table with its settings line; ``link`` is the Run page's address."""
+    b = info.bench
+    setting = (f"target {info.target}, draft {info.draft or 'none'}, drafter {b.drafter}, {b.dtype} on {b.device}, "
+               f"prompts {b.prompts} ({b.prompt_format}), {b.max_new_tokens} new tokens") if b else ""
+    title = f"[run #{info.id}]({link})" if link else f"run #{info.id}"
+    date = info.created_at.strftime("%Y-%m-%d") if info.created_at else "?"
+    lines = [f"**{info.name}**, {title}, {date}: {setting}.", "",
+             "| mode | n | tok/s | x target, median (IQR) | acceptance | mean accepted length | draft share | identical |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in rows:
+        share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
+        ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
+        lines.append(f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "
+                     f"| {_f(m.mean_accepted_length, '.2f', '')} | {share:.0%} | {ident} |")
+    return "\n".join(lines)
+
+
+def csv_rows(rows: list[ModeSummary]) -> list[dict]:
+    return [{"mode": m.mode, "n": m.n, "tokens_per_s": m.tokens_per_s,
+             "speedup_median": m.speedup.median if m.speedup else None,
+             "speedup_p25": m.speedup.p25 if m.speedup else None, "speedup_p75": m.speedup.p75 if m.speedup else None,
+             "acceptance": m.acceptance, "mean_accepted_length": m.mean_accepted_length,
+             "p50_latency_s": m.p50_latency_s, "p95_latency_s": m.p95_latency_s,
+             "identical": m.identical_n, "checked": m.checked_n} for m in rows]
+
+
+def report(store: Store, run_id: int) -> str:
+    return format_table(summaries(store, run_id))

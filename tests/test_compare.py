@@ -1,0 +1,36 @@
+"""The one comparison builder: ratio of means with Welch's interval, and paired per-prompt speedups."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from engine.analysis.compare import TOO_FEW, compare, speedups, spread
+from engine.analysis.stats import welch
+
+
+def test_the_ratio_is_of_means_and_its_interval_is_welchs_over_the_baselines_mean():
+    base, faster = [10.0, 11.0, 9.0, 10.0], [20.0, 21.0, 19.0, 20.0]
+    c = compare(base, faster)
+    assert c.ratio == pytest.approx(2.0) and c.verdict == "significant" and c.p_value < 0.001
+    w = welch(base, faster)
+    assert (c.ratio_low, c.ratio_high) == pytest.approx((1 + w.ci_low / 10.0, 1 + w.ci_high / 10.0))
+    assert c.ratio_low < 2.0 < c.ratio_high
+
+
+@pytest.mark.parametrize("base,values", [([10.0], [11.0, 12.0]), ([], [1.0, 2.0]), ([1.0, 2.0], [3.0])])
+def test_fewer_than_two_requests_on_a_side_says_so_instead_of_a_verdict(base, values):
+    c = compare(base, values)
+    assert c.verdict == TOO_FEW and c.p_value is None and c.ratio_low is None
+
+
+def test_speedups_pair_each_request_with_target_only_on_the_same_prompt():
+    frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "c"], "mode": ["target", "fixed_4", "target", "fixed_4", "fixed_4"],
+                          "tokens_per_s": [10.0, 20.0, 40.0, 40.0, 99.0]})
+    s = speedups(frame)["fixed_4"]
+    assert (s.median, s.n) == (1.5, 2)  # ratios 2.0 and 1.0; prompt c has no target request and drops out
+    assert (s.p25, s.p75) == (1.25, 1.75)
+
+
+def test_a_spread_of_one_value_is_that_value_and_of_none_is_empty():
+    assert spread([2.0]).median == 2.0 and spread([2.0]).p25 == 2.0
+    assert spread([]).median is None and spread([]).text() == "n/a"
