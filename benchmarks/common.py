@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -20,12 +20,12 @@ def provenance() -> dict:
         cpu = platform.processor()
     import os
 
-    return {**env, "cpu": cpu, "cores": os.cpu_count(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {**env, "cpu": cpu, "cores": os.cpu_count(), "date": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def write(name: str, payload: dict, out_dir: Path = RESULTS) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = out_dir / f"{name}-{stamp}.json"
     path.write_text(json.dumps({"benchmark": name, "provenance": provenance(), **payload}, indent=1, default=str) + "\n")
     return path

@@ -23,11 +23,11 @@ from benchmarks.sentry_receiver import Receiver
 from db.migrate import ensure_schema
 from db.store import Store
 from engine.bench.config import BenchConfig
+from engine.bench.recorder import Recorder
 from engine.bench.request import make_state, run_one
 from engine.bench.run import load_decoder
 from engine.bench.setup import create_run
 from engine.decode.prompts import load as load_prompts
-from engine.bench.recorder import Recorder
 from engine.observe.sentry import SentryConfig, init
 
 CONFIGS = ("bare", "db", "db+sentry")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import engine  # noqa: F401
 from benchmarks.common import write
+from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
 from engine.decode.prompts import load as load_prompts
-from engine.decode.decoder import Decoder
 
 
 def forward_seconds(model, fn) -> tuple[float, float]:
@@ -55,22 +55,23 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     dec = Decoder(load_pair(args.target, args.draft, "cpu", "float32"))
     ids = [dec.encode(q.text) for q in load_prompts(args.prompts, args.limit)]
-    for engine in ("phoenix", "hf"):
-        dec.run(ids[0], args.k, 8, "model", engine)  # warm-up
+    for name in ("phoenix", "hf"):
+        dec.run(ids[0], args.k, 8, "model", name)  # warm-up
     result = {"settings": vars(args), "engines": {}}
-    for engine in ("phoenix", "hf"):
-        run = lambda: [dec.run(x, args.k, args.max_new_tokens, "model", engine) for x in ids]  # noqa: E731
+    for name in ("phoenix", "hf"):
+        def run(name=name):
+            return [dec.run(x, args.k, args.max_new_tokens, "model", name) for x in ids]
         wall, in_target = forward_seconds(dec.pair.target, run)
         _, in_draft = forward_seconds(dec.pair.draft, run)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             run()
         top = [{"op": e.key, "self_cpu_ms": e.self_cpu_time_total / 1e3, "calls": e.count}
                for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:8]]
-        result["engines"][engine] = {"wall_s": wall, "target_forward_s": in_target, "draft_forward_s": in_draft,
+        result["engines"][name] = {"wall_s": wall, "target_forward_s": in_target, "draft_forward_s": in_draft,
                                        "outside_forwards_share": max(0.0, 1 - (in_target + in_draft) / wall) if wall else None,
                                        "top_ops": top}
-        b = result["engines"][engine]
-        print(f"{engine:>7}: wall {wall:.2f} s, target forwards {in_target:.2f} s, draft forwards {in_draft:.2f} s, "
+        b = result["engines"][name]
+        print(f"{name:>7}: wall {wall:.2f} s, target forwards {in_target:.2f} s, draft forwards {in_draft:.2f} s, "
               f"outside forwards {b['outside_forwards_share']:.0%}")
         for t in top[:5]:
             print(f"        {t['op']:<40}{t['self_cpu_ms']:>10.1f} ms{t['calls']:>8}")

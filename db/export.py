@@ -49,11 +49,11 @@ def export_sqlite(store: Store, run_id: int, path: Path) -> int:
     db = sqlite_utils.Database(path)
     try:
         head = run_head(store, run_id)
-        db["run"].insert({**head, "tags": json.dumps(head.get("tags", [])), "config": json.dumps(head.get("config"), default=str)},
+        db.table("run").insert({**head, "tags": json.dumps(head.get("tags", [])), "config": json.dumps(head.get("config"), default=str)},
                          pk="id")
         records = store.requests(run_id, include_warmup=True)
-        db["requests"].insert_all(({c: getattr(r, c) for c in COLUMNS} for r in records), pk="id")
-        db["positions"].insert_all(({"request_id": r.id, "position": p.position, "proposed": p.proposed,
+        db.table("requests").insert_all(({c: getattr(r, c) for c in COLUMNS} for r in records), pk="id")
+        db.table("positions").insert_all(({"request_id": r.id, "position": p.position, "proposed": p.proposed,
                                      "accepted": p.accepted, "reached": p.reached} for r in records for p in r.positions),
                                    pk=("request_id", "position"), foreign_keys=[("request_id", "requests", "id")])
         return len(records)

@@ -21,7 +21,9 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 def head() -> str:
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    rev = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert rev is not None, "migrations/ holds no revision"
+    return rev
 
 def current(url: str) -> str | None:
     engine = make_engine(url)
@@ -33,7 +35,7 @@ def current(url: str) -> str | None:
     finally:
         engine.dispose()
 
-def upgrade(url: str, revision: str = "head", allow_foreign_tables: bool = False) -> str:
+def upgrade(url: str, revision: str = "head", allow_foreign_tables: bool = False) -> str | None:
     """Migrate to ``revision``; refuse a database at a revision this Phoenix does not know, and one that holds
     tables without a Phoenix schema version (another application's), unless explicitly allowed."""
     rev = current(url)

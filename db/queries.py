@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from sqlalchemy import Integer, and_, case, cast, func, or_, select
+from sqlalchemy import Integer, and_, case, cast, func, select
 
 from db import entities as E
 from db.models import BanditStep, Request, RequestPosition, Run, RunTag

@@ -6,18 +6,19 @@ dashboard can read while a worker writes.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, cast
 
 from sqlalchemy import and_, case, create_engine, event, func, insert, select, update
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
+from sqlalchemy.engine import CursorResult, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import entities as E
-from db.models import RunTag, BanditStep, Request, RequestPosition, Run, utcnow
+from db.models import BanditStep, Request, RequestPosition, Run, RunTag, utcnow
 
 DEFAULT_DB = "data/phoenix.db"
 BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
@@ -127,18 +128,18 @@ class Store:
         """The run, its status as readers see it (status_expr)."""
         with self.session_scope() as s:
             row = s.execute(select(Run, status_expr()).where(Run.id == run_id)).first()
-            return self._info(*row, tags=_tags(s, [run_id]).get(run_id, [])) if row else None
+            return self._info(row[0], row[1], tags=_tags(s, [run_id]).get(run_id, [])) if row else None
 
     def list_runs(self, limit: int = 1000) -> list[E.RunInfo]:
         with self.session_scope() as s:
             rows = s.execute(select(Run, status_expr()).order_by(Run.id.desc()).limit(limit)).all()
             tags = _tags(s, [r[0].id for r in rows])
-            return [self._info(*r, tags=tags.get(r[0].id, [])) for r in rows]
+            return [self._info(r[0], r[1], tags=tags.get(r[0].id, [])) for r in rows]
 
     def set_status(self, run_id: int, status: str, error: str | None = None) -> None:
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}")
-        values = {"status": status}
+        values: dict[str, object] = {"status": status}
         if error is not None:
             values["error"] = error[:4000]
         if status in ("done", "failed", "cancelled", "interrupted"):
@@ -156,7 +157,7 @@ class Store:
         with self.session_scope() as s:
             res = s.execute(update(Run).where(Run.id == run_id, Run.status == "running")
                             .values(status="interrupted", finished_at=utcnow(), error=reason))
-            return res.rowcount == 1
+            return _rowcount(res) == 1
 
     # queue ------------------------------------------------------------------
     def claim_next(self, worker_id: str) -> E.RunInfo | None:
@@ -169,7 +170,7 @@ class Store:
             oldest = select(Run.id).where(Run.status == "queued").order_by(Run.id).limit(1).scalar_subquery()
             res = s.execute(update(Run).where(Run.id == oldest, Run.status == "queued")
                             .values(status="running", worker_id=worker_id, heartbeat_at=utcnow(), cancel_requested=False))
-            if res.rowcount != 1:
+            if _rowcount(res) != 1:
                 return None
             run = s.scalars(select(Run).where(Run.worker_id == worker_id, Run.status == "running")
                             .order_by(Run.heartbeat_at.desc(), Run.id.desc()).limit(1)).first()
@@ -210,7 +211,7 @@ class Store:
         with self.session_scope() as s:
             res = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(("interrupted", "failed", "cancelled")))
                             .values(status="queued", error=None, finished_at=None, cancel_requested=False))
-            return res.rowcount == 1
+            return _rowcount(res) == 1
 
     def mark_stale(self, timeout_s: float = STALE_AFTER_S) -> list[int]:
         """Runs whose worker stopped beating for timeout_s become 'interrupted' (the worker's and
@@ -263,6 +264,11 @@ class Store:
                 .where(Request.run_id == run_id).order_by(Request.seq)
             ).all()
             return [(seq, _bandit(b)) for seq, b in rows]
+
+
+def _rowcount(result) -> int:
+    """Rows an UPDATE matched (a CursorResult's rowcount, which the generic Result type does not declare)."""
+    return cast(CursorResult, result).rowcount
 
 
 def _insert_requests(s: Session, records: list[E.RequestRecord]) -> list[int]:

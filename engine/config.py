@@ -24,7 +24,7 @@ _COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     """Build ``cls`` from ``values``; a key the dataclass does not name is refused."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # T is always a dataclass here
     unknown = sorted(set(values) - names)
     if unknown:
         raise PhoenixError(f"unknown {cls.__name__} key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(names))}")

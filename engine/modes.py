@@ -48,7 +48,7 @@ class Mode:
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
 
     @classmethod
-    def parse(cls, text: str) -> "Mode":
+    def parse(cls, text: str) -> Mode:
         m = _GRAMMAR.match(text or "")
         if not m:
             raise PhoenixError(f"unknown mode {text!r}: {HELP}")
@@ -64,7 +64,7 @@ class Mode:
         return cls(text, "vllm")
 
     @classmethod
-    def of(cls, text: str) -> "Mode":
+    def of(cls, text: str) -> Mode:
         """For stored rows, which may hold any mode: kind 'other' instead of an error."""
         try:
             return cls.parse(text)

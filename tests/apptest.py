@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from helpers import build_db
+from streamlit.testing.v1 import AppTest
 
 
 @pytest.fixture
@@ -18,11 +17,16 @@ def app_db(tmp_path, monkeypatch):
     return store
 
 
-def open_page(page: str, **params) -> AppTest:
+def open_page(page: str, as_link: bool = False, **params) -> AppTest:
+    """The page rendered once with ``params`` in its URL. ``as_link`` renders it as a shared link arrives: a
+    fresh session lands on the default page (Runs) first, then moves to the page with the link's parameters."""
     at = AppTest.from_file("../app/main.py", default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = str(value)
-    at.run()  # a fresh session lands on the default page (Runs), as a shared link would
+    # AppTest finds a page by its file before the first run only where the file's name is its url_path; New run
+    # (views/new_run.py at /new) is reached through the landing page, as a person reaches it
+    if as_link or page in ("runs", "new_run"):
+        at.run()
     if page != "runs":
         for key, value in params.items():
             at.query_params[key] = str(value)

@@ -1,10 +1,13 @@
 """Shared fixtures: tiny random models of real architectures, saved as HF directories."""
 from __future__ import annotations
 
+# isort: off
 import engine  # noqa: F401  (sets BLAS and offline env before torch loads)
+# isort: on
 
 import pytest
 import torch
+from apptest import app_db  # noqa: F401  (a fixture: every test module may ask for it)
 
 
 def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2):
@@ -91,12 +94,12 @@ def db_url(tmp_path):
 
 @pytest.fixture
 def store(db_url):
-    """A migrated tmp_path database."""
-    from db import migrate
+    """A migrated tmp_path database (a copy of the session's template)."""
+    from helpers import migrated
+
     from db.store import Store
 
-    migrate.upgrade(db_url)
-    return Store(db_url)
+    return Store(migrated(db_url))
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +145,20 @@ def any_db_url(request, tmp_path):
 
 @pytest.fixture
 def any_store(any_db_url):
-    from db import migrate
+    from helpers import migrated
+
     from db.store import Store
 
-    migrate.upgrade(any_db_url)
-    store = Store(any_db_url)
+    store = Store(migrated(any_db_url))
     yield store
     store.engine.dispose()  # PostgreSQL cannot drop a database with open connections
+
+
+HEAVY = ("train", "subprocess", "browser", "services", "real")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`pytest -m fast` is the working loop: every test that carries none of the heavy markers."""
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in HEAVY):
+            item.add_marker(pytest.mark.fast)

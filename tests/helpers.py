@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
 from db import migrate
@@ -18,6 +19,27 @@ from engine.cli import main
 from engine.decode.decoder import Decoder
 
 ROOT = Path(__file__).resolve().parent.parent
+_TEMPLATE: list[Path] = []  # one migrated SQLite file per test process, copied for every fresh database
+
+
+def migrated(url: str) -> str:
+    """A fresh SQLite database at head, copied from a template migrated once per process (a copy takes ~0.03 s
+    against ~0.4 s through 17 revisions); any other URL, or a file that exists, is migrated for real.
+    test_store keeps the migration-from-empty tests on both databases."""
+    path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    if path is None or path.exists():
+        migrate.upgrade(url)
+        return url
+    if not _TEMPLATE:
+        template = Path(tempfile.mkdtemp(prefix="phoenix-template-")) / "template.db"
+        migrate.upgrade(f"sqlite:///{template}")
+        _TEMPLATE.append(template)
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(_TEMPLATE[0])) as src, closing(sqlite3.connect(path)) as dst:
+        src.backup(dst)  # the backup API, not a file copy: nothing left behind in a WAL file
+    return url
 XSS = "<script>alert('pwned')</script>"
 # A backtick and a blank line close any inline code span; what follows would render as Markdown.
 BREAKOUT = "m`\n\n[click me](https://evil.example/x) ![beacon](https://evil.example/b.png)"
@@ -107,7 +129,7 @@ def app_record(run_id, seq, mode, k, rng, **kw):
 
 def build_db(url: str) -> Store:
     """Two finished runs of target, fixed_4 and bandit, through the store; run 2 holds one divergence."""
-    migrate.upgrade(url)
+    migrated(url)
     store = Store(url)
     rng = random.Random(0)
     for r in range(2):

@@ -5,13 +5,12 @@ import json
 import random
 
 import pytest
+from apptest import chart_frames, charts, open_page
+from helpers import BREAKOUT, XSS, app_record, migrated
 from streamlit.testing.v1 import AppTest
 
-from db import migrate
-from engine.bench.report import summaries
 from db.store import Store
-from apptest import app_db, chart_frames, charts, open_page  # noqa: F401  (app_db is a fixture)
-from helpers import BREAKOUT, XSS, app_record, build_db
+from engine.bench.report import summaries
 
 PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run"]
 
@@ -84,10 +83,10 @@ def test_acceptance_chart_data_holds_the_unconditional_rate(app_db):
 
 
 def test_query_params_round_trip_to_the_same_view(app_db):
-    at = open_page("run", run=2)
+    at = open_page("run", as_link=True, run=2)
     assert at.selectbox(key="pick_run").value == 2
     assert at.query_params["run"] == ["2"] or at.query_params["run"] == "2"
-    at = open_page("requests", run=2, mode="fixed_4", identical="no")
+    at = open_page("requests", as_link=True, run=2, mode="fixed_4", identical="no")
     assert at.selectbox(key="r_mode").value == "fixed_4"
     requests_table = next(d.value for d in at.dataframe if "latency_s" in d.value.columns)
     assert len(requests_table) == 1 and requests_table["diverged_at"].tolist() == [17]  # the one forced mismatch
@@ -178,11 +177,12 @@ def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
 
 
 def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_path, monkeypatch):
-    from engine.vllm.record import SweepConfig, sweep
     from fake_vllm import FakeVllm
 
+    from engine.vllm.record import SweepConfig, sweep
+
     url = f"sqlite:///{tmp_path / 'v.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     monkeypatch.setenv("PHOENIX_DB", url)
     server = FakeVllm()
     try:
@@ -253,7 +253,7 @@ def markdown_like(at: AppTest) -> list[str]:
 
 def test_user_text_with_a_markdown_breakout_is_shown_literally_on_the_run_and_requests_pages(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'breakout.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     store = Store(url)
     run = store.create_run("breakout", {"bench": {"modes": ["fixed_4"], "drafter": "model", "prompt_format": BREAKOUT}},
                            BREAKOUT, BREAKOUT, 1, status="done")
@@ -284,7 +284,7 @@ def test_a_field_error_quoting_user_input_is_literal_text(app_db, monkeypatch):
     ("run", {"run": str(2**70)}), ("policies", {"run": "x"}), ("compare", {"series": "²:fixed_4,1:nope"}),
 ])
 def test_hostile_query_parameters_never_raise(app_db, page, params):
-    open_page(page, **params)  # open_page asserts no exception was rendered
+    open_page(page, as_link=True, **params)  # open_page asserts no exception was rendered
 
 
 @pytest.mark.parametrize("page", ["run", "requests", "policies"])
@@ -334,7 +334,7 @@ def test_an_adaptive_drafters_run_shows_its_draft_lengths_and_the_share_of_empty
     from db.entities import PositionCount
 
     url = f"sqlite:///{tmp_path / 'suffix.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     store = Store(url)
     run = store.create_run("suffix", {"bench": {"modes": ["target", "suffix_4"], "drafter": "model"}}, "t", None, 2,
                            status="done")

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import json
 
-from apptest import app_db, charts, open_page  # noqa: F401  (app_db is a fixture)
-
+from apptest import charts, open_page
 
 HOSTILE_NOTE = ("# Why\n**new draft** <script>alert('x')</script> <img src=x onerror=alert(1)> "
                 "[click](javascript:alert(1)) ![beacon](https://evil.example/b.png) <https://evil.example/a>")

@@ -8,17 +8,16 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error, migrated, run_cli
 
-from db import migrate
 from db.store import Store
-from helpers import assert_one_line_error, run_cli
 
 
 @pytest.fixture
 def place(tmp_path):
     """Named files the cases point at: {ok} is a Phoenix database with one finished run."""
     ok = tmp_path / "ok.db"
-    migrate.upgrade(f"sqlite:///{ok}")
+    migrated(f"sqlite:///{ok}")
     Store(f"sqlite:///{ok}").create_run("one", {}, "embedded", "embedded", 0, status="done")
     (tmp_path / "notsqlite.txt").write_text("hello, not a database\n")
     (tmp_path / "corrupt.db").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)

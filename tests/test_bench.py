@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from helpers import CorruptingDecoder, bench_cfg
 
 from engine.bench.report import summaries
 from engine.bench.run import execute
 from engine.bench.setup import create_run
 from engine.policies.wrappers import FallbackConfig
-from helpers import CorruptingDecoder, bench_cfg
-
-
 
 ALL_MODES = ["target", "fixed_2", "ngram_2", "hf_2", "bandit"]
 

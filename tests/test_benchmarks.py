@@ -7,7 +7,6 @@ from benchmarks import report
 from benchmarks.common import latest
 
 
-
 def test_the_results_report_renders_every_done_run_with_its_link_command_and_identity(tiny_dirs, prompt_file, tmp_path):
     from engine.bench.config import BenchConfig, validate
     from engine.bench.run import execute
@@ -76,7 +75,7 @@ def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     assert latest("gpu", tmp_path)["gpu"].startswith("no GPU")
 
 
-@pytest.mark.slow  # torch.profiler over both engines' decodes
+@pytest.mark.subprocess  # torch.profiler over both engines' decodes: half a minute
 def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_file, tmp_path):
     from benchmarks import profile_decode
 

@@ -11,15 +11,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from helpers import BREAKOUT, XSS, build_db
-
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 
-pytestmark = [pytest.mark.slow,  # starts the dashboard in a subprocess
+pytestmark = [pytest.mark.browser,  # starts the dashboard in a subprocess and drives Chromium
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")]
 
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,7 +119,7 @@ def test_db_upgrade_then_an_unversioned_database_names_the_command(capsys, tmp_p
     assert_one_line_error(code, err, r"run `python -m engine db upgrade --db 'sqlite:///")
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_module_entry_point_exits_2_without_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--k", "99"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2
@@ -149,3 +148,11 @@ def test_resume_of_a_run_whose_worker_may_be_alive_says_how_long_to_wait(capsys,
     code, _, err = run_cli(capsys, "resume", str(run.id), "--db", db_url)
     assert_one_line_error(code, err, r"run 1 is running \(worker .*, last heartbeat \d+ s ago\); cancel it, or retry in (29|30) s")
     assert store.get_run(run.id).status == "running"
+
+
+def test_the_cli_reference_in_docs_is_the_parsers_own_help():
+    from engine.cli import reference
+
+    assert reference.main(["--check"]) == 0, "docs/cli.md is stale: run `python -m engine.cli.reference`"
+    text = reference.render()
+    assert "## bench" in text and "--max-new-tokens MAX_NEW_TOKENS" in text and "## zoo fetch" in text

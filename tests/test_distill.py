@@ -8,11 +8,11 @@ import torch
 
 from db import distills
 from engine.decode.decoder import format_prompt
-from engine.train.distill import DistillConfig, Work, training_prompts
-from engine.train.job import run
-from engine.errors import PhoenixError
 from engine.decode.prompts import humaneval, split
 from engine.decode.spec import generate
+from engine.errors import PhoenixError
+from engine.train.distill import DistillConfig, Work, training_prompts
+from engine.train.job import run
 
 
 def cfg_for(tiny_dirs, prompt_file, tmp_path, **kw):
@@ -28,7 +28,8 @@ def cfg_for(tiny_dirs, prompt_file, tmp_path, **kw):
 @pytest.fixture(scope="module")
 def distilled(tiny_dirs, tmp_path_factory):
     """One distillation with --eval, built once: the tests that only read its output share it."""
-    from db import migrate
+    from helpers import migrated
+
     from db.store import Store
 
     root = tmp_path_factory.mktemp("distilled")
@@ -36,13 +37,13 @@ def distilled(tiny_dirs, tmp_path_factory):
     prompt_file.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n"
                                    for i in range(4)))
     url = f"sqlite:///{root / 'phoenix.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     store = Store(url)
     cfg = cfg_for(tiny_dirs, str(prompt_file), root, epochs=6, eval=True)
     return {"result": run(cfg, store, progress=False), "out": root / "distilled", "store": store}
 
 
-@pytest.mark.slow
+@pytest.mark.train
 def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(distilled):
     result, out, store = distilled["result"], distilled["out"], distilled["store"]
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()
@@ -61,12 +62,12 @@ def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(distill
     assert all(r.identical for r in store.requests(job.after_run_id))
 
 
-@pytest.mark.slow
+@pytest.mark.train
 def test_training_lowers_the_answer_loss(distilled):
     assert distilled["result"]["last_loss"] < distilled["result"]["first_loss"]
 
 
-@pytest.mark.slow
+@pytest.mark.train
 def test_merged_model_loads_without_peft_and_decodes_like_the_adapter_wrapped_one(tiny_dirs, distilled):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -100,7 +101,7 @@ def test_no_held_out_test_prompt_reaches_the_teacher(tiny_dirs, tmp_path):
             training_prompts(DistillConfig(prompts=spec))
 
 
-@pytest.mark.slow
+@pytest.mark.train
 def test_teacher_answers_are_the_targets_greedy_output(tiny_dirs, prompt_file, tmp_path):
     from engine.decode.loading import load_pair
 
@@ -117,7 +118,7 @@ class Stop(Exception):
     pass
 
 
-@pytest.mark.slow
+@pytest.mark.train
 @pytest.mark.parametrize("where", ["answers", "lora"])
 def test_an_interrupted_job_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(tiny_dirs, prompt_file, tmp_path,
                                                                                      store, where):

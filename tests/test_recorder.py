@@ -6,19 +6,18 @@ import threading
 import time
 
 import pytest
+from helpers import migrated, request_record
 from sqlalchemy import event
 
 import db.store as store_mod
-from db import migrate
 from db.store import Store, StoreError
 from engine.bench.recorder import Recorder
-from helpers import request_record
 
 
 @pytest.fixture
 def short_lock_store(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'phoenix.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 200)  # a writer gives up after 0.2 s
     return Store(url), tmp_path / "phoenix.db"
 
@@ -31,18 +30,18 @@ def test_a_lock_taken_right_after_a_batch_commits_never_duplicates_a_row(short_l
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     locked = threading.Event()
 
-    def lock_for_a_second(_session) -> None:
+    def lock_for_half_a_second(_session) -> None:
         if not locked.is_set():  # the first commit is the recorder's first batch
             locked.set()
             blocker.execute("BEGIN IMMEDIATE")
-            threading.Timer(1.0, blocker.rollback).start()
+            threading.Timer(0.5, blocker.rollback).start()  # over twice the 0.2 s busy timeout
 
-    event.listen(store._sessions, "after_commit", lock_for_a_second)
+    event.listen(store._sessions, "after_commit", lock_for_half_a_second)
     recorder = Recorder(store, run.id, interval_s=0.05)
     recorder.put(request_record(run.id, 0))
     recorder.put(request_record(run.id, 1))
     assert locked.wait(5)
-    time.sleep(1.5)  # the lock is gone again; whatever was retried has been retried
+    time.sleep(0.8)  # the lock is gone again; whatever was retried has been retried
     try:
         recorder.put(request_record(run.id, 2))
         recorder.put(request_record(run.id, 3))

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_one_line_error, migrated, run_cli, start_worker, stop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db import migrate, queries
+from db import queries
 from db.store import Store
-from engine.errors import PhoenixError
 from engine.decode.prompts import parse_jsonl
-from helpers import assert_one_line_error, run_cli, start_worker, stop
+from engine.errors import PhoenixError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,11 +81,11 @@ def _limit_file_size(limit: int):
     return apply
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, prompt_file, tmp_path):
     db = tmp_path / "full.db"
     url = f"sqlite:///{db}"
-    migrate.upgrade(url)
+    migrated(url)
     size = db.stat().st_size
     d = tiny_dirs["qwen3"]
     prompts = tmp_path / "many.jsonl"
@@ -112,7 +112,7 @@ def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, p
     assert store.count_requests(run.id) == kept
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_dashboard_reads_while_two_workers_write(tiny_dirs, prompt_file, tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
@@ -120,7 +120,7 @@ def test_the_dashboard_reads_while_two_workers_write(tiny_dirs, prompt_file, tmp
     from engine.bench.setup import create_run
 
     url = f"sqlite:///{tmp_path / 'busy.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     store = Store(url)
     d = tiny_dirs["qwen3"]
     for _ in range(2):
@@ -164,7 +164,7 @@ def test_the_prompt_parser_takes_any_bytes_with_prompts_or_one_clear_error(data)
 @pytest.fixture(scope="module")
 def filter_store(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'f.db'}"
-    migrate.upgrade(url)
+    migrated(url)
     store = Store(url)
     store.create_run("alpha", {}, "embedded", "embedded", 1)
     return store
@@ -223,10 +223,10 @@ def test_starting_runs_needs_the_operator_token_when_one_is_set(tmp_path, monkey
     assert b"s3cret-token" not in open(url.removeprefix("sqlite:///"), "rb").read()
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_locked_database_fails_the_bench_with_one_line(tiny_dirs, prompt_file, tmp_path, monkeypatch):
     db = tmp_path / "locked.db"
-    migrate.upgrade(f"sqlite:///{db}")
+    migrated(f"sqlite:///{db}")
     blocker = sqlite3.connect(db)
     blocker.execute("BEGIN EXCLUSIVE")
     try:

@@ -4,15 +4,14 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from helpers import migrated, request_record
 from sqlalchemy import create_engine, inspect
 
-from db import migrate
+from db import migrate, queries
 from db.entities import BanditRecord, PositionCount
 from db.models import Base
-from db import queries
 from db.queries import mode_summaries, positions
 from db.store import Store, StoreError, resolve_url
-from helpers import request_record
 
 
 @pytest.fixture
@@ -32,8 +31,7 @@ def sqlite_url(tmp_path):
 
 @pytest.fixture
 def sqlite_store(sqlite_url):
-    migrate.upgrade(sqlite_url)
-    return Store(sqlite_url)
+    return Store(migrated(sqlite_url))
 
 
 def test_migrations_reach_head_and_match_the_models(url):

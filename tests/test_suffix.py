@@ -7,12 +7,12 @@ import math
 import pytest
 from prometheus_client import generate_latest
 
-from engine.decode.prompts import Prompt
 from engine.analysis.breakeven import fit_a, rates, survival
 from engine.bench.request import make_record
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
-from engine.decode.spec import RequestStats, generate
+from engine.decode.prompts import Prompt
+from engine.decode.spec import generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter, SuffixTree
 from engine.errors import PhoenixError
 from engine.observe.prometheus import Metrics

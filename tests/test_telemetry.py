@@ -1,20 +1,19 @@
 """Sentry through the real SDK over real HTTP to a local envelope receiver."""
 from __future__ import annotations
 
-from datetime import datetime
-
 import time
+from datetime import datetime
 
 import pytest
 import sentry_sdk
+from helpers import CorruptingDecoder, bench_cfg
 
+from benchmarks.sentry_receiver import Receiver
 from engine.bench.run import execute
 from engine.bench.setup import create_run
 from engine.errors import PhoenixError
 from engine.observe.sentry import SentryConfig, init
 from engine.policies.wrappers import FallbackConfig
-from helpers import CorruptingDecoder, bench_cfg
-from benchmarks.sentry_receiver import Receiver
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import app_record, assert_one_line_error, run_cli
 
 from db import distills, tracker
 from db.store import Store
-from helpers import app_record, assert_one_line_error, run_cli
 
 
 @pytest.fixture

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import pytest
+from fake_vllm import FakeVllm
 
+from engine.errors import PhoenixError
 from engine.vllm.client import parse_metrics
 from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
-from engine.errors import PhoenixError
-from fake_vllm import FakeVllm
 
 
 @pytest.fixture

@@ -1,24 +1,23 @@
 """The background worker, with real processes: submit, cancel, SIGKILL and resume, races."""
 from __future__ import annotations
 
-import pytest
-
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict
 from pathlib import Path
+
+import pytest
+from helpers import bench_cfg, start_worker, stop, wait_for
 
 from db.store import Store
 from engine.bench.config import stored
 from engine.bench.setup import create_run
-from helpers import bench_cfg, start_worker, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow  # every test here starts worker processes
+pytestmark = pytest.mark.subprocess  # every test here starts worker processes
 
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.decode.loading import load_pair
 from engine.decode.decoder import Decoder
+from engine.decode.loading import load_pair
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers, teacher_sequences
 
 
@@ -15,7 +15,7 @@ def toy(out) -> ZooConfig:
                      draft_batch=2, seq_batch=2)
 
 
-@pytest.mark.slow  # trains
+@pytest.mark.train
 def test_zoo_build_writes_a_pair_that_loads_and_decodes_exactly(tmp_path):
     cfg = toy(tmp_path)
     summary = build(cfg)
@@ -24,7 +24,7 @@ def test_zoo_build_writes_a_pair_that_loads_and_decodes_exactly(tmp_path):
     pair = load_pair(str(tmp_path / "target"), str(tmp_path / "draft"), "cpu", "float32")
     dec = Decoder(pair)
     ids = dec.encode("def f(x):\n")
-    assert dec.run(ids, 3, 12).output_ids == dec.run(ids, 0, 12).output_ids
+    assert dec.run(ids, 3, 12, "model").output_ids == dec.run(ids, 0, 12).output_ids
 
 
 def test_teacher_answers_never_use_held_out_test_prompts(tmp_path, monkeypatch):

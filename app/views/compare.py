@@ -65,7 +65,9 @@ def curves(url: str, series: list[str]) -> None:
         frame, fit = charts.acceptance_frame(pos[pos["mode"] == mode])
         if not frame.empty:
             parts.append(frame.assign(arm=s))
-            fits.update({s: a for a in list(fit.values())[:1]})  # one arm per series
+            first = next(iter(fit.values()), None)  # one arm per series
+            if first is not None:
+                fits[s] = first
     if not parts:
         return
     st.subheader("Per-position acceptance")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import actions, data, widgets
+from app import actions, widgets
 from app.actions import FORM_LIMITS
 from engine.bench.config import BenchConfig
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data, urlstate, widgets
-from engine.analysis.regret import is_bandit,  best_fixed, policy_table, regret_curves
+from engine.analysis.regret import best_fixed, is_bandit, policy_table, regret_curves
 
 HOW = ("Run several policies and fixed arms over the same prompts, for example\n"
        "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"

@@ -1,14 +1,13 @@
 """Run: KPIs per mode and the charts that explain them."""
 from __future__ import annotations
 
-
 import streamlit as st
 
 from app import actions, charts, data, tracking, urlstate, widgets
-from engine.vllm.client import level_notes
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 from engine.modes import Mode
+from engine.vllm.client import level_notes
 
 
 def render() -> None:

@@ -32,7 +32,7 @@ def regret_curves(frame: pd.DataFrame, best: str) -> pd.DataFrame:
     """decision, mode, chosen k, regret and cumulative regret for every bandit request."""
     ref = frame[frame["mode"] == best].groupby("prompt_id")["tokens_per_s"].mean()
     out = []
-    for mode, g in frame[frame["mode"].map(is_bandit)].groupby("mode", sort=True):
+    for _mode, g in frame[frame["mode"].map(is_bandit)].groupby("mode", sort=True):
         g = g.sort_values("seq").copy()
         g = g[g["prompt_id"].isin(ref.index)]
         g["decision"] = range(len(g))

@@ -23,12 +23,12 @@ def welch(a: list[float], b: list[float], alpha: float = 0.05) -> Welch | None:
     """Welch's t-test of mean(b) - mean(a), with its (1 - alpha) confidence interval."""
     from scipy import stats
 
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < 2 or len(b) < 2:
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(xa) < 2 or len(xb) < 2:
         return None
-    res = stats.ttest_ind(b, a, equal_var=False)
+    res = stats.ttest_ind(xb, xa, equal_var=False)
     ci = res.confidence_interval(confidence_level=1 - alpha)
     p = float(res.pvalue)
     verdict = "significant" if p < alpha else "NOT_SIGNIFICANT"
-    return Welch(float(a.mean()), float(b.mean()), float(b.mean() - a.mean()), p, float(ci.low), float(ci.high),
-                 len(a), len(b), verdict)
+    return Welch(float(xa.mean()), float(xb.mean()), float(xb.mean() - xa.mean()), p, float(ci.low), float(ci.high),
+                 len(xa), len(xb), verdict)

@@ -12,15 +12,20 @@ from pathlib import Path
 from engine.paths import DATA_DIR, ROOT
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int, command: str | None = None) -> bool:
+    """Whether ``pid`` is a live (not zombie) process on this host; with ``command``, a Phoenix process running that
+    command (a pid file can outlive its worker and the pid be reused). Without it any live process counts, the
+    cautious answer before taking over a run."""
     try:
         os.kill(pid, 0)
         status = Path(f"/proc/{pid}/status").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except PermissionError:
+        return True  # it exists and belongs to someone else: never treat it as gone
     except (OSError, ValueError):
         return False
     zombie = any(line.startswith("State:") and "Z" in line.split()[1] for line in status.splitlines())
-    return not zombie and "engine" in cmdline and "worker" in cmdline
+    return not zombie and (command is None or ("engine" in cmdline and command in cmdline))
 
 
 def worker_files(data_dir: Path, db_url: str) -> dict[str, Path]:
@@ -35,7 +40,7 @@ def worker_pid(data_dir: Path, db_url: str) -> int | None:
         pid = int(worker_files(data_dir, db_url)["pid"].read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    return pid if pid_alive(pid, "worker") else None
 
 
 def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]:
@@ -57,7 +62,7 @@ def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]
         files["pid"].write_text(str(proc.pid))
         # until the child has exec'd, /proc shows our own command line and a second call would start another
         for _ in range(100):
-            if proc.poll() is not None or _alive(proc.pid):
+            if proc.poll() is not None or pid_alive(proc.pid, "worker"):
                 break
             time.sleep(0.02)
         return "started", files["log"]

@@ -70,7 +70,7 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
             warmup: bool, shadow_rng: random.Random | None) -> tuple[RequestRecord, object]:
     """Decode one (prompt, mode) and build its record; updates the policy."""
     parsed = Mode.parse(mode)
-    drafter, k = parsed.drafter(cfg.drafter, state.decoder.pair.draft is not None), parsed.k
+    drafter, k = parsed.drafter(cfg.drafter, state.decoder.pair.draft is not None), parsed.k or 0
     decision, choose_k = None, None
     if parsed.is_bandit:
         policy = state.policies[mode]

@@ -7,8 +7,8 @@ Every output is checked against target-only on the same prompt in the same dtype
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from tqdm import tqdm
 

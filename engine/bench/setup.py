@@ -27,7 +27,7 @@ def git_sha() -> str | None:
 
 
 def environment() -> dict:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in VERSIONED:
         try:
             versions[name] = metadata.version(name)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from db.store import HEARTBEAT_S, STALE_AFTER_S, Store
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.run import execute, load_decoder
+from engine.decode.decoder import Decoder
 from engine.decode.fetch import ensure_present
 from engine.errors import PhoenixError
 from engine.modes import Mode
@@ -32,7 +33,7 @@ class WorkerConfig:
     metrics_port: int | None = None  # serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)
     metrics_addr: str = "127.0.0.1"  # localhost by default: counters say what models you run
 
-    def validate(self) -> "WorkerConfig":
+    def validate(self) -> WorkerConfig:
         for flag, value in (("--poll", self.poll_s), ("--stale-after-s", self.stale_after_s), ("--max-idle", self.max_idle_s)):
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise PhoenixError(f"{flag} must be a finite number of seconds >= 0, got {value}")
@@ -93,8 +94,8 @@ class Worker:
     def __init__(self, store: Store, cfg: WorkerConfig | None = None, log=print, telemetry=None):
         self.store, self.cfg, self.log, self.telemetry = store, cfg or WorkerConfig(), log, telemetry
         self.id = worker_id()
-        self._decoder = None
-        self._decoder_key = None
+        self._decoder: Decoder | None = None
+        self._decoder_key: tuple | None = None
         self.metrics = None
         if self.cfg.metrics_port is not None:
             self.metrics = Metrics()
@@ -121,7 +122,7 @@ class Worker:
         if fetched:
             self.store.merge_config(run_id, {"preparing": None, "fetched": fetched})
 
-    def run_one(self) -> int | None:
+    def take_next(self) -> int | None:
         self.store.mark_stale(self.cfg.stale_after_s)
         run = self.store.claim_next(self.id)
         if run is None:
@@ -135,7 +136,8 @@ class Worker:
                                          mode_arms(bench))
                 self.prepare(run.id, bench)
                 decoder = self.decoder_for(bench)
-                observe = (lambda rec, _stats: self.metrics.observe(rec, bench.target)) if self.metrics else None
+                metrics = self.metrics
+                observe = (lambda rec, _stats: metrics.observe(rec, bench.target)) if metrics else None
                 with self.metrics.running.labels(bench.target, "0").track_inprogress() if self.metrics else nullcontext():
                     status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
                                      should_stop=CancelCheck(self.store, run.id), on_request=observe,
@@ -154,7 +156,7 @@ class Worker:
     def serve(self) -> None:
         idle_since = time.monotonic()
         while True:
-            done = self.run_one()
+            done = self.take_next()
             if done is not None:
                 idle_since = time.monotonic()
                 if self.cfg.once:

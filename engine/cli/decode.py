@@ -7,14 +7,15 @@ from dataclasses import dataclass, field
 from engine.catalog import SMOLLM2
 from engine.config import add_options, check_choices, from_args
 from engine.decode.decoder import Decoder, stats_dict
+from engine.decode.fetch import FetchConfig, fetch
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.prompts import check_prompt
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
 from engine.modes import Drafter, Engine, PromptFormat, check_k
 from engine.train.draft import DraftConfig, build_draft
-from engine.decode.fetch import FetchConfig, fetch
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
+
 
 @dataclass
 class GenerateConfig(PairConfig):
@@ -27,7 +28,7 @@ class GenerateConfig(PairConfig):
     prompt_format: PromptFormat = "raw"  # raw continues the text; chat sends it as the user's turn of the chat template
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter's settings
 
-    def validate(self) -> "GenerateConfig":
+    def validate(self) -> GenerateConfig:
         check_choices(self)
         check_prompt(self.prompt)
         check_k(self.k)

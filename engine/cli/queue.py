@@ -5,8 +5,9 @@ import math
 import os
 import socket
 
-from db.store import STALE_AFTER_S
 from db.models import utcnow
+from db.store import STALE_AFTER_S
+from engine.bench.autostart import pid_alive
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.setup import create_run
 from engine.bench.worker import Worker, WorkerConfig, log_line
@@ -57,23 +58,13 @@ def take_over(store, run):
     """A running run whose worker is provably gone (same host, no such process) is interrupted at once;
     otherwise say how long until its missing heartbeat makes it resumable."""
     host, _, pid = (run.worker_id or "").rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+    if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
         store.interrupt_if_running(run.id, f"worker {run.worker_id} is gone; resumed")
         return get_run(store, run.id)
     age = (utcnow() - run.heartbeat_at).total_seconds() if run.heartbeat_at else 0.0
     wait = max(1, math.ceil(STALE_AFTER_S - age))
     raise PhoenixError(f"run {run.id} is running (worker {run.worker_id or '?'}, last heartbeat {age:.0f} s ago); "
                        f"cancel it, or retry in {wait} s if its worker died")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def cmd_cancel(args) -> int:

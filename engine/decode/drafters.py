@@ -46,7 +46,7 @@ class ModelDrafter:
 
     def commit(self, valid_len: int) -> None:
         extra = self.cache_len - valid_len
-        if extra > 0:
+        if extra > 0 and self.cache is not None:
             self.cache.crop(-extra)
             self.cache_len = valid_len
 

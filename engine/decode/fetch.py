@@ -16,9 +16,9 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from engine.catalog import NAMED, SMOLLM2, present
 from engine.errors import PhoenixError

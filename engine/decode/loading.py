@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
 from pathlib import Path
+from typing import Any, Literal
 
-from engine.errors import PhoenixError
 from engine.catalog import EMBEDDED, NAMED, named_dir
+from engine.errors import PhoenixError
 
 
 @dataclass
@@ -24,9 +24,9 @@ class PairConfig:
 
 @dataclass
 class LoadedPair:
-    target: object
-    draft: object | None
-    tokenizer: object
+    target: Any  # a transformers causal LM
+    draft: Any | None
+    tokenizer: Any
     target_name: str
     draft_name: str | None
     device: str
@@ -75,9 +75,9 @@ def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
 
 
 def _from_hub_cache(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-
     import os
+
+    from huggingface_hub import snapshot_download
 
     try:
         # read at call time, so a cache set after start-up (or by a test) is honoured
@@ -114,7 +114,7 @@ def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = Fa
     path = resolve(spec, role, allow_pickle)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, trust_remote_code=False, use_safetensors=not allow_pickle
         )
     except PhoenixError:

@@ -10,8 +10,9 @@ drafted tokens were all accepted (the unconditional definition).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
@@ -157,7 +158,7 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
     out = stats.output_ids
     done = append_until_done(out, [first], eos_id, max_new_tokens)
     drafting = drafter is not None and (k > 0 or choose_k is not None) and not done
-    if drafting:
+    if drafting and drafter is not None:
         t = time.perf_counter()
         drafter.reset(list(prompt_ids))
         sync(device)
@@ -175,6 +176,6 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
         done = append_until_done(out, new, eos_id, max_new_tokens)
     sync(device)
     stats.latency_s = time.perf_counter() - start
-    if drafting:
+    if drafting and drafter is not None:
         drafter.finish(list(prompt_ids), list(out))  # after the clock: bookkeeping for later requests
     return stats

@@ -29,7 +29,7 @@ class SuffixConfig:
     min_prob: float = 0.1  # stop drafting when the path's empirical probability falls under this (ArcticInference: 0.1)
     global_tree: bool = True  # the tree over earlier outputs of the run (off: --no-suffix-global-tree)
 
-    def validate(self) -> "SuffixConfig":
+    def validate(self) -> SuffixConfig:
         checks = [(self.max_tree_depth >= 1, "max_tree_depth", "--suffix-max-tree-depth must be >= 1"),
                   (self.max_cached_requests >= 0, "max_cached_requests", "--suffix-max-cached-requests must be >= 0"),
                   (self.max_spec_factor >= 0 and self.max_spec_offset >= 0, "max_spec_factor",
@@ -88,9 +88,9 @@ class SuffixTree:
         """(node, match length) for every suffix of ``pattern`` the tree holds, longest first."""
         out = []
         for start in range(max(0, len(pattern) - self.depth), len(pattern)):
-            node = self.root
+            node: _Node | None = self.root
             for token in pattern[start:]:
-                node = node.children.get(token)
+                node = node.children.get(token) if node is not None else None
                 if node is None:
                     break
             if node is not None:
@@ -123,7 +123,8 @@ def best_draft(matches: list[tuple[_Node, int]], k: int, cfg: SuffixConfig) -> t
 
 
 def _path(node: _Node, budget: int, min_prob: float) -> tuple[list[int], float]:
-    tokens, prob, score = [], 1.0, 0.0
+    tokens: list[int] = []
+    prob, score = 1.0, 0.0
     while len(tokens) < budget and node.children:
         token, child = max(node.children.items(), key=lambda kv: kv[1].count)
         prob *= child.count / node.count
@@ -144,7 +145,7 @@ class SuffixDrafter:
         self.cfg = cfg or SuffixConfig()
         self.global_tree = SuffixTree(self.cfg.max_tree_depth)
         self._cached: deque[tuple[tuple[int, ...], list[int]]] = deque()  # (prompt key, output) in arrival order
-        self.local: SuffixTree | None = None
+        self.local = SuffixTree(self.cfg.max_tree_depth)  # replaced per request in reset
         self._global_matches: list = []  # (node, length) of the text's suffixes in the global tree, kept per token
         self._fed = 0
         self._key: tuple[int, ...] = ()
@@ -152,7 +153,7 @@ class SuffixDrafter:
     def reset(self, prompt_ids: list[int]) -> None:
         self._key = tuple(prompt_ids)
         if any(key == self._key for key, _ in self._cached):  # this prompt's earlier output would be its own answer
-            kept = deque()
+            kept: deque[tuple[tuple[int, ...], list[int]]] = deque()
             for key, output in self._cached:
                 if key == self._key:
                     self.global_tree.add(output, -1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 import threading
 from socketserver import ThreadingMixIn
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -79,7 +80,7 @@ class Metrics:
         """Start /metrics on addr:port in a daemon thread; returns (server, thread)."""
         server_class = type("MetricsServer", (_Server,), {"address_family": socket.AF_INET6 if ":" in addr else socket.AF_INET})
         try:
-            httpd = make_server(addr, port, text_format(make_wsgi_app(self.registry)), server_class, handler_class=_Quiet)
+            httpd: Any = make_server(addr, port, text_format(make_wsgi_app(self.registry)), server_class, handler_class=_Quiet)
         except (OSError, OverflowError) as exc:
             raise PhoenixError(f"cannot serve metrics on {addr}:{port} ({exc}); pick another --metrics-port") from None
         thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="phoenix-metrics")

@@ -12,6 +12,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from engine.errors import PhoenixError
 
@@ -27,7 +28,7 @@ class SentryConfig:
     connect_timeout_s: float = 3.0
 
     @classmethod
-    def from_env(cls, **overrides) -> "SentryConfig":
+    def from_env(cls, **overrides) -> SentryConfig:
         cfg = cls(dsn=os.environ.get("PHOENIX_SENTRY_DSN") or None,
                   environment=os.environ.get("PHOENIX_SENTRY_ENVIRONMENT", "local"),
                   release=os.environ.get("PHOENIX_SENTRY_RELEASE") or None,
@@ -62,7 +63,7 @@ class Telemetry:
         self.enabled, self.cfg = enabled, cfg
 
     @classmethod
-    def off(cls) -> "Telemetry":
+    def off(cls) -> Telemetry:
         return cls(False, SentryConfig())
 
     @contextmanager
@@ -170,7 +171,7 @@ def init(cfg: SentryConfig | None = None, release: str | None = None) -> Telemet
     check_dsn(cfg.dsn, cfg.connect_timeout_s)
     import sentry_sdk
 
-    options = dict(dsn=cfg.dsn, environment=cfg.environment, release=cfg.release or release,
+    options: dict[str, Any] = dict(dsn=cfg.dsn, environment=cfg.environment, release=cfg.release or release,
                    traces_sample_rate=cfg.traces_sample_rate, enable_logs=True, send_default_pii=False,
                    default_integrations=False)
     if cfg.profiling:

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from engine.modes import DEFAULT_ARMS
 from engine.policies.types import Decision, Observation, PassController, Policy, PolicyDefaults

@@ -104,10 +104,12 @@ class OnlineModel:
     def tokens_per_s(self, arms, rng: np.random.Generator | None = None, n: int = 1) -> np.ndarray:
         """(n, len(arms)) predicted tokens/sec; posterior draws when rng is given."""
         u = self.acceptance_draws(rng, n)
-        v0, v1, se0, se1 = self.cost_fit()
+        c0, c1, se0, se1 = self.cost_fit()
+        v0: float | np.ndarray = c0
+        v1: float | np.ndarray = c1
         if rng is not None:
-            v0 = rng.normal(v0, se0, size=(u.shape[0], 1))
-            v1 = rng.normal(v1, se1, size=(u.shape[0], 1))
+            v0 = rng.normal(c0, se0, size=(u.shape[0], 1))
+            v1 = rng.normal(c1, se1, size=(u.shape[0], 1))
         d = self.draft_cost()
         cum = np.concatenate([np.zeros((u.shape[0], 1)), np.cumsum(u, axis=1)], axis=1)
         ks = np.array(arms)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 # A per-pass controller: given the request's stats so far (engine.decode.spec.RequestStats),
 # the k for the next verification pass.
@@ -49,9 +50,15 @@ class Observation:
 
 @runtime_checkable
 class Policy(Protocol):
-    name: str
-    arms: tuple[int, ...]
-    t: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arms(self) -> tuple[int, ...]: ...
+
+    @property
+    def t(self) -> int:
+        """Decisions made so far (warm-up excluded)."""
 
     def choose(self, prompt_tokens: int | None = None) -> Decision: ...
 
@@ -102,6 +109,10 @@ def decision_rng(seed: int, t: int) -> random.Random:
 class PolicyDefaults:
     """What a policy does unless it says otherwise: one k per request, no use for target-only
     references, and the per-arm tally every policy keeps."""
+
+    arms: tuple[int, ...]
+    counts: dict[int, int]
+    t: int
 
     def pass_controller(self, decision: Decision) -> PassController | None:
         return None  # request granularity unless wrapped by PassAdaptive

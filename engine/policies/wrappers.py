@@ -18,7 +18,7 @@ class FallbackConfig:
     probe_every: int = 4  # while fallen back, every Nth request probes the policy's choice
     recover_probes: int = 2  # probes that must beat target-only by the margin to recover
 
-    def validate(self) -> "FallbackConfig":
+    def validate(self) -> FallbackConfig:
         if self.window < 1 or self.probe_every < 1 or self.recover_probes < 1 or not 0 <= self.margin < 1:
             raise PhoenixError("--fallback-window, --fallback-probe-every and --fallback-recover-probes must be >= 1 "
                                "and --fallback-margin in [0, 1)", field="fallback")
@@ -140,7 +140,8 @@ class Fallback:
             self.observe_reference(reward)
         elif self.engaged:
             self.probes.append(reward)
-            if len(self.probes) == self.cfg.recover_probes and min(self.probes) > self.baseline * (1 + self.cfg.margin):
+            if (len(self.probes) == self.cfg.recover_probes and self.baseline is not None
+                    and min(self.probes) > self.baseline * (1 + self.cfg.margin)):
                 self.engaged, self.pending = False, "fallback_recovered"
                 self.recent.clear()
         elif self.baseline is not None:

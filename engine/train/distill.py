@@ -12,9 +12,9 @@ No held-out test prompt (engine.prompts' test split) may be in the teacher data.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from engine.decode.decoder import Decoder, format_prompt
 from engine.decode.prompts import humaneval, load, split

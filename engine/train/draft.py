@@ -53,7 +53,7 @@ class DraftConfig:
     teacher_dtype: str = "bfloat16"  # the target's forward while teaching: bf16 is about 2x faster on AVX512-BF16
     save_dtype: str = "float16"  # weights on disk; loaded in the run's dtype
 
-    def validate(self) -> "DraftConfig":
+    def validate(self) -> DraftConfig:
         """Every number checked before the target loads, each with the flag to fix."""
         checks = [(self.steps >= (0 if self.init_from else 1), "--steps must be >= 1 (0 only with --init-from)"),
                   (self.seq_steps >= 0 and self.seq_batch >= 1, "--seq-steps must be >= 0 and --seq-batch >= 1"),
@@ -99,9 +99,10 @@ def stdlib_functions(texts: list[str]) -> list[str]:
             continue
         lines = text.splitlines()
         for node in tree.body:
-            doc = node.body[0] if isinstance(node, ast.FunctionDef) and node.body else None
-            if doc is not None and isinstance(doc, ast.Expr) and isinstance(getattr(doc, "value", None), ast.Constant) \
-                    and isinstance(doc.value.value, str) and len(node.body) > 1:
+            if not isinstance(node, ast.FunctionDef) or len(node.body) < 2:
+                continue
+            doc = node.body[0]
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
                 out.append("\n".join(lines[node.lineno - 1: doc.end_lineno]) + "\n")
     return out
 

@@ -14,6 +14,7 @@ import sysconfig
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from engine.decode.prompts import humaneval, split
 from engine.decode.spec import generate
@@ -135,14 +136,26 @@ def optimizer_step(model, opt, loss, losses: list[float], bar) -> None:
     bar.set_postfix(loss=f"{losses[-1]:.3f}")
 
 
-def train_lm(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed: int, desc: str, teacher=None):
+class TrainSettings(Protocol):
+    """What the shared training loops read from a config: ZooConfig and the real target's DraftConfig both have it."""
+
+    seed: int
+    seq_len: int
+    warmup_steps: int
+    seq_batch: int
+    seq_lr: float
+    seq_steps: int
+    save_dtype: str
+
+
+def train_lm(model, ids, cfg: TrainSettings, steps: int, batch: int, lr: float, seed: int, desc: str, teacher=None):
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     model.train()
-    losses = []
+    losses: list[float] = []
     bar = tqdm(enumerate(_batches(ids, steps, batch, cfg.seq_len, seed)), total=steps, desc=desc)
     for step, x in bar:
         for group in opt.param_groups:
@@ -159,7 +172,7 @@ def train_lm(model, ids, cfg: ZooConfig, steps: int, batch: int, lr: float, seed
     return losses
 
 
-def save_model(model, tokenizer, path: Path, cfg: ZooConfig, card: dict) -> None:
+def save_model(model, tokenizer, path: Path, cfg: TrainSettings, card: dict) -> None:
     import torch
 
     path.mkdir(parents=True, exist_ok=True)
@@ -217,7 +230,7 @@ def teacher_sequences(target, tokenizer, ids, cfg: ZooConfig) -> list[tuple[list
     return out
 
 
-def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: ZooConfig) -> list[float]:
+def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: TrainSettings) -> list[float]:
     """Cross-entropy on the teacher's continuation tokens only (prompts are context)."""
     import torch
     import torch.nn.functional as F
@@ -226,7 +239,7 @@ def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: ZooConfig)
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.seq_lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed + 3)
     draft.train()
-    losses = []
+    losses: list[float] = []
     for step in (bar := tqdm(range(cfg.seq_steps), desc="draft (teacher answers)")):
         for group in opt.param_groups:
             group["lr"] = _lr(step, cfg.seq_steps, cfg.seq_lr, cfg.warmup_steps)

@@ -36,7 +36,7 @@ class SpecCounters:
     seen: bool = False  # the body held spec-decode counters at all
     reset: bool = False  # a counter went down since the previous scrape: the server restarted
 
-    def minus(self, other: "SpecCounters") -> "SpecCounters":
+    def minus(self, other: SpecCounters) -> SpecCounters:
         """The increase since ``other``. A counter that went down means a restart; as Prometheus's rate() does,
         the increase is then the new value itself, and the delta says so."""
         pairs = [(self.drafts, other.drafts), (self.draft_tokens, other.draft_tokens), (self.accepted, other.accepted),

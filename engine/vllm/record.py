@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 from db.entities import PositionCount, RequestRecord
 from db.store import Store
 from engine.bench.setup import environment
 from engine.decode.decoder import sha256_text
 from engine.decode.prompts import load as load_prompts
-from engine.vllm.client import GREEDY, SpecCounters, VllmClient, sweep_level
 from engine.errors import PhoenixError
+from engine.vllm.client import GREEDY, SpecCounters, VllmClient, sweep_level
 
 
 @dataclass

@@ -6,8 +6,8 @@ best) in ``epsilon``; those values move here.
 Revision ID: 0007
 Revises: 0006
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0007"
 down_revision = "0006"
