@@ -157,6 +157,20 @@ def any_store(any_db_url):
 HEAVY = ("train", "subprocess", "browser", "services", "real")
 
 
+def _scan_components_once() -> None:
+    """AppTest rescans every installed distribution for Streamlit v2 component manifests on each run (0.2 s, most
+    of a page render here). Phoenix ships no such component, and the set of installed packages does not change
+    during a test session, so one scan serves them all."""
+    import functools
+
+    from streamlit.components.v2 import manifest_scanner
+
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+_scan_components_once()
+
+
 def pytest_collection_modifyitems(config, items):
     """`pytest -m fast` is the working loop: every test that carries none of the heavy markers."""
     for item in items:

@@ -85,3 +85,9 @@ def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_f
     for b in result["engines"].values():
         assert 0 < b["target_forward_s"] < b["wall_s"] and b["top_ops"]
         assert 0 <= b["outside_forwards_share"] < 1
+
+
+def test_the_results_doc_is_generated_from_the_committed_results_database():
+    """docs/results.md quotes only runs that benchmarks/results.db holds: regenerate it after any new run."""
+    text = report.render(report.open_results(str(report.RESULTS_DB)))
+    assert report.DOC.read_text(encoding="utf-8") == text, "docs/results.md is stale: run `python -m benchmarks.report`"

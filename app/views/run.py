@@ -149,6 +149,9 @@ def kpis(summaries) -> None:
                        + ("" if m.speedup is None or m.speedup.median is None
                           else f"; IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x over {m.speedup.n} requests"))
         cols[6].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
+        if m.speedup is not None and m.speedup.median is not None and m.mode != "target":
+            st.caption(f"x target: the median of {m.speedup.n} per-prompt ratios against target-only in this run, "
+                       f"IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x")
 
 
 def vllm_sweep(info) -> None:

@@ -140,7 +140,7 @@ def stage_answers(cfg: DistillConfig, pair, work: Work, prompts, on_answer: Call
     with work.answers.open("a") as fh:
         for p in tqdm([p for p in prompts if p.id not in have], desc="1/3 teacher answers", disable=not progress):
             ids = format_prompt(pair.tokenizer, p.text)
-            stats = decoder.run(ids, k, cfg.max_new_tokens)  # refuses a prompt too long for the target's context
+            stats = decoder.run(ids, k, cfg.max_new_tokens, "model" if k else "none")  # refuses a too-long prompt
             row = {"id": p.id, "prompt_ids": ids, "answer_ids": stats.output_ids}
             fh.write(json.dumps(row) + "\n")
             fh.flush()
