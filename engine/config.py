@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import re
 import types
 import typing
 from typing import Any, TypeVar
 
 from engine.errors import PhoenixError
+from engine.paths import ROOT
 
 T = TypeVar("T")
 _COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")
@@ -82,7 +84,8 @@ def add_options(parser, cls, prefix: str = "") -> None:
             continue
         default = _default(f)
         text = helps.get(f.name, "")
-        text = (f"{text} (default {default!r})" if text else f"default {default!r}").replace("%", "%%")
+        shown = _shown(default)
+        text = (f"{text} (default {shown!r})" if text else f"default {shown!r}").replace("%", "%%")
         if typing.get_origin(tp) is typing.Literal:
             parser.add_argument(flag, dest=dest, default=None, choices=typing.get_args(tp), help=text)
         elif tp is bool and default is True:
@@ -92,6 +95,14 @@ def add_options(parser, cls, prefix: str = "") -> None:
             parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=text)
         else:
             parser.add_argument(flag, dest=dest, default=None, metavar=f.name.upper(), help=text)
+
+
+def _shown(default):
+    """A default inside the checkout is shown relative to it, so help (and docs/cli.md) reads the same anywhere."""
+    root = str(ROOT)
+    if isinstance(default, (str, os.PathLike)) and str(default).startswith(root + os.sep):
+        return os.path.join(".", os.path.relpath(str(default), root))
+    return default
 
 
 def from_args(cls: type[T], args, prefix: str = "") -> T:

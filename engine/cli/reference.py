@@ -35,7 +35,7 @@ def render() -> str:
              "help is the field's comment and its default the field's default.", ""]
     for path, sub in _subcommands(parser):
         lines += [f"## {path}", "", "```", sub.format_help().rstrip(), "```", ""]
-    return "\n".join(lines).replace(str(ROOT), ".")  # defaults that are paths inside the checkout, wherever it is
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
