@@ -37,8 +37,20 @@ def export(store: Store, run_id: int, fmt: str) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
     return buf.getvalue()
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """OWASP's CSV-injection advice: a text cell a spreadsheet would evaluate as a formula (prompt ids and outputs
+    come from users' files) gets a leading apostrophe. CSV only; JSON and SQLite exports stay exact, and numbers
+    (a negative time) are left alone."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
 
 
 def export_sqlite(store: Store, run_id: int, path: Path) -> int:

@@ -61,10 +61,15 @@ CASES = [  # (argv, pattern of the one line)
     ("bench --no-such-flag", r"unrecognized arguments: --no-such-flag; see `python -m engine --help`"),
     ("generate --k four", "--k expects a number, got 'four'"),
     ("bench --db {dir}/p.db --suffix-min-prob 2", r"--suffix-min-prob must be in 0\.\.1"),
-    ("bench --db {dir}/p.db --suffix-max-spec-factor -1", "--suffix-max-spec-factor and --suffix-max-spec-offset must be >= 0"),
+    ("bench --db {dir}/p.db --suffix-max-spec-factor -1", "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0"),
     ("bench --db {dir}/p.db --modes suffix_0", "k must be in 1..16"),
     ("bench --db {dir}/p.db --drafter tree", r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix'\)"),
     ("bench --db {dir}/p.db --dtype bogus", "argument --dtype: invalid choice: 'bogus'"),
+    ("submit --db {dir}/p.db --device tpu", "--device must be auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
+    ("submit --db {dir}/p.db --suffix-max-spec-factor inf", "must be finite numbers >= 0"),
+    ("submit --db {dir}/p.db --suffix-max-spec-offset inf", "must be finite numbers >= 0"),
+    ("submit --db {dir}/p.db --shadow-rate nan", r"--shadow-rate must be in 0\.\.1, got nan"),
+    ("submit --db {dir}/p.db --name " + "x" * 201, "--name is 201 characters; at most 200"),
     ("generate --drafter suffix --suffix-max-tree-depth 0", "--suffix-max-tree-depth must be >= 1"),
     ("bench --db {dir}/p.db --prompts {dir}/surrogate.jsonl", r"line 1's prompt holds an unpaired surrogate"),
     ("bench --db {dir}/p.db --prompts {dir}/nul.jsonl", "line 1's prompt holds a NUL character"),
@@ -104,3 +109,11 @@ def test_good_prompt_files_with_unusual_separators_parse(data, expected):
     from engine.decode.prompts import parse_jsonl
 
     assert [(p.id, p.text) for p in parse_jsonl(data, "p.jsonl")] == expected
+
+
+@pytest.mark.parametrize("name", ["two\nlines", "bell\x07", "escape \x1b[31mred"])
+def test_a_run_name_that_would_rewrite_a_terminal_is_refused_before_queueing(capsys, tmp_path, name):
+    db = tmp_path / "q.db"
+    code, _, err = run_cli(capsys, "submit", "--db", str(db), "--name", name)
+    assert_one_line_error(code, err, "--name must be printable text on one line")
+    assert not db.exists()

@@ -214,3 +214,21 @@ def test_an_unreachable_database_server_is_one_line_without_the_password():
         migrate.ensure_schema(url)
     assert "cannot reach the database server" in str(err.value) and "s3cret" not in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_exported_csv_neutralises_cells_a_spreadsheet_would_run_and_json_stays_exact(sqlite_store):
+    import csv
+    import io
+    import json
+
+    from db.export import export
+
+    run = sqlite_store.create_run("r", {}, "t", "d", total=2)
+    rows = [request_record(run.id, 0), request_record(run.id, 1)]
+    rows[0].output_text, rows[1].output_text, rows[1].prompt_id = "=HYPERLINK(\"http://x\")", "@SUM(A1)", "+cmd"
+    sqlite_store.add_requests(rows)
+    cells = list(csv.DictReader(io.StringIO(export(sqlite_store, run.id, "csv"))))
+    assert [c["output_text"] for c in cells] == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)"]
+    assert cells[1]["prompt_id"] == "'+cmd" and cells[0]["latency_s"] == "1.0"
+    exact = json.loads(export(sqlite_store, run.id, "json"))["requests"]
+    assert [r["output_text"] for r in exact] == ["=HYPERLINK(\"http://x\")", "@SUM(A1)"]

@@ -1,6 +1,7 @@
 """A benchmark run's configuration and its one validation, before anything loads or is written."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from engine.config import check_choices, from_dict
@@ -72,9 +73,30 @@ def validate(cfg: BenchConfig) -> BenchConfig:
                            field="max_new_tokens")
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
         raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}", field="limit")
-    if not 0.0 <= cfg.shadow_rate <= 1.0:
+    if not 0.0 <= cfg.shadow_rate <= 1.0:  # NaN fails this too
         raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}", field="shadow_rate")
+    check_device(cfg.device)
+    check_name(cfg.name)
     return cfg
+
+
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
+NAME_MAX = 200  # runs.name is String(200)
+
+
+def check_device(device: str) -> None:
+    """Checked with the config, so a queued run cannot fail later on a device no machine has."""
+    if not DEVICE.fullmatch(device or ""):
+        raise PhoenixError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {device!r}", field="device")
+
+
+def check_name(name: str) -> None:
+    """A run name is one line of printable text that fits its column (terminals print it raw in `runs`)."""
+    if len(name) > NAME_MAX:
+        raise PhoenixError(f"--name is {len(name)} characters; at most {NAME_MAX}", field="name")
+    if any(not ch.isprintable() for ch in name):
+        raise PhoenixError("--name must be printable text on one line (no newlines, tabs or escape sequences)",
+                           field="name")
 
 
 def _check_arms(arms: list[int]) -> None:

@@ -14,6 +14,7 @@ leave the global tree when that prompt is decoded again, and a request's output 
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -32,8 +33,8 @@ class SuffixConfig:
     def validate(self) -> SuffixConfig:
         checks = [(self.max_tree_depth >= 1, "max_tree_depth", "--suffix-max-tree-depth must be >= 1"),
                   (self.max_cached_requests >= 0, "max_cached_requests", "--suffix-max-cached-requests must be >= 0"),
-                  (self.max_spec_factor >= 0 and self.max_spec_offset >= 0, "max_spec_factor",
-                   "--suffix-max-spec-factor and --suffix-max-spec-offset must be >= 0"),
+                  (0 <= self.max_spec_factor < math.inf and 0 <= self.max_spec_offset < math.inf, "max_spec_factor",
+                   "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0"),
                   (0.0 <= self.min_prob <= 1.0, "min_prob", "--suffix-min-prob must be in 0..1")]
         for ok, name, message in checks:
             if not ok:
