@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import data
 from db import tracker
-from engine.bench.autostart import ensure_worker
+from engine.bench.autostart import ensure_worker, worker_alive_here
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
@@ -167,13 +167,9 @@ def _changed() -> None:
 
 
 def set_tags(run_id: int, text: str) -> list[str]:
-    """The run's tags become exactly the comma-separated ones in ``text``."""
-    wanted = [t.strip() for t in text.split(",") if t.strip()]
-    store = data.store()
-    have = store.get_run(run_id).tags
-    if [t for t in have if t not in wanted]:
-        tracker.remove_tags(store, run_id, [t for t in have if t not in wanted])
-    left = tracker.add_tags(store, run_id, wanted) if wanted else []
+    """The run's tags become exactly the comma-separated ones in ``text``, in one transaction: a bad tag leaves
+    every tag as it was."""
+    left = tracker.set_tags(data.store(), run_id, [t for t in text.split(",") if t.strip()])
     _changed()
     return left
 
@@ -189,7 +185,7 @@ def set_archived(run_id: int, archived: bool) -> None:
 
 
 def delete_run(run_id: int) -> int:
-    n = tracker.delete_run(data.store(), run_id)
+    n = tracker.delete_run(data.store(), run_id, worker_alive=worker_alive_here)
     _changed()
     return n
 

@@ -10,9 +10,16 @@ from urllib.parse import quote, urlencode
 
 import streamlit as st
 
+FILTER_MAX = 200  # free-text filters: a LIKE pattern past SQLite's limit (50,000 bytes) is an error, not a filter
+
 
 def qp(name: str, default: str = "") -> str:
     return st.query_params.get(name, default)
+
+
+def qp_filter(name: str) -> str:
+    """A free-text filter from the URL, cut to FILTER_MAX characters (the text inputs take no more either)."""
+    return qp(name)[:FILTER_MAX]
 
 
 ID_MAX = 2**63 - 1  # the databases' integer ceiling: larger ids would overflow the bound parameter

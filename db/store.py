@@ -157,7 +157,7 @@ class Store:
         with self.session_scope() as s:
             res = s.execute(update(Run).where(Run.id == run_id, Run.status == "running")
                             .values(status="interrupted", finished_at=utcnow(), error=reason))
-            return _rowcount(res) == 1
+            return rowcount(res) == 1
 
     # queue ------------------------------------------------------------------
     def claim_next(self, worker_id: str) -> E.RunInfo | None:
@@ -170,7 +170,7 @@ class Store:
             oldest = select(Run.id).where(Run.status == "queued").order_by(Run.id).limit(1).scalar_subquery()
             res = s.execute(update(Run).where(Run.id == oldest, Run.status == "queued")
                             .values(status="running", worker_id=worker_id, heartbeat_at=utcnow(), cancel_requested=False))
-            if _rowcount(res) != 1:
+            if rowcount(res) != 1:
                 return None
             run = s.scalars(select(Run).where(Run.worker_id == worker_id, Run.status == "running")
                             .order_by(Run.heartbeat_at.desc(), Run.id.desc()).limit(1)).first()
@@ -211,7 +211,7 @@ class Store:
         with self.session_scope() as s:
             res = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(("interrupted", "failed", "cancelled")))
                             .values(status="queued", error=None, finished_at=None, cancel_requested=False))
-            return _rowcount(res) == 1
+            return rowcount(res) == 1
 
     def mark_stale(self, timeout_s: float = STALE_AFTER_S) -> list[int]:
         """Runs whose worker stopped beating for timeout_s become 'interrupted' (the worker's and
@@ -266,7 +266,7 @@ class Store:
             return [(seq, _bandit(b)) for seq, b in rows]
 
 
-def _rowcount(result) -> int:
+def rowcount(result) -> int:
     """Rows an UPDATE matched (a CursorResult's rowcount, which the generic Result type does not declare)."""
     return cast(CursorResult, result).rowcount
 

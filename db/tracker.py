@@ -5,10 +5,14 @@ without surrounding spaces; user text is never interpreted here (the dashboard r
 """
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable
+
 from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from db.models import BanditStep, Baseline, Distill, Request, RequestPosition, Run, RunTag
-from db.store import Store, StoreError, status_expr
+from db.store import Store, StoreError, rowcount, status_expr
 
 MAX_TAG = 100
 MAX_NOTE = 20_000
@@ -18,17 +22,28 @@ class TrackerError(StoreError):
     """A request the store refuses: unknown run, bad tag, deleting a running run. One line, exit 2."""
 
 
-def clean_tags(tags: list[str]) -> list[str]:
+BLANK = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800", "\u00ad", "\u200b", "\u2060", "\ufeff"}  # render as nothing
+
+
+def clean_tags(tags: list[str], allow_empty: bool = False) -> list[str]:
+    """Tags as stored: NFC-normalised (two spellings of one tag are one tag), stripped, printable, and visible (a
+    tag made of fillers such as U+3164 or U+2800 would show as a blank chip)."""
     out = []
     for tag in tags:
-        tag = tag.strip()
-        if not tag or len(tag) > MAX_TAG or not tag.isprintable():
-            raise TrackerError(f"tags are 1..{MAX_TAG} printable characters, got {tag!r}")
+        tag = unicodedata.normalize("NFC", tag).strip()
+        if not tag or len(tag) > MAX_TAG or not tag.isprintable() or all(ch in BLANK or ch.isspace() for ch in tag):
+            raise TrackerError(f"tags are 1..{MAX_TAG} visible, printable characters, got {tag!r}")
         if tag not in out:
             out.append(tag)
-    if not out:
+    if not out and not allow_empty:
         raise TrackerError("give at least one tag")
     return out
+
+
+def _insert(s, table):
+    """INSERT with ON CONFLICT support on both databases: concurrent writers of the same row then agree instead
+    of one failing on the unique constraint."""
+    return (postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert)(table)
 
 
 def _existing(s, run_id: int) -> Run:
@@ -42,9 +57,24 @@ def add_tags(store: Store, run_id: int, tags: list[str]) -> list[str]:
     tags = clean_tags(tags)
     with store.session_scope() as s:
         _existing(s, run_id)
-        have = set(s.scalars(select(RunTag.tag).where(RunTag.run_id == run_id)))
-        s.add_all(RunTag(run_id=run_id, tag=t) for t in tags if t not in have)
-        return sorted(have | set(tags))
+        _add(s, run_id, tags)
+        return sorted(s.scalars(select(RunTag.tag).where(RunTag.run_id == run_id)))
+
+
+def set_tags(store: Store, run_id: int, tags: list[str]) -> list[str]:
+    """The run's tags become exactly ``tags``, in one transaction: a bad tag changes nothing."""
+    tags = clean_tags(tags, allow_empty=True)
+    with store.session_scope() as s:
+        _existing(s, run_id)
+        s.execute(delete(RunTag).where(RunTag.run_id == run_id, RunTag.tag.not_in(tags)))
+        _add(s, run_id, tags)
+        return sorted(s.scalars(select(RunTag.tag).where(RunTag.run_id == run_id)))
+
+
+def _add(s, run_id: int, tags: list[str]) -> None:
+    if tags:
+        s.execute(_insert(s, RunTag).values([{"run_id": run_id, "tag": t} for t in tags])
+                  .on_conflict_do_nothing(index_elements=["run_id", "tag"]))
 
 
 def remove_tags(store: Store, run_id: int, tags: list[str]) -> list[str]:
@@ -78,14 +108,24 @@ def request_count(store: Store, run_id: int) -> int:
         return s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0
 
 
-def delete_run(store: Store, run_id: int) -> int:
+def delete_run(store: Store, run_id: int, worker_alive: Callable[[str], bool] = lambda _worker: False) -> int:
     """The run and every row that hangs off it (requests, positions, bandit steps, tags, its baseline pin), in one
-    transaction; refused while the run is running or queued. Returns the number of requests removed."""
+    transaction; refused while the run is running or queued, and while ``worker_alive`` says its worker process
+    still lives (a paused laptop's run reads as interrupted, but its worker would write again). Returns the number
+    of requests removed. The first statement writes the run's row, so the status it judges is the status it
+    deletes: a `resume` between check and delete waits for this transaction (row lock on PostgreSQL, the write lock
+    on SQLite) and then finds no run."""
     with store.session_scope() as s:
         _existing(s, run_id)
+        touched = s.execute(update(Run).where(Run.id == run_id, status_expr().not_in(("running", "queued")))
+                            .values(cancel_requested=Run.cancel_requested))
+        run = s.get(Run, run_id)
         status = s.scalar(select(status_expr()).where(Run.id == run_id))
-        if status in ("running", "queued"):
+        if rowcount(touched) != 1:
             raise TrackerError(f"run {run_id} is {status}; cancel it first (`python -m engine cancel {run_id}`)")
+        if run is not None and run.worker_id and worker_alive(run.worker_id):
+            raise TrackerError(f"run {run_id} is {status}, but its worker {run.worker_id} is still alive on this host; "
+                               f"stop it first (`python -m engine cancel {run_id}`), then delete")
         n = s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0
         # explicit child deletes: SQLite cascades only with foreign_keys on, and this must not depend on it
         ids = select(Request.id).where(Request.run_id == run_id).scalar_subquery()
@@ -104,11 +144,8 @@ def set_baseline(store: Store, run_id: int) -> str:
     """Pin the run as the baseline of its target model (replacing any other); returns the target."""
     with store.session_scope() as s:
         run = _existing(s, run_id)
-        pinned = s.get(Baseline, run.target)
-        if pinned is None:
-            s.add(Baseline(target=run.target, run_id=run_id))
-        else:
-            pinned.run_id = run_id
+        s.execute(_insert(s, Baseline).values(target=run.target, run_id=run_id)
+                  .on_conflict_do_update(index_elements=["target"], set_={"run_id": run_id}))
         return run.target
 
 

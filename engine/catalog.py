@@ -45,3 +45,15 @@ def named_dir(name: str, role: str) -> Path | None:
 def present(name: str, role: str = "target") -> bool:
     path = named_dir(name, role)
     return path is not None and (path / "config.json").exists()
+
+
+def local_models(models_dir: Path = MODELS_DIR) -> list[str]:
+    """Model directories under models/ that no name stands for (distilled drafts, your own), relative to the
+    project. Hidden folders are left out: a killed fetch's staging folder is not a model."""
+    named = {NAMED[n].path for n in NAMED}
+    found = []
+    for cfg in sorted(models_dir.glob("**/config.json")):
+        hidden = any(part.startswith(".") for part in cfg.relative_to(models_dir).parts)
+        if not hidden and not any(cfg.parent == p or p in cfg.parent.parents for p in named):
+            found.append(str(cfg.parent.relative_to(models_dir.parent)))
+    return found

@@ -29,7 +29,8 @@ def place(tmp_path):
     (tmp_path / "folder").mkdir()
     lines = {"surrogate.jsonl": '{"id": "a", "prompt": "x \\ud800 y"}', "nul.jsonl": '{"id": "a", "prompt": "x\\u0000y"}',
              "dict_id.jsonl": '{"id": {"a": 1}, "prompt": "x"}', "long_id.jsonl": json.dumps({"id": "i" * 201, "prompt": "x"}),
-             "newline_id.jsonl": '{"id": "a\\nb", "prompt": "x"}', "bool_id.jsonl": '{"id": true, "prompt": "x"}'}
+             "newline_id.jsonl": '{"id": "a\\nb", "prompt": "x"}', "bool_id.jsonl": '{"id": true, "prompt": "x"}',
+             "deep.jsonl": "[" * 5000 + "]" * 5000}
     for name, line in lines.items():
         (tmp_path / name).write_text(line + "\n", encoding="utf-8")
     return lambda text: text.format(dir=tmp_path, ok=ok)
@@ -77,6 +78,7 @@ CASES = [  # (argv, pattern of the one line)
     ("bench --db {dir}/p.db --prompts {dir}/bool_id.jsonl", "line 1's id must be a string or a whole number"),
     ("bench --db {dir}/p.db --prompts {dir}/long_id.jsonl", r"line 1's id must be 1\.\.200 printable characters"),
     ("bench --db {dir}/p.db --prompts {dir}/newline_id.jsonl", "printable characters"),
+    ("bench --db {dir}/p.db --prompts {dir}/deep.jsonl", "line 1 nests too deeply to be a prompt row"),
 ]
 
 
@@ -117,3 +119,11 @@ def test_a_run_name_that_would_rewrite_a_terminal_is_refused_before_queueing(cap
     code, _, err = run_cli(capsys, "submit", "--db", str(db), "--name", name)
     assert_one_line_error(code, err, "--name must be printable text on one line")
     assert not db.exists()
+
+
+@pytest.mark.parametrize("argv", [["note", "1", "--text", "caf\udce9"], ["submit", "--name", "r\udcff"],
+                                  ["generate", "--prompt", "def f(\udc80):"]])
+def test_arguments_that_are_not_utf8_are_one_line_before_anything_runs(capsys, argv):
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, r"is not valid UTF-8 text; pass it in UTF-8")
+

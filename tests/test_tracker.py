@@ -28,9 +28,9 @@ def test_tags_are_added_once_removed_and_listed_sorted(runs):
     assert tracker.all_tags(runs) == ["draft-v2", "x"]
 
 
-@pytest.mark.parametrize("tags", [[""], ["   "], ["a\nb"], ["t" * 101]])
+@pytest.mark.parametrize("tags", [[""], ["   "], ["a\nb"], ["t" * 101], ["\u3164"], ["\u2800\u2800"], ["\u200b"]])
 def test_a_bad_tag_is_refused(runs, tags):
-    with pytest.raises(tracker.TrackerError, match="tags are 1..100 printable characters"):
+    with pytest.raises(tracker.TrackerError, match="tags are 1..100 visible, printable characters"):
         tracker.add_tags(runs, 1, tags)
 
 
@@ -79,7 +79,7 @@ def test_the_cli_tags_notes_archives_and_deletes(capsys, runs, db_url):
 @pytest.mark.parametrize("argv, pattern", [
     ("tag 9 x", "no run 9"),
     ("tag 1 ", "the following arguments are required: tags"),
-    ("untag 1 \t", "tags are 1..100 printable characters"),
+    ("untag 1 \t", "tags are 1..100 visible, printable characters"),
     ("delete 2 --yes", "run 2 is running; cancel it first"),
     ("delete 1", r"removes it and its 3 requests for good; pass --yes"),
     ("note 9 --text hi", "no run 9"),
@@ -91,3 +91,63 @@ def test_bad_tracker_input_is_one_line_and_exit_2(capsys, runs, db_url, argv, pa
         run_cli(capsys, "untag", "1", "\t", "--db", db_url)
     assert_one_line_error(code, err, pattern)
     assert runs.get_run(1) is not None and runs.count_requests(1) == 3
+
+
+def test_two_spellings_of_one_tag_are_one_tag(runs):
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    assert tracker.add_tags(runs, 1, [composed]) == [composed]
+    assert tracker.add_tags(runs, 1, [decomposed]) == [composed]  # stored NFC
+
+
+def test_replacing_tags_with_one_bad_tag_changes_nothing(runs):
+    tracker.add_tags(runs, 1, ["keep", "these"])
+    with pytest.raises(tracker.TrackerError):
+        tracker.set_tags(runs, 1, ["keep", "bad\ttag"])
+    assert runs.get_run(1).tags == ["keep", "these"]
+    assert tracker.set_tags(runs, 1, ["new", "keep"]) == ["keep", "new"]
+    assert tracker.set_tags(runs, 1, []) == []
+
+
+def test_a_run_whose_worker_still_lives_here_is_not_deleted_even_when_it_reads_as_interrupted(runs):
+    runs.set_status(2, "interrupted")
+    with pytest.raises(tracker.TrackerError, match="its worker host:1 is still alive on this host"):
+        with runs.session_scope() as s:
+            from db.models import Run
+            s.get(Run, 2).worker_id = "host:1"
+        tracker.delete_run(runs, 2, worker_alive=lambda worker: worker == "host:1")
+    assert runs.get_run(2) is not None
+
+
+def _race(args) -> str:
+    """One process's part of a race: a fresh connection, one tracker call, its outcome as text."""
+    url, op, i = args
+    store = Store(url)
+    try:
+        if op == "tag":
+            tracker.add_tags(store, 1, ["shared", f"own-{i % 3}"])
+        else:
+            tracker.set_baseline(store, 1 if i % 2 else 3)
+        return "ok"
+    except Exception as exc:  # the outcome is the test's subject: any failure is reported, not raised
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("op", ["tag", "baseline"])
+def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_store, op):
+    """Before the upserts, 32 of 60 concurrent tag calls and 16 of 32 baseline pins failed with UNIQUE errors."""
+    import multiprocessing
+
+    any_store.create_run("one", {"bench": {}}, "tgt", "drf", 0, status="done")
+    any_store.create_run("two", {"bench": {}}, "other", "drf", 0, status="done")
+    any_store.create_run("three", {"bench": {}}, "tgt", "drf", 0, status="done")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        outcomes = pool.map(_race, [(any_store.url, op, i) for i in range(32)])
+    assert outcomes == ["ok"] * 32, [o for o in outcomes if o != "ok"][:3]
+    if op == "tag":
+        assert any_store.get_run(1).tags == ["own-0", "own-1", "own-2", "shared"]
+    else:
+        assert tracker.baseline_of(any_store, "tgt") in (1, 3)
+

@@ -6,27 +6,16 @@ import streamlit as st
 from app import actions, widgets
 from app.actions import FORM_LIMITS
 from engine.bench.config import BenchConfig
-from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
+from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, local_models, present
 from engine.decode.fetch import FETCHERS
 from engine.decode.prompts import NAMED_SETS
 from engine.modes import RUN_DRAFTERS
-from engine.paths import MODELS_DIR, ROOT
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
 
 MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "suffix_4", "suffix_16", "hf_4", "bandit"] + [
     f"bandit:{p}" for p in ("epsilon_greedy", "model_based", "model_based:pass", "ucb1", "thompson", "ema_hysteresis",
                             "contextual_model_based")]
-
-
-def local_models() -> list[str]:
-    """Model directories under models/ that no name stands for (distilled drafts, your own)."""
-    named = {NAMED[n].path for n in NAMED}
-    found = []
-    for cfg in sorted(MODELS_DIR.glob("**/config.json")):
-        if not any(cfg.parent == p or p in cfg.parent.parents for p in named):
-            found.append(str(cfg.parent.relative_to(ROOT)))
-    return found
 
 
 def label(choice: str) -> str:
@@ -41,7 +30,7 @@ def label(choice: str) -> str:
 
 def render() -> None:
     st.title("New run")
-    local = local_models()
+    local = local_models()  # under models/, the names and a fetch's staging folders left out
     slots = {}
     with st.form("new_run"):
         c1, c2 = st.columns(2)

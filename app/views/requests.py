@@ -24,7 +24,8 @@ def render() -> None:
     arm_text = c2.text_input("Arm k", value=urlstate.qp("arm"), key="r_arm")
     ident_q = urlstate.qp("identical")
     ident = c3.selectbox("Identical", IDENTITY, index=IDENTITY.index(ident_q) if ident_q in IDENTITY else 0, key="r_ident")
-    search = c4.text_input("Search prompt id / output", value=urlstate.qp("q"), key="r_q")
+    search = c4.text_input("Search prompt id / output", value=urlstate.qp_filter("q"), key="r_q",
+                           max_chars=urlstate.FILTER_MAX)
     arm = urlstate.whole(arm_text, 0, K_MAX)
     if arm_text.strip() and arm is None:
         st.warning(f"Arm k must be a whole number from 0 to {K_MAX}; the filter is ignored.")

@@ -20,8 +20,9 @@ def render() -> None:
     url = data.db_url()
     st.title("Runs")
     c1, c2, c3, c4 = st.columns(4)
-    name = c1.text_input("Name contains", value=urlstate.qp("name"), key="f_name")
-    model = c2.text_input("Model contains", value=urlstate.qp("model"), key="f_model")
+    name = c1.text_input("Name contains", value=urlstate.qp_filter("name"), key="f_name", max_chars=urlstate.FILTER_MAX)
+    model = c2.text_input("Model contains", value=urlstate.qp_filter("model"), key="f_model",
+                          max_chars=urlstate.FILTER_MAX)
     status = c3.selectbox("Status", STATUSES, index=_choice(STATUSES, urlstate.qp("status")), key="f_status")
     tags = [""] + data.tags(url)
     tag = c4.selectbox("Tag", tags, index=_choice(tags, urlstate.qp("tag")), key="f_tag")

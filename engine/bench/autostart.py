@@ -4,6 +4,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,12 @@ def pid_alive(pid: int, command: str | None = None) -> bool:
         return False
     zombie = any(line.startswith("State:") and "Z" in line.split()[1] for line in status.splitlines())
     return not zombie and (command is None or ("engine" in cmdline and command in cmdline))
+
+
+def worker_alive_here(worker_id: str) -> bool:
+    """A run's worker id is host:pid; True when that host is this one and the process still lives."""
+    host, _, pid = (worker_id or "").rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and pid_alive(int(pid))
 
 
 def worker_files(data_dir: Path, db_url: str) -> dict[str, Path]:

@@ -28,7 +28,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_text_args(argv: list[str]) -> None:
+    """Every argument is text. Linux hands bytes that are not UTF-8 to Python as lone surrogates, which would
+    fail later, mid-write, as a traceback; the one place that reads argv refuses them up front."""
+    for i, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PhoenixError(f"argument {i} ({arg.encode('utf-8', 'replace').decode()!r}) is not valid UTF-8 "
+                               "text; pass it in UTF-8") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        check_text_args(argv)
+    except PhoenixError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

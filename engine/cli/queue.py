@@ -7,7 +7,7 @@ import socket
 
 from db.models import utcnow
 from db.store import STALE_AFTER_S
-from engine.bench.autostart import pid_alive
+from engine.bench.autostart import worker_alive_here
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.setup import create_run
 from engine.bench.worker import Worker, WorkerConfig, log_line
@@ -58,7 +58,7 @@ def take_over(store, run):
     """A running run whose worker is provably gone (same host, no such process) is interrupted at once;
     otherwise say how long until its missing heartbeat makes it resumable."""
     host, _, pid = (run.worker_id or "").rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
+    if host == socket.gethostname() and pid.isdigit() and not worker_alive_here(run.worker_id or ""):
         store.interrupt_if_running(run.id, f"worker {run.worker_id} is gone; resumed")
         return get_run(store, run.id)
     age = (utcnow() - run.heartbeat_at).total_seconds() if run.heartbeat_at else 0.0

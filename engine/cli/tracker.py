@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from db import tracker
+from engine.bench.autostart import worker_alive_here
 from engine.cli.options import add_run_command, open_store
 
 
@@ -34,7 +35,7 @@ def cmd_delete(args) -> int:
     if not args.yes:
         raise tracker.TrackerError(f"deleting run {args.run} removes it and its {n} requests for good; "
                                    f"pass --yes to confirm, or `archive {args.run}` to hide it instead")
-    tracker.delete_run(store, args.run)
+    tracker.delete_run(store, args.run, worker_alive=worker_alive_here)
     print(f"run {args.run} deleted with its {n} requests")
     return 0
 

@@ -130,9 +130,11 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
         card = json.loads(card_file.read_text())
         if card.get("gguf_sha256") == cfg.gguf_sha256:
             return {**card, "status": "present"}
+    check_out(out)  # before any work: a fetch never removes or overwrites what Phoenix did not make
+    sweep_staging(out.parent)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = tempfile.TemporaryDirectory(dir=out.parent, prefix=".fetch-")  # beside out: the final rename is atomic
+        staging = tempfile.TemporaryDirectory(dir=out.parent, prefix=STAGING_PREFIX)  # beside out: the final rename is atomic
     except OSError as exc:
         raise PhoenixError(f"cannot write the model folder {out.parent} ({exc.strerror}); pass --out with a writable "
                            "path") from None
@@ -165,9 +167,30 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
                 "stage_seconds": {k: round(v, 1) for k, v in seconds.items()}, "fetch_config": asdict(cfg)}
         (staged / "phoenix_card.json").write_text(json.dumps(card, indent=1) + "\n")
         if out.exists():
-            shutil.rmtree(out)  # an older or broken conversion: its card did not match
+            check_out(out)  # still ours (checked again: the folder could have changed during the conversion)
+            shutil.rmtree(out)  # an older or broken conversion of ours: its card did not match
         staged.rename(out)  # whole or not at all: a killed fetch leaves no half model behind
     return {**card, "status": "fetched"}
+
+
+STAGING_PREFIX = ".fetch-"
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a new path, or a folder an earlier fetch made (it holds Phoenix's card). Anything else is
+    the user's, and a fetch that replaced it would delete their files."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise PhoenixError(f"--out {out} is a file or a link, not a model folder; pass a new folder path")
+    if out.is_dir() and any(out.iterdir()) and not (out / "phoenix_card.json").is_file():
+        raise PhoenixError(f"--out {out} already holds files that Phoenix did not fetch; nothing was changed: "
+                           "pass a new folder path")
+
+
+def sweep_staging(parent: Path) -> None:
+    """Remove staging folders a killed fetch left beside the model folders (only Phoenix names them so)."""
+    for stale in parent.glob(STAGING_PREFIX + "*") if parent.is_dir() else []:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 FETCHERS = {SMOLLM2: FetchConfig}  # names a worker may fetch on its own before a run

@@ -65,6 +65,9 @@ def parse_jsonl(data: bytes, source: str) -> list[Prompt]:
             row = json.loads(line)
         except ValueError:
             raise PhoenixError(f"{source}: line {lineno} is not valid JSON; each line must be {{\"id\": ..., \"prompt\": ...}}") from None
+        except RecursionError:  # json gives up past Python's recursion limit; a prompt row is one flat object
+            raise PhoenixError(f"{source}: line {lineno} nests too deeply to be a prompt row; each line must be "
+                               "{\"id\": ..., \"prompt\": ...}") from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise PhoenixError(f"{source}: line {lineno} needs a string field \"prompt\"")
         pid = _prompt_id(row, lineno, source)
