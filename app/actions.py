@@ -166,10 +166,9 @@ def _changed() -> None:
     data.request_count.clear()
 
 
-def set_tags(run_id: int, text: str) -> list[str]:
-    """The run's tags become exactly the comma-separated ones in ``text``, in one transaction: a bad tag leaves
-    every tag as it was."""
-    left = tracker.set_tags(data.store(), run_id, [t for t in text.split(",") if t.strip()])
+def set_tags(run_id: int, tags: list[str]) -> list[str]:
+    """The run's tags become exactly ``tags``, in one transaction: a bad tag leaves every tag as it was."""
+    left = tracker.set_tags(data.store(), run_id, list(tags))
     _changed()
     return left
 

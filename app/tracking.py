@@ -31,7 +31,10 @@ def panel(info) -> None:
     """Tags, note, archive and delete, and the baseline pin; writes need the operator token where one is set."""
     with st.expander("Tags, note, archive, baseline"):
         with st.form("tracker"):
-            tags = st.text_input("Tags (comma-separated)", ", ".join(info.tags), key="t_tags")
+            # tags travel as a list: a comma is part of a tag, never a separator
+            known = sorted(set(info.tags) | set(data.tags(data.db_url())))
+            tags = st.multiselect("Tags (pick, or type a new one)", known, default=info.tags, key="t_tags",
+                                  accept_new_options=True)
             note = st.text_area("Note (Markdown; no HTML, links or images)", info.note or "", key="t_note")
             token = actions.token_field("t_token")
             saved = st.form_submit_button("Save tags and note")

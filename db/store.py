@@ -54,8 +54,33 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+def _read_only_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.close()
+
+
+def read_only_file(url: str) -> Path | None:
+    """The SQLite file behind ``url`` when it exists but this process may not write it or its folder (a read-only
+    mount, another user's files): such a database is opened for reading instead of refused."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    path = Path(u.database).expanduser().resolve()
+    if path.is_file() and not (os.access(path.parent, os.W_OK) and os.access(path, os.W_OK)):
+        return path
+    return None
+
+
 def make_engine(url: str) -> Engine:
     u = make_url(url)
+    frozen = read_only_file(url)
+    if frozen is not None:
+        # immutable: nothing can change the file, so SQLite needs no lock, WAL index or journal beside it
+        engine = create_engine(f"sqlite:///file:{frozen}?mode=ro&immutable=1&uri=true", future=True)
+        event.listen(engine, "connect", _read_only_pragmas)
+        return engine
     if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
         parent = Path(u.database).expanduser().resolve().parent
         try:
@@ -305,6 +330,9 @@ def status_expr(stale_after_s: float = STALE_AFTER_S):
 def operational_error(exc: DatabaseError, url: str) -> StoreError:
     text = str(exc.orig) if exc.orig is not None else str(exc)
     where = safe_url(url)
+    if "readonly database" in text or "read-only" in text:
+        return StoreError(f"{where} is read-only here (its file or folder is not writable): reading works, changes "
+                          "do not; copy it to a writable folder to change it")
     if "file is not a database" in text or "malformed" in text:
         return StoreError(f"{where} is not a SQLite database, or it is corrupt; pass --db with a Phoenix database "
                           "(a new path creates one)")

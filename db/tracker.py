@@ -91,8 +91,13 @@ def all_tags(store: Store) -> list[str]:
 
 
 def set_note(store: Store, run_id: int, text: str) -> None:
+    """Markdown text, stored NFC; newlines and tabs are part of Markdown, other control characters (a terminal's
+    escape sequences, a bell) are refused."""
+    text = unicodedata.normalize("NFC", text)
     if len(text) > MAX_NOTE:
         raise TrackerError(f"notes are at most {MAX_NOTE} characters, got {len(text)}")
+    if any(not ch.isprintable() and ch not in "\n\t" for ch in text):
+        raise TrackerError("notes are text: newlines and tabs are fine, other control characters are not")
     with store.session_scope() as s:
         _existing(s, run_id).note = text or None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import os
 import re
 import types
@@ -159,9 +160,12 @@ def parse_value(tp, text: str, flag: str):
             raise PhoenixError(f"{flag} must be comma-separated {kind}, got {text!r}", field=_field_of(flag)) from None
     if tp in (int, float):
         try:
-            return tp(text)
+            value = tp(text)
         except ValueError:
             raise PhoenixError(f"{flag} expects a number, got {text!r}", field=_field_of(flag)) from None
+        if tp is float and not math.isfinite(value):  # no setting here means anything at infinity or NaN
+            raise PhoenixError(f"{flag} must be a finite number, got {text!r}", field=_field_of(flag))
+        return value
     return text
 
 

@@ -21,8 +21,11 @@ def test_a_note_renders_its_formatting_and_nothing_that_runs_or_loads(app_db):
 
 
 def test_the_run_page_saves_tags_and_a_note_archives_and_deletes_with_a_confirmation(app_db):
+    from db import tracker
+
+    tracker.add_tags(app_db, 2, ["draft-v2", "exp", "a, b"])  # known tags the picker offers; one holds a comma
     at = open_page("run", run=1)
-    at.text_input(key="t_tags").input("draft-v2, exp")
+    at.multiselect(key="t_tags").set_value(["draft-v2", "exp"])
     at.text_area(key="t_note").input("made to test **v2**")
     at.get("form_submit_button")[-1].click()
     at.run()
@@ -77,3 +80,31 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
     assert diff["setting"].tolist() == ["bench.drafter"] and diff["2:fixed_4"].tolist() == ["ngram"]
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(verdict["metric"]) == {"tokens_per_s", "latency_s", "acceptance"}
+
+
+def test_saving_only_the_note_keeps_a_tag_that_holds_a_comma_whole(app_db):
+    """Before tags travelled as a list, the comma-joined box split 'a, b' into two tags on any save."""
+    from db import tracker
+
+    tracker.add_tags(app_db, 1, ["a, b", "solo"])
+    at = open_page("run", run=1)
+    at.text_area(key="t_note").input("only the note changed")
+    at.get("form_submit_button")[-1].click()
+    at.run()
+    assert app_db.get_run(1).tags == ["a, b", "solo"] and app_db.get_run(1).note == "only the note changed"
+
+
+def test_a_compare_link_naming_too_many_series_draws_the_first_twelve_and_says_so(app_db):
+    import random
+
+    from helpers import app_record
+
+    for r in range(3, 7):
+        run = app_db.create_run(f"more-{r}", {"bench": {}}, "embedded", "embedded", 3, status="done")
+        app_db.add_requests([app_record(run.id, i, "target", 0, random.Random(i)) for i in range(3)]
+                            + [app_record(run.id, 3 + i, "fixed_4", 4, random.Random(i)) for i in range(3)])
+    series = ",".join(f"{run}:{mode}" for run in range(1, 7) for mode in ("target", "fixed_4")) + ",1:bandit,2:bandit"
+    at = open_page("compare", series=series)
+    assert any("Compare draws at most 12" in w.value for w in at.warning)
+    assert len(at.multiselect(key="series").value) <= 12
+

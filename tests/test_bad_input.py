@@ -67,9 +67,10 @@ CASES = [  # (argv, pattern of the one line)
     ("bench --db {dir}/p.db --drafter tree", r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix'\)"),
     ("bench --db {dir}/p.db --dtype bogus", "argument --dtype: invalid choice: 'bogus'"),
     ("submit --db {dir}/p.db --device tpu", "--device must be auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
-    ("submit --db {dir}/p.db --suffix-max-spec-factor inf", "must be finite numbers >= 0"),
-    ("submit --db {dir}/p.db --suffix-max-spec-offset inf", "must be finite numbers >= 0"),
-    ("submit --db {dir}/p.db --shadow-rate nan", r"--shadow-rate must be in 0\.\.1, got nan"),
+    ("submit --db {dir}/p.db --suffix-max-spec-factor inf", "--suffix-max-spec-factor must be a finite number, got 'inf'"),
+    ("submit --db {dir}/p.db --suffix-max-spec-offset inf", "--suffix-max-spec-offset must be a finite number, got 'inf'"),
+    ("submit --db {dir}/p.db --shadow-rate nan", "--shadow-rate must be a finite number, got 'nan'"),
+    ("distill --lr inf", "--lr must be a finite number, got 'inf'"),
     ("submit --db {dir}/p.db --name " + "x" * 201, "--name is 201 characters; at most 200"),
     ("generate --drafter suffix --suffix-max-tree-depth 0", "--suffix-max-tree-depth must be >= 1"),
     ("bench --db {dir}/p.db --prompts {dir}/surrogate.jsonl", r"line 1's prompt holds an unpaired surrogate"),
@@ -127,3 +128,19 @@ def test_arguments_that_are_not_utf8_are_one_line_before_anything_runs(capsys, a
     code, _, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, r"is not valid UTF-8 text; pass it in UTF-8")
 
+
+
+@pytest.mark.parametrize("argv", [
+    ["zoo", "build", "--out", "{mine}"],  # writes {out}/target and {out}/draft
+    ["zoo", "build-draft", "smollm2", "--out", "{mine}/target"],
+    ["distill", "--out", "{mine}/target", "--prompts", "humaneval-train"],
+    ["zoo", "fetch", "smollm2", "--out", "{mine}/target"],
+])
+def test_no_command_writes_a_model_over_a_folder_it_did_not_make(capsys, tmp_path, argv):
+    mine = tmp_path / "mine"
+    (mine / "target").mkdir(parents=True)
+    (mine / "target" / "config.json").write_text('{"mine": true}')
+    code, _, err = run_cli(capsys, *[a.format(mine=mine) for a in argv])
+    assert_one_line_error(code, err, "already holds files that Phoenix did not write; nothing was changed")
+    assert (mine / "target" / "config.json").read_text() == '{"mine": true}'
+    assert sorted(p.name for p in (mine / "target").iterdir()) == ["config.json"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from helpers import migrated, request_record
+from helpers import assert_one_line_error, migrated, request_record, run_cli
 from sqlalchemy import create_engine, inspect
 
 from db import migrate, queries
@@ -232,3 +232,26 @@ def test_exported_csv_neutralises_cells_a_spreadsheet_would_run_and_json_stays_e
     assert cells[1]["prompt_id"] == "'+cmd" and cells[0]["latency_s"] == "1.0"
     exact = json.loads(export(sqlite_store, run.id, "json"))["requests"]
     assert [r["output_text"] for r in exact] == ["=HYPERLINK(\"http://x\")", "@SUM(A1)"]
+
+
+def test_a_database_this_process_cannot_write_is_read_and_only_writes_are_refused(capsys, tmp_path, monkeypatch):
+    """A read-only mount, simulated (tests run as root, for whom permission bits do not bind): runs, show, report
+    and export read it; a write is one line and the file is unchanged."""
+    import os
+
+    db = tmp_path / "ro" / "phoenix.db"
+    url = migrated(f"sqlite:///{db}")
+    store = Store(url)
+    run = store.create_run("frozen", {"bench": {}}, "embedded", "embedded", 1, status="done")
+    store.add_requests([request_record(run.id, 0)])
+    store.engine.dispose()
+    before = db.read_bytes()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).startswith(str(db.parent)) and mode == os.W_OK
+                        else real_access(p, mode))
+    for argv in (["runs"], ["show", "1"], ["report", "1", "--format", "md"], ["export", "1", "--format", "json"]):
+        code, out, err = run_cli(capsys, *argv, "--db", str(db))
+        assert code == 0 and ("frozen" in out + err or "fixed_4" in out), (argv, err)
+    code, _, err = run_cli(capsys, "tag", "1", "x", "--db", str(db))
+    assert_one_line_error(code, err, "is read-only here")
+    assert db.read_bytes() == before

@@ -176,3 +176,13 @@ def test_varying_draft_lengths_keep_counts_fit_and_prometheus_exact_on_a_hand_ch
     for i, n in enumerate([12, 4, 0]):
         assert f'phoenix:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tgt",position="{i}"}} {float(n)}' in body
     assert fit_a([12, 8, 4], [12, 4, 0], [12, 8, 0]) == pytest.approx(fit_a([12, 8], [12, 4], [12, 8]))
+
+
+@pytest.mark.parametrize("field", ["max_spec_factor", "max_spec_offset"])
+def test_an_infinite_draft_budget_from_a_stored_or_form_config_is_refused(field):
+    from engine.decode.suffix import SuffixConfig
+    from engine.errors import PhoenixError
+
+    with pytest.raises(PhoenixError, match="finite numbers >= 0") as err:
+        SuffixConfig(**{field: float("inf")}).validate()
+    assert err.value.field == "suffix.max_spec_factor"

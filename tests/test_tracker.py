@@ -151,3 +151,15 @@ def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_stor
     else:
         assert tracker.baseline_of(any_store, "tgt") in (1, 3)
 
+
+@pytest.mark.parametrize("text, ok", [("line one\n\n- a list\twith a tab", True), ("ring \x07 the bell", False),
+                                      ("\x1b[2J clear the screen", False)])
+def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(runs, text, ok):
+    if ok:
+        tracker.set_note(runs, 1, text)
+        assert runs.get_run(1).note == text
+    else:
+        with pytest.raises(tracker.TrackerError, match="other control characters are not"):
+            tracker.set_note(runs, 1, text)
+        assert runs.get_run(1).note is None
+

@@ -7,6 +7,8 @@ import streamlit as st
 from app import charts, data, urlstate, widgets
 from engine.analysis.compare import TOKENS_PER_S, compare
 
+MAX_SERIES = 12  # series on one Compare page
+
 
 def _series_options(url: str, runs: pd.DataFrame) -> list[str]:
     """Modes of the 50 newest unarchived runs, and of any run the link names (archived runs keep their links)."""
@@ -23,11 +25,15 @@ def render() -> None:
         widgets.empty_state()
         return
     options = _series_options(url, runs)
-    wanted = [s for s in urlstate.qp("series").split(",") if s in options]
+    wanted = list(dict.fromkeys(s for s in urlstate.qp("series").split(",") if s in options))
+    if len(wanted) > MAX_SERIES:  # a long link would take a minute to draw and say nothing readable
+        st.warning(f"This link names {len(wanted)} series; Compare draws at most {MAX_SERIES}, the first ones.")
+        wanted = wanted[:MAX_SERIES]
     if not wanted:
         first = options[:1] + [o for o in options if o.startswith(options[0].split(":")[0] + ":")][1:2]
         wanted = first
-    series = st.multiselect("Series (run:mode); the first is the baseline", options, default=wanted, key="series")
+    series = st.multiselect("Series (run:mode); the first is the baseline", options, default=wanted, key="series",
+                            max_selections=MAX_SERIES)
     alpha = st.select_slider("alpha", [0.01, 0.05, 0.1], value=float(urlstate.qp("alpha", "0.05")) if urlstate.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05)
     urlstate.set_qp(series=",".join(series), alpha=alpha)
     if len(series) < 2:

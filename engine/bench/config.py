@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from engine.config import check_choices, from_dict
@@ -77,6 +78,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}", field="shadow_rate")
     check_device(cfg.device)
     check_name(cfg.name)
+    cfg.name = unicodedata.normalize("NFC", cfg.name)  # one spelling of a name, as for tags
     return cfg
 
 

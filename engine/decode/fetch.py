@@ -22,6 +22,7 @@ from pathlib import Path
 
 from engine.catalog import NAMED, SMOLLM2, present
 from engine.errors import PhoenixError
+from engine.paths import check_ours
 
 CHUNK = 1 << 20
 
@@ -130,7 +131,7 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
         card = json.loads(card_file.read_text())
         if card.get("gguf_sha256") == cfg.gguf_sha256:
             return {**card, "status": "present"}
-    check_out(out)  # before any work: a fetch never removes or overwrites what Phoenix did not make
+    check_ours(out)  # before any work: a fetch never removes or overwrites what Phoenix did not make
     sweep_staging(out.parent)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -167,23 +168,13 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
                 "stage_seconds": {k: round(v, 1) for k, v in seconds.items()}, "fetch_config": asdict(cfg)}
         (staged / "phoenix_card.json").write_text(json.dumps(card, indent=1) + "\n")
         if out.exists():
-            check_out(out)  # still ours (checked again: the folder could have changed during the conversion)
+            check_ours(out)  # still ours (checked again: the folder could have changed during the conversion)
             shutil.rmtree(out)  # an older or broken conversion of ours: its card did not match
         staged.rename(out)  # whole or not at all: a killed fetch leaves no half model behind
     return {**card, "status": "fetched"}
 
 
 STAGING_PREFIX = ".fetch-"
-
-
-def check_out(out: Path) -> None:
-    """``--out`` must be a new path, or a folder an earlier fetch made (it holds Phoenix's card). Anything else is
-    the user's, and a fetch that replaced it would delete their files."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise PhoenixError(f"--out {out} is a file or a link, not a model folder; pass a new folder path")
-    if out.is_dir() and any(out.iterdir()) and not (out / "phoenix_card.json").is_file():
-        raise PhoenixError(f"--out {out} already holds files that Phoenix did not fetch; nothing was changed: "
-                           "pass a new folder path")
 
 
 def sweep_staging(parent: Path) -> None:

@@ -25,6 +25,7 @@ from engine.decode.decoder import format_prompt
 from engine.decode.loading import load_model, pick_dtype
 from engine.decode.prompts import humaneval, split
 from engine.errors import PhoenixError
+from engine.paths import check_ours
 from engine.train.zoo import save_model, stdlib_texts, train_lm, train_on_sequences
 
 
@@ -163,6 +164,7 @@ def build_draft(cfg: DraftConfig) -> dict:
     from transformers import AutoModelForCausalLM
 
     cfg.validate()
+    check_ours(Path(cfg.out))  # before the teacher loads and 30 minutes of training
     t0 = time.perf_counter()
     teacher, tokenizer = load_model(cfg.target, "target", "cpu", pick_dtype(cfg.teacher_dtype, "cpu"))
     ids, data = corpus_ids(tokenizer)

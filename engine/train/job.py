@@ -11,6 +11,7 @@ from db.store import Store
 from engine.bench.setup import environment
 from engine.decode.loading import load_pair
 from engine.errors import PhoenixError
+from engine.paths import CARD, check_ours
 from engine.train.distill import DistillConfig, Work, default_out, stage_answers, training_prompts, validate
 from engine.train.evaluate import evaluate
 from engine.train.lora import model_card, stage_lora, stage_merge, write_cards
@@ -34,6 +35,7 @@ def run(cfg: DistillConfig, store: Store | None = None, progress: bool = True,
     validate(cfg)
     cfg.out = cfg.out or default_out(cfg)
     out = Path(cfg.out).resolve()
+    check_ours(out, markers=(CARD, "work"))  # a resumed job finds its own work/ folder
     prompts = training_prompts(cfg)  # refuses test-split prompts before any work
     row = _job(store, cfg, out)
     try:

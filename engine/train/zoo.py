@@ -18,7 +18,7 @@ from typing import Protocol
 
 from engine.decode.prompts import humaneval, split
 from engine.decode.spec import generate
-from engine.paths import EMBEDDED_DIR
+from engine.paths import EMBEDDED_DIR, check_ours
 
 EOS = "<|endoftext|>"
 
@@ -173,6 +173,7 @@ def train_lm(model, ids, cfg: TrainSettings, steps: int, batch: int, lr: float, 
 
 
 def save_model(model, tokenizer, path: Path, cfg: TrainSettings, card: dict) -> None:
+    check_ours(path)  # the commands check before their work; this guards any other caller
     import torch
 
     path.mkdir(parents=True, exist_ok=True)
@@ -187,6 +188,8 @@ def build(cfg: ZooConfig) -> dict:
     import torch
     from transformers import Qwen3ForCausalLM
 
+    for role in ("target", "draft"):  # before 45 minutes of training, not after
+        check_ours(Path(cfg.out) / role)
     torch.manual_seed(cfg.seed)
     texts = stdlib_texts()
     t0 = time.perf_counter()
@@ -267,6 +270,7 @@ def distill_draft_on_answers(cfg: ZooConfig) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = Path(cfg.out)
+    check_ours(out / "draft")
     tokenizer = AutoTokenizer.from_pretrained(out / "target")
     target = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
     draft = AutoModelForCausalLM.from_pretrained(out / "draft", dtype=torch.float32)
