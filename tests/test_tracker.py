@@ -163,3 +163,41 @@ def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(r
             tracker.set_note(runs, 1, text)
         assert runs.get_run(1).note is None
 
+
+
+def _delete_or_requeue(args) -> tuple[str, bool]:
+    """One side of the delete/resume race, started together with the other through a barrier."""
+    url, op, run_id, barrier = args
+    store = Store(url)
+    try:
+        barrier.wait(10)
+        if op == "requeue":
+            return op, store.requeue(run_id)
+        try:
+            tracker.delete_run(store, run_id)
+            return op, True
+        except tracker.TrackerError:
+            return op, False
+        except Exception:  # a lock timeout is a refusal too: what matters is that both never win
+            return op, False
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.subprocess
+def test_delete_and_resume_racing_from_two_processes_never_both_win(any_store):
+    """Before delete judged the status with its own first write, a resume could requeue a run between delete's
+    check and its delete: the resumed run vanished while the resume reported success."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        for trial in range(12):
+            run = any_store.create_run(f"r{trial}", {"bench": {}}, "tgt", "drf", 0, status="interrupted")
+            barrier = manager.Barrier(2)
+            outcome = dict(pool.map(_delete_or_requeue, [(any_store.url, op, run.id, barrier)
+                                                         for op in ("requeue", "delete")]))
+            assert not (outcome["requeue"] and outcome["delete"]), f"trial {trial}: both won"
+            assert outcome["requeue"] or outcome["delete"], f"trial {trial}: neither won"
+            exists = any_store.get_run(run.id) is not None
+            assert exists == (not outcome["delete"])

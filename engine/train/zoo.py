@@ -185,11 +185,11 @@ def save_model(model, tokenizer, path: Path, cfg: TrainSettings, card: dict) -> 
 
 def build(cfg: ZooConfig) -> dict:
     """Train tokenizer, target and distilled draft; write them under cfg.out."""
+    for role in ("target", "draft"):  # before 45 minutes of training, not after
+        check_ours(Path(cfg.out) / role)
     import torch
     from transformers import Qwen3ForCausalLM
 
-    for role in ("target", "draft"):  # before 45 minutes of training, not after
-        check_ours(Path(cfg.out) / role)
     torch.manual_seed(cfg.seed)
     texts = stdlib_texts()
     t0 = time.perf_counter()
