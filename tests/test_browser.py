@@ -132,7 +132,9 @@ def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_lin
     page = browser.new_page(viewport={"width": 1400, "height": 2000})
     page.goto(f"{server}/run?run=1")
     page.get_by_text("Tags, note, archive, baseline").click()
-    page.get_by_label("Tags (comma-separated)").fill("draft-v2")
+    tags = page.locator('[data-testid="stMultiSelect"]', has_text="Tags (pick, or type a new one)").locator("input")
+    tags.fill("draft-v2")  # a new tag: typed, then taken with Enter
+    tags.press("Enter")
     page.get_by_label("Note (Markdown; no HTML, links or images)").fill(
         "**why** <script>alert('note')</script> <img src=https://evil.example/n.png> [x](javascript:alert(1)) "
         "![b](https://evil.example/b.png)")
@@ -145,6 +147,7 @@ def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_lin
     page.wait_for_selector("text=Archived.", state="attached", timeout=30000)  # inside the expander
     page.goto(f"{server}/run?run=1")  # the note, rendered
     page.wait_for_selector("strong:text('why')", timeout=60000)
+    page.wait_for_selector("text=tags: draft-v2", timeout=30000)  # the typed tag was saved as one tag
     page.wait_for_timeout(1500)
     assert page.locator('a[href^="javascript"]').count() == 0 and page.locator('img[src*="evil.example"]').count() == 0
     assert alerts == [] and outside == []
