@@ -7,6 +7,7 @@ from benchmarks import report
 from benchmarks.common import latest
 
 
+@pytest.mark.bench
 def test_the_results_report_renders_every_done_run_with_its_link_command_and_identity(tiny_dirs, prompt_file, tmp_path):
     from engine.bench.config import BenchConfig, validate
     from engine.bench.run import execute
@@ -33,6 +34,7 @@ def test_the_bench_command_names_only_the_settings_that_differ_from_the_defaults
     assert cmd == "python -m engine bench --target smollm2 --limit 5 --modes target,fixed_4 --name 'two words'"
 
 
+@pytest.mark.bench
 def test_the_runs_page_case_lists_many_runs_through_sql_paging_and_has_its_own_file(tmp_path):
     from benchmarks import dashboard
 
@@ -42,6 +44,7 @@ def test_the_runs_page_case_lists_many_runs_through_sql_paging_and_has_its_own_f
     assert case["queries"]["n"] == 1 and case["queries"]["median"] > 0 and case["runs_page_render_s"] > 0
 
 
+@pytest.mark.bench
 def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path):
     from benchmarks import dashboard
 
@@ -53,6 +56,7 @@ def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path)
     assert result["single_run"]["200"]["shown_run_requests"] == 200
 
 
+@pytest.mark.bench
 def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, prompt_file, tmp_path):
     from benchmarks import overhead
 
@@ -65,6 +69,7 @@ def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, 
     assert result["table"]["bare"]["overhead"]["median"] == 0.0
 
 
+@pytest.mark.bench
 def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     from benchmarks import gpu
 
