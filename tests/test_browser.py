@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -133,8 +134,12 @@ def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_lin
     page.goto(f"{server}/run?run=1")
     page.get_by_text("Tags, note, archive, baseline").click()
     tags = page.locator('[data-testid="stMultiSelect"]', has_text="Tags (pick, or type a new one)").locator("input")
-    tags.fill("draft-v2")  # a new tag: typed, then taken with Enter
+    tags.click()
+    tags.press_sequentially("draft-v2", delay=30)  # a new tag: typed, then taken with Enter
+    page.get_by_role("option", name=re.compile("draft-v2")).wait_for(timeout=30000)
     tags.press("Enter")
+    chosen = page.locator('[data-testid="stMultiSelect"]', has_text="Tags (pick, or type a new one)")
+    chosen.locator("[title=\"draft-v2\"]").wait_for(timeout=30000)  # its chip
     page.get_by_label("Note (Markdown; no HTML, links or images)").fill(
         "**why** <script>alert('note')</script> <img src=https://evil.example/n.png> [x](javascript:alert(1)) "
         "![b](https://evil.example/b.png)")
