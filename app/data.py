@@ -101,6 +101,14 @@ def summaries(url: str, run_id: int):
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def spec_bench_columns(url: str, run_id: int) -> pd.DataFrame:
+    """Spec-Bench runs: median paired speedup and n per mode and leaderboard column (empty for other prompts)."""
+    rows = [{"mode": mode, "column": column, "x target (median)": s.median, "p25": s.p25, "p75": s.p75, "n": s.n}
+            for column, per in report.by_column(_store(url), run_id).items() for mode, s in per.items()]
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def positions(url: str, run_id: int) -> pd.DataFrame:
     return queries.positions(_store(url), run_id)
 

@@ -23,6 +23,7 @@ class Named:
 EMBEDDED = "embedded"
 SMOLLM2 = "smollm2"
 SMOLLM2_DRAFT = "smollm2-draft"
+SMOLLM2_EAGLE3 = "smollm2-eagle3"
 NAMED = {
     EMBEDDED: Named(EMBEDDED, EMBEDDED_DIR, "the embedded tiny pair (tests and offline demos; its text is repetitive)",
                     "python -m engine zoo build", 37),
@@ -32,6 +33,9 @@ NAMED = {
     SMOLLM2_DRAFT: Named(SMOLLM2_DRAFT, MODELS_DIR / "smollm2-draft",
                          "Phoenix's draft for SmolLM2-135M-Instruct, distilled from it",
                          "python -m engine zoo build-draft smollm2", 30),
+    SMOLLM2_EAGLE3: Named(SMOLLM2_EAGLE3, MODELS_DIR / "smollm2-eagle3",
+                          "Phoenix's EAGLE-3 head for SmolLM2-135M-Instruct (use with --drafter eagle3 or eagle3_<k>)",
+                          "python -m engine zoo build-head smollm2", 20),
 }
 
 

@@ -16,21 +16,22 @@ DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
 GRANULARITIES = ("request", "pass")  # how often a policy may change k
 # Two words, two things. A drafter proposes tokens: none (target-only), the draft model, or a model-free one. An
 # engine runs the request: Phoenix's own loop, or transformers' assisted generation (hf_<k>) for comparison.
-DRAFTERS = ("none", "model", "ngram", "suffix")
-RUN_DRAFTERS = ("model", "ngram", "suffix")  # what a run's fixed_<k> and bandit modes may draft with (--drafter)
+DRAFTERS = ("none", "model", "ngram", "suffix", "eagle3")
+RUN_DRAFTERS = ("model", "ngram", "suffix", "eagle3")  # what a run's fixed_<k> and bandit modes may draft with (--drafter)
+DRAFT_MODEL_DRAFTERS = ("model", "eagle3")  # need --draft: a draft model, or an EAGLE-3 head
 ENGINES = ("phoenix", "hf")
 PROMPT_FORMATS = ("auto", "chat", "raw")  # how prompt text becomes token ids: auto = chat when the target has a template
-Drafter = Literal["none", "model", "ngram", "suffix"]
-RunDrafter = Literal["model", "ngram", "suffix"]
+Drafter = Literal["none", "model", "ngram", "suffix", "eagle3"]
+RunDrafter = Literal["model", "ngram", "suffix", "eagle3"]
 Engine = Literal["phoenix", "hf"]
 PromptFormat = Literal["auto", "chat", "raw"]
 Granularity = Literal["request", "pass"]
 
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
-                      r"|(?P<kind>fixed|ngram|suffix|hf)_(?P<k>\d+)"
+                      r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
                       r"|vllm_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
-HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
+HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
 
 
 def check_k(k: int) -> int:
@@ -91,14 +92,14 @@ class Mode:
         if self.kind == "hf":
             return "model" if has_draft_model else "ngram"
         return {"target": "none", "fixed": run_drafter, "bandit": run_drafter, "ngram": "ngram",
-                "suffix": "suffix"}.get(self.kind, "none")
+                "suffix": "suffix", "eagle3": "eagle3"}.get(self.kind, "none")
 
     @property
     def engine(self) -> str:
         return "hf" if self.kind == "hf" else "phoenix"
 
     def needs_draft_model(self, run_drafter: str) -> bool:
-        return self.kind != "target" and (self.kind == "hf" or self.drafter(run_drafter) == "model")
+        return self.kind != "target" and (self.kind == "hf" or self.drafter(run_drafter) in DRAFT_MODEL_DRAFTERS)
 
     def arm_label(self, k: int) -> str:
         """How charts name one arm of this mode: bandit arms carry their k."""

@@ -6,14 +6,14 @@ import streamlit as st
 from app import actions, widgets
 from app.actions import FORM_LIMITS
 from engine.bench.config import BenchConfig
-from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, local_models, present
+from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, local_models, present
 from engine.decode.fetch import FETCHERS
 from engine.decode.prompts import NAMED_SETS
 from engine.modes import RUN_DRAFTERS
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
 
-MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "suffix_4", "suffix_16", "hf_4", "bandit"] + [
+MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "suffix_4", "suffix_16", "eagle3_4", "hf_4", "bandit"] + [
     f"bandit:{p}" for p in ("epsilon_greedy", "model_based", "model_based:pass", "ucb1", "thompson", "ema_hysteresis",
                             "contextual_model_based")]
 
@@ -37,13 +37,14 @@ def render() -> None:
         target = c1.selectbox("Target", [EMBEDDED, SMOLLM2] + local + ["other…"], format_func=label, key="n_target")
         target_typed = c1.text_input("Target path or Hugging Face id (for other…)", key="n_target_typed")
         slots["target"] = c1.empty()
-        draft = c2.selectbox("Draft", [EMBEDDED, SMOLLM2_DRAFT] + local + ["none", "other…"], format_func=label,
+        draft = c2.selectbox("Draft", [EMBEDDED, SMOLLM2_DRAFT, SMOLLM2_EAGLE3] + local + ["none", "other…"], format_func=label,
                              key="n_draft")
         draft_typed = c2.text_input("Draft path or Hugging Face id (for other…)", key="n_draft_typed")
         slots["draft"] = c2.empty()
         drafter = st.radio("Drafter for fixed_<k> and bandit", list(RUN_DRAFTERS), horizontal=True, key="n_drafter",
                            help="model: the draft model; ngram: prompt lookup; suffix: suffix trees over this request "
-                                "and earlier outputs of the run (model-free, adaptive length)")
+                                "and earlier outputs of the run (model-free, adaptive length); eagle3: an EAGLE-3 head "
+                                "(pick smollm2-eagle3 or your head's folder as the draft)")
         modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "fixed_4", "bandit"], key="n_modes")
         slots["modes"] = st.empty()
         b1, b2, b3 = st.columns([2, 1, 1])

@@ -79,6 +79,7 @@ def body(url: str, run_id: int) -> None:
         return
     kpis(summaries)
     tracking.baseline_table(url, info, [m.mode for m in summaries])
+    spec_bench_columns(url, run_id)
     vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     fit = fit_run(pos, split)
@@ -152,6 +153,17 @@ def kpis(summaries) -> None:
         if m.speedup is not None and m.speedup.median is not None and m.mode != "target":
             st.caption(f"x target: the median of {m.speedup.n} per-prompt ratios against target-only in this run, "
                        f"IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x")
+
+
+def spec_bench_columns(url: str, run_id: int) -> None:
+    frame = data.spec_bench_columns(url, run_id)
+    if frame.empty:
+        return
+    st.subheader("Per Spec-Bench column")
+    st.dataframe(frame.pivot_table(index="mode", columns="column", values="x target (median)", sort=False),
+                 width="stretch")
+    st.caption("Median per-prompt speedup against target-only in this run; n per cell: "
+               + ", ".join(f"{c} {int(n)}" for c, n in frame.groupby("column", sort=False)["n"].max().items()))
 
 
 def vllm_sweep(info) -> None:

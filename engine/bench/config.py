@@ -16,12 +16,12 @@ from engine.policies.wrappers import FallbackConfig
 
 @dataclass
 class BenchConfig(PairConfig):
-    drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix
-    prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | FILE.jsonl
+    drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix | eagle3
+    prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train | spec-bench | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
     max_new_tokens: int = 128  # tokens generated per request
     prompt_format: PromptFormat = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
-    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
+    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
     policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
     granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request

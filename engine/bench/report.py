@@ -9,6 +9,7 @@ from db import queries
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
 from engine.analysis.compare import Spread, speedups
+from engine.decode.prompts import SPEC_BENCH_ORDER, spec_bench_column_of
 
 REPORT_FORMATS = ("table", "md", "csv")
 
@@ -60,6 +61,30 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
         lines.append(f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "
                      f"| {_f(m.mean_accepted_length, '.2f', '')} | {share:.0%} | {ident} |")
+    return "\n".join(lines)
+
+
+def by_column(store: Store, run_id: int) -> dict[str, dict[str, Spread]]:
+    """Spec-Bench runs: each mode's paired speedup per leaderboard column (from the prompt id), {} otherwise."""
+    frame = queries.prompt_rewards(store, run_id)
+    if frame.empty or "target" not in set(frame["mode"]):
+        return {}
+    columns = frame["prompt_id"].map(spec_bench_column_of)
+    if columns.isna().any():
+        return {}
+    return {column: speedups(frame[columns == column]) for column in SPEC_BENCH_ORDER if (columns == column).any()}
+
+
+def column_markdown(table: dict[str, dict[str, Spread]]) -> str:
+    if not table:
+        return ""
+    modes = sorted({m for per in table.values() for m in per})
+    lines = ["Per Spec-Bench column (median per-prompt speedup, n prompts):", "",
+             "| mode | " + " | ".join(table) + " |", "|---|" + "---:|" * len(table)]
+    for mode in modes:
+        cells = [f"{table[c][mode].median:.2f}x (n={table[c][mode].n})" if mode in table[c] and table[c][mode].median
+                 else "" for c in table]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

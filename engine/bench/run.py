@@ -21,6 +21,7 @@ from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
+from engine.modes import Mode
 
 
 def load_decoder(cfg: BenchConfig) -> Decoder:
@@ -52,6 +53,8 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     try:
         decoder = decoder or load_decoder(cfg)
         encoded = encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
+        for parsed in map(Mode.parse, cfg.modes):  # a head passed as a draft model fails here, not mid-run
+            decoder.check_drafter(parsed.drafter(cfg.drafter, decoder.pair.draft is not None), parsed.engine)
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise

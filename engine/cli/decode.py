@@ -12,14 +12,16 @@ from engine.decode.loading import PairConfig, load_pair
 from engine.decode.prompts import check_prompt
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.modes import Drafter, Engine, PromptFormat, check_k
+from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Engine, PromptFormat, check_k
 from engine.train.draft import DraftConfig, build_draft
+from engine.train.head import HeadBuildConfig
+from engine.train.head_build import build_head
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
 
 
 @dataclass
 class GenerateConfig(PairConfig):
-    drafter: Drafter = "model"  # none | model | ngram | suffix: what proposes the k tokens
+    drafter: Drafter = "model"  # none | model | ngram | suffix | eagle3 (--draft is then an EAGLE-3 head): what proposes the k tokens
     engine: Engine = "phoenix"  # phoenix (this loop) | hf (transformers' assisted generation: drafter model or ngram)
     k: int = 4  # draft length; 0 is target-only
     max_new_tokens: int = 64  # tokens to generate
@@ -41,7 +43,7 @@ class GenerateConfig(PairConfig):
 
 def cmd_generate(args) -> int:
     cfg = from_args(GenerateConfig, args).validate()
-    draft = cfg.draft if cfg.drafter == "model" else None
+    draft = cfg.draft if cfg.drafter in DRAFT_MODEL_DRAFTERS else None
     dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
     dec.start_run(cfg.suffix)
     ids = dec.encode(cfg.prompt, cfg.prompt_format)
@@ -87,6 +89,11 @@ def cmd_zoo_build_draft(args) -> int:
     return 0
 
 
+def cmd_zoo_build_head(args) -> int:
+    print(json.dumps(build_head(from_args(HeadBuildConfig, args))))
+    return 0
+
+
 def add_commands(sub) -> None:
     g = sub.add_parser("generate", help="decode one prompt and print the text and stats")
     add_options(g, GenerateConfig)
@@ -107,3 +114,7 @@ def add_commands(sub) -> None:
     zd2.add_argument("name", choices=[SMOLLM2], help="the target whose draft to build")
     add_options(zd2, DraftConfig)
     zd2.set_defaults(func=cmd_zoo_build_draft)
+    zh = zsub.add_parser("build-head", help="train an EAGLE-3 head for a real target on its own answers (vLLM's format)")
+    zh.add_argument("name", choices=[SMOLLM2], help="the target whose head to build")
+    add_options(zh, HeadBuildConfig)
+    zh.set_defaults(func=cmd_zoo_build_head)

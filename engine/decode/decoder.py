@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.decode.drafters import ModelDrafter, NgramDrafter
+from engine.decode.drafters import Eagle3Drafter, ModelDrafter, NgramDrafter
+from engine.decode.eagle3 import Eagle3Head
 from engine.decode.hf_assisted import generate_hf
 from engine.decode.loading import LoadedPair
 from engine.decode.prompts import check_prompt
@@ -56,7 +57,11 @@ class Decoder:
     max_new_cap: int = 4096
 
     def __post_init__(self):
-        self._model_drafter = ModelDrafter(self.pair.draft, self.pair.shared_vocab) if self.pair.draft is not None else None
+        draft = self.pair.draft
+        self._head = draft if isinstance(draft, Eagle3Head) else None
+        self._model_drafter = ModelDrafter(draft, self.pair.shared_vocab) if draft is not None and self._head is None else None
+        self._eagle3 = (Eagle3Drafter(self._head, self.pair.target.get_input_embeddings(), self._head.config.taps)
+                        if self._head is not None else None)
         self._ngram = NgramDrafter()
         self._suffix = SuffixDrafter()
         self.eos_id = self.pair.tokenizer.eos_token_id
@@ -96,12 +101,28 @@ class Decoder:
             return self._ngram
         if kind == "suffix":
             return self._suffix
+        if kind == "eagle3":
+            if self._eagle3 is None:
+                raise PhoenixError("drafter 'eagle3' needs an EAGLE-3 head: pass --draft smollm2-eagle3 (or your head's "
+                                   "folder)", field="draft")
+            return self._eagle3
         if kind != "model":
             raise PhoenixError(f"unknown drafter {kind!r}: use {', '.join(DRAFTERS)}", field="drafter")
+        if self._head is not None:
+            raise PhoenixError(f"draft {self.pair.draft_name!r} is an EAGLE-3 head, not a draft model: use --drafter "
+                               "eagle3 (or eagle3_<k> modes)", field="drafter")
         if self._model_drafter is None:
             raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram or suffix",
                                field="draft")
         return self._model_drafter
+
+    def check_drafter(self, kind: str, engine: str = "phoenix") -> None:
+        """The drafter can run with this pair on this engine; one line that says what to pass otherwise."""
+        if engine == "hf" and self._head is not None:
+            raise PhoenixError("transformers' assisted generation cannot draft with an EAGLE-3 head: use "
+                               "eagle3_<k> (Phoenix's loop) instead of hf_<k>", field="modes")
+        if engine == "phoenix":
+            self.drafter(kind)
 
     def run(self, prompt_ids: list[int], k: int, max_new_tokens: int, drafter: str = "none", engine: str = "phoenix",
             choose_k=None) -> RequestStats:
@@ -113,6 +134,7 @@ class Decoder:
         self.check_fits(prompt_ids, max_new_tokens)
         with torch.inference_mode():
             if engine == "hf":
+                self.check_drafter(drafter, engine)
                 return generate_hf(self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id)
             used = self.drafter(drafter) if (k > 0 or choose_k) else None
             return generate(self.pair.target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.catalog import EMBEDDED, NAMED, named_dir
+from engine.decode.eagle3 import default_taps, is_head_dir, load_head
 from engine.errors import PhoenixError
 
 
@@ -160,13 +161,23 @@ def config_rows(path: Path) -> int | None:
 def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
     """The pair checks of load_pair without loading weights, for the form and `submit`: the same tokenizer, and
     output layers (as config.json declares them) that cover every token."""
-    from transformers import AutoTokenizer
-
     try:
-        t_tok = AutoTokenizer.from_pretrained(target_path, trust_remote_code=False)
-        d_tok = AutoTokenizer.from_pretrained(draft_path, trust_remote_code=False)
+        _check_pair_files(target_path, draft_path, target_name, draft_name)
+    except PhoenixError:
+        raise
     except Exception as exc:
         raise PhoenixError(f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _check_pair_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
+    from transformers import AutoTokenizer
+
+    if is_head_dir(draft_path):  # an EAGLE-3 head ships no tokenizer: it must be shaped for the target
+        _head_matches(json.loads((draft_path / "config.json").read_text(encoding="utf-8")),
+                      json.loads((target_path / "config.json").read_text(encoding="utf-8")), target_name, draft_name)
+        return
+    t_tok = AutoTokenizer.from_pretrained(target_path, trust_remote_code=False)
+    d_tok = AutoTokenizer.from_pretrained(draft_path, trust_remote_code=False)
     _same_tokenizer(t_tok, d_tok, target_name, draft_name)
     rows = [r for r in (config_rows(target_path), config_rows(draft_path)) if r is not None]
     if len(rows) == 2:
@@ -179,7 +190,40 @@ def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str 
     torch_dtype = pick_dtype(dtype, dev)
     t_model, t_tok = load_model(target, "target", dev, torch_dtype, allow_pickle)
     d_model, rows = None, None
-    if draft:
+    if draft and is_head_dir(resolve(draft, "draft", allow_pickle)):
+        d_model = load_head_for(resolve(draft, "draft"), t_model, target, draft, dev, torch_dtype)
+    elif draft:
         d_model, d_tok = load_model(draft, "draft", dev, torch_dtype, allow_pickle)
         rows = shared_vocab(t_tok, d_tok, t_model, d_model, target, draft)
     return LoadedPair(t_model, d_model, t_tok, target, draft, dev, str(torch_dtype).removeprefix("torch."), rows)
+
+
+def _text_config(cfg: dict) -> dict:
+    return cfg.get("text_config") or cfg
+
+
+def _head_matches(head: dict, target: dict, target_name: str, draft_name: str) -> tuple[int, ...]:
+    """An EAGLE-3 head reads the target's hidden states and embedding and maps back into its vocabulary: widths,
+    vocabulary and tap layers must fit this target. Returns the taps (the config's, or vLLM's default)."""
+    t = _text_config(target)
+    width, layers = t.get("hidden_size"), int(t.get("num_hidden_layers") or 0)
+    if head.get("target_hidden_size", head.get("hidden_size")) != width or head.get("hidden_size") != width:
+        raise PhoenixError(f"EAGLE-3 head {draft_name!r} was built for hidden size {head.get('target_hidden_size', head.get('hidden_size'))}, "
+                           f"target {target_name!r} has {width}; pick the head made for this target")
+    if head.get("vocab_size") != t.get("vocab_size"):
+        raise PhoenixError(f"EAGLE-3 head {draft_name!r} maps into a vocabulary of {head.get('vocab_size')} tokens, target "
+                           f"{target_name!r} has {t.get('vocab_size')}; pick the head made for this target")
+    taps = tuple((head.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or default_taps(layers))
+    if len(taps) != 3 or not all(isinstance(i, int) and 0 <= i <= layers for i in taps):
+        raise PhoenixError(f"EAGLE-3 head {draft_name!r} taps layers {list(taps)}; target {target_name!r} has {layers} "
+                           "layers; pick the head made for this target")
+    return taps
+
+
+def load_head_for(path: Path, target, target_name: str, draft_name: str, device: str, dtype):
+    """An EAGLE-3 head checked against the loaded target; its taps are set from the config or vLLM's default."""
+    taps = _head_matches(json.loads((path / "config.json").read_text(encoding="utf-8")), target.config.to_dict(),
+                         target_name, draft_name)
+    head = load_head(path, draft_name, dtype, device)
+    head.config.taps = taps
+    return head

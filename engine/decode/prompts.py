@@ -16,7 +16,12 @@ from engine.errors import PhoenixError
 SPLIT_SEED = 42
 TEST_SIZE = 50
 EDIT_SETS = ("humaneval-edit-train", "humaneval-edit-test", "humaneval-edit-multiturn-train", "humaneval-edit-multiturn-test")
-NAMED_SETS = ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS
+SPEC_BENCH_SETS = ("spec-bench", "spec-bench-train", "spec-bench-test")
+NAMED_SETS = ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS + SPEC_BENCH_SETS
+SPEC_BENCH = Path(__file__).parent / "data" / "spec-bench" / "question.jsonl"  # hemingkx/Spec-Bench fd2c1cd, Apache-2.0
+# Spec-Bench's leaderboard columns: MT-bench's eight categories are one column, "Multi-turn Conversation"
+SPEC_BENCH_COLUMNS = {"translation": "translation", "summarization": "summarization", "qa": "qa",
+                      "math_reasoning": "math", "rag": "rag"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,44 @@ def humaneval_edit(name: str) -> list[Prompt]:
     train, test = split(humaneval())
     ids = [p.id for p in (test if name.endswith("-test") else train)]
     return [Prompt(pid, text) for pid, text in build_edits(read_problems(), ids, multiturn="multiturn" in name)]
+
+
+SPEC_BENCH_ORDER = ("multiturn", "translation", "summarization", "qa", "math", "rag")  # the leaderboard's order
+
+
+def spec_bench_column(category: str) -> str:
+    return SPEC_BENCH_COLUMNS.get(category, "multiturn")
+
+
+def spec_bench_column_of(prompt_id: str) -> str | None:
+    """The column a Spec-Bench prompt id (``<column>-<question_id>``) belongs to; None for any other id."""
+    column, _, qid = prompt_id.rpartition("-")
+    return column if column in SPEC_BENCH_ORDER and qid.isdigit() else None
+
+
+def spec_bench(part: str = "all") -> list[Prompt]:
+    """Spec-Bench's 480 questions, first turn only (a second turn needs the first answer in its context). Ids are
+    ``<column>-<question_id>``, so per-column figures come from the id. The split is seeded and taken per column:
+    half of each column is held out (spec-bench-test)."""
+    rows = [json.loads(line) for line in SPEC_BENCH.read_text(encoding="utf-8").splitlines() if line.strip()]
+    by_column: dict[str, list[Prompt]] = {}
+    for row in rows:
+        column = spec_bench_column(row["category"])
+        by_column.setdefault(column, []).append(Prompt(f"{column}-{row['question_id']}", row["turns"][0]))
+    out = []
+    for column in sorted(by_column):
+        train, test = split(by_column[column], test_size=len(by_column[column]) // 2)
+        out += {"all": train + test, "train": train, "test": test}[part]
+    return out
+
+
+def round_robin(prompts: list[Prompt]) -> list[Prompt]:
+    """One prompt of each column in turn, so ``--limit 60`` takes 10 from each of Spec-Bench's six columns."""
+    columns: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        columns.setdefault(p.id.rsplit("-", 1)[0], []).append(p)
+    rows = list(columns.values())
+    return [row[i] for i in range(max(map(len, rows), default=0)) for row in rows if i < len(row)]
 
 
 def split(prompts: list[Prompt], seed: int = SPLIT_SEED, test_size: int = TEST_SIZE) -> tuple[list[Prompt], list[Prompt]]:
@@ -109,6 +152,8 @@ def load(spec: str, limit: int | None = None) -> list[Prompt]:
     """A named set (NAMED_SETS) or a path to a JSONL file."""
     if spec in EDIT_SETS:
         prompts = humaneval_edit(spec)
+    elif spec in SPEC_BENCH_SETS:
+        prompts = round_robin(spec_bench(spec.removeprefix("spec-bench").removeprefix("-") or "all"))
     elif spec in NAMED_SETS:
         prompts = humaneval()
         if spec != "humaneval":

@@ -20,12 +20,14 @@ from transformers import DynamicCache
 
 class Drafter(Protocol):
     name: str
+    taps: tuple[int, ...]  # target layers whose hidden states it reads (EAGLE-3); empty for token-only drafters
 
-    def reset(self, prompt_ids: list[int]) -> None: ...
+    # features: the taps [positions, 3H] of the target pass just run (prefill for reset, verify for commit)
+    def reset(self, prompt_ids: list[int], features=None) -> None: ...
 
     def draft(self, seq: list[int], k: int) -> list[int]: ...
 
-    def commit(self, valid_len: int) -> None: ...
+    def commit(self, valid_len: int, features=None) -> None: ...
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None: ...  # the request ended
 
@@ -89,21 +91,27 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def forward(model, cache: DynamicCache, ids: list[int], keep: int) -> torch.Tensor:
-    """Run ``ids`` through ``model`` on top of ``cache``; greedy ids of the last ``keep`` positions."""
+def forward(model, cache: DynamicCache, ids: list[int], keep: int,
+            taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``ids`` through ``model`` on top of ``cache``: greedy ids of the last ``keep`` positions, and the hidden
+    states of the ``taps`` layers at every position, concatenated ([len(ids), len(taps)·H]), from the same pass."""
     x = torch.tensor([ids], device=model.device)
-    logits = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=keep).logits
-    return logits[0].argmax(dim=-1)
+    out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=keep, output_hidden_states=bool(taps))
+    feats = torch.cat([out.hidden_states[i][0] for i in taps], dim=-1) if taps else None
+    return out.logits[0].argmax(dim=-1), feats
 
 
-def prefill(target, cache: DynamicCache, prompt_ids: list[int]) -> int:
-    """Fill the target cache with the prompt; return the first generated token."""
-    return int(forward(target, cache, prompt_ids, keep=1)[-1])
+def prefill(target, cache: DynamicCache, prompt_ids: list[int], taps: tuple[int, ...] = ()) -> tuple[int, torch.Tensor | None]:
+    """Fill the target cache with the prompt; the first generated token (and the prompt's taps)."""
+    greedy, feats = forward(target, cache, prompt_ids, keep=1, taps=taps)
+    return int(greedy[-1]), feats
 
 
-def verify(target, cache: DynamicCache, pending: int, drafted: list[int]) -> list[int]:
-    """One target pass over the pending token and the drafts: its greedy pick after each."""
-    return forward(target, cache, [pending] + drafted, keep=len(drafted) + 1).tolist()
+def verify(target, cache: DynamicCache, pending: int, drafted: list[int],
+           taps: tuple[int, ...] = ()) -> tuple[list[int], torch.Tensor | None]:
+    """One target pass over the pending token and the drafts: its greedy pick after each (and their taps)."""
+    greedy, feats = forward(target, cache, [pending] + drafted, keep=len(drafted) + 1, taps=taps)
+    return greedy.tolist(), feats
 
 
 def accepted_prefix(drafted: list[int], predicted: list[int]) -> int:
@@ -113,21 +121,32 @@ def accepted_prefix(drafted: list[int], predicted: list[int]) -> int:
     return n
 
 
-def speculative_step(target, cache: DynamicCache, drafter: Drafter | None, seq: list[int], k: int, device) -> tuple[list[int], int, int, float, float]:
+@dataclass
+class Step:
+    new: list[int]  # accepted drafts plus the target's own next token
+    proposed: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    features: torch.Tensor | None = None  # taps of the positions the target kept (pending + accepted drafts)
+
+
+def speculative_step(target, cache: DynamicCache, drafter: Drafter | None, seq: list[int], k: int, device) -> Step:
     """Draft up to k tokens, verify them in one pass, keep the agreeing prefix plus
-    the target's own next token. ``seq`` ends with the pending (not yet cached) token.
-    Returns (new_tokens, proposed, accepted, draft_s, verify_s)."""
+    the target's own next token. ``seq`` ends with the pending (not yet cached) token."""
+    taps = drafter.taps if drafter is not None else ()
     t0 = time.perf_counter()
     drafted = drafter.draft(seq, k) if (drafter is not None and k > 0) else []
     sync(device)
     t1 = time.perf_counter()
-    predicted = verify(target, cache, seq[-1], drafted)
+    predicted, feats = verify(target, cache, seq[-1], drafted, taps)
     n = accepted_prefix(drafted, predicted)
     if len(drafted) > n:
         cache.crop(-(len(drafted) - n))
     sync(device)
     t2 = time.perf_counter()
-    return drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1
+    return Step(drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1,
+                feats[:n + 1] if feats is not None else None)
 
 
 def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
@@ -151,29 +170,30 @@ def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max
     cache = DynamicCache(config=target.config)
     sync(device)
     start = time.perf_counter()
-    first = prefill(target, cache, prompt_ids)
+    drafting = drafter is not None and (k > 0 or choose_k is not None)
+    first, feats = prefill(target, cache, prompt_ids, drafter.taps if drafting and drafter is not None else ())
     sync(device)
     stats.ttft_s = stats.prefill_s = time.perf_counter() - start
     seq = list(prompt_ids) + [first]
     out = stats.output_ids
     done = append_until_done(out, [first], eos_id, max_new_tokens)
-    drafting = drafter is not None and (k > 0 or choose_k is not None) and not done
+    drafting = drafting and not done
     if drafting and drafter is not None:
         t = time.perf_counter()
-        drafter.reset(list(prompt_ids))
+        drafter.reset(list(prompt_ids), feats)
         sync(device)
         stats.draft_prefill_s = time.perf_counter() - t
     while not done:
         step_k = choose_k(stats) if choose_k else k
         step_k = max(0, min(step_k, max_new_tokens - len(out) - 1))
-        new, proposed, n, d_s, v_s = speculative_step(target, cache, drafter, seq, step_k, device)
-        stats.count_pass(proposed, n)
-        stats.draft_s += d_s
-        stats.verify_s += v_s
-        seq += new
-        if drafter is not None and proposed:
-            drafter.commit(len(seq) - 1)
-        done = append_until_done(out, new, eos_id, max_new_tokens)
+        step = speculative_step(target, cache, drafter if drafting else None, seq, step_k, device)
+        stats.count_pass(step.proposed, step.accepted)
+        stats.draft_s += step.draft_s
+        stats.verify_s += step.verify_s
+        seq += step.new
+        if drafting and drafter is not None:
+            drafter.commit(len(seq) - 1, step.features)
+        done = append_until_done(out, step.new, eos_id, max_new_tokens)
     sync(device)
     stats.latency_s = time.perf_counter() - start
     if drafting and drafter is not None:

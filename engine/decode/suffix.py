@@ -141,6 +141,7 @@ class SuffixDrafter:
     """The drafter interface (reset, draft, commit, finish) over a request tree and the run's global tree."""
 
     name = "suffix"
+    taps: tuple[int, ...] = ()  # no target hidden states needed
 
     def __init__(self, cfg: SuffixConfig | None = None):
         self.cfg = cfg or SuffixConfig()
@@ -151,7 +152,7 @@ class SuffixDrafter:
         self._fed = 0
         self._key: tuple[int, ...] = ()
 
-    def reset(self, prompt_ids: list[int]) -> None:
+    def reset(self, prompt_ids: list[int], features=None) -> None:
         self._key = tuple(prompt_ids)
         if any(key == self._key for key, _ in self._cached):  # this prompt's earlier output would be its own answer
             kept: deque[tuple[tuple[int, ...], list[int]]] = deque()
@@ -188,7 +189,7 @@ class SuffixDrafter:
                 tokens = other
         return tokens
 
-    def commit(self, valid_len: int) -> None:
+    def commit(self, valid_len: int, features=None) -> None:
         pass  # the trees only ever hold accepted tokens: draft() feeds them from seq
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:

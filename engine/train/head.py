@@ -1,0 +1,275 @@
+"""`zoo build-head`: an EAGLE-3 head for a real target, trained on the target's own answers.
+
+Four stages, each timed into the model card:
+1. answers: the target answers training prompts greedily, in batches, and the three taps plus its final hidden state
+   are kept from those same passes (no second forward);
+2. vocabulary: the draft's output rows are the most frequent tokens of those answers (FR-Spec), coverage recorded;
+3. training: a training-time-test unroll (EAGLE-3 / HASS): step s feeds the head its own step s-1 state and attends to
+   the real prefix plus its own chain, with soft cross-entropy to the target's distribution over the draft vocabulary;
+4. evaluation: top-1 agreement per unroll step on the answers of held-out prompts.
+Held-out prompts (HumanEval and Spec-Bench test halves) are never used: checked by id and by text.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from engine.decode.eagle3 import Eagle3Head, head_config_for, save_head, vocab_maps
+from engine.paths import DATA_DIR, MODELS_DIR, check_ours
+
+
+@dataclass
+class HeadBuildConfig:
+    target: str = "smollm2"  # the target the head drafts for (a name, directory or cached id)
+    out: str = str(MODELS_DIR / "smollm2-eagle3")  # where the head folder is written
+    draft_vocab_size: int = 8192  # output rows: the most frequent tokens of the target's answers (FR-Spec)
+    humaneval_prompts: int = 114  # from HumanEval's train split (114 = all of it)
+    spec_bench_prompts: int = 240  # from Spec-Bench's train half (240 = all of it)
+    stdlib_prompts: int = 60  # windows of standard-library code, continued as raw text
+    max_prompt_tokens: int = 384  # longer prompts keep their last tokens: prompt positions are context, not the goal
+    max_new_tokens: int = 128  # answer length per prompt
+    gen_batch: int = 24  # prompts answered together
+    train_prompt_tokens: int = 64  # prompt tokens kept as context in training: the taps already carry the rest
+    ttt_steps: int = 4  # training-time-test unroll (EAGLE-3 uses 7; 4 fits a CPU budget)
+    step_decay: float = 0.8  # loss weight of unroll step s is step_decay**s, as EAGLE-3
+    epochs: int = 8  # passes over the answers
+    batch_tokens: int = 1536  # tokens per optimizer step: small, since a CPU budget buys few steps
+    lr: float = 2e-3  # peak AdamW learning rate (cosine decay after warm-up)
+    warmup_steps: int = 20
+    time_budget_s: float = 0.0  # stop training after this many seconds (0: run every epoch)
+    eval_prompts: int = 8  # held-out prompts whose answers measure top-1 agreement
+    eval_every: int = 40  # optimizer steps between held-out checks (the go/no-go curve in the model card)
+    seed: int = 1234
+    answers_dir: str = str(DATA_DIR / "head-answers")  # the target's answers with their taps, kept for the next build
+    dtype: str = "float32"  # the target's dtype while answering
+    save_dtype: str = "float16"  # the head on disk
+
+
+@dataclass
+class Sample:
+    tokens: torch.Tensor  # [N] prompt + answer
+    feats: torch.Tensor  # [N-1, 3H] taps at positions 0..N-2
+    last: torch.Tensor  # [N-1, H] the target's final (normed) hidden state there
+    prompt_len: int
+
+
+def answer_with_taps(target, prompts: list[list[int]], max_new: int, batch: int, taps: tuple[int, ...],
+                     pad_id: int, eos_id: int | None, on_batch=None) -> list[Sample]:
+    """Greedy answers in left-padded batches; taps and final states taken from generate's own passes."""
+    samples: list[Sample] = []
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    for start in range(0, len(order), batch):
+        rows = [prompts[i] for i in order[start:start + batch]]
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, p in enumerate(rows):
+            ids[r, width - len(p):], mask[r, width - len(p):] = torch.tensor(p), 1
+        with torch.inference_mode():
+            out = target.generate(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+                                  max_new_tokens=max_new, do_sample=False, output_hidden_states=True,
+                                  return_dict_in_generate=True, pad_token_id=pad_id, eos_token_id=eos_id)
+        layers = [*taps, -1]
+        per_layer = [torch.cat([step[i] for step in out.hidden_states], dim=1) for i in layers]
+        for r, p in enumerate(rows):
+            samples.append(_sample(out.sequences[r].cpu(), [t[r].cpu() for t in per_layer], width - len(p), width, eos_id))
+        if on_batch:
+            on_batch(len(samples), len(prompts))
+    return samples
+
+
+def _sample(seq: torch.Tensor, layers: list[torch.Tensor], pad: int, width: int, eos_id: int | None) -> Sample:
+    end = len(seq)
+    if eos_id is not None:
+        hits = (seq[width:] == eos_id).nonzero()
+        if len(hits):
+            end = width + int(hits[0]) + 1
+    feats = torch.cat(layers[:-1], dim=-1)[pad:end - 1].to(torch.bfloat16)
+    return Sample(seq[pad:end].clone(), feats, layers[-1][pad:end - 1].to(torch.bfloat16), width - pad)
+
+
+def pick_vocab(samples: list[Sample], size: int, vocab: int) -> tuple[torch.Tensor, dict]:
+    """The ``size`` most frequent answer tokens (sorted ids), and the share of answer tokens they cover at a few
+    sizes, so the choice is measured, not assumed."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for s in samples:
+        counts += torch.bincount(s.tokens[s.prompt_len:], minlength=vocab)[:vocab]
+    ranked = counts.argsort(descending=True)
+    total = max(int(counts.sum()), 1)
+    coverage = {n: round(float(counts[ranked[:n]].sum()) / total, 4) for n in (1024, 2048, 4096, 8192, 16384, size)
+                if n <= vocab}
+    return ranked[:size].sort().values, {"answer_tokens": total, "distinct": int((counts > 0).sum()),
+                                          "coverage": coverage}
+
+
+class Trainer:
+    """Soft cross-entropy over the draft vocabulary with a training-time-test unroll."""
+
+    def __init__(self, head: Eagle3Head, embed: torch.nn.Module, out_rows: torch.Tensor, cfg: HeadBuildConfig):
+        self.head, self.embed, self.cfg = head, embed, cfg
+        self.out_rows = out_rows  # [V_draft, H] the target's output layer, draft rows only: soft labels
+
+    def losses(self, batch: list[Sample]) -> tuple[torch.Tensor, list[float]]:
+        """Weighted loss, and top-1 agreement with the target's greedy token per unroll step (answer positions)."""
+        f, z, x, valid, answer = _pad(batch)
+        J = f.shape[1] - 1  # pairs j = 0..J-1: taps at j, token j+1, label: the target's distribution at j+1
+        with torch.no_grad():
+            p = torch.softmax(z[:, 1:J + 1].float() @ self.out_rows.T, dim=-1)
+            greedy = x[:, 2:J + 2]
+            emb = self.embed(x[:, 1:J + 1]).float()
+        hidden = self.head.fc(f[:, :J].float())
+        positions = torch.arange(J).expand(len(batch), J)
+        keys, values, total, agree = [], [], torch.zeros(()), []
+        for s in range(self.cfg.ttt_steps):
+            q, k, v = self.head.qkv(emb, hidden, positions)
+            keys.append(k)
+            values.append(v)
+            prenorm = self.head.after_attention(_ttt_attention(q, keys, values), hidden)
+            logits = self.head.logits(prenorm)
+            ok = valid[:, 1:J + 1] & (torch.arange(J) >= s)  # step s needs a real prefix ending at j - s
+            ce = -(p * torch.log_softmax(logits.float(), dim=-1)).sum(-1)
+            total = total + self.cfg.step_decay ** s * ce[ok].mean()
+            with torch.no_grad():
+                hit = self.head.to_target_ids(logits.argmax(-1)) == greedy
+                sel = ok & answer[:, 1:J + 1]
+                agree.append(float(hit[sel].float().mean()) if sel.any() else float("nan"))
+            hidden = torch.cat([torch.zeros_like(prenorm[:, :1]), prenorm[:, :-1]], dim=1)
+        return total, agree
+
+
+def _ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
+    """Step s = len(keys)-1: query q sees step-0 keys at positions <= q-s and, for t = 1..s, step t's key at
+    position q-s+t (the chain it drafted), exactly what the head's cache holds while drafting."""
+    s = len(keys) - 1
+    rep = q.shape[1] // keys[0].shape[1]
+    ks = [k.repeat_interleave(rep, dim=1) for k in keys]
+    vs = [v.repeat_interleave(rep, dim=1) for v in values]
+    scale = q.shape[-1] ** -0.5
+    J = q.shape[2]
+    pos = torch.arange(J)
+    scores = [(q @ ks[0].transpose(-1, -2)) * scale + torch.where(pos[None, :] <= pos[:, None] - s, 0.0, -math.inf)]
+    for t in range(1, s + 1):
+        scores.append(((q * _shift(ks[t], s - t)).sum(-1, keepdim=True)) * scale)
+    w = torch.softmax(torch.cat(scores, dim=-1).nan_to_num(nan=0.0), dim=-1).nan_to_num(nan=0.0)
+    out = w[..., :J] @ vs[0]
+    for t in range(1, s + 1):
+        out = out + w[..., J + t - 1:J + t] * _shift(vs[t], s - t)
+    return out.transpose(1, 2)
+
+
+def _shift(x: torch.Tensor, d: int) -> torch.Tensor:
+    """x[..., q - d, :] at position q (zeros before the start)."""
+    if d == 0:
+        return x
+    return torch.cat([torch.zeros_like(x[..., :d, :]), x[..., :-d, :]], dim=-2)
+
+
+def _pad(batch: list[Sample]):
+    T = max(len(s.tokens) for s in batch)
+    B, width, H = len(batch), batch[0].feats.shape[1], batch[0].last.shape[1]
+    f, z = torch.zeros(B, T - 1, width), torch.zeros(B, T - 1, H)
+    x = torch.zeros(B, T + 1, dtype=torch.long)
+    valid = torch.zeros(B, T, dtype=torch.bool)  # a label exists at position i (i <= N-2)
+    answer = torch.zeros(B, T, dtype=torch.bool)  # ... and it is the target's greedy answer token
+    for r, s in enumerate(batch):
+        n = len(s.tokens)
+        f[r, :n - 1], z[r, :n - 1], x[r, :n] = s.feats.float(), s.last.float(), s.tokens
+        valid[r, :n - 1] = True
+        answer[r, max(s.prompt_len - 1, 0):n - 1] = True
+    return f, z, x, valid, answer
+
+
+def batches(samples: list[Sample], batch_tokens: int, gen: torch.Generator) -> list[list[Sample]]:
+    order = torch.randperm(len(samples), generator=gen).tolist()
+    out: list[list[Sample]] = []
+    cur: list[Sample] = []
+    size = 0
+    for i in order:
+        if cur and size + len(samples[i].tokens) > batch_tokens:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(samples[i])
+        size += len(samples[i].tokens)
+    return out + ([cur] if cur else [])
+
+
+def clip_prompt(sample: Sample, keep: int) -> Sample:
+    """The last ``keep`` prompt tokens and the whole answer."""
+    cut = max(sample.prompt_len - keep, 0)
+    if cut == 0:
+        return sample
+    return Sample(sample.tokens[cut:], sample.feats[cut:], sample.last[cut:], sample.prompt_len - cut)
+
+
+def train(trainer: Trainer, samples: list[Sample], cfg: HeadBuildConfig, on_step=None, held: list[Sample] | None = None) -> dict:
+    gen = torch.Generator().manual_seed(cfg.seed)
+    params = [p for p in trainer.head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    total_steps = cfg.epochs * len(batches(samples, cfg.batch_tokens, torch.Generator().manual_seed(0)))
+    history: list[dict] = []
+    start, step = time.perf_counter(), 0
+    trainer.head.train()
+    for epoch in range(cfg.epochs):
+        for batch in batches(samples, cfg.batch_tokens, gen):
+            for group in opt.param_groups:
+                group["lr"] = _lr(step, total_steps, cfg)
+            loss, agree = trainer.losses(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            history.append({"step": step, "epoch": epoch, "loss": round(loss.item(), 4),
+                            "top1": [round(a, 4) for a in agree], "s": round(time.perf_counter() - start, 1)})
+            if held and cfg.eval_every and step % cfg.eval_every == 0:
+                history[-1]["held_out_top1"] = evaluate(trainer, held)
+                trainer.head.train()
+            if on_step:
+                on_step(history[-1])
+            if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
+                trainer.head.eval()
+                return {"steps": step, "stopped": "time budget", "history": history}
+    trainer.head.eval()
+    return {"steps": step, "stopped": "epochs done", "history": history}
+
+
+def _lr(step: int, total: int, cfg: HeadBuildConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def evaluate(trainer: Trainer, samples: list[Sample]) -> list[float]:
+    """Top-1 agreement per unroll step on answer positions of held-out samples (one pass each)."""
+    sums = [0.0] * trainer.cfg.ttt_steps
+    with torch.no_grad():
+        per = [trainer.losses([s])[1] for s in samples]
+    for row in per:
+        for i, a in enumerate(row):
+            sums[i] += 0.0 if a != a else a
+    return [round(v / max(len(per), 1), 4) for v in sums]
+
+
+def new_head(target, vocab_ids: torch.Tensor, seed: int) -> Eagle3Head:
+    """A head shaped like one target layer; its output layer starts from the target's own rows for those tokens."""
+    torch.manual_seed(seed)
+    head = Eagle3Head(head_config_for(target.config, len(vocab_ids)))
+    d2t, t2d = vocab_maps(vocab_ids, head.config.vocab_size)
+    head.load_state_dict({"d2t": d2t, "t2d": t2d}, strict=False)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab_ids].float())
+        for lin in (head.fc, head.midlayer.self_attn.o_proj, head.midlayer.mlp.down_proj):
+            lin.weight.mul_(0.5)
+    return head
+
+
+def save(head: Eagle3Head, cfg: HeadBuildConfig, card: dict) -> Path:
+    out = Path(cfg.out)
+    check_ours(out)
+    save_head(head, out, getattr(torch, cfg.save_dtype), {**card, "build_config": asdict(cfg)})
+    return out

@@ -1,0 +1,265 @@
+"""The EAGLE-3 head: exact drafting through Phoenix's loop, the vLLM/SGLang checkpoint format both ways, and training."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.decode.decoder import Decoder
+from engine.decode.eagle3 import Eagle3Head, default_taps, head_config_for, load_head, save_head, vocab_maps
+from engine.decode.loading import check_same_tokenizer_files, load_pair
+from engine.errors import PhoenixError
+from engine.modes import Mode
+from engine.train.head import HeadBuildConfig, Sample, pick_vocab
+
+PROMPTS = ["def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n",
+           "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n"]
+KS = [1, 2, 4, 8]
+EXPECTED_KEYS = {"fc.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
+                 "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight",
+                 "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
+                 "midlayer.post_attention_layernorm.weight", "midlayer.mlp.gate_proj.weight",
+                 "midlayer.mlp.up_proj.weight", "midlayer.mlp.down_proj.weight", "norm.weight", "lm_head.weight",
+                 "d2t", "t2d"}
+
+
+def random_head(target, vocab_ids, seed: int = 3, scale: float = 4.0) -> Eagle3Head:
+    torch.manual_seed(seed)
+    head = Eagle3Head(head_config_for(target.config, len(vocab_ids)))
+    d2t, t2d = vocab_maps(torch.tensor(vocab_ids), head.config.vocab_size)
+    head.d2t.copy_(d2t)
+    head.t2d.copy_(t2d)
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() > 1:
+                p.mul_(scale)  # decisive argmaxes: the test must not hinge on float noise
+    return head
+
+
+def target_of(path: str):
+    return load_pair(path, None, "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def heads(tiny_dirs, tmp_path_factory):
+    """Per target: a random head whose draft vocabulary is the target's most frequent greedy tokens, so drafts are
+    accepted now and then and every accept/crop path runs."""
+    root = tmp_path_factory.mktemp("heads")
+    out = {}
+    targets = {"embedded": "embedded", **{arch: tiny_dirs[arch]["target"] for arch in ("qwen3", "llama", "mistral")}}
+    for name, target in targets.items():
+        pair = target_of(target)
+        dec = Decoder(pair)
+        counts: dict[int, int] = {}
+        for prompt in PROMPTS:
+            for tok in dec.run(dec.encode(prompt), 0, 40).output_ids:
+                counts[tok] = counts.get(tok, 0) + 1
+        vocab = sorted(sorted(counts, key=lambda t: -counts[t])[:3])
+        path = root / name
+        save_head(random_head(pair.target, vocab), path, torch.float32)
+        out[name] = (target, str(path))
+    return out
+
+
+@pytest.mark.parametrize("name", ["embedded", "qwen3", "llama", "mistral"])
+def test_eagle3_drafting_equals_target_only_for_every_k(heads, name):
+    target, head = heads[name]
+    dec = Decoder(load_pair(target, head, "cpu", "float32"))
+    accepted = 0
+    for prompt in PROMPTS:
+        ids = dec.encode(prompt)
+        reference = dec.run(ids, 0, 40).output_ids
+        for k in KS:
+            stats = dec.run(ids, k, 40, "eagle3")
+            assert stats.output_ids == reference, f"{name} eagle3 k={k} diverged"
+            assert stats.passes > 0 and stats.proposed >= stats.accepted
+            accepted += stats.accepted
+    assert accepted > 0  # the accept path ran, not only rejections
+
+
+def test_k_changing_between_passes_with_eagle3_still_equals_target_only(heads):
+    dec = Decoder(load_pair(*heads["llama"], "cpu", "float32"))
+    ids = dec.encode(PROMPTS[1])
+    reference = dec.run(ids, 0, 40).output_ids
+    schedule = iter([3, 0, 1, 5, 2, 0, 8] * 20)
+    stats = dec.run(ids, 4, 40, "eagle3", choose_k=lambda s: next(schedule))
+    assert stats.output_ids == reference
+    assert 0 in stats.k_per_pass and 5 in stats.k_per_pass
+
+
+def test_incremental_drafts_equal_the_training_unroll_on_the_same_tokens(heads):
+    """The cache, positions and fed-back states at draft time are exactly what training unrolls (step s attends
+    to the real prefix plus its own chain)."""
+    from engine.train.head import _ttt_attention
+
+    pair = load_pair(*heads["embedded"], "cpu", "float32")
+    dec, head, target = Decoder(pair), pair.draft, pair.target
+    ids = dec.encode(PROMPTS[0])
+    full = ids + dec.run(ids, 0, 20).output_ids
+    with torch.no_grad():
+        hs = target(input_ids=torch.tensor([full]), output_hidden_states=True).hidden_states
+        feats = torch.cat([hs[i][0] for i in head.config.taps], -1)
+        for L in (len(ids) + 3, len(full) - 6):
+            drafter = dec.drafter("eagle3")
+            drafter.reset(full[:L - 1], feats[:L - 1])
+            drafted = drafter.draft(full[:L], 4)
+            tokens = torch.tensor([full[:L] + drafted])
+            a, J = L - 2, L + 2
+            f = torch.cat([feats[:L - 1], torch.zeros(J - (L - 1), feats.shape[1])])[None, :J]
+            emb, hidden, pos = target.get_input_embeddings()(tokens[:, 1:J + 1]), head.fc(f), torch.arange(J)[None]
+            keys, values, unrolled = [], [], []
+            for s in range(4):
+                q, k, v = head.qkv(emb, hidden, pos)
+                keys.append(k)
+                values.append(v)
+                pre = head.after_attention(_ttt_attention(q, keys, values), hidden)
+                unrolled.append(int(head.to_target_ids(head.logits(pre)[0, a + s].argmax())))
+                hidden = torch.cat([torch.zeros_like(pre[:, :1]), pre[:, :-1]], 1)
+            assert drafted == unrolled
+
+
+def test_the_taps_come_from_the_passes_the_target_runs_anyway(heads, monkeypatch):
+    pair = load_pair(*heads["qwen3"], "cpu", "float32")
+    dec = Decoder(pair)
+    calls = []
+    original = pair.target.forward
+    monkeypatch.setattr(pair.target, "forward", lambda *a, **kw: calls.append(kw.get("output_hidden_states")) or original(*a, **kw))
+    stats = dec.run(dec.encode(PROMPTS[0]), 4, 30, "eagle3")
+    assert len(calls) == stats.passes + 1  # prefill + one verify per pass: no extra target forward
+    assert all(calls)
+
+
+def test_a_saved_head_has_exactly_the_keys_and_config_vllm_reads(tiny_dirs, tmp_path):
+    target = target_of(tiny_dirs["llama"]["target"]).target
+    kept = [5, 9, 17, 40, 41, 300]
+    save_head(random_head(target, kept), tmp_path / "h")
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["num_hidden_layers"] == 1
+    assert cfg["draft_vocab_size"] == 6 and cfg["target_hidden_size"] == target.config.hidden_size
+    assert cfg["vocab_size"] == target.config.vocab_size
+    tensors = load_file(str(tmp_path / "h" / "model.safetensors"))
+    assert set(tensors) == EXPECTED_KEYS  # the embedding is the target's: not saved
+    assert tensors["d2t"].dtype == torch.int64 and tensors["t2d"].dtype == torch.bool
+    assert (torch.arange(6) + tensors["d2t"]).tolist() == kept  # target id = i + d2t[i]
+    assert tensors["t2d"].nonzero().flatten().tolist() == kept
+    assert tensors["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * target.config.hidden_size
+    assert tensors["fc.weight"].shape == (target.config.hidden_size, 3 * target.config.hidden_size)
+
+
+def test_a_head_round_trips_through_the_standard_format(tiny_dirs, tmp_path):
+    target = target_of(tiny_dirs["qwen3"]["target"]).target
+    head = random_head(target, list(range(0, 200, 3)))
+    save_head(head, tmp_path / "h", torch.float32)
+    loaded = load_head(tmp_path / "h", "h", torch.float32)
+    for name, tensor in head.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_a_head_from_another_exporter_loads_unchanged(tiny_dirs, tmp_path):
+    """Some exporters name the layer layers.0, ship embed_tokens and leave t2d out (vLLM skips it)."""
+    pair = target_of(tiny_dirs["llama"]["target"])
+    head = random_head(pair.target, [1, 2, 3, 50])
+    save_head(head, tmp_path / "h", torch.float32)
+    tensors = {k.replace("midlayer.", "layers.0."): v for k, v in load_file(str(tmp_path / "h" / "model.safetensors")).items()
+               if k != "t2d"}
+    tensors["embed_tokens.weight"] = pair.target.get_input_embeddings().weight.detach().clone()
+    (tmp_path / "h" / "model.safetensors").unlink()
+    save_file(tensors, str(tmp_path / "h" / "model.safetensors"))
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    del cfg["eagle_config"]
+    (tmp_path / "h" / "config.json").write_text(json.dumps(cfg))
+    loaded = load_pair(tiny_dirs["llama"]["target"], str(tmp_path / "h"), "cpu", "float32").draft
+    assert torch.equal(loaded.t2d.nonzero().flatten(), torch.tensor([1, 2, 3, 50]))
+    assert loaded.config.taps == default_taps(pair.target.config.num_hidden_layers)
+    assert torch.equal(loaded.midlayer.mlp.up_proj.weight, head.midlayer.mlp.up_proj.weight)
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("target_hidden_size", 32, "hidden size"), ("hidden_size", 32, "hidden size"),
+    ("vocab_size", 999, "vocabulary"), ("eagle_config", {"eagle_aux_hidden_state_layer_ids": [0, 1, 9]}, "taps")])
+def test_a_head_made_for_another_target_is_one_clear_error(tiny_dirs, tmp_path, field, value, words):
+    target = target_of(tiny_dirs["llama"]["target"]).target
+    save_head(random_head(target, [1, 2]), tmp_path / "h")
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    cfg[field] = value
+    (tmp_path / "h" / "config.json").write_text(json.dumps(cfg))
+    for check in (lambda: load_pair(tiny_dirs["llama"]["target"], str(tmp_path / "h"), "cpu", "float32"),
+                  lambda: check_same_tokenizer_files(Path(tiny_dirs["llama"]["target"]), tmp_path / "h", "t", "h")):
+        with pytest.raises(PhoenixError) as err:
+            check()
+        assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("drafter,engine,words", [("model", "phoenix", "--drafter eagle3"),
+                                                  ("eagle3", "hf", "eagle3_<k>")])
+def test_a_head_used_as_a_draft_model_is_one_clear_error(heads, drafter, engine, words):
+    dec = Decoder(load_pair(*heads["llama"], "cpu", "float32"))
+    with pytest.raises(PhoenixError, match=words.replace("<", ".").replace(">", ".")):
+        dec.run(dec.encode(PROMPTS[0]), 2, 8, drafter, engine)
+
+
+def test_eagle3_without_a_head_names_the_head_to_pass(tiny_dirs):
+    dec = Decoder(load_pair(tiny_dirs["llama"]["target"], tiny_dirs["llama"]["draft"], "cpu", "float32"))
+    with pytest.raises(PhoenixError, match="smollm2-eagle3"):
+        dec.run(dec.encode(PROMPTS[0]), 2, 8, "eagle3")
+
+
+def test_eagle3_modes_draft_with_the_head_and_need_a_draft():
+    mode = Mode.parse("eagle3_4")
+    assert (mode.kind, mode.k, mode.drafter("model"), mode.engine) == ("eagle3", 4, "eagle3", "phoenix")
+    assert mode.needs_draft_model("ngram") and Mode.parse("fixed_2").needs_draft_model("eagle3")
+
+
+def test_the_draft_vocabulary_is_the_most_frequent_answer_tokens_and_reports_coverage():
+    tokens = torch.tensor([7, 7, 7, 7, 3, 3, 9, 1, 1, 1])
+    sample = Sample(tokens, torch.zeros(9, 6), torch.zeros(9, 2), prompt_len=0)
+    ids, info = pick_vocab([sample], 2, 16)
+    assert ids.tolist() == [1, 7]  # sorted ids, so d2t offsets are non-negative
+    assert info["coverage"][2] == 0.7 and info["answer_tokens"] == 10
+
+
+def test_prompt_tokens_do_not_count_toward_the_vocabulary():
+    sample = Sample(torch.tensor([5, 5, 5, 5, 2]), torch.zeros(4, 6), torch.zeros(4, 2), prompt_len=4)
+    ids, _ = pick_vocab([sample], 1, 8)
+    assert ids.tolist() == [2]
+
+
+def test_training_prompts_never_hold_a_held_out_prompt():
+    from engine.decode.prompts import humaneval, spec_bench, split
+    from engine.train.head_build import training_prompts
+
+    rows, data = training_prompts(HeadBuildConfig(stdlib_prompts=40))
+    held = split(humaneval())[1] + spec_bench("test")
+    ids, texts = {pid for pid, _, _ in rows}, [t for _, t, _ in rows]
+    assert not ids & {p.id for p in held}
+    assert not any(p.text.strip() in t for p in held for t in texts)
+    assert data["spec_bench_train"] == 240 and data["humaneval_train"] == 114
+
+
+@pytest.mark.train
+def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path):
+    from engine.train.head_build import build_head
+
+    cfg = HeadBuildConfig(target="embedded", out=str(tmp_path / "head"), humaneval_prompts=12, spec_bench_prompts=0,
+                          stdlib_prompts=6, max_new_tokens=32, epochs=8, draft_vocab_size=256, eval_prompts=4,
+                          gen_batch=6, ttt_steps=2, answers_dir=str(tmp_path / "answers"))
+    result = build_head(cfg)
+    assert result["held_out_top1_after"][0] > result["held_out_top1_before"][0] + 0.2
+    card = json.loads((tmp_path / "head" / "phoenix_card.json").read_text())
+    assert card["stage_seconds"]["training"] > 0 and card["draft_vocab"]["size"] == 256
+    dec = Decoder(load_pair("embedded", str(tmp_path / "head"), "cpu", "float32"))
+    ids = dec.encode(PROMPTS[0])
+    assert dec.run(ids, 4, 40, "eagle3").output_ids == dec.run(ids, 0, 40).output_ids
+
+
+def test_a_held_out_prompt_among_the_training_texts_stops_the_build_before_any_work(monkeypatch):
+    from engine.decode.prompts import humaneval, split
+    from engine.train import head_build
+
+    leaked = split(humaneval())[1][0].text
+    monkeypatch.setattr(head_build, "stdlib_functions", lambda texts: ["def ok():\n    pass\n", "# copy\n" + leaked])
+    with pytest.raises(PhoenixError, match="held-out"):
+        head_build.training_prompts(HeadBuildConfig(stdlib_prompts=2))
