@@ -35,7 +35,7 @@ NAMED = {
                          "python -m engine zoo build-draft smollm2", 30),
     SMOLLM2_EAGLE3: Named(SMOLLM2_EAGLE3, MODELS_DIR / "smollm2-eagle3",
                           "Phoenix's EAGLE-3 head for SmolLM2-135M-Instruct (use with --drafter eagle3 or eagle3_<k>)",
-                          "python -m engine zoo build-head smollm2", 20),
+                          "python -m engine zoo build-head smollm2", 15),
 }
 
 

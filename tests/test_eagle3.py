@@ -263,3 +263,30 @@ def test_a_held_out_prompt_among_the_training_texts_stops_the_build_before_any_w
     monkeypatch.setattr(head_build, "stdlib_functions", lambda texts: ["def ok():\n    pass\n", "# copy\n" + leaked])
     with pytest.raises(PhoenixError, match="held-out"):
         head_build.training_prompts(HeadBuildConfig(stdlib_prompts=2))
+
+
+def test_training_keeps_the_last_prompt_tokens_and_the_whole_answer():
+    from engine.train.head import clip_prompt
+
+    tokens = torch.arange(10)
+    sample = Sample(tokens, torch.arange(9).float()[:, None].repeat(1, 6), torch.zeros(9, 2), prompt_len=6)
+    clipped = clip_prompt(sample, 2)
+    assert clipped.tokens.tolist() == [4, 5, 6, 7, 8, 9] and clipped.prompt_len == 2
+    assert clipped.feats[0, 0] == 4  # taps stay aligned with their tokens
+    assert clip_prompt(sample, 8) is sample
+
+
+def test_fixed_text_taps_match_one_forward_per_text_whatever_the_batch(tiny_dirs):
+    from engine.train.head import text_with_taps
+
+    target = target_of(tiny_dirs["llama"]["target"]).target
+    texts = [list(range(5, 25)), list(range(40, 47)), list(range(100, 112))]
+    samples = text_with_taps(target, texts, batch=3, taps=(0, 1, 2))
+    by_len = {len(s.tokens): s for s in samples}
+    for ids in texts:
+        with torch.no_grad():
+            hs = target(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+        sample = by_len[len(ids)]
+        assert sample.tokens.tolist() == ids and not sample.greedy
+        expected = torch.cat([hs[i][0, :-1] for i in (0, 1, 2)], -1).to(torch.bfloat16)
+        assert torch.allclose(sample.feats.float(), expected.float(), atol=2e-2, rtol=2e-2)

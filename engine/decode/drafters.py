@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from engine.decode.eagle3 import HeadCache
+
 
 class ModelDrafter:
     """A small causal LM with its own KV cache, kept in step with the target's."""
@@ -102,10 +104,7 @@ class Eagle3Drafter:
     name = "eagle3"
 
     def __init__(self, head, embed, taps: tuple[int, ...]):
-        from engine.decode.eagle3 import HeadCache
-
         self.head, self.embed, self.taps = head, embed, tuple(taps)
-        self._new_cache = HeadCache
         self.cache = HeadCache()
         self.real = 0  # pairs in the cache that rest on the target's own taps
         self.pending: torch.Tensor | None = None  # taps [n, 3H] of cached target positions not yet paired
@@ -113,7 +112,7 @@ class Eagle3Drafter:
     def reset(self, prompt_ids: list[int], features: torch.Tensor | None = None) -> None:
         if features is None:
             raise ValueError("the EAGLE-3 drafter needs the target's taps from the prefill")
-        self.cache, self.real = self._new_cache(), 0
+        self.cache, self.real = HeadCache(), 0
         self.pending = features
         if len(prompt_ids) > 1:  # the last prompt position waits for the first generated token
             self._run(prompt_ids, upto=len(prompt_ids) - 1)

@@ -75,6 +75,18 @@ def spec_bench(part: str = "all") -> list[Prompt]:
     return out
 
 
+def spec_bench_references(part: str = "train") -> dict[str, str]:
+    """The first reference answer of each question that has one (four columns and some MT-bench), by prompt id."""
+    ids = {p.id for p in spec_bench(part)}
+    out = {}
+    for line in SPEC_BENCH.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line) if line.strip() else {}
+        pid = f"{spec_bench_column(row.get('category', ''))}-{row.get('question_id')}"
+        if pid in ids and row.get("reference"):
+            out[pid] = str(row["reference"][0])
+    return out
+
+
 def round_robin(prompts: list[Prompt]) -> list[Prompt]:
     """One prompt of each column in turn, so ``--limit 60`` takes 10 from each of Spec-Bench's six columns."""
     columns: dict[str, list[Prompt]] = {}

