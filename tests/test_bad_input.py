@@ -64,7 +64,7 @@ CASES = [  # (argv, pattern of the one line)
     ("bench --db {dir}/p.db --suffix-min-prob 2", r"--suffix-min-prob must be in 0\.\.1"),
     ("bench --db {dir}/p.db --suffix-max-spec-factor -1", "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0"),
     ("bench --db {dir}/p.db --modes suffix_0", "k must be in 1..16"),
-    ("bench --db {dir}/p.db --drafter tree", r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix'\)"),
+    ("bench --db {dir}/p.db --drafter tree", r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix', 'eagle3'\)"),
     ("bench --db {dir}/p.db --dtype bogus", "argument --dtype: invalid choice: 'bogus'"),
     ("submit --db {dir}/p.db --device tpu", "--device must be auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
     ("submit --db {dir}/p.db --suffix-max-spec-factor inf", "--suffix-max-spec-factor must be a finite number, got 'inf'"),

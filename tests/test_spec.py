@@ -142,11 +142,12 @@ class ScriptedDrafter:
     """Proposes the reference continuation, corrupting chosen positions per pass."""
 
     name = "scripted"
+    taps: tuple[int, ...] = ()
 
     def __init__(self, reference, prompt_len, corrupt):
         self.reference, self.prompt_len, self.corrupt, self.pass_no = reference, prompt_len, corrupt, 0
 
-    def reset(self, prompt_ids):
+    def reset(self, prompt_ids, features=None):
         pass
 
     def draft(self, seq, k):
@@ -158,7 +159,7 @@ class ScriptedDrafter:
         self.pass_no += 1
         return out
 
-    def commit(self, valid_len):
+    def commit(self, valid_len, features=None):
         pass
 
     def finish(self, prompt_ids, output_ids):
@@ -295,9 +296,9 @@ def test_prefill_is_timed_apart_and_verify_holds_decode_passes_only(decoders, mo
     clock = [0.0]
     real_forward = spec.forward
 
-    def charged(model, cache, ids, keep):
+    def charged(model, cache, ids, keep, taps=()):
         clock[0] += 10.0 if cache.get_seq_length() == 0 else 1.0
-        return real_forward(model, cache, ids, keep)
+        return real_forward(model, cache, ids, keep, taps)
 
     monkeypatch.setattr(spec, "forward", charged)
     monkeypatch.setattr(spec.time, "perf_counter", lambda: clock[0])

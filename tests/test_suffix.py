@@ -117,11 +117,12 @@ class Scripted:
     accepted count of every pass is known in advance."""
 
     name = "scripted"
+    taps: tuple[int, ...] = ()
 
     def __init__(self, reference: list[int], prompt_len: int, schedule: list[tuple[int, int | None]]):
         self.reference, self.prompt_len, self.schedule, self.passes = reference, prompt_len, schedule, 0
 
-    def reset(self, prompt_ids):
+    def reset(self, prompt_ids, features=None):
         self.passes = 0
 
     def draft(self, seq, k):
@@ -134,7 +135,7 @@ class Scripted:
             out[wrong] = (out[wrong] + 1) % 50  # any other id is rejected by greedy verification
         return out
 
-    def commit(self, valid_len):
+    def commit(self, valid_len, features=None):
         pass
 
     def finish(self, prompt_ids, output_ids):
