@@ -245,7 +245,7 @@ def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path)
 
     cfg = HeadBuildConfig(target="embedded", out=str(tmp_path / "head"), humaneval_prompts=12, spec_bench_prompts=0,
                           stdlib_prompts=6, max_new_tokens=32, epochs=8, draft_vocab_size=256, eval_prompts=4,
-                          gen_batch=6, ttt_steps=2, answers_dir=str(tmp_path / "answers"))
+                          gen_batch=6, ttt_steps=2, answers_dir=str(tmp_path / "answers"), fixed_text_tokens=2000)
     result = build_head(cfg)
     assert result["held_out_top1_after"][0] > result["held_out_top1_before"][0] + 0.2
     card = json.loads((tmp_path / "head" / "phoenix_card.json").read_text())

@@ -79,13 +79,15 @@ def fixed_texts(cfg: HeadBuildConfig, tokenizer) -> tuple[list[list[int]], dict]
     refs = spec_bench_references("train")
     problems = read_problems()
     he_train, he_test = split(humaneval())
+    pairs = [(p.text, refs.get(p.id, "")) for p in spec_bench("train")]
+    pairs += [(p.text, "```python\n" + p.text + problems[p.id]["canonical_solution"] + "```") for p in he_train]
     out: list[list[int]] = []
-    for p in spec_bench("train"):
-        out.append(_chat_pair(tokenizer, p.text, refs.get(p.id, ""), cfg.max_prompt_tokens))
-    for p in he_train:
-        answer = "```python\n" + p.text + problems[p.id]["canonical_solution"] + "```"
-        out.append(_chat_pair(tokenizer, p.text, answer, cfg.max_prompt_tokens))
-    chat_tokens = sum(map(len, out))
+    chat_tokens = 0
+    for question, answer in pairs:  # within the budget, like the windows below
+        if chat_tokens >= cfg.fixed_text_tokens:
+            break
+        out.append(_chat_pair(tokenizer, question, answer, cfg.max_prompt_tokens))
+        chat_tokens += len(out[-1])
     docs = (Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data" / "topics.py").read_text(encoding="utf-8")
     held = [p.text.strip() for p in he_test + spec_bench("test")]
     for text in [docs] + stdlib_texts():
