@@ -17,7 +17,8 @@ SPLIT_SEED = 42
 TEST_SIZE = 50
 EDIT_SETS = ("humaneval-edit-train", "humaneval-edit-test", "humaneval-edit-multiturn-train", "humaneval-edit-multiturn-test")
 SPEC_BENCH_SETS = ("spec-bench", "spec-bench-train", "spec-bench-test")
-NAMED_SETS = ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS + SPEC_BENCH_SETS
+# the form lists these last first: Spec-Bench goes at the front so the form's default stays as it was
+NAMED_SETS = SPEC_BENCH_SETS + ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS
 SPEC_BENCH = Path(__file__).parent / "data" / "spec-bench" / "question.jsonl"  # hemingkx/Spec-Bench fd2c1cd, Apache-2.0
 # Spec-Bench's leaderboard columns: MT-bench's eight categories are one column, "Multi-turn Conversation"
 SPEC_BENCH_COLUMNS = {"translation": "translation", "summarization": "summarization", "qa": "qa",
