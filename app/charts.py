@@ -171,3 +171,13 @@ def draft_length_chart(df: pd.DataFrame) -> alt.Chart:
         color=alt.Color("arm:N"), xOffset="arm:N",
         tooltip=["arm", "draft length", "passes", alt.Tooltip("share:Q", format=".1%")],
     ).properties(height=260)
+
+
+def column_position_chart(df: pd.DataFrame) -> alt.FacetChart:
+    """Acceptance per draft position, one panel per mode, one line per Spec-Bench column group."""
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("position:O", title="draft position"),
+        y=alt.Y("acceptance:Q", title="acceptance (accepted / proposed)", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("column:N", title="column group"),
+        tooltip=["mode", "column", "position", alt.Tooltip("acceptance:Q", format=".3f"), "accepted", "proposed"],
+    ).properties(height=180, width=260).facet(facet=alt.Facet("mode:N", title=None), columns=3)

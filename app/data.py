@@ -101,11 +101,14 @@ def summaries(url: str, run_id: int):
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def spec_bench_columns(url: str, run_id: int) -> pd.DataFrame:
-    """Spec-Bench runs: median paired speedup and n per mode and leaderboard column (empty for other prompts)."""
-    rows = [{"mode": mode, "column": column, "x target (median)": s.median, "p25": s.p25, "p75": s.p75, "n": s.n}
-            for column, per in report.by_column(_store(url), run_id).items() for mode, s in per.items()]
-    return pd.DataFrame(rows)
+def spec_bench(url: str, run_id: int) -> pd.DataFrame:
+    """Spec-Bench runs: the leaderboard's rows per mode and column group (empty for other prompts)."""
+    return report.spec_bench(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def spec_bench_positions(url: str, run_id: int) -> pd.DataFrame:
+    return report.spec_bench_positions(_store(url), run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

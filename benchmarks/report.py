@@ -21,7 +21,8 @@ from engine.analysis.breakeven import predicted_speedup, rates
 from engine.analysis.fit import fit_run, reached_of
 from engine.analysis.regret import best_fixed, policy_table
 from engine.bench.config import BenchConfig, stored
-from engine.bench.report import by_column, column_markdown, markdown, summaries
+from engine.bench.leaderboard import markdown as leaderboard_md
+from engine.bench.report import markdown, spec_bench, summaries
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DB = ROOT / "benchmarks" / "results.db"
@@ -127,7 +128,7 @@ def run_md(store: Store, info: RunInfo) -> str:
     parts = [f"### {info.name}", "", markdown(info, summaries(store, info.id), link), ""]
     if info.bench is not None:
         parts.append(f"Command: `{bench_command(info.bench)} --db benchmarks/results.db`.")
-    for line in (column_markdown(by_column(store, info.id)), per_position_md(store, info.id), fit_md(store, info.id),
+    for line in (leaderboard_md(spec_bench(store, info.id)), per_position_md(store, info.id), fit_md(store, info.id),
                  policies_md(store, info.id), divergence_md(store, info.id)):
         if line:
             parts += ["", line]

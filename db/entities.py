@@ -48,6 +48,7 @@ class BanditRecord:
     p_not_best: float | None = None  # model-based only
     policy: str | None = None
     fallback: bool = False
+    arm: str | None = None  # a drafter-choosing policy's arm (its mode, e.g. ngram_4); None when it chose k (0018)
 
 
 @dataclass
@@ -76,6 +77,9 @@ class RequestRecord:
     error: str | None = None  # why the request failed (a server's answer); None when it succeeded
     prefill_s: float | None = None  # the target's prefill; None where unknown (assisted generation, servers)
     draft_prefill_s: float | None = None  # the drafter's own prefill (its reset); None where unknown or no drafter
+    drafter: str | None = None  # what drafted: none, model, ngram, suffix or eagle3 (0018); None before
+    turn: int | None = None  # the conversation turn of a multi-turn prompt (1, 2, ...), None for one-turn sets (0019)
+    category: str | None = None  # the prompt's category (Spec-Bench's 13), None where the set has none (0019)
     positions: list[PositionCount] = field(default_factory=list)
     bandit: BanditRecord | None = None
     id: int | None = None

@@ -74,6 +74,9 @@ class Request(Base):
     trace_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     warmup: Mapped[bool] = mapped_column(Boolean, default=False)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # a request that failed (a server's answer), else NULL (0010)
+    drafter: Mapped[str | None] = mapped_column(String(20), nullable=True)  # what drafted (0018); NULL before
+    turn: Mapped[int | None] = mapped_column(Integer, nullable=True)  # conversation turn, multi-turn sets (0019)
+    category: Mapped[str | None] = mapped_column(String(40), nullable=True)  # the prompt's category (0019)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     __table_args__ = (
@@ -106,6 +109,7 @@ class BanditStep(Base):
     reward: Mapped[float] = mapped_column(Float)
     policy: Mapped[str | None] = mapped_column(String(80), nullable=True)  # NULL on rows before 0004: epsilon_greedy
     fallback: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    arm: Mapped[str | None] = mapped_column(String(40), nullable=True)  # a drafter-choosing policy's arm (0018)
 
 
 class Distill(Base):

@@ -163,7 +163,7 @@ def _window_means(cells: pd.DataFrame) -> pd.DataFrame:
 def policy_frame(store: Store, run_id: int) -> pd.DataFrame:
     """Every non-warm-up request of a run with its bandit step, if any (fixed modes have none)."""
     b, r = BanditStep, Request
-    q = (select(r.seq, r.mode, r.k, r.prompt_id, r.tokens_per_s, r.trace_id, b.t, b.explored, b.fallback, b.policy)
+    q = (select(r.seq, r.mode, r.k, r.prompt_id, r.tokens_per_s, r.trace_id, b.t, b.explored, b.fallback, b.policy, b.arm)
          .outerjoin(b, b.request_id == r.id).where(r.run_id == run_id, r.warmup.is_(False)).order_by(r.seq))
     df = _frame(store, q)
     df["explored"] = df["explored"].fillna(False).astype(bool)
@@ -239,6 +239,25 @@ def mode_summaries(store: Store, run_id: int, totals: pd.DataFrame | None = None
                                  int(t["accepted"]), float(t["draft_s"]), float(t["verify_s"]), int(t["identical"]),
                                  int(t["checked"]), passes=int(t["passes"]), output_tokens=int(t["output_tokens"])))
     return out
+
+
+def category_requests(store: Store, run_id: int) -> pd.DataFrame:
+    """What a per-category report needs of every non-warm-up request: prompt, mode, category, turn, reward,
+    passes and accepted drafts."""
+    r = Request
+    return _frame(store, select(r.prompt_id, r.mode, r.category, r.turn, r.drafter, r.tokens_per_s, r.passes,
+                                r.accepted, r.proposed)
+                  .where(r.run_id == run_id, r.warmup.is_(False), r.error.is_(None)))
+
+
+def category_positions(store: Store, run_id: int) -> pd.DataFrame:
+    """Per-position counts per (mode, prompt), for acceptance curves per category."""
+    r, p = Request, RequestPosition
+    q = (select(r.mode, r.prompt_id, r.category, p.position, func.sum(p.proposed).label("proposed"),
+                func.sum(p.accepted).label("accepted"), func.sum(p.reached).label("reached"))
+         .join(p, p.request_id == r.id).where(r.run_id == run_id, r.warmup.is_(False))
+         .group_by(r.mode, r.prompt_id, r.category, p.position))
+    return _frame(store, q)
 
 
 def prompt_rewards(store: Store, run_id: int) -> pd.DataFrame:

@@ -383,4 +383,4 @@ def _request(r: Request, positions: list[E.PositionCount]) -> E.RequestRecord:
 def _bandit(b: BanditStep) -> E.BanditRecord:
     return E.BanditRecord(t=b.t, explored=b.explored, chosen_k=b.chosen_k, arm_means=dict(b.arm_means),
                           arm_counts=dict(b.arm_counts), reward=b.reward, epsilon=b.epsilon, p_not_best=b.p_not_best,
-                          policy=b.policy or "epsilon_greedy", fallback=bool(b.fallback))
+                          policy=b.policy or "epsilon_greedy", fallback=bool(b.fallback), arm=b.arm)

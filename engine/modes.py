@@ -31,6 +31,8 @@ _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
                       r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
                       r"|vllm_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
+FIXED_ARM_KINDS = ("target", "fixed", "ngram", "suffix", "eagle3")
+ARM_HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
 HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
 
 
@@ -78,8 +80,9 @@ class Mode:
 
     @property
     def is_fixed_arm(self) -> bool:
-        """Target-only or a fixed model-drafter k: the arms a policy is judged against."""
-        return self.kind in ("target", "fixed")
+        """One (drafter, k) in Phoenix's loop for the whole run: target-only, fixed_<k>, ngram_<k>, suffix_<k> or
+        eagle3_<k>. These are the arms a policy is judged against (the best single arm in hindsight)."""
+        return self.kind in FIXED_ARM_KINDS
 
     @property
     def uses_drafter(self) -> bool:
@@ -104,3 +107,14 @@ class Mode:
     def arm_label(self, k: int) -> str:
         """How charts name one arm of this mode: bandit arms carry their k."""
         return self.text if self.k is not None else f"{self.text} k={k}"
+
+
+def drafter_arm(text: str) -> Mode:
+    """One arm of a drafter-choosing policy (--drafter-arms): a mode that fixes a drafter and k for a request."""
+    try:
+        mode = Mode.parse(text.strip())
+    except PhoenixError:
+        mode = Mode.of(text)
+    if not mode.is_fixed_arm:
+        raise PhoenixError(f"drafter arm {text!r} is not one (drafter, k): {ARM_HELP}", field="drafter_arms")
+    return mode

@@ -43,7 +43,8 @@ def test_bad_modes_are_one_clear_error(text, message):
 
 
 @pytest.mark.parametrize("text,fixed_arm,uses_drafter,label", [
-    ("target", True, False, "target"), ("fixed_4", True, True, "fixed_4"), ("ngram_4", False, False, "ngram_4"),
+    ("target", True, False, "target"), ("fixed_4", True, True, "fixed_4"), ("ngram_4", True, False, "ngram_4"),
+    ("hf_4", False, False, "hf_4"), ("eagle3_3", True, False, "eagle3_3"),
     ("bandit", False, True, "bandit k=6"),
 ])
 def test_what_analysis_asks_of_a_mode(text, fixed_arm, uses_drafter, label):

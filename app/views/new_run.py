@@ -52,13 +52,19 @@ def render() -> None:
         slots["arms"] = b1.empty()
         policy = b2.selectbox("Policy of plain 'bandit'", policy_names(), key="n_policy")
         granularity = b3.radio("k chosen per", ["request", "pass"], horizontal=True, key="n_granularity")
+        drafter_arms = st.text_input("Drafter arms: a bandit chooses the drafter as well as k (empty: k of the drafter above)",
+                                     "", placeholder="target,ngram_4,suffix_16,eagle3_3", key="n_drafter_arms")
+        slots["drafter_arms"] = st.empty()
         fallback = st.checkbox("Fall back to k=0 while speculation runs slower than target-only", key="n_fallback")
         c3, c4 = st.columns(2)
         prompts = c3.selectbox("Prompt set", list(NAMED_SETS[::-1]), key="n_prompts")
         prompts_file = c3.text_input("…or a JSONL file path", key="n_prompts_file")
         slots["prompts"] = c3.empty()
         limit = c4.number_input("Prompt limit", 1, FORM_LIMITS["max_prompts"], 5, key="n_limit")
+        per_column = c4.number_input("Spec-Bench: questions per column (0: all)", 0, FORM_LIMITS["max_prompts"], 0,
+                                     key="n_per_column")
         slots["limit"] = c4.empty()
+        slots["limit_per_category"] = c4.empty()
         c5, c6, c7 = st.columns(3)
         max_new = c5.number_input("Max new tokens", 1, FORM_LIMITS["max_new_tokens"], 64, key="n_max_new")
         slots["max_new_tokens"] = c5.empty()
@@ -80,6 +86,8 @@ def render() -> None:
         target=target_typed.strip() if target == "other…" else target,
         draft=None if draft == "none" else (draft_typed.strip() if draft == "other…" else draft),
         drafter=drafter, prompts=prompts_file.strip() or prompts, limit=int(limit), max_new_tokens=int(max_new),
+        limit_per_category=int(per_column) or None,
+        drafter_arms=[a.strip() for a in drafter_arms.split(",") if a.strip()],
         modes=list(modes), policy=policy, granularity=granularity, fallback=FallbackConfig(enabled=bool(fallback)),
         seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
         max_new_tokens_cap=FORM_LIMITS["max_new_tokens"], max_prompts=FORM_LIMITS["max_prompts"])

@@ -10,7 +10,9 @@ from engine.analysis.regret import best_fixed, is_bandit, policy_table, regret_c
 
 HOW = ("Run several policies and fixed arms over the same prompts, for example\n"
        "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"
-       "bandit:epsilon_greedy,bandit:model_based,bandit:model_based:pass,bandit:ucb1,bandit:thompson,bandit:ema_hysteresis")
+       "bandit:epsilon_greedy,bandit:model_based,bandit:model_based:pass,bandit:ucb1,bandit:thompson,bandit:ema_hysteresis\n"
+       "A policy that picks the drafter as well as k: --modes target,ngram_4,suffix_16,bandit "
+       "--drafter-arms target,ngram_4,suffix_16")
 
 
 def render() -> None:
@@ -23,11 +25,12 @@ def render() -> None:
     if not frame["mode"].map(is_bandit).any():
         st.info("This run has no bandit mode. " + HOW.split("\n")[0])
         st.code(HOW.split("\n")[1], language="bash")
+        st.caption(HOW.split("\n")[2])
         return
     best = best_fixed(frame)
     if best is None:
-        st.warning("Regret needs the fixed arms in the same run (target and fixed_<k> modes): without them the best "
-                   "arm in hindsight is unknown.")
+        st.warning("Regret needs the single arms in the same run (target, fixed_<k>, ngram_<k>, suffix_<k> or "
+                   "eagle3_<k> modes): without them the best arm in hindsight is unknown.")
         st.code(HOW.split("\n")[1], language="bash")
         return
     alpha = 0.05
@@ -45,8 +48,9 @@ def render() -> None:
     curves = regret_curves(frame, best)
     st.subheader("Cumulative regret")
     st.altair_chart(regret_chart(curves), width="stretch")
-    st.subheader("Chosen k over time")
-    st.altair_chart(k_chart(curves), width="content")
+    drafter_arms = curves["arm"].map(lambda a: not str(a).startswith("k=")).any()
+    st.subheader("Chosen arm over time" if drafter_arms else "Chosen k over time")
+    st.altair_chart(arm_chart(curves) if drafter_arms else k_chart(curves), width="content")
     st.subheader("Tokens/sec per policy")
     st.altair_chart(tps_chart(frame), width="stretch")
     urlstate.show_share_link("policies")
@@ -68,6 +72,15 @@ def k_chart(curves: pd.DataFrame) -> alt.FacetChart:
         tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
     ).properties(height=60, width=700).facet(
         row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+
+
+def arm_chart(curves: pd.DataFrame) -> alt.FacetChart:
+    """A drafter-choosing policy: which (drafter, k) arm each decision took."""
+    return alt.Chart(curves).mark_point(filled=True, size=30).encode(
+        x=alt.X("decision:Q"), y=alt.Y("arm:N", title="arm"),
+        color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
+        tooltip=["mode", "decision", "arm", "k", "explored", "prompt_id"],
+    ).properties(width=700).facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
 
 
 def tps_chart(frame: pd.DataFrame) -> alt.Chart:

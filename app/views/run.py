@@ -6,6 +6,7 @@ import streamlit as st
 from app import actions, charts, data, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
+from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode
 from engine.vllm.client import level_notes
 
@@ -156,14 +157,28 @@ def kpis(summaries) -> None:
 
 
 def spec_bench_columns(url: str, run_id: int) -> None:
-    frame = data.spec_bench_columns(url, run_id)
-    if frame.empty:
+    """Spec-Bench's leaderboard shape, with n and Welch's p in every cell, and acceptance per position per column."""
+    table = data.spec_bench(url, run_id)
+    if table.empty:
         return
-    st.subheader("Per Spec-Bench column")
-    st.dataframe(frame.pivot_table(index="mode", columns="column", values="x target (median)", sort=False),
-                 width="stretch")
-    st.caption("Median per-prompt speedup against target-only in this run; n per cell: "
-               + ", ".join(f"{c} {int(n)}" for c, n in frame.groupby("column", sort=False)["n"].max().items()))
+    st.subheader("Spec-Bench: per column group")
+    shown = table.assign(column=table["column"].map(COLUMN_TITLES))
+    st.dataframe(shown, hide_index=True, width="stretch",
+                 column_config={"speedup": st.column_config.NumberColumn("x target (median)", format="%.2f"),
+                                "p25": st.column_config.NumberColumn(format="%.2f"),
+                                "p75": st.column_config.NumberColumn(format="%.2f"),
+                                "mean_accepted": st.column_config.NumberColumn("mean accepted tokens", format="%.2f"),
+                                "tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
+                                "target_tokens_per_s": st.column_config.NumberColumn("target tok/s", format="%.1f"),
+                                "p_value": st.column_config.NumberColumn("Welch p", format="%.4f")})
+    st.caption("Median per-prompt speedup against target-only in this run, with its IQR and n requests; Welch's "
+               "t-test of tokens/s against target-only on the same prompts; mean accepted tokens per verify step, "
+               "bonus included (1.00 for target-only). `python -m engine report RUN --by column --format md` prints "
+               "the same table in the leaderboard's shape.")
+    widgets.csv_download(table, f"run{run_id}-spec-bench", key="dl_sb")
+    curves = data.spec_bench_positions(url, run_id)
+    if not curves.empty:
+        st.altair_chart(charts.column_position_chart(curves), width="content")
 
 
 def vllm_sweep(info) -> None:

@@ -1,7 +1,8 @@
 """Policies against the best fixed arm in hindsight, from one run's requests.
 
-The best fixed arm is the target-only or fixed_<k> mode with the highest mean
-tokens/sec over the run's prompts. Regret of a policy's request is the best
+The best fixed arm is the single (drafter, k) mode (target-only, fixed_<k>,
+ngram_<k>, suffix_<k> or eagle3_<k>) with the highest mean tokens/sec over the
+run's prompts. Regret of a policy's request is the best
 fixed arm's tokens/sec on the same prompt minus the policy's, so prompt
 difficulty cancels; cumulative regret sums it in decision order.
 """
@@ -38,9 +39,22 @@ def regret_curves(frame: pd.DataFrame, best: str) -> pd.DataFrame:
         g["decision"] = range(len(g))
         g["regret"] = g["prompt_id"].map(ref) - g["tokens_per_s"]
         g["cumulative regret"] = g["regret"].cumsum()
+        g["arm"] = arm_labels(g)
         out.append(g)
-    cols = ["mode", "decision", "seq", "k", "prompt_id", "tokens_per_s", "regret", "cumulative regret", "explored", "fallback"]
+    cols = ["mode", "decision", "seq", "k", "arm", "prompt_id", "tokens_per_s", "regret", "cumulative regret", "explored",
+            "fallback"]
     return pd.concat(out)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def arm_labels(frame: pd.DataFrame) -> pd.Series:
+    """What each request's policy chose: the drafter arm it recorded, else its k."""
+    k = frame["k"].map(lambda v: f"k={int(v)}")
+    return frame["arm"].where(frame["arm"].notna(), k) if "arm" in frame else k
+
+
+def arm_shares(g: pd.DataFrame) -> str:
+    shares = arm_labels(g).value_counts(normalize=True)
+    return ", ".join(f"{arm} {share:.0%}" for arm, share in shares.items())
 
 
 def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.DataFrame:
@@ -56,6 +70,7 @@ def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.Data
                "share CI high": c.ratio_high if mode != best else None,
                "mean k": g["k"].mean(), "explored": g["explored"].mean() if is_bandit(mode) else None,
                "fallback": g["fallback"].mean() if is_bandit(mode) else None,
+               "arms chosen": arm_shares(g) if is_bandit(mode) else "",
                "difference": c.difference if mode != best else None, "p-value": c.p_value if mode != best else None,
                "verdict": "best fixed arm" if mode == best else c.verdict}
         rows.append(row)

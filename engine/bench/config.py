@@ -9,8 +9,8 @@ from engine.config import check_choices, from_dict
 from engine.decode.loading import PairConfig
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.modes import DEFAULT_ARMS, K_MAX, Granularity, Mode, PromptFormat, RunDrafter
-from engine.policies.registry import policy_names
+from engine.modes import DEFAULT_ARMS, K_MAX, Granularity, Mode, PromptFormat, RunDrafter, drafter_arm
+from engine.policies.registry import REWARD_ONLY, policy_names
 from engine.policies.wrappers import FallbackConfig
 
 
@@ -19,10 +19,12 @@ class BenchConfig(PairConfig):
     drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix | eagle3
     prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train | spec-bench | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
+    limit_per_category: int | None = None  # Spec-Bench: first N questions of each column (with their second turns)
     max_new_tokens: int = 128  # tokens generated per request
     prompt_format: PromptFormat = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
     modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
+    drafter_arms: list[str] = field(default_factory=list)  # (drafter, k) arms a bandit chooses from instead, e.g. target,ngram_4,suffix_16,eagle3_3
     policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
     granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
@@ -35,6 +37,14 @@ class BenchConfig(PairConfig):
 
     def parsed_modes(self) -> list[Mode]:
         return [Mode.parse(m) for m in self.modes]
+
+    def arm_modes(self) -> list[Mode]:
+        """The drafter-choosing arms, each a mode; [] when bandits choose k for --drafter."""
+        return [drafter_arm(a) for a in self.drafter_arms]
+
+    def policy_arms(self) -> list[int]:
+        """What a policy chooses among: k values, or the index of a drafter arm (ties go to the earlier one)."""
+        return list(range(len(self.drafter_arms))) if self.drafter_arms else list(self.arms)
 
     def bandit_spec(self, mode: Mode) -> tuple[str, str]:
         """(policy, granularity) of a bandit mode: plain 'bandit' takes --policy and --granularity."""
@@ -57,10 +67,11 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         if mode.kind == "vllm":
             raise PhoenixError(f"mode {mode.text!r} is recorded by `python -m engine serve`, not run by bench",
                                field="modes")
-        if mode.needs_draft_model(cfg.drafter) and not cfg.draft:
+        if mode.needs_draft_model(cfg.drafter) and not cfg.draft and not (mode.is_bandit and cfg.drafter_arms):
             raise PhoenixError(f"mode {mode.text!r} needs a draft model: pass --draft, or use ngram_<k> modes",
                                field="modes")
     _check_arms(cfg.arms)
+    _check_drafter_arms(cfg, modes)
     for mode in [m for m in modes if m.is_bandit] or [Mode.parse("bandit")]:
         policy, _ = cfg.bandit_spec(mode)
         if policy not in policy_names():
@@ -72,6 +83,9 @@ def validate(cfg: BenchConfig) -> BenchConfig:
     if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
         raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}",
                            field="max_new_tokens")
+    if cfg.limit_per_category is not None and not 1 <= cfg.limit_per_category <= cfg.max_prompts:
+        raise PhoenixError(f"--limit-per-category must be in 1..{cfg.max_prompts}, got {cfg.limit_per_category}",
+                           field="limit_per_category")
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
         raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}", field="limit")
     if not 0.0 <= cfg.shadow_rate <= 1.0:  # NaN fails this too
@@ -109,6 +123,29 @@ def _check_arms(arms: list[int]) -> None:
     bad = [a for a in arms if not 0 <= a <= K_MAX]
     if bad:
         raise PhoenixError(f"--arms {bad[0]} is out of range: arms must be in 0..{K_MAX}", field="arms")
+
+
+def _check_drafter_arms(cfg: BenchConfig, modes: list[Mode]) -> None:
+    """Drafter arms: each one (drafter, k) the run can load, and only policies that learn from the reward alone,
+    since model_based and ema_hysteresis reason about k of one drafter."""
+    arms = cfg.arm_modes()
+    if not arms:
+        return
+    if len(arms) < 2 or len({a.text for a in arms}) != len(arms):
+        raise PhoenixError("--drafter-arms needs two or more different arms, e.g. target,ngram_4,suffix_16",
+                           field="drafter_arms")
+    for arm in arms:
+        if arm.needs_draft_model(cfg.drafter) and not cfg.draft:
+            raise PhoenixError(f"drafter arm {arm.text!r} needs --draft (a draft model or an EAGLE-3 head)",
+                               field="drafter_arms")
+    for mode in [m for m in modes if m.is_bandit]:
+        policy, granularity = cfg.bandit_spec(mode)
+        if policy.removeprefix("contextual_") not in REWARD_ONLY:
+            raise PhoenixError(f"{mode.text}: policy {policy!r} models k of one drafter; with --drafter-arms use "
+                               f"{', '.join(REWARD_ONLY)} (or their contextual_ copies)", field="drafter_arms")
+        if granularity != "request" or cfg.fallback.enabled:
+            raise PhoenixError(f"{mode.text}: --drafter-arms chooses per request; drop pass granularity and "
+                               "--fallback (put target among the arms instead)", field="drafter_arms")
 
 
 _OLD_FALLBACK = {"fallback": "enabled", "fallback_window": "window", "fallback_margin": "margin",

@@ -5,13 +5,16 @@ as the median with its IQR and n (``engine.analysis.compare``).
 """
 from __future__ import annotations
 
+import pandas as pd
+
 from db import queries
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
 from engine.analysis.compare import Spread, speedups
-from engine.decode.prompts import SPEC_BENCH_ORDER, spec_bench_column_of
+from engine.bench.leaderboard import leaderboard, per_position
 
 REPORT_FORMATS = ("table", "md", "csv")
+REPORT_BY = ("mode", "column")  # the results table, or Spec-Bench's per-column leaderboard
 
 
 def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
@@ -64,28 +67,13 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
     return "\n".join(lines)
 
 
-def by_column(store: Store, run_id: int) -> dict[str, dict[str, Spread]]:
-    """Spec-Bench runs: each mode's paired speedup per leaderboard column (from the prompt id), {} otherwise."""
-    frame = queries.prompt_rewards(store, run_id)
-    if frame.empty or "target" not in set(frame["mode"]):
-        return {}
-    columns = frame["prompt_id"].map(spec_bench_column_of)
-    if columns.isna().any():
-        return {}
-    return {column: speedups(frame[columns == column]) for column in SPEC_BENCH_ORDER if (columns == column).any()}
+def spec_bench(store: Store, run_id: int) -> pd.DataFrame:
+    """Spec-Bench runs: the leaderboard's table (engine.bench.leaderboard), empty for other prompts."""
+    return leaderboard(queries.category_requests(store, run_id))
 
 
-def column_markdown(table: dict[str, dict[str, Spread]]) -> str:
-    if not table:
-        return ""
-    modes = sorted({m for per in table.values() for m in per})
-    lines = ["Per Spec-Bench column (median per-prompt speedup, n prompts):", "",
-             "| mode | " + " | ".join(table) + " |", "|---|" + "---:|" * len(table)]
-    for mode in modes:
-        cells = [f"{table[c][mode].median:.2f}x (n={table[c][mode].n})" if mode in table[c] and table[c][mode].median
-                 else "" for c in table]
-        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def spec_bench_positions(store: Store, run_id: int) -> pd.DataFrame:
+    return per_position(queries.category_positions(store, run_id))
 
 
 def csv_rows(rows: list[ModeSummary]) -> list[dict]:

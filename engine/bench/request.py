@@ -37,12 +37,27 @@ class RunState:
     telemetry: Telemetry = field(default_factory=Telemetry.off)
     reference: dict[str, list[int] | str] = field(default_factory=dict)
     seq: int = 0
+    arm_labels: list[str] = field(default_factory=list)  # --drafter-arms: a policy's arm i is arm_labels[i]
+    answers: dict[str, str] = field(default_factory=dict)  # target-only text by prompt id: a next turn's context
+    prompts: dict[str, Prompt] = field(default_factory=dict)  # the run's prompts by id (a later turn finds its parent)
+
+    def arm(self, decision_k: int, run_drafter: str) -> tuple[str, int]:
+        """(drafter, k) of a bandit's choice: its k with the run's drafter, or the drafter arm it indexes."""
+        if not self.arm_labels:
+            return run_drafter, decision_k
+        mode = Mode.parse(self.arm_labels[decision_k])
+        return mode.drafter(run_drafter, self.decoder.pair.draft is not None), mode.k or 0
+
+    def labelled(self, per_arm: dict) -> dict:
+        """A policy's per-arm snapshot keyed by what the arm is: str(k), or the drafter arm's label."""
+        return {self.arm_labels[int(a)]: v for a, v in per_arm.items()} if self.arm_labels else per_arm
 
 
 def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool,
                 trace_id: str) -> RequestRecord:
     return RequestRecord(
         run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=prompt.id, prompt_tokens=stats.prompt_tokens,
+        turn=prompt.turn, category=prompt.category,
         output_tokens=stats.output_tokens, latency_s=stats.latency_s,
         ttft_s=finite(stats.ttft_s), tokens_per_s=stats.tokens_per_s,
         proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
@@ -75,7 +90,7 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
     if parsed.is_bandit:
         policy = state.policies[mode]
         decision = policy.choose(len(ids)) if not warmup else None
-        k = decision.k if decision else max(cfg.arms)
+        drafter, k = state.arm(decision.k if decision else max(cfg.policy_arms()), cfg.drafter)
         choose_k = policy.pass_controller(decision) if decision else None
         if decision is not None and decision.event:
             state.telemetry.policy_event(run_id, mode, decision.event)
@@ -84,6 +99,7 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
     with span as txn:
         stats = state.decoder.run(ids, k, cfg.max_new_tokens, drafter, parsed.engine, choose_k)
         rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
+        rec.drafter = drafter if (k > 0 or choose_k) else "none"
         state.seq += 1
         if warmup:
             return rec, stats
@@ -97,9 +113,9 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
 def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: Prompt, ids: list[int], mode: str,
           decision, shadow_rng: random.Random | None) -> None:
     """Identity against target-only, and the policy update with its recorded step."""
-    k = rec.k
     if mode == "target":
         state.reference[prompt.id] = stats.output_ids
+        state.answers[prompt.id] = rec.output_text
         rec.identical, rec.diverged_at = True, None
         for policy in state.policies.values():
             policy.observe_reference(rec.tokens_per_s)
@@ -110,12 +126,13 @@ def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: 
         check_identity(rec, stats.output_ids, ref)
     if decision is not None:
         policy = state.policies[mode]
-        policy.update(k, rec.tokens_per_s, observation(rec))
+        policy.update(decision.k if state.arm_labels else rec.k, rec.tokens_per_s, observation(rec))
         means, counts = policy.snapshot()
         rec.bandit = BanditRecord(t=decision.t, epsilon=decision.epsilon, p_not_best=decision.p_not_best,
-                                  explored=decision.explored, chosen_k=k, arm_means=means, arm_counts=counts,
-                                  reward=rec.tokens_per_s, policy=cfg.bandit_spec(Mode.parse(mode))[0],
-                                  fallback=decision.fallback)
+                                  explored=decision.explored, chosen_k=rec.k, arm_means=state.labelled(means),
+                                  arm_counts=state.labelled(counts), reward=rec.tokens_per_s,
+                                  policy=cfg.bandit_spec(Mode.parse(mode))[0], fallback=decision.fallback,
+                                  arm=state.arm_labels[decision.k] if state.arm_labels else None)
 
 
 def observation(rec: RequestRecord) -> Observation:
@@ -138,7 +155,8 @@ def replay_policies(steps: dict[int, BanditRecord], state: RunState, records: li
                 policy.observe_reference(rec.tokens_per_s)
         elif rec.mode in state.policies and rec.seq in steps:
             step = steps[rec.seq]
-            state.policies[rec.mode].update(step.chosen_k, step.reward, observation(rec))
+            arm = state.arm_labels.index(step.arm) if state.arm_labels and step.arm in state.arm_labels else step.chosen_k
+            state.policies[rec.mode].update(arm, step.reward, observation(rec))
 
 
 def make_state(decoder: Decoder, cfg: BenchConfig, telemetry: Telemetry | None = None) -> RunState:
@@ -146,5 +164,6 @@ def make_state(decoder: Decoder, cfg: BenchConfig, telemetry: Telemetry | None =
     for mode in cfg.parsed_modes():
         if mode.is_bandit:
             name, granularity = cfg.bandit_spec(mode)
-            policies[mode.text] = make_policy(name, cfg.arms, cfg.seed, granularity, cfg.fallback)
-    return RunState(decoder=decoder, policies=policies, telemetry=telemetry or Telemetry.off())
+            policies[mode.text] = make_policy(name, cfg.policy_arms(), cfg.seed, granularity, cfg.fallback)
+    return RunState(decoder=decoder, policies=policies, telemetry=telemetry or Telemetry.off(),
+                    arm_labels=[a.text for a in cfg.arm_modes()])

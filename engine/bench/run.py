@@ -16,9 +16,10 @@ from db.queries import mode_summaries
 from db.store import Store
 from engine.bench.config import BenchConfig
 from engine.bench.recorder import Recorder
-from engine.bench.request import make_state, ordered_modes, replay_policies, run_one
+from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
+from engine.decode.prompts import Prompt
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
 from engine.modes import Mode
@@ -30,11 +31,31 @@ def load_decoder(cfg: BenchConfig) -> Decoder:
 
 
 def encode_all(decoder: Decoder, prompts, max_new_tokens: int, prompt_format: str = "auto") -> dict[str, list[int]]:
-    """Token ids per prompt id, each checked against the target's context."""
-    encoded = {p.id: decoder.encode(p.text, prompt_format) for p in prompts}
+    """Token ids per prompt id, each checked against the target's context. A later turn of a conversation is
+    encoded when its turn comes (``encode_turn``): its context holds the target's own earlier answers."""
+    encoded = {p.id: decoder.encode(p.text, prompt_format) for p in prompts if p.parent is None}
     for ids in encoded.values():
         decoder.check_fits(ids, max_new_tokens)
     return encoded
+
+
+def encode_turn(state: RunState, cfg: BenchConfig, prompt: Prompt, encoded: dict[str, list[int]]) -> list[int]:
+    """A later turn's ids: the earlier user turns with the target-only answers this target gave them, then this
+    turn. An answer this run has not recorded (no target mode, or a resumed run) is decoded target-only once."""
+    if prompt.id in encoded:
+        return encoded[prompt.id]
+    chain = [prompt]
+    while chain[0].parent is not None:
+        chain.insert(0, state.prompts[chain[0].parent])
+    for earlier, _ in zip(chain, chain[1:]):
+        if earlier.id not in state.answers:
+            ids = encode_turn(state, cfg, earlier, encoded)
+            state.answers[earlier.id] = state.decoder.text(state.decoder.run(ids, 0, cfg.max_new_tokens))
+    history = tuple((p.text, state.answers[p.id]) for p in chain[:-1])
+    ids = state.decoder.encode(prompt.text, cfg.prompt_format, history)
+    state.decoder.check_fits(ids, cfg.max_new_tokens)
+    encoded[prompt.id] = ids
+    return ids
 
 
 def interleaved(modes: list[str], i: int) -> list[str]:
@@ -49,12 +70,13 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
             on_request: Callable | None = None, telemetry=None) -> str:
     """Run (or continue) a run; returns its final status. Rows written are never lost. ``cfg`` was validated
     where it entered (the CLI, the form, or ``config.stored`` for a queued or resumed run)."""
-    prompts = load_prompts(cfg.prompts, cfg.limit)
+    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)
     try:
         decoder = decoder or load_decoder(cfg)
         encoded = encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
-        for parsed in map(Mode.parse, cfg.modes):  # a head passed as a draft model fails here, not mid-run
-            decoder.check_drafter(parsed.drafter(cfg.drafter, decoder.pair.draft is not None), parsed.engine)
+        for parsed in map(Mode.parse, cfg.modes + cfg.drafter_arms):  # a head passed as a draft model fails here
+            if not (parsed.is_bandit and cfg.drafter_arms):
+                decoder.check_drafter(parsed.drafter(cfg.drafter, decoder.pair.draft is not None), parsed.engine)
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
@@ -64,11 +86,13 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
                 "prompt_format": decoder.prompt_format(cfg.prompt_format)}
     store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}})
     state = make_state(decoder, cfg, telemetry)
+    state.prompts = {p.id: p for p in prompts}
     existing = store.requests(run_id, include_warmup=True)
     done = {(r.prompt_id, r.mode) for r in existing if not r.warmup}
     warmed = {r.mode for r in existing if r.warmup}
     state.seq = max((r.seq for r in existing), default=-1) + 1
     state.reference.update({r.prompt_id: r.output_sha256 for r in existing if r.mode == "target" and not r.warmup})
+    state.answers.update({r.prompt_id: r.output_text for r in existing if r.mode == "target" and not r.warmup})
     replay_policies(dict(store.bandit_steps(run_id)), state, existing)
     store.set_status(run_id, "running")
     modes = ordered_modes(cfg.modes)
@@ -86,7 +110,8 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
             if should_stop and should_stop():
                 status = "cancelled"
                 break
-            rec, stats = run_one(state, run_id, cfg, prompt, encoded[prompt.id], mode, False, shadow_rng)
+            ids = encode_turn(state, cfg, prompt, encoded)
+            rec, stats = run_one(state, run_id, cfg, prompt, ids, mode, False, shadow_rng)
             recorder.put(rec)
             if on_request:
                 on_request(rec, stats)

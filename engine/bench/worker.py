@@ -44,7 +44,8 @@ def mode_arms(bench: BenchConfig) -> list[tuple[str, int]]:
     """(mode, k) pairs a run can record: a fixed mode its k, a bandit any of its arms."""
     pairs = []
     for mode in map(Mode.of, bench.modes):
-        pairs += [(mode.text, k) for k in bench.arms] if mode.is_bandit else [(mode.text, mode.k or 0)]
+        ks = sorted({a.k or 0 for a in bench.arm_modes()}) or bench.arms
+        pairs += [(mode.text, k) for k in ks] if mode.is_bandit else [(mode.text, mode.k or 0)]
     return pairs
 
 

@@ -22,7 +22,7 @@ from engine.observe.prometheus import parse_port
 
 def cmd_submit(args) -> int:
     cfg = validate(from_args(BenchConfig, args))
-    load_prompts(cfg.prompts, cfg.limit)
+    load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)
     target = resolve(cfg.target, "target")
     if cfg.draft:
         check_same_tokenizer_files(target, resolve(cfg.draft, "draft"), cfg.target, cfg.draft)

@@ -11,7 +11,17 @@ from db.export import EXPORT_FORMATS, export, export_sqlite
 from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.bench.config import BenchConfig, validate
-from engine.bench.report import REPORT_FORMATS, csv_rows, format_table, markdown, report, summaries
+from engine.bench.leaderboard import markdown as leaderboard_markdown
+from engine.bench.report import (
+    REPORT_BY,
+    REPORT_FORMATS,
+    csv_rows,
+    format_table,
+    markdown,
+    report,
+    spec_bench,
+    summaries,
+)
 from engine.bench.run import encode_all, execute, load_decoder
 from engine.bench.setup import create_run
 from engine.bench.worker import Heartbeat, worker_id
@@ -29,7 +39,7 @@ def add_bench_options(p) -> None:
 
 def cmd_bench(args) -> int:
     cfg = validate(from_args(BenchConfig, args))
-    prompts = load_prompts(cfg.prompts, cfg.limit)  # every input is checked before anything is written
+    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)  # every input is checked before anything is written
     decoder = load_decoder(cfg)
     encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
     telemetry = start_telemetry(args)
@@ -118,6 +128,8 @@ def check_out(out: str) -> None:
 def cmd_report(args) -> int:
     store = open_store(args.db)
     run = get_run(store, args.run)
+    if args.by == "column":
+        return _report_columns(store, run.id, args.format)
     rows = summaries(store, run.id)
     if args.format == "md":
         print(markdown(run, rows))
@@ -127,6 +139,20 @@ def cmd_report(args) -> int:
         writer.writerows(csv_rows(rows))
     else:
         print(format_table(rows))
+    return 0
+
+
+def _report_columns(store, run_id: int, fmt: str) -> int:
+    table = spec_bench(store, run_id)
+    if table.empty:
+        raise PhoenixError(f"run {run_id} has no per-column table: it needs Spec-Bench prompts and a target mode; "
+                           "use --by mode")
+    if fmt == "md":
+        print(leaderboard_markdown(table))
+    elif fmt == "csv":
+        table.to_csv(sys.stdout, index=False)
+    else:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
 
@@ -150,6 +176,9 @@ def add_commands(sub) -> None:
     rp = add_run_command(sub, "report", "a run's results: per mode, tokens/s, paired speedup (median, IQR), "
                          "acceptance and identity", cmd_report)
     rp.add_argument("--format", choices=REPORT_FORMATS, default="table", help="table (terminal), md or csv")
+    rp.add_argument("--by", choices=REPORT_BY, default="mode",
+                    help="mode: the results table; column: Spec-Bench's leaderboard (speedup, n and Welch's p per "
+                         "column group, mean accepted tokens)")
     e = add_run_command(sub, "export", "write a run's requests as CSV or JSON, or the run as a SQLite file", cmd_export)
     e.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
     e.add_argument("--out", default=None, help="file to write (required for sqlite; never replaced)")

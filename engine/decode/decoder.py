@@ -28,14 +28,22 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def format_prompt(tokenizer, text: str) -> list[int]:
+def format_prompt(tokenizer, text: str, earlier: tuple[tuple[str, str], ...] = ()) -> list[int]:
     """The text as the user's turn of the tokenizer's chat template, ready for the assistant's answer; thinking
-    disabled where the template supports it (Qwen3's enable_thinking). Without a template, the raw text."""
+    disabled where the template supports it (Qwen3's enable_thinking). ``earlier`` holds the conversation's
+    previous (user, assistant) turns. Without a template, the raw text."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+        messages = [m for user, answer in earlier for m in ({"role": "user", "content": user},
+                                                            {"role": "assistant", "content": answer})]
+        ids = tokenizer.apply_chat_template(messages + [{"role": "user", "content": text}], add_generation_prompt=True,
                                             enable_thinking=False, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(raw_conversation(text, earlier), add_special_tokens=False)["input_ids"]
+
+
+def raw_conversation(text: str, earlier: tuple[tuple[str, str], ...] = ()) -> str:
+    """A conversation as plain text for a raw prompt: each earlier turn and its answer, then the new turn."""
+    return "\n\n".join([part for pair in earlier for part in pair] + [text])
 
 
 def finite(x: float) -> float | None:
@@ -75,12 +83,13 @@ class Decoder:
                                field="prompt_format")
         return "chat" if wanted == "chat" or (wanted == "auto" and has_template) else "raw"
 
-    def encode(self, text: str, prompt_format: str = "raw") -> list[int]:
+    def encode(self, text: str, prompt_format: str = "raw", earlier: tuple[tuple[str, str], ...] = ()) -> list[int]:
+        """``earlier``: a conversation's previous (user turn, answer) pairs, for a second turn."""
         check_prompt(text)
         if self.prompt_format(prompt_format) == "chat":
-            ids = format_prompt(self.pair.tokenizer, text)
+            ids = format_prompt(self.pair.tokenizer, text, earlier)
         else:
-            ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = self.pair.tokenizer(raw_conversation(text, earlier), add_special_tokens=False)["input_ids"]
         if not ids:
             raise PhoenixError("the prompt encodes to no tokens: pass some text")
         return ids

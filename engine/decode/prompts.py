@@ -16,7 +16,11 @@ from engine.errors import PhoenixError
 SPLIT_SEED = 42
 TEST_SIZE = 50
 EDIT_SETS = ("humaneval-edit-train", "humaneval-edit-test", "humaneval-edit-multiturn-train", "humaneval-edit-multiturn-test")
-SPEC_BENCH_SETS = ("spec-bench", "spec-bench-train", "spec-bench-test")
+SPEC_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+                         "translation", "summarization", "qa", "math_reasoning", "rag")  # the file's 13, in its order
+# spec-bench-multiturn is MT-bench's 80 two-turn questions; spec-bench-<category> one of the 13 categories
+SPEC_BENCH_SETS = (("spec-bench", "spec-bench-train", "spec-bench-test", "spec-bench-multiturn")
+                   + tuple(f"spec-bench-{c}" for c in SPEC_BENCH_CATEGORIES))
 # the form lists these last first: Spec-Bench goes at the front so the form's default stays as it was
 NAMED_SETS = SPEC_BENCH_SETS + ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS
 SPEC_BENCH = Path(__file__).parent / "data" / "spec-bench" / "question.jsonl"  # hemingkx/Spec-Bench fd2c1cd, Apache-2.0
@@ -28,7 +32,11 @@ SPEC_BENCH_COLUMNS = {"translation": "translation", "summarization": "summarizat
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    text: str
+    text: str  # this turn's user message
+    category: str | None = None  # the set's category (Spec-Bench's 13), None where the set has none
+    turn: int | None = None  # 1, 2, ... in a multi-turn set; None for one-turn sets
+    earlier: tuple[str, ...] = ()  # a later turn: the conversation's previous user turns, oldest first
+    parent: str | None = None  # a later turn: the previous turn's prompt id, whose target answer goes in context
 
 
 def humaneval() -> list[Prompt]:
@@ -55,24 +63,36 @@ def spec_bench_column(category: str) -> str:
 
 
 def spec_bench_column_of(prompt_id: str) -> str | None:
-    """The column a Spec-Bench prompt id (``<column>-<question_id>``) belongs to; None for any other id."""
-    column, _, qid = prompt_id.rpartition("-")
+    """The column a Spec-Bench prompt id (``<column>-<question_id>``, a second turn ``...-t2``) belongs to; None
+    for any other id."""
+    column, _, qid = prompt_id.removesuffix("-t2").rpartition("-")
     return column if column in SPEC_BENCH_ORDER and qid.isdigit() else None
 
 
-def spec_bench(part: str = "all") -> list[Prompt]:
-    """Spec-Bench's 480 questions, first turn only (a second turn needs the first answer in its context). Ids are
-    ``<column>-<question_id>``, so per-column figures come from the id. The split is seeded and taken per column:
-    half of each column is held out (spec-bench-test)."""
-    rows = [json.loads(line) for line in SPEC_BENCH.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _spec_bench_rows() -> list[dict]:
+    return [json.loads(line) for line in SPEC_BENCH.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def spec_bench(part: str = "all", later_turns: bool = False) -> list[Prompt]:
+    """Spec-Bench's 480 questions. Ids are ``<column>-<question_id>``, so per-column figures come from the id. The
+    split is seeded and taken per column: half of each column is held out (spec-bench-test). ``later_turns`` adds
+    each MT-bench question's second turn (id ``...-t2``) right after its first; a run puts the target's own first
+    answer into its context."""
     by_column: dict[str, list[Prompt]] = {}
-    for row in rows:
-        column = spec_bench_column(row["category"])
-        by_column.setdefault(column, []).append(Prompt(f"{column}-{row['question_id']}", row["turns"][0]))
+    seconds: dict[str, Prompt] = {}
+    for row in _spec_bench_rows():
+        column, turns = spec_bench_column(row["category"]), row["turns"]
+        pid = f"{column}-{row['question_id']}"
+        multi = len(turns) > 1
+        by_column.setdefault(column, []).append(Prompt(pid, turns[0], row["category"], 1 if multi else None))
+        if multi:
+            seconds[pid] = Prompt(f"{pid}-t2", turns[1], row["category"], 2, (turns[0],), pid)
     out = []
     for column in sorted(by_column):
         train, test = split(by_column[column], test_size=len(by_column[column]) // 2)
         out += {"all": train + test, "train": train, "test": test}[part]
+    if later_turns:
+        out = [q for p in out for q in (p, seconds.get(p.id)) if q is not None]
     return out
 
 
@@ -88,13 +108,39 @@ def spec_bench_references(part: str = "train") -> dict[str, str]:
     return out
 
 
-def round_robin(prompts: list[Prompt]) -> list[Prompt]:
-    """One prompt of each column in turn, so ``--limit 60`` takes 10 from each of Spec-Bench's six columns."""
-    columns: dict[str, list[Prompt]] = {}
+def conversations(prompts: list[Prompt]) -> list[list[Prompt]]:
+    """Prompts grouped into conversations: each later turn joins the turn it follows."""
+    out: list[list[Prompt]] = []
     for p in prompts:
-        columns.setdefault(p.id.rsplit("-", 1)[0], []).append(p)
-    rows = list(columns.values())
-    return [row[i] for i in range(max(map(len, rows), default=0)) for row in rows if i < len(row)]
+        if p.parent is not None and out and out[-1][-1].id == p.parent:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out
+
+
+def _group(p: Prompt) -> str:
+    return spec_bench_column_of(p.id) or p.category or ""
+
+
+def round_robin(prompts: list[Prompt], per_group: int | None = None) -> list[Prompt]:
+    """One question of each column in turn (with all its turns), so ``--limit 60`` takes 10 from each of
+    Spec-Bench's six columns; ``per_group`` keeps the first N questions of each column."""
+    columns: dict[str, list[list[Prompt]]] = {}
+    for conv in conversations(prompts):
+        columns.setdefault(_group(conv[0]), []).append(conv)
+    rows = [row[:per_group] if per_group else row for row in columns.values()]
+    return [p for i in range(max(map(len, rows), default=0)) for row in rows if i < len(row) for p in row[i]]
+
+
+def _spec_bench_set(spec: str) -> list[Prompt]:
+    part = spec.removeprefix("spec-bench").removeprefix("-")
+    if part in ("", "train", "test"):
+        return spec_bench(part or "all", later_turns=True)
+    every = spec_bench("all", later_turns=True)
+    if part == "multiturn":
+        return [p for p in every if spec_bench_column_of(p.id) == "multiturn"]
+    return [p for p in every if p.category == part]
 
 
 def split(prompts: list[Prompt], seed: int = SPLIT_SEED, test_size: int = TEST_SIZE) -> tuple[list[Prompt], list[Prompt]]:
@@ -161,12 +207,16 @@ def _storable(text: str, what: str) -> None:
                            "fix the file's escapes") from None
 
 
-def load(spec: str, limit: int | None = None) -> list[Prompt]:
-    """A named set (NAMED_SETS) or a path to a JSONL file."""
+def load(spec: str, limit: int | None = None, per_category: int | None = None) -> list[Prompt]:
+    """A named set (NAMED_SETS) or a path to a JSONL file. ``per_category`` keeps the first N questions of each
+    Spec-Bench column (each with its later turns) before ``limit`` cuts the whole list."""
+    if per_category is not None and spec not in SPEC_BENCH_SETS:
+        raise PhoenixError(f"--limit-per-category works on Spec-Bench sets, not {spec!r}; use --limit",
+                           field="limit_per_category")
     if spec in EDIT_SETS:
         prompts = humaneval_edit(spec)
     elif spec in SPEC_BENCH_SETS:
-        prompts = round_robin(spec_bench(spec.removeprefix("spec-bench").removeprefix("-") or "all"))
+        prompts = round_robin(_spec_bench_set(spec), per_category)
     elif spec in NAMED_SETS:
         prompts = humaneval()
         if spec != "humaneval":

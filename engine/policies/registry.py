@@ -12,6 +12,7 @@ from engine.policies.wrappers import Fallback, FallbackConfig, PassAdaptive
 BASE_POLICIES = {"epsilon_greedy": EpsilonGreedy, "ucb1": UCB1, "thompson": Thompson, "model_based": ModelBased,
                  "ema_hysteresis": EmaHysteresis}
 CONTEXTUAL = "contextual_"
+REWARD_ONLY = ("epsilon_greedy", "ucb1", "thompson")  # learn from tokens/s alone, so any arm labels work
 
 
 def policy_names() -> list[str]:
