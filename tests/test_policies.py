@@ -163,6 +163,20 @@ def test_contextual_learns_a_different_k_per_prompt_length_bucket():
     assert policy.t == 80 and len(policy.inners) == 2
 
 
+def test_a_category_policy_learns_a_different_arm_per_category_whatever_the_prompt_length():
+    policy = make_policy("category_thompson", (0, 1, 2), seed=3)
+    best = {"translation": 1, "math": 2}
+    rng = random.Random(5)
+    for i in range(60):
+        category = "translation" if i % 2 else "math"
+        d = policy.choose(100, category)
+        reward = (30.0 if d.k == best[category] else 20.0) + rng.gauss(0, 1)
+        policy.update(d.k, reward, Observation(k=d.k, reward=reward, prompt_tokens=100, category=category))
+    assert policy.name == "category_thompson" and set(policy.inners) == {"translation", "math"}
+    assert policy.inners["translation"].best_mean() == 1 and policy.inners["math"].best_mean() == 2
+    assert policy.t == 60
+
+
 def test_pass_granularity_lowers_k_after_rejections_and_keeps_it_after_acceptances():
     policy = make_policy("epsilon_greedy", ARMS, seed=0, granularity="pass")
     assert isinstance(policy, PassAdaptive)

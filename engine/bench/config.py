@@ -140,9 +140,9 @@ def _check_drafter_arms(cfg: BenchConfig, modes: list[Mode]) -> None:
                                field="drafter_arms")
     for mode in [m for m in modes if m.is_bandit]:
         policy, granularity = cfg.bandit_spec(mode)
-        if policy.removeprefix("contextual_") not in REWARD_ONLY:
+        if policy.removeprefix("contextual_").removeprefix("category_") not in REWARD_ONLY:
             raise PhoenixError(f"{mode.text}: policy {policy!r} models k of one drafter; with --drafter-arms use "
-                               f"{', '.join(REWARD_ONLY)} (or their contextual_ copies)", field="drafter_arms")
+                               f"{', '.join(REWARD_ONLY)} (or their contextual_ and category_ copies)", field="drafter_arms")
         if granularity != "request" or cfg.fallback.enabled:
             raise PhoenixError(f"{mode.text}: --drafter-arms chooses per request; drop pass granularity and "
                                "--fallback (put target among the arms instead)", field="drafter_arms")

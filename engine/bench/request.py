@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from db.entities import BanditRecord, PositionCount, RequestRecord
 from engine.bench.config import BenchConfig
 from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
-from engine.decode.prompts import Prompt
+from engine.decode.prompts import Prompt, category_group
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
 from engine.policies.registry import make_policy
@@ -89,7 +89,7 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
     decision, choose_k = None, None
     if parsed.is_bandit:
         policy = state.policies[mode]
-        decision = policy.choose(len(ids)) if not warmup else None
+        decision = policy.choose(len(ids), category_group(prompt.category)) if not warmup else None
         drafter, k = state.arm(decision.k if decision else max(cfg.policy_arms()), cfg.drafter)
         choose_k = policy.pass_controller(decision) if decision else None
         if decision is not None and decision.event:
@@ -138,6 +138,7 @@ def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: 
 def observation(rec: RequestRecord) -> Observation:
     """What a policy learns from a request, built from the stored record so a replay sees the same numbers."""
     return Observation(k=rec.k, reward=rec.tokens_per_s, prompt_tokens=rec.prompt_tokens, output_tokens=rec.output_tokens,
+                       category=category_group(rec.category),
                        passes=rec.passes, proposed=rec.proposed, accepted=rec.accepted, latency_s=rec.latency_s,
                        draft_s=rec.draft_s, verify_s=rec.verify_s,
                        per_position_proposed=[p.proposed for p in rec.positions],

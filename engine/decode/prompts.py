@@ -62,6 +62,12 @@ def spec_bench_column(category: str) -> str:
     return SPEC_BENCH_COLUMNS.get(category, "multiturn")
 
 
+def category_group(category: str | None) -> str | None:
+    """What a category-contextual policy keys on: Spec-Bench's column group for its 13 categories (MT-bench's
+    eight have ten questions each, too few to learn from apart), any other category as it is."""
+    return spec_bench_column(category) if category in SPEC_BENCH_CATEGORIES else category
+
+
 def spec_bench_column_of(prompt_id: str) -> str | None:
     """The column a Spec-Bench prompt id (``<column>-<question_id>``, a second turn ``...-t2``) belongs to; None
     for any other id."""

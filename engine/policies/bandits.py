@@ -63,7 +63,7 @@ class EpsilonGreedy(ArmStats):
     def epsilon(self, t: int) -> float:
         return max(self.eps_floor, self.eps_start * self.eps_decay ** t)
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         t = self.t
         if t < self.tries_each * len(self.arms):
             return Decision(t=t, k=self.arms[t % len(self.arms)], explored=True, epsilon=1.0, policy=self.name)
@@ -90,7 +90,7 @@ class UCB1(ArmStats):
         scale = self.max_reward or 1.0
         return self.means[a] / scale + math.sqrt(2.0 * math.log(max(self.t, 1)) / self.counts[a])
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         first = self.untried()
         if first is not None:
             return Decision(t=self.t, k=first, explored=True, policy=self.name)
@@ -114,7 +114,7 @@ class Thompson(ArmStats):
             return sum(pooled) / len(pooled)
         return abs(self.means[a]) * 0.5 + 1e-9  # a wide prior until any arm has two rewards
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         first = self.untried()
         if first is not None:
             return Decision(t=self.t, k=first, explored=True, policy=self.name)

@@ -1,4 +1,4 @@
-"""One independent copy of a base policy per prompt-length bucket."""
+"""One independent copy of a base policy per context: a prompt-length bucket, or the prompt's category."""
 from __future__ import annotations
 
 import bisect
@@ -13,7 +13,7 @@ CONTEXT_EDGES = (96, 192)  # prompt tokens: 34 / 93 / 37 of HumanEval's 164 prom
 
 @dataclass
 class Contextual(PolicyDefaults):
-    """One independent copy of a base policy per prompt-length bucket."""
+    """One independent copy of a base policy per context: a prompt-length bucket, or the prompt's category."""
 
     base: str  # name of the base policy
     factory: Callable[..., Policy]  # builds one base policy: factory(arms=..., seed=...)
@@ -22,23 +22,30 @@ class Contextual(PolicyDefaults):
     edges: tuple[int, ...] = CONTEXT_EDGES
     t: int = 0
     inners: dict = field(default_factory=dict)
-    last: int = 0
+    last: int | str = 0
+    by: str = "length"  # length | category
 
     def __post_init__(self):
-        self.name = f"contextual_{self.base}"
+        self.name = f"{'category' if self.by == 'category' else 'contextual'}_{self.base}"
 
-    def inner(self, prompt_tokens: int | None) -> Policy:
-        b = bisect.bisect_right(self.edges, prompt_tokens or 0)
+    def key(self, prompt_tokens: int | None, category: str | None) -> int | str:
+        if self.by == "category":
+            return category or ""
+        return bisect.bisect_right(self.edges, prompt_tokens or 0)
+
+    def inner(self, prompt_tokens: int | None, category: str | None = None) -> Policy:
+        b = self.key(prompt_tokens, category)
         if b not in self.inners:
-            self.inners[b] = self.factory(arms=self.arms, seed=self.seed * 100 + b)
+            salt = b if isinstance(b, int) else sum(map(ord, b))  # a stable seed per context, not Python's hash
+            self.inners[b] = self.factory(arms=self.arms, seed=self.seed * 100 + salt)
         self.last = b
         return self.inners[b]
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
-        return replace(self.inner(prompt_tokens).choose(prompt_tokens), t=self.t, policy=self.name)
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
+        return replace(self.inner(prompt_tokens, category).choose(prompt_tokens, category), t=self.t, policy=self.name)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
-        self.inner(obs.prompt_tokens if obs else None).update(k, reward, obs)
+        self.inner(obs.prompt_tokens if obs else None, obs.category if obs else None).update(k, reward, obs)
         self.t += 1
 
     def snapshot(self) -> tuple[dict, dict]:

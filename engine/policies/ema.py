@@ -38,7 +38,7 @@ class EmaHysteresis(PolicyDefaults):
             idx -= 1
         return ema, idx
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         return Decision(t=self.t, k=self.ladder[self.idx], explored=False, policy=self.name)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:

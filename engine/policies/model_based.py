@@ -34,7 +34,7 @@ class ModelBased(PolicyDefaults):
         drafting = [a for a in self.arms if a > 0]
         self.cold = list(dict.fromkeys([max(self.arms)] + drafting[:1]))
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         t = self.t
         if t < len(self.cold) or not self.model.ready:
             return Decision(t=t, k=self.cold[min(t, len(self.cold) - 1)], explored=True, policy=self.name)

@@ -46,6 +46,7 @@ class Observation:
     verify_s: float = 0.0  # target verification passes, prefill excluded
     per_position_proposed: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
+    category: str | None = None  # the prompt's category (Spec-Bench's column group), where the set has one
 
 
 @runtime_checkable
@@ -60,7 +61,7 @@ class Policy(Protocol):
     def t(self) -> int:
         """Decisions made so far (warm-up excluded)."""
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision: ...
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision: ...
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None: ...
 

@@ -50,8 +50,8 @@ class PassAdaptive:
     def t(self) -> int:
         return self.inner.t
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
-        return self.inner.choose(prompt_tokens)
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
+        return self.inner.choose(prompt_tokens, category)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
         self.inner.update(k, reward, obs)
@@ -123,13 +123,13 @@ class Fallback:
     def is_probe(self) -> bool:
         return self.engaged and self.since % self.cfg.probe_every == self.cfg.probe_every - 1
 
-    def choose(self, prompt_tokens: int | None = None) -> Decision:
+    def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         if self.baseline is None:
             d = Decision(t=self.t, k=0, explored=True, policy=self.name)
         elif self.engaged and not self.is_probe():
             d = Decision(t=self.t, k=0, explored=False, policy=self.name, fallback=True)
         else:
-            d = replace(self.inner.choose(prompt_tokens), t=self.t)
+            d = replace(self.inner.choose(prompt_tokens, category), t=self.t)
         return replace(d, event=self.pending)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
