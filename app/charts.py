@@ -120,6 +120,14 @@ def breakeven_chart(a: float, c: float, k_max: int, measured: pd.DataFrame | Non
     if measured is not None and not measured.empty:
         layers.append(alt.Chart(measured).mark_point(size=90, shape="diamond", color="#e45756", filled=True).encode(
             x="k:Q", y="measured speedup:Q", tooltip=["k", alt.Tooltip("measured speedup:Q", format=".2f"), "n"]))
+        with_v = measured.dropna(subset=["verify cost"]) if "verify cost" in measured else measured.iloc[0:0]
+        if not with_v.empty:
+            v = with_v.assign(**{"predicted, measured V(k+1)": [predicted_speedup(a, c, int(k), float(vc)) for k, vc
+                                                                 in zip(with_v["k"], with_v["verify cost"])]})
+            layers.append(alt.Chart(v).mark_line(point=True, strokeDash=[6, 3], color="#72b7b2").encode(
+                x="k:Q", y="predicted, measured V(k+1):Q",
+                tooltip=["k", alt.Tooltip("verify cost:Q", format=".2f"),
+                         alt.Tooltip("predicted, measured V(k+1):Q", format=".2f")]))
     return alt.layer(*layers).properties(height=320)
 
 

@@ -78,9 +78,16 @@ def queued(run, worker: str, log) -> None:
         st.caption(f"Background worker for this database {worker}; its log is {Path(log).relative_to(ROOT) if Path(log).is_relative_to(ROOT) else log}.")
 
 
-def identity_banner(url: str, run_id: int) -> None:
+def identity_banner(url: str, run_id: int, info=None) -> None:
+    """Identity against target-only. A run still waiting or running says what it waits for instead of warning."""
     same, checked, bad = data.identity(url, run_id)
-    if checked == 0:
+    if checked == 0 and info is not None and info.status in ("queued", "running"):
+        has_target = info.bench is not None and "target" in info.bench.modes
+        st.info("No output checked yet: " + ("each output is checked against the target-only request on the same "
+                                             "prompt as soon as both are done." if has_target else
+                                             "without a target mode, a shadow share of outputs is re-decoded "
+                                             "target-only as the run goes."))
+    elif checked == 0:
         st.warning("No output of this run was checked against target-only decoding (add `target` mode or a shadow rate).")
     elif bad.empty:
         st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")

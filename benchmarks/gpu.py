@@ -5,9 +5,11 @@
    step and target passes over 1..9 tokens, so c = draft step / target step and
    the verify cost of k+1 tokens in target steps are measured, not assumed; then
    the break-even predictions at a in {0.6, 0.7, 0.8}.
-2. The embedded pair's full decode benchmark on the same GPU.
+2. With ``--compile``: the same target passes on a static cache with the forward compiled (``reduce-overhead``:
+   CUDA graphs), in bf16 and fp16, against eager; compile time and recompiles recorded.
+3. The embedded pair's full decode benchmark on the same GPU (eager, and compiled with ``--compile``), each a run.
 
-    python -m benchmarks.gpu [--skip-decode]      # on the device machine
+    python -m benchmarks.gpu [--skip-decode] [--compile]   # on the device machine
     python -m benchmarks.gpu --tiny --device cpu  # the CI smoke test
 """
 from __future__ import annotations
@@ -43,8 +45,9 @@ def build(name: str, tiny: bool, device: str, dtype):
     return model.to(dtype).eval()
 
 
-def time_pass(model, prompt_len: int, n_tokens: int, reps: int, device: str) -> float:
-    """Median seconds of one forward over n_tokens on a cache of prompt_len, cropped back after each."""
+def time_pass(model, prompt_len: int, n_tokens: int, reps: int, device: str, cache=None) -> float:
+    """Median seconds of one forward over n_tokens on a cache of prompt_len, cropped back after each (a growing
+    cache unless ``cache`` is given: an empty static one)."""
     import torch
     from transformers import DynamicCache
 
@@ -54,7 +57,7 @@ def time_pass(model, prompt_len: int, n_tokens: int, reps: int, device: str) -> 
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, prompt_len), device=dev, generator=torch.Generator(device=dev).manual_seed(1))
     new = torch.randint(0, vocab, (1, n_tokens), device=dev, generator=torch.Generator(device=dev).manual_seed(2))
-    cache = DynamicCache(config=model.config)
+    cache = cache if cache is not None else DynamicCache(config=model.config)
     times = []
     with torch.inference_mode():
         model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
@@ -89,6 +92,25 @@ def verify_costs(args, dtype) -> dict:
             "predictions": predictions}
 
 
+def compiled_costs(args, dtype) -> dict:
+    """Eager against compiled target passes of 1..9 tokens, on the same random Qwen3-1.7B-shaped target."""
+    from engine.decode.compiled import StaticCaches, compile_models, graph_count
+
+    target = build("Qwen/Qwen3-1.7B", args.tiny, args.device, dtype)
+    caches, positions = StaticCaches(), args.prompt_len + 16
+    eager = {n: time_pass(target, args.prompt_len, n, args.reps, args.device) for n in range(1, 10)}
+    mode = "reduce-overhead" if args.device == "cuda" else None
+    models, stats = compile_models([target], caches, 9, positions, mode=mode)
+    before = graph_count()
+    compiled = {n: time_pass(models[0], args.prompt_len, n, args.reps, args.device, caches.get(models[0], positions))
+                for n in range(1, 10)}
+    del target, models
+    return {"dtype": str(dtype), "mode": mode, "compile": {**vars(stats), "recompiles": graph_count() - before},
+            "eager_pass_s": eager, "compiled_pass_s": compiled, "speedup_step": eager[1] / compiled[1],
+            "verify_in_steps_eager": {n: eager[n] / eager[1] for n in eager},
+            "verify_in_steps_compiled": {n: compiled[n] / compiled[1] for n in compiled}}
+
+
 def main(argv=None) -> dict:
     import torch
 
@@ -98,6 +120,7 @@ def main(argv=None) -> dict:
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--skip-decode", action="store_true")
+    p.add_argument("--compile", action="store_true", help="also eager against compiled (CUDA graphs), bf16 and fp16")
     p.add_argument("--decode-limit", type=int, default=10)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -116,6 +139,13 @@ def main(argv=None) -> dict:
     print("verify cost in target steps: " + ", ".join(f"{n}: {v:.2f}" for n, v in q["verify_in_target_steps"].items()))
     for a, pr in q["predictions"].items():
         print(f"a={a}: best k {pr['best_k']} -> {pr['best_speedup']:.2f}x (with measured verify cost)")
+    if args.compile:
+        dtypes = (torch.bfloat16, torch.float16) if args.device == "cuda" else (torch.float32,)
+        result["compiled"] = [compiled_costs(args, d) for d in dtypes]
+        for r in result["compiled"]:
+            print(f"{r['dtype']}: compiled step {r['speedup_step']:.2f}x eager; verify(5) "
+                  f"{r['verify_in_steps_compiled'][5]:.2f} steps compiled, {r['verify_in_steps_eager'][5]:.2f} eager; "
+                  f"compile {r['compile']['warmup_s']:.0f} s, recompiles {r['compile']['recompiles']}")
     if not args.skip_decode:
         import subprocess
         import sys
@@ -126,6 +156,9 @@ def main(argv=None) -> dict:
                "--max-new-tokens", "96", "--modes", "target,fixed_2,fixed_4,ngram_4,hf_4", "--name", "gpu decode",
                "--db", db]
         result["decode"] = {"command": " ".join(cmd), "returncode": subprocess.call(cmd)}
+        if args.compile:
+            cmd = cmd[:-4] + ["--compile", "--name", "gpu decode, compiled", "--db", db]
+            result["decode_compiled"] = {"command": " ".join(cmd), "returncode": subprocess.call(cmd)}
     path = write("gpu", result, Path(args.out)) if args.out else write("gpu", result)
     print(f"wrote {path}")
     return result

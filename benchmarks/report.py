@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from benchmarks.common import latest
+from benchmarks.limits import markdown as limits_markdown
 from db import queries
 from db.entities import RunInfo
 from db.migrate import ensure_schema
@@ -80,10 +81,14 @@ def fit_md(store: Store, run_id: int) -> str:
         return ""
     pred = predicted_speedup(fit.a, fit.c, fit.k_opt) if fit.k_opt is not None else None
     old = c_with_prefill(totals)
+    verify = fit.measured.dropna(subset=["verify cost"])
+    verify = verify[verify["k"] > 0]
+    costs = ", ".join(f"V({int(k) + 1}) = {v:.2f}" for k, v in zip(verify["k"], verify["verify cost"]))
     return (f"Break-even fit (draft-model modes, decode passes only): a = {fit.a:.3f}, c = {fit.c:.3f}, target step "
             f"{fit.target_step_s * 1e3:.1f} ms; predicted optimum k = {fit.k_opt}"
             + (f" ({pred:.2f}x)" if pred else "") + f", measured best k = {fit.k_best_measured}"
             + (f" ({fit.best_speedup:.2f}x of target-only tokens/s)" if fit.best_speedup else "")
+            + (f"; verify cost in target steps, measured per arm: {costs}" if costs else "")
             + (f". With both prefills counted inside the pass times, as before migration 0016, c would read {old:.3f}"
                f" ({(old / fit.c - 1):+.0%})." if old else "."))
 
@@ -148,6 +153,12 @@ def machine_md() -> str:
         out.append(f"- Recording overhead ({o['provenance']['date']}, `python -m benchmarks.overhead`): "
                    + ", ".join(f"{name} {t['overhead']['median']:+.2%}" for name, t in o["table"].items())
                    + " of a bare decode's wall time per request (median).")
+    lim = latest("limits")
+    if lim and lim["settings"].get("target") != "embedded":
+        out.append(f"- The hardware floor of a decode step ({lim['provenance']['date']}, `python -m benchmarks.limits"
+                   f"{' --compile' if lim['settings'].get('compile') else ''}`, target {lim['settings']['target']}, "
+                   f"{lim['settings']['context']} tokens in the cache; V(n) = verify(n) / step):\n\n"
+                   + limits_markdown(lim) + "\n")
     g = latest("gpu")
     if g and not g["settings"].get("tiny"):
         q = g["qwen3_random_init"]

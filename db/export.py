@@ -14,7 +14,7 @@ from pathlib import Path
 from db.store import Store
 
 EXPORT_FORMATS = ("csv", "json", "sqlite")
-COLUMNS = ["id", "run_id", "seq", "mode", "k", "prompt_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s",
+COLUMNS = ["id", "run_id", "seq", "mode", "k", "drafter", "prompt_id", "turn", "category", "prompt_tokens", "output_tokens", "latency_s", "ttft_s",
            "prefill_s", "draft_prefill_s", "tokens_per_s", "proposed", "accepted", "passes", "draft_s", "verify_s",
            "output_text", "output_sha256", "identical", "diverged_at", "trace_id", "warmup", "error", "created_at"]
 RUN_KEYS = ("id", "name", "status", "target", "draft", "tags", "note", "archived", "created_at", "finished_at", "config")

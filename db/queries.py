@@ -198,7 +198,8 @@ def requests_frame(store: Store, run_id: int, mode: str = "", k: int | None = No
         cond.append(r.identical.is_(None))
     if prompt:
         cond.append(r.prompt_id.contains(prompt, autoescape=True) | r.output_text.contains(prompt, autoescape=True))
-    q = (select(r.id, r.seq, r.mode, r.k, r.prompt_id, r.output_tokens, r.latency_s, r.ttft_s, r.tokens_per_s,
+    q = (select(r.id, r.seq, r.mode, r.k, r.drafter, r.prompt_id, r.turn, r.category, r.output_tokens, r.latency_s,
+                r.ttft_s, r.tokens_per_s,
                 r.proposed, r.accepted, r.passes, r.draft_s, r.verify_s, r.identical, r.diverged_at, r.trace_id, r.error)
          .where(and_(*cond)).order_by(r.seq).limit(limit))
     return _frame(store, q)
@@ -215,7 +216,7 @@ def request_detail(store: Store, request_id: int) -> tuple[dict | None, pd.DataF
 
 def rewards(store: Store, run_id: int, modes: list[str]) -> pd.DataFrame:
     r = Request
-    q = (select(r.run_id, r.mode, r.tokens_per_s, r.latency_s, r.accepted, r.proposed)
+    q = (select(r.run_id, r.mode, r.prompt_id, r.category, r.tokens_per_s, r.latency_s, r.accepted, r.proposed)
          .where(r.run_id == run_id, r.mode.in_(modes), r.warmup.is_(False)).order_by(r.seq))
     return _frame(store, q)
 

@@ -26,6 +26,7 @@ RunDrafter = Literal["model", "ngram", "suffix", "eagle3"]
 Engine = Literal["phoenix", "hf"]
 PromptFormat = Literal["auto", "chat", "raw"]
 Granularity = Literal["request", "pass"]
+CacheKind = Literal["dynamic", "static"]
 
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"

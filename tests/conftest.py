@@ -154,7 +154,7 @@ def any_store(any_db_url):
     store.engine.dispose()  # PostgreSQL cannot drop a database with open connections
 
 
-HEAVY = ("train", "subprocess", "browser", "services", "real", "bench")
+HEAVY = ("train", "subprocess", "browser", "services", "real", "bench", "compile")
 
 
 def _scan_components_once() -> None:

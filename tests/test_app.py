@@ -133,6 +133,18 @@ def test_breakeven_fits_a_and_c_from_a_run(app_db):
     assert len(charts(at)) == 1
 
 
+def test_breakeven_uses_the_verify_cost_each_arm_measured(app_db):
+    rows = app_db.requests(1)
+    arm = {"target": [r for r in rows if r.mode == "target"], 0: [r for r in rows if r.k == 0],
+           4: [r for r in rows if r.k == 4]}  # an arm is a k: the bandit's requests at that k count too
+    per_pass = {m: sum(r.verify_s for r in rs) / sum(r.passes for r in rs) for m, rs in arm.items()}
+    at = open_page("breakeven", run=1)
+    table = next(d.value for d in at.dataframe if "verify cost" in d.value.columns).set_index("k")
+    assert table.loc[4, "verify cost"] == pytest.approx(per_pass[4] / per_pass["target"])
+    assert table.loc[0, "verify cost"] == pytest.approx(per_pass[0] / per_pass["target"])
+    assert "predicted, measured V(k+1)" in json.dumps(charts(at))
+
+
 @pytest.mark.parametrize("hostile", ["'; DROP TABLE runs; --", "%", "_", "\" OR 1=1 --"])
 def test_filters_reach_sql_as_bound_parameters(app_db, hostile):
     at = open_page("runs", name=hostile)

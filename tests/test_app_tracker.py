@@ -108,3 +108,84 @@ def test_a_compare_link_naming_too_many_series_draws_the_first_twelve_and_says_s
     assert any("Compare draws at most 12" in w.value for w in at.warning)
     assert len(at.multiselect(key="series").value) <= 12
 
+
+
+def _spec_bench_run(app_db):
+    """A drafter-choosing run on four Spec-Bench questions: target, ngram_4 and a bandit over both."""
+    import random
+    from dataclasses import replace
+
+    from helpers import app_record
+
+    from db.entities import BanditRecord
+
+    run = app_db.create_run("sb", {"bench": {"prompts": "spec-bench-test", "modes": ["target", "ngram_4", "bandit"],
+                                             "drafter_arms": ["target", "ngram_4"]}}, "embedded", None, 12, status="done")
+    recs, seq = [], 0
+    for i, (pid, category) in enumerate((("qa-1", "qa"), ("qa-2", "qa"), ("rag-3", "rag"), ("rag-4", "rag"))):
+        for mode, k in (("target", 0), ("ngram_4", 4), ("bandit", 4 * (i % 2))):
+            rec = replace(app_record(run.id, seq, mode, k, random.Random(seq)), prompt_id=pid, category=category)
+            if mode == "bandit":
+                arm = "ngram_4" if k else "target"
+                rec.bandit = BanditRecord(t=i, explored=i < 2, chosen_k=k, arm_means={}, arm_counts={}, reward=1.0,
+                                          policy="thompson", arm=arm)
+            recs.append(rec)
+            seq += 1
+    app_db.add_requests(recs)
+    return run.id
+
+
+def test_a_spec_bench_run_shows_the_leaderboard_with_n_and_welch_in_every_cell(app_db):
+    run_id = _spec_bench_run(app_db)
+    at = open_page("run", run=run_id)
+    board = next(d.value for d in at.dataframe if "mean_accepted" in d.value.columns)
+    assert set(board["column"]) == {"QA", "RAG", "Overall"} and set(board["n"]) == {2, 4}
+    assert board[board["mode"] == "ngram_4"]["p_value"].notna().all()
+    assert any("column group" in json.dumps(sp) for sp in charts(at))  # acceptance per position per column
+
+
+def test_compare_overlays_one_column_group_of_a_spec_bench_run(app_db):
+    run_id = _spec_bench_run(app_db)
+    at = open_page("compare", series=f"{run_id}:target@rag,{run_id}:ngram_4@rag")
+    assert at.multiselect(key="series").value == [f"{run_id}:target@rag", f"{run_id}:ngram_4@rag"]
+    verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    assert set(verdict["n series"]) == {2}  # the two RAG questions only
+
+
+def test_the_policies_page_shows_which_drafter_arm_each_decision_took(app_db):
+    run_id = _spec_bench_run(app_db)
+    at = open_page("policies", run=run_id)
+    assert any(s.value == "Chosen arm over time" for s in at.subheader)
+    table = next(d.value for d in at.dataframe if "arms chosen" in d.value.columns)
+    assert table.set_index("mode").loc["bandit", "arms chosen"] == "target 50%, ngram_4 50%"
+
+
+def test_a_run_of_model_free_drafters_gets_their_figures_instead_of_no_drafting_data(app_db):
+    import random
+
+    from helpers import app_record
+
+    run = app_db.create_run("free", {"bench": {"modes": ["target", "ngram_4", "suffix_4"]}}, "embedded", None, 6,
+                            status="done")
+    app_db.add_requests([app_record(run.id, i * 3 + j, mode, k, random.Random(i))
+                         for i in range(2) for j, (mode, k) in enumerate((("target", 0), ("ngram_4", 4), ("suffix_4", 4)))])
+    at = open_page("run", run=run.id)
+    text = " ".join(i.value for i in at.info)
+    assert "No drafting data yet" not in text
+    assert "ngram_4: acceptance" in text and "suffix_4: acceptance" in text
+
+
+def test_a_queued_run_with_target_says_what_its_identity_check_waits_for(app_db):
+    run = app_db.create_run("waiting", {"bench": {"modes": ["target", "fixed_4"]}}, "embedded", "embedded", 6,
+                            status="queued")
+    at = open_page("run", run=run.id)
+    assert not any("No output of this run was checked" in w.value for w in at.warning)
+    assert any("No output checked yet" in i.value for i in at.info)
+
+
+def test_the_self_hosted_dashboard_shows_no_deploy_menu():
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["toolbarMode"] == "viewer"

@@ -80,6 +80,17 @@ def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     assert latest("gpu", tmp_path)["gpu"].startswith("no GPU")
 
 
+@pytest.mark.compile
+def test_the_gpu_scripts_compiled_comparison_runs_on_cpu_with_tiny_shapes(tmp_path):
+    from benchmarks import gpu
+
+    result = gpu.main(["--tiny", "--device", "cpu", "--reps", "2", "--prompt-len", "16", "--skip-decode", "--compile",
+                       "--out", str(tmp_path)])
+    (r,) = result["compiled"]
+    assert r["compile"]["compiled"] and r["compile"]["recompiles"] == 0
+    assert set(r["compiled_pass_s"]) == set(range(1, 10)) and r["speedup_step"] > 0
+
+
 @pytest.mark.subprocess  # torch.profiler over both engines' decodes: half a minute
 def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_file, tmp_path):
     from benchmarks import profile_decode
@@ -96,3 +107,19 @@ def test_the_results_doc_is_generated_from_the_committed_results_database():
     """docs/results.md quotes only runs that benchmarks/results.db holds: regenerate it after any new run."""
     text = report.render(report.open_results(str(report.RESULTS_DB)))
     assert report.DOC.read_text(encoding="utf-8") == text, "docs/results.md is stale: run `python -m benchmarks.report`"
+
+
+def test_the_limits_benchmark_measures_floor_step_and_verify_cost_in_one_process(tiny_dirs, tmp_path):
+    from benchmarks import limits
+    from benchmarks.common import latest
+
+    result = limits.main(["--target", tiny_dirs["qwen3"]["target"], "--dtypes", "float32", "--k-max", "2",
+                          "--reps", "2", "--context", "8", "--stream-mb", "8", "--out", str(tmp_path)])
+    r = result["dtypes"][0]
+    assert r["bandwidth"]["gb_per_s"]["median"] > 0 and r["weight_bytes"] > 0
+    assert r["floor_step_s"] == pytest.approx(r["weight_bytes"] / (r["bandwidth"]["gb_per_s"]["median"] * 1e9))
+    for engine_name in ("eager", "static"):
+        assert set(r[engine_name]["verify_over_step"]) == {1, 2, 3}
+        assert r[engine_name]["verify_over_step"][1] == 1.0 and r[engine_name]["step_over_floor"] > 0
+    stored = latest("limits", tmp_path)
+    assert "| float32 |" in limits.markdown(stored)

@@ -64,14 +64,16 @@ def heads(tiny_dirs, tmp_path_factory):
     return out
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("name", ["qwen3", "llama", "mistral"])
-def test_eagle3_drafting_equals_target_only_for_every_k(heads, name):
+def test_eagle3_drafting_equals_target_only_for_every_k(heads, name, cache):
     target, head = heads[name]
-    dec = Decoder(load_pair(target, head, "cpu", "float32"))
+    pair = load_pair(target, head, "cpu", "float32")
+    dec, plain = Decoder(pair, cache=cache), Decoder(pair)
     accepted = 0
     for prompt in PROMPTS:
         ids = dec.encode(prompt)
-        reference = dec.run(ids, 0, 40).output_ids
+        reference = plain.run(ids, 0, 40).output_ids
         for k in KS:
             stats = dec.run(ids, k, 40, "eagle3")
             assert stats.output_ids == reference, f"{name} eagle3 k={k} diverged"

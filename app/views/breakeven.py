@@ -55,9 +55,10 @@ def render() -> None:
     st.altair_chart(charts.breakeven_chart(a, c, K_MAX, measured), width="stretch")
     if fit is not None and fit.a is not None:
         st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
-        st.caption("Diamonds: measured speedup per arm (tokens/sec over target-only, same run). The model counts a "
-                   "k+1-token verification as one target step; where diamonds sit below the curve, verification or "
-                   "Python overhead costs more than that.")
+        st.caption("Diamonds: measured speedup per arm (tokens/sec over target-only, same run). The solid curve "
+                   "counts a k+1-token verification as one target step; the dashed one uses the verify cost V(k+1) "
+                   "this run measured per arm (verify seconds per pass over the target-only step; column 'verify "
+                   "cost'). Where diamonds sit below the dashed curve too, the rest is drafting or Python overhead.")
         st.dataframe(fit.measured, hide_index=True)
         widgets.csv_download(fit.measured, "breakeven-measured", key="dl_be")
     urlstate.show_share_link("breakeven")

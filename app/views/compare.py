@@ -6,15 +6,31 @@ import streamlit as st
 
 from app import charts, data, urlstate, widgets
 from engine.analysis.compare import TOKENS_PER_S, compare
+from engine.bench.leaderboard import OVERALL, in_column
+from engine.modes import Mode
 
 MAX_SERIES = 12  # series on one Compare page
 
 
 def _series_options(url: str, runs: pd.DataFrame) -> list[str]:
-    """Modes of the 50 newest unarchived runs, and of any run the link names (archived runs keep their links)."""
+    """Modes of the 50 newest unarchived runs, and of any run the link names (archived runs keep their links). A
+    Spec-Bench run also offers each mode on one column group: ``run:mode@column``."""
     linked = [urlstate.whole(s.split(":", 1)[0], 1) for s in urlstate.qp("series").split(",") if ":" in s]
     ids = list(dict.fromkeys([int(i) for i in runs["id"].head(50)] + [i for i in linked if i and data.run(url, i)]))
-    return [f"{run_id}:{m.mode}" for run_id in ids for m in data.summaries(url, run_id)]
+    out = []
+    for run_id in ids:
+        modes = [m.mode for m in data.summaries(url, run_id)]
+        out += [f"{run_id}:{m}" for m in modes]
+        columns = [c for c in data.spec_bench(url, run_id)["column"].unique() if c != OVERALL]
+        out += [f"{run_id}:{m}@{c}" for m in modes for c in columns]
+    return out
+
+
+def parse_series(text: str) -> tuple[int, str, str]:
+    """``run:mode`` or ``run:mode@column`` as (run id, mode, column), the column OVERALL when none is named."""
+    run_id, rest = text.split(":", 1)
+    mode, _, column = rest.partition("@")
+    return int(run_id), mode, column or OVERALL
 
 
 def render() -> None:
@@ -32,8 +48,8 @@ def render() -> None:
     if not wanted:
         first = options[:1] + [o for o in options if o.startswith(options[0].split(":")[0] + ":")][1:2]
         wanted = first
-    series = st.multiselect("Series (run:mode); the first is the baseline", options, default=wanted, key="series",
-                            max_selections=MAX_SERIES)
+    series = st.multiselect("Series (run:mode, or run:mode@column for one Spec-Bench column group); the first is "
+                            "the baseline", options, default=wanted, key="series", max_selections=MAX_SERIES)
     alpha = st.select_slider("alpha", [0.01, 0.05, 0.1], value=float(urlstate.qp("alpha", "0.05")) if urlstate.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05)
     urlstate.set_qp(series=",".join(series), alpha=alpha)
     if len(series) < 2:
@@ -41,8 +57,8 @@ def render() -> None:
         return
     frames = []
     for s in series:
-        run_id, mode = s.split(":", 1)
-        df = data.rewards(url, int(run_id), (mode,))
+        run_id, mode, column = parse_series(s)
+        df = in_column(data.rewards(url, run_id, (mode,)), column).copy()
         df["series"] = s
         df["acceptance"] = (df["accepted"] / df["proposed"]).where(df["proposed"] > 0)
         frames.append(df)
@@ -54,7 +70,7 @@ def render() -> None:
     widgets.csv_download(table, "compare", key="dl_cmp")
     curves(url, series)
     st.subheader("Settings that differ")
-    diff = config_diff({s: data.run(url, int(s.split(":", 1)[0])) for s in series})
+    diff = config_diff({s: data.run(url, parse_series(s)[0]) for s in series})
     if diff.empty:
         st.caption("The runs' recorded settings are identical apart from the mode.")
     else:
@@ -66,8 +82,12 @@ def curves(url: str, series: list[str]) -> None:
     """Per-position acceptance of every series on one chart: unconditional, conditional and the a^(i+1) fit."""
     parts, fits = [], {}
     for s in series:
-        run_id, mode = s.split(":", 1)
-        pos = data.positions(url, int(run_id))
+        run_id, mode, column = parse_series(s)
+        if column == OVERALL:
+            pos = data.positions(url, run_id)
+        else:
+            pos = data.spec_bench_positions(url, run_id)
+            pos = pos[pos["column"] == column].assign(k=Mode.of(mode).k or 0)
         frame, fit = charts.acceptance_frame(pos[pos["mode"] == mode])
         if not frame.empty:
             parts.append(frame.assign(arm=s))

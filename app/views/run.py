@@ -71,7 +71,8 @@ def body(url: str, run_id: int) -> None:
     if info.error:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)
-    widgets.identity_banner(url, run_id)
+    widgets.identity_banner(url, run_id, info)
+    compile_line(info.config.get("compile"))
     distill_link(url, run_id)
     sentry_explorer(run_id)
     summaries = data.summaries(url, run_id)
@@ -84,7 +85,7 @@ def body(url: str, run_id: int) -> None:
     vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     fit = fit_run(pos, split)
-    st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
+    st.info(diagnosis(fit, summaries))
     st.subheader("Per-position acceptance")
     if pos.empty:
         st.caption("No drafted tokens in this run.")
@@ -154,6 +155,35 @@ def kpis(summaries) -> None:
         if m.speedup is not None and m.speedup.median is not None and m.mode != "target":
             st.caption(f"x target: the median of {m.speedup.n} per-prompt ratios against target-only in this run, "
                        f"IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x")
+
+
+def diagnosis(fit, summaries) -> str:
+    """The break-even diagnosis covers --drafter modes (fixed_<k>, bandit); model-free and head modes that drafted
+    get their own line instead of 'no drafting data'."""
+    if fit.a is not None:
+        return diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured)
+    others = [m for m in summaries if m.proposed and not Mode.of(m.mode).uses_drafter]
+    if not others:
+        return diagnose(None, None, None, None)
+    parts = [f"{m.mode}: acceptance {m.acceptance:.0%}, {m.mean_accepted_length:.2f} tokens per pass"
+             + (f", {m.speedup.median:.2f}x target-only (n={m.speedup.n})" if m.speedup and m.speedup.median else "")
+             for m in others]
+    return ("Drafting without a --drafter mode: " + "; ".join(parts) + ". The break-even fit (a, c) covers "
+            "fixed_<k> and bandit modes; for these the per-mode table and the per-position curves are the evidence.")
+
+
+def compile_line(stats: dict | None) -> None:
+    """--compile: the compile time apart from every figure, and recompiles, which inside a measured request are a
+    bug and are shown as one."""
+    if not stats:
+        return
+    if not stats.get("compiled"):
+        st.warning("Compile failed on this platform; the run went on eager:")
+        st.text(str(stats.get("error")))
+        return
+    text = (f"Compiled (static cache): warm-up {stats['warmup_s']:.1f} s before any clock, {stats['graphs']} graphs, "
+            f"{stats['graph_breaks']} graph breaks, {stats['recompiles']} recompiles after the warm-up.")
+    (st.error if stats["recompiles"] else st.caption)(text)
 
 
 def spec_bench_columns(url: str, run_id: int) -> None:

@@ -17,8 +17,10 @@ def expected_tokens(a: float, k: int) -> float:
     return float(sum(a ** i for i in range(k + 1)))
 
 
-def predicted_speedup(a: float, c: float, k: int) -> float:
-    return expected_tokens(a, k) / (1.0 + c * k)
+def predicted_speedup(a: float, c: float, k: int, verify: float = 1.0) -> float:
+    """E(a,k) / (V + c·k): ``verify`` is the cost of verifying k+1 tokens in target steps, 1 in the textbook model
+    and measured per arm by a run (engine.analysis.fit) or by benchmarks/limits.py."""
+    return expected_tokens(a, k) / (verify + c * k)
 
 
 def optimum_k(a: float, c: float, k_max: int = K_MAX) -> int:

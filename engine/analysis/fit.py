@@ -14,7 +14,7 @@ class RunFit:
     a: float | None
     c: float | None
     target_step_s: float | None
-    measured: pd.DataFrame  # k, measured speedup, n (model-drafter arms)
+    measured: pd.DataFrame  # k, measured speedup, n, verify cost (model-drafter arms)
     k_best_measured: int | None
     best_speedup: float | None
     k_opt: int | None
@@ -41,10 +41,13 @@ def fit_run(pos: pd.DataFrame, split: pd.DataFrame) -> RunFit:
     base = (target["tokens_per_s_sum"].sum() / target["n"].sum()) if not target.empty else None
     rows = []
     if base:
-        arms = pd.concat([target, model_modes]).groupby("k")[["tokens_per_s_sum", "n"]].sum()
+        arms = pd.concat([target, model_modes]).groupby("k")[["tokens_per_s_sum", "n", "verify_s", "passes"]].sum()
         for k, r in arms.iterrows():  # tokens/s as everywhere: the mean of per-request tokens/s
-            rows.append({"k": int(k), "measured speedup": float(r.tokens_per_s_sum / r.n / base), "n": int(r.n)})
-    measured = pd.DataFrame(rows, columns=["k", "measured speedup", "n"])
+            # V(k+1): one verify of the pending token and k drafts, in target steps, as this run measured it
+            verify = float(r.verify_s / r.passes / step) if (step and r.passes) else None
+            rows.append({"k": int(k), "measured speedup": float(r.tokens_per_s_sum / r.n / base), "n": int(r.n),
+                         "verify cost": verify})
+    measured = pd.DataFrame(rows, columns=["k", "measured speedup", "n", "verify cost"])
     best = measured.loc[measured["measured speedup"].idxmax()] if not measured.empty else None
     k_opt = optimum_k(a, c) if (a is not None and c is not None) else None
     return RunFit(a, c, step, measured, None if best is None else int(best["k"]),

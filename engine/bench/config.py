@@ -9,7 +9,7 @@ from engine.config import check_choices, from_dict
 from engine.decode.loading import PairConfig
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.modes import DEFAULT_ARMS, K_MAX, Granularity, Mode, PromptFormat, RunDrafter, drafter_arm
+from engine.modes import DEFAULT_ARMS, K_MAX, CacheKind, Granularity, Mode, PromptFormat, RunDrafter, drafter_arm
 from engine.policies.registry import REWARD_ONLY, policy_names
 from engine.policies.wrappers import FallbackConfig
 
@@ -19,7 +19,7 @@ class BenchConfig(PairConfig):
     drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix | eagle3
     prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train | spec-bench | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
-    limit_per_category: int | None = None  # Spec-Bench: first N questions of each column (with their second turns)
+    limit_per_category: int | None = None  # Spec-Bench: first N questions of each column, with their second turns; replaces --limit
     max_new_tokens: int = 128  # tokens generated per request
     prompt_format: PromptFormat = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
     modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
@@ -29,6 +29,8 @@ class BenchConfig(PairConfig):
     granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter (suffix_<k>, --drafter suffix)
+    cache: CacheKind = "dynamic"  # dynamic | static: Phoenix's loop on a KV cache preallocated once per run (rejection moves its write position back)
+    compile: bool = False  # torch.compile the target's (and draft model's) forward, static cache implied; compiled and warmed before the clock, compile time and recompiles recorded
     seed: int = 42  # bandit decisions and shadow sampling
     name: str = ""  # defaults to the modes joined
     shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
@@ -41,6 +43,15 @@ class BenchConfig(PairConfig):
     def arm_modes(self) -> list[Mode]:
         """The drafter-choosing arms, each a mode; [] when bandits choose k for --drafter."""
         return [drafter_arm(a) for a in self.drafter_arms]
+
+    def k_max(self) -> int:
+        """The longest draft any mode of the run may propose: the longest verify is k_max + 1 tokens."""
+        ks = [m.k or 0 for m in self.parsed_modes()] + [a.k or 0 for a in self.arm_modes()]
+        if any(m.is_bandit for m in self.parsed_modes()) and not self.drafter_arms:
+            ks += list(self.arms)
+        if any(m.is_bandit and (m.granularity or self.granularity) == "pass" for m in self.parsed_modes()):
+            ks.append(K_MAX)  # a per-pass controller may pick any k up to the largest arm; be safe
+        return max(ks, default=0)
 
     def policy_arms(self) -> list[int]:
         """What a policy chooses among: k values, or the index of a drafter arm (ties go to the earlier one)."""

@@ -20,6 +20,11 @@ COLUMNS = ["mode", "column", "speedup", "p25", "p75", "n", "mean_accepted", "tok
            "p_value", "verdict"]
 
 
+def in_column(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows of one column group (any rows for OVERALL)."""
+    return frame if column == OVERALL else frame[column_of(frame) == column]
+
+
 def column_of(frame: pd.DataFrame) -> pd.Series:
     """Each request's leaderboard column: from its recorded category, else from a Spec-Bench prompt id."""
     by_id = frame["prompt_id"].map(spec_bench_column_of)
@@ -66,13 +71,13 @@ def _cell(row: pd.Series) -> str:
         return f"1.00x (n={row['n']})"
     p = row["p_value"]
     mark = "" if p is None or p != p or p >= 0.05 else "*"
-    return f"{row['speedup']:.2f}x{mark} (n={row['n']}, p={_p(p)})"
+    return f"{row['speedup']:.2f}x{mark} (n={row['n']}, p{_p(p)})"
 
 
 def _p(p) -> str:
     if p is None or p != p:
-        return "n/a"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+        return " n/a"
+    return "<0.001" if p < 0.001 else f"={p:.3f}"
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -97,11 +102,12 @@ def markdown(table: pd.DataFrame) -> str:
 
 def per_position(positions: pd.DataFrame) -> pd.DataFrame:
     """Acceptance per draft position, per mode and column: accepted / proposed, with proposed as n."""
-    cols = ["mode", "column", "position", "proposed", "accepted", "acceptance"]
+    cols = ["mode", "column", "position", "proposed", "accepted", "reached", "acceptance"]
     if positions.empty:
         return pd.DataFrame(columns=cols)
     frame = positions.assign(column=column_of(positions)).dropna(subset=["column"])
-    g = frame.groupby(["mode", "column", "position"], sort=True)[["proposed", "accepted"]].sum().reset_index()
+    g = frame.groupby(["mode", "column", "position"], sort=True)[["proposed", "accepted", "reached"]].sum(min_count=1)
+    g = g.reset_index()
     g = g[g["proposed"] > 0]
     g["acceptance"] = g["accepted"] / g["proposed"]
     return g[cols]

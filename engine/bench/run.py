@@ -17,17 +17,40 @@ from db.store import Store
 from engine.bench.config import BenchConfig
 from engine.bench.recorder import Recorder
 from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
+from engine.decode.compiled import finish, graph_count
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
 from engine.decode.prompts import Prompt
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
-from engine.modes import Mode
+from engine.modes import K_MAX, Mode
 
 
 def load_decoder(cfg: BenchConfig) -> Decoder:
     pair = load_pair(cfg.target, cfg.draft, cfg.device, cfg.dtype, cfg.allow_pickle)
-    return Decoder(pair, max_new_cap=cfg.max_new_tokens_cap)
+    return Decoder(pair, max_new_cap=cfg.max_new_tokens_cap, cache=cfg.cache)
+
+
+def cache_positions(cfg: BenchConfig, prompts: list[Prompt], encoded: dict[str, list[int]]) -> int:
+    """One static cache size for the whole run, so compiled graphs see one shape: the longest prompt plus its
+    answer and the longest verify; a run with second turns leaves room for a first turn and its answer too."""
+    longest = max((len(ids) for ids in encoded.values()), default=0)
+    later = any(p.parent is not None for p in prompts)
+    return (2 if later else 1) * (longest + cfg.max_new_tokens) + K_MAX + 1
+
+
+def prepare_engine(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder, positions: int) -> int:
+    """Static cache and compile, before any clock; returns the graph count after the warm-up (recompiles are
+    counted against it)."""
+    if cfg.cache == "static" or cfg.compile:
+        decoder.cache, decoder.cache_positions = "static", positions
+    if not cfg.compile:
+        return 0
+    stats = decoder.compile(cfg.k_max(), positions)
+    if stats.error:
+        print(f"compile failed on this platform, the run goes on eager: {stats.error}")
+    store.merge_config(run_id, {"compile": finish(stats, graph_count())})
+    return graph_count()
 
 
 def encode_all(decoder: Decoder, prompts, max_new_tokens: int, prompt_format: str = "auto") -> dict[str, list[int]]:
@@ -99,9 +122,10 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
     plan = [(p, m) for i, p in enumerate(prompts) for m in interleaved(modes, i) if (p.id, m) not in done]
     shadow_rng = random.Random(f"shadow:{cfg.seed}:{len(done)}") if "target" not in modes else None
     recorder = Recorder(store, run_id, progress_start=len(done))
-    status = "running"
+    status, graphs_at_start = "running", 0
     bar = tqdm(total=len(plan), desc=f"run {run_id}", unit="req", disable=not progress)
     try:
+        graphs_at_start = prepare_engine(store, run_id, cfg, decoder, cache_positions(cfg, prompts, encoded))
         for mode in modes:
             if mode not in warmed:
                 rec, _ = run_one(state, run_id, cfg, prompts[0], encoded[prompts[0].id], mode, True, None)
@@ -135,6 +159,8 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
         bar.close()  # before any error line, so that line is the last one printed
         if status in ("done", "cancelled", "interrupted"):
             recorder.close()
+            if cfg.compile:
+                store.merge_config(run_id, {"compile": finish(decoder.compile_stats, graphs_at_start)})
             store.set_status(run_id, status)
         _report_acceptance(store, run_id, state.telemetry)
     return status

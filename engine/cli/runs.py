@@ -65,6 +65,14 @@ def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) ->
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(report(store, run_id))
+    board = spec_bench(store, run_id)
+    if not board.empty:  # a Spec-Bench run: the leaderboard's shape too
+        print("\n" + leaderboard_markdown(board))
+    compiled = store.get_run(run_id).config.get("compile")
+    if compiled:
+        print(f"compile: {'on' if compiled['compiled'] else 'failed, ran eager: ' + str(compiled['error'])}; "
+              f"warm-up {compiled['warmup_s']:.1f} s, {compiled['graphs']} graphs, {compiled['recompiles']} "
+              f"recompiles after the warm-up, {compiled['graph_breaks']} graph breaks", file=sys.stderr)
     print(f"run {run_id}: {status}", file=sys.stderr)
     return 0
 

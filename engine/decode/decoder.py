@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from engine.decode.compiled import CompileStats, StaticCaches, compile_models
 from engine.decode.drafters import Eagle3Drafter, ModelDrafter, NgramDrafter
 from engine.decode.eagle3 import Eagle3Head
 from engine.decode.hf_assisted import generate_hf
@@ -14,7 +15,7 @@ from engine.decode.prompts import check_prompt
 from engine.decode.spec import Drafter, RequestStats, generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter
 from engine.errors import PhoenixError
-from engine.modes import DRAFTERS, check_k
+from engine.modes import DRAFTERS, K_MAX, check_k
 
 
 def check_max_new_tokens(n: int, cap: int) -> int:
@@ -63,8 +64,13 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 class Decoder:
     pair: LoadedPair
     max_new_cap: int = 4096
+    cache: str = "dynamic"  # dynamic | static: a KV cache preallocated per size bucket, reused by every request
+    cache_positions: int = 0  # static: the run's cache size (a request that needs more gets a bigger bucket)
+    compile_stats: CompileStats = field(default_factory=CompileStats)
 
     def __post_init__(self):
+        self._caches = StaticCaches()
+        self._target = self.pair.target  # what runs the target's forwards: the model, or its compiled wrapper
         draft = self.pair.draft
         self._head = draft if isinstance(draft, Eagle3Head) else None
         self._model_drafter = ModelDrafter(draft, self.pair.shared_vocab) if draft is not None and self._head is None else None
@@ -146,7 +152,27 @@ class Decoder:
                 self.check_drafter(drafter, engine)
                 return generate_hf(self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id)
             used = self.drafter(drafter) if (k > 0 or choose_k) else None
-            return generate(self.pair.target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k)
+            positions = max(self.cache_positions, len(prompt_ids) + max_new_tokens + K_MAX + 1)
+            cache = self._caches.get(self._target, positions) if self.cache == "static" else None
+            if self._model_drafter is not None:
+                draft_model = self._model_drafter.model
+                self._model_drafter.new_cache = ((lambda: self._caches.get(draft_model, positions))
+                                                 if self.cache == "static" else None)
+            return generate(self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache)
+
+    def compile(self, k_max: int, positions: int) -> CompileStats:
+        """torch.compile the target's forward (and the draft model's), static cache implied; every verify length
+        1..k_max+1 is compiled and run once here, before any clock. Where compile fails, the run goes on eager and
+        the stats say why."""
+        self.cache = "static"
+        draft = self._model_drafter.model if self._model_drafter is not None else None
+        taps = self._eagle3.taps if self._eagle3 is not None else ()
+        models, self.compile_stats = compile_models([self.pair.target] + ([draft] if draft is not None else []),
+                                                    self._caches, k_max + 1, positions, taps)
+        self._target = models[0]
+        if self._model_drafter is not None:
+            self._model_drafter.model = models[-1]
+        return self.compile_stats
 
     def text(self, stats: RequestStats) -> str:
         return self.pair.tokenizer.decode(stats.output_ids, skip_special_tokens=True)

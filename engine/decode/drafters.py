@@ -6,8 +6,11 @@ whose KV is not cached yet. ``commit(valid_len)`` says how many leading tokens o
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
 from engine.decode.eagle3 import HeadCache
 
@@ -21,11 +24,12 @@ class ModelDrafter:
     def __init__(self, model, vocab_limit: int | None = None):
         self.model = model
         self.vocab_limit = vocab_limit  # propose only ids the target also has (padded output layers differ)
-        self.cache: DynamicCache | None = None
+        self.cache: Cache | None = None
         self.cache_len = 0
+        self.new_cache: Callable[[], Cache] | None = None  # an empty static cache for the next request; None: dynamic
 
     def reset(self, prompt_ids: list[int], features=None) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = self.new_cache() if self.new_cache else DynamicCache(config=self.model.config)
         self.cache_len = 0
         self._feed(prompt_ids)
 

@@ -215,7 +215,8 @@ def _storable(text: str, what: str) -> None:
 
 def load(spec: str, limit: int | None = None, per_category: int | None = None) -> list[Prompt]:
     """A named set (NAMED_SETS) or a path to a JSONL file. ``per_category`` keeps the first N questions of each
-    Spec-Bench column (each with its later turns) before ``limit`` cuts the whole list."""
+    Spec-Bench column, each with its later turns, and replaces ``limit`` (a cut of the whole list would drop
+    columns)."""
     if per_category is not None and spec not in SPEC_BENCH_SETS:
         raise PhoenixError(f"--limit-per-category works on Spec-Bench sets, not {spec!r}; use --limit",
                            field="limit_per_category")
@@ -233,7 +234,7 @@ def load(spec: str, limit: int | None = None, per_category: int | None = None) -
         if not path.is_file():
             raise PhoenixError(f"prompt set {spec!r} not found: use one of {', '.join(NAMED_SETS)} or a JSONL file path")
         prompts = parse_jsonl(path.read_bytes(), str(path))
-    if limit is not None:
+    if limit is not None and per_category is None:
         if limit <= 0:
             raise PhoenixError(f"--limit must be positive, got {limit}")
         prompts = prompts[:limit]

@@ -1,7 +1,8 @@
 """The hot path: greedy speculative decoding in a few small verbs (gpt-fast style).
 
 No I/O, logging or database calls in here. Each function returns tensors or plain
-stats. Rejected drafts are dropped by cropping the KV cache, nothing else.
+stats. Rejected drafts are dropped by cropping the KV cache, nothing else: a ``DynamicCache`` drops the tensors'
+tail, a preallocated ``StaticCache`` moves its write position back (its stale slots are masked, then overwritten).
 
 Accounting follows vLLM: for draft position i (0-based) a pass counts as
 ``proposed`` if it drafted a token there, and as ``accepted`` if the first i+1
@@ -16,6 +17,7 @@ from typing import Protocol
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
 
 class Drafter(Protocol):
@@ -91,7 +93,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def forward(model, cache: DynamicCache, ids: list[int], keep: int,
+def forward(model, cache: Cache, ids: list[int], keep: int,
             taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``ids`` through ``model`` on top of ``cache``: greedy ids of the last ``keep`` positions, and the hidden
     states of the ``taps`` layers at every position, concatenated ([len(ids), len(taps)·H]), from the same pass."""
@@ -101,13 +103,13 @@ def forward(model, cache: DynamicCache, ids: list[int], keep: int,
     return out.logits[0].argmax(dim=-1), feats
 
 
-def prefill(target, cache: DynamicCache, prompt_ids: list[int], taps: tuple[int, ...] = ()) -> tuple[int, torch.Tensor | None]:
+def prefill(target, cache: Cache, prompt_ids: list[int], taps: tuple[int, ...] = ()) -> tuple[int, torch.Tensor | None]:
     """Fill the target cache with the prompt; the first generated token (and the prompt's taps)."""
     greedy, feats = forward(target, cache, prompt_ids, keep=1, taps=taps)
     return int(greedy[-1]), feats
 
 
-def verify(target, cache: DynamicCache, pending: int, drafted: list[int],
+def verify(target, cache: Cache, pending: int, drafted: list[int],
            taps: tuple[int, ...] = ()) -> tuple[list[int], torch.Tensor | None]:
     """One target pass over the pending token and the drafts: its greedy pick after each (and their taps)."""
     greedy, feats = forward(target, cache, [pending] + drafted, keep=len(drafted) + 1, taps=taps)
@@ -131,7 +133,7 @@ class Step:
     features: torch.Tensor | None = None  # taps of the positions the target kept (pending + accepted drafts)
 
 
-def speculative_step(target, cache: DynamicCache, drafter: Drafter | None, seq: list[int], k: int, device) -> Step:
+def speculative_step(target, cache: Cache, drafter: Drafter | None, seq: list[int], k: int, device) -> Step:
     """Draft up to k tokens, verify them in one pass, keep the agreeing prefix plus
     the target's own next token. ``seq`` ends with the pending (not yet cached) token."""
     taps = drafter.taps if drafter is not None else ()
@@ -159,15 +161,18 @@ def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_ne
 
 
 def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max_new_tokens: int,
-             eos_id: int | None, choose_k: Callable[[RequestStats], int] | None = None) -> RequestStats:
+             eos_id: int | None, choose_k: Callable[[RequestStats], int] | None = None,
+             cache: Cache | None = None) -> RequestStats:
     """Greedy decoding with speculation; k=0 is target-only through the same code.
 
     ``choose_k`` (optional) picks k before each pass from the stats so far, for
-    policies that adapt within a request; it must stay cheap and pure.
+    policies that adapt within a request; it must stay cheap and pure. ``cache`` is an
+    empty cache to fill (a preallocated static one, engine.decode.compiled); a growing
+    ``DynamicCache`` by default.
     """
     device = target.device
     stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
-    cache = DynamicCache(config=target.config)
+    cache = cache if cache is not None else DynamicCache(config=target.config)
     sync(device)
     start = time.perf_counter()
     drafting = drafter is not None and (k > 0 or choose_k is not None)
