@@ -76,7 +76,8 @@ def c_with_prefill(totals) -> float | None:
 
 def fit_md(store: Store, run_id: int) -> str:
     totals = queries.arm_totals(store, run_id)
-    fit = fit_run(queries.positions(store, run_id), totals)
+    bench = store.get_run(run_id).bench
+    fit = fit_run(queries.positions(store, run_id), totals, drafter_arms=bool(bench and bench.drafter_arms))
     if fit.a is None or fit.c is None or fit.target_step_s is None:
         return ""
     pred = predicted_speedup(fit.a, fit.c, fit.k_opt) if fit.k_opt is not None else None
@@ -108,13 +109,13 @@ def policies_md(store: Store, run_id: int) -> str:
     if best is None or not frame["mode"].map(lambda m: m.startswith("bandit")).any():
         return ""
     lines = [f"Against the best fixed arm in hindsight ({best}), Welch's test of per-request tokens/s:", "",
-             "| mode | n | share of best fixed (95% CI) | mean k | explored | p-value | verdict |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "| mode | n | share of best fixed (95% CI) | mean k | explored | p-value | verdict | arms chosen |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
     for r in policy_table(frame, best).to_dict("records"):
         low, high = r["share CI low"], r["share CI high"]
         ci = "" if low is None or low != low else f" ({low:.2f}-{high:.2f})"
         lines.append(f"| {r['mode']} | {r['n']} | {r['share of best fixed']:.3f}{ci} | {r['mean k']:.2f} | "
-                     f"{_pct(r['explored'])} | {_num(r['p-value'], '.3f')} | {r['verdict']} |")
+                     f"{_pct(r['explored'])} | {_num(r['p-value'], '.3f')} | {r['verdict']} | {r['arms chosen']} |")
     return "\n".join(lines)
 
 

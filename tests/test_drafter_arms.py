@@ -95,3 +95,20 @@ def test_the_best_single_arm_may_be_a_model_free_drafter_and_regret_is_counted_a
     table = policy_table(frame, "ngram_4").set_index("mode")
     assert table.loc["bandit", "arms chosen"] == "target 50%, ngram_4 50%"
     assert table.loc["suffix_16", "verdict"] == "significant"
+
+
+def test_a_drafter_choosing_bandit_stays_out_of_the_break_even_fit():
+    from engine.analysis.fit import fit_run
+
+    split = pd.DataFrame([
+        {"mode": "target", "k": 0, "verify_s": 4.0, "passes": 100, "draft_s": 0.0, "proposed": 0,
+         "tokens_per_s_sum": 200.0, "n": 10},
+        {"mode": "fixed_4", "k": 4, "verify_s": 2.4, "passes": 50, "draft_s": 0.8, "proposed": 200,
+         "tokens_per_s_sum": 300.0, "n": 10},
+        {"mode": "bandit", "k": 16, "verify_s": 1.0, "passes": 20, "draft_s": 0.01, "proposed": 300,
+         "tokens_per_s_sum": 400.0, "n": 10}])
+    pos = pd.DataFrame([{"mode": m, "k": k, "position": i, "proposed": 50, "accepted": 50 - 10 * i, "reached": 50}
+                        for m, k in (("fixed_4", 4), ("bandit", 16)) for i in range(4)])
+    mixed, alone = fit_run(pos, split, drafter_arms=False), fit_run(pos, split, drafter_arms=True)
+    assert 16 in set(mixed.measured["k"]) and 16 not in set(alone.measured["k"])
+    assert alone.c == pytest.approx((0.8 / 200) / (4.0 / 100))  # the draft model's own seconds per drafted token

@@ -30,7 +30,9 @@ def render() -> None:
     if use_run:
         run_id = widgets.run_picker(url)
         if run_id is not None:
-            fit = fit_run(data.positions(url, run_id), data.arm_totals(url, run_id))
+            bench = data.run(url, run_id).bench
+            fit = fit_run(data.positions(url, run_id), data.arm_totals(url, run_id),
+                          drafter_arms=bool(bench and bench.drafter_arms))
             if fit.a is None or fit.c is None:
                 st.warning("This run has no model-drafter data and target-only timing to fit (it needs `target` "
                            "and a fixed_<k> or bandit mode).")

@@ -84,7 +84,7 @@ def body(url: str, run_id: int) -> None:
     spec_bench_columns(url, run_id)
     vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
-    fit = fit_run(pos, split)
+    fit = fit_run(pos, split, drafter_arms=bool(info.bench and info.bench.drafter_arms))
     st.info(diagnosis(fit, summaries))
     st.subheader("Per-position acceptance")
     if pos.empty:

@@ -27,9 +27,15 @@ def reached_of(pos: pd.DataFrame) -> list[int] | None:
     return pos.groupby("position")["reached"].sum().sort_index().astype(int).tolist()
 
 
-def fit_run(pos: pd.DataFrame, split: pd.DataFrame) -> RunFit:
-    model_modes = split[split["mode"].map(lambda m: Mode.of(m).uses_drafter)]
-    model_pos = pos[pos["mode"].map(lambda m: Mode.of(m).uses_drafter)]
+def fit_run(pos: pd.DataFrame, split: pd.DataFrame, drafter_arms: bool = False) -> RunFit:
+    """``drafter_arms``: the run's bandits chose among drafters (--drafter-arms), so their requests mix drafters
+    and stay out of a fit that assumes one."""
+    def fitted(mode: str) -> bool:
+        m = Mode.of(mode)
+        return m.uses_drafter and not (drafter_arms and m.is_bandit)
+
+    model_modes = split[split["mode"].map(fitted)]
+    model_pos = pos[pos["mode"].map(fitted)]
     a = None
     if not model_pos.empty:
         summed = model_pos.groupby("position")[["proposed", "accepted"]].sum().sort_index()

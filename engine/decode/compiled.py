@@ -97,6 +97,9 @@ def warm(models: list, caches: StaticCaches, max_len: int, positions: int, taps:
         for i, model in enumerate(models):
             for want_taps in sorted({False, bool(taps) and i == 0}):  # the target's taps feed an EAGLE-3 head
                 cache = caches.get(model, positions)
+                # as a request does: an eager prefill first (it initialises the cache's layers), then short forwards
+                prompt = torch.zeros((1, max_len + 1), dtype=torch.long, device=model.device)
+                model(prompt, cache=cache, use_cache=True, logits_to_keep=1, output_hidden_states=want_taps)
                 for n in range(1, max_len + 1):
                     ids = torch.zeros((1, n), dtype=torch.long, device=model.device)
                     model(ids, cache=cache, use_cache=True, logits_to_keep=n, output_hidden_states=want_taps)

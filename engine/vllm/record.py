@@ -55,7 +55,8 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
     levels = levels_of(cfg.concurrency)
     if not cfg.model:
         raise PhoenixError("--model is required: the served model name (see the server's /v1/models)")
-    prompts = load_prompts(cfg.prompts, cfg.limit)
+    # a second turn's context is the engine's own first answer, which a concurrent sweep does not have: first turns only
+    prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
     client = client_for(cfg.url, cfg.model, cfg.timeout_s)
     client.metrics()  # fail before writing anything if the server or its /metrics is unreachable
     run = store.create_run(cfg.name or f"vllm sweep {cfg.concurrency}",
