@@ -55,11 +55,11 @@ def time_pass(model, prompt_len: int, n_tokens: int, reps: int, device: str, cac
 
     dev = torch.device(device)
     vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (1, prompt_len), device=dev, generator=torch.Generator(device=dev).manual_seed(1))
-    new = torch.randint(0, vocab, (1, n_tokens), device=dev, generator=torch.Generator(device=dev).manual_seed(2))
     cache = cache if cache is not None else DynamicCache(config=model.config)
     times = []
-    with torch.inference_mode():
+    with torch.inference_mode():  # ids made here too: a tensor from outside inference mode is another guard
+        ids = torch.randint(0, vocab, (1, prompt_len), device=dev, generator=torch.Generator(device=dev).manual_seed(1))
+        new = torch.randint(0, vocab, (1, n_tokens), device=dev, generator=torch.Generator(device=dev).manual_seed(2))
         model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         for i in range(reps + 3):
             sync(dev)

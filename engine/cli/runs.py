@@ -68,7 +68,8 @@ def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) ->
     board = spec_bench(store, run_id)
     if not board.empty:  # a Spec-Bench run: the leaderboard's shape too
         print("\n" + leaderboard_markdown(board))
-    compiled = store.get_run(run_id).config.get("compile")
+    info = store.get_run(run_id)
+    compiled = info.config.get("compile") if info is not None else None
     if compiled:
         print(f"compile: {'on' if compiled['compiled'] else 'failed, ran eager: ' + str(compiled['error'])}; "
               f"warm-up {compiled['warmup_s']:.1f} s, {compiled['graphs']} graphs, {compiled['recompiles']} "

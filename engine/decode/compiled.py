@@ -35,7 +35,8 @@ class StaticCaches:
         if cache is None:
             cache = self._caches[key] = StaticCache(config=model.config, max_cache_len=key[1])
         else:
-            cache.reset()
+            with torch.inference_mode():  # its tensors were made in inference mode, where requests run
+                cache.reset()
         return cache
 
 
