@@ -27,8 +27,14 @@ def show_note(info) -> None:
             st.html(note_html(info.note))
 
 
+FLASH = "tracker_flash"  # what the last edit did, shown once after the rerun that redraws the page in its new state
+
+
 def panel(info) -> None:
     """Tags, note, archive and delete, and the baseline pin; writes need the operator token where one is set."""
+    flash = st.session_state.pop(FLASH, None)
+    if flash:
+        st.success(flash)
     with st.expander("Tags, note, archive, baseline"):
         with st.form("tracker"):
             # tags travel as a list: a comma is part of a tag, never a separator
@@ -39,12 +45,14 @@ def panel(info) -> None:
             token = actions.token_field("t_token")
             saved = st.form_submit_button("Save tags and note")
         if saved and _allowed(token):
-            _attempt(lambda: (actions.set_tags(info.id, tags), actions.set_note(info.id, note)), "Saved.")
+            _attempt(lambda: (actions.set_tags(info.id, tags), actions.set_note(info.id, note)), "Saved.", redraw=True)
         c1, c2, c3 = st.columns(3)
         if c1.button("Unarchive" if info.archived else "Archive", key="t_archive") and _allowed(token):
-            _attempt(lambda: actions.set_archived(info.id, not info.archived), "Unarchived." if info.archived else "Archived.")
+            _attempt(lambda: actions.set_archived(info.id, not info.archived),
+                     "Unarchived." if info.archived else "Archived.", redraw=True)
         if c2.button("Pin as the baseline of its target", key="t_baseline") and _allowed(token):
-            _attempt(lambda: actions.pin_baseline(info.id), f"Run #{info.id} is the baseline of its target.")
+            _attempt(lambda: actions.pin_baseline(info.id), f"Run #{info.id} is the baseline of its target.",
+                     redraw=True)
         delete(info, c3, token)
 
 
@@ -62,13 +70,18 @@ def _allowed(token: str) -> bool:
     return denied is None
 
 
-def _attempt(fn, done: str) -> None:
+def _attempt(fn, done: str, redraw: bool = False) -> None:
+    """``redraw``: rerun the page after the edit, so its banner, tags and picker show the new state at once (the
+    message follows across the rerun); a deleted run has no page to redraw."""
     try:
         fn()
     except TrackerError as exc:
         st.error("Not done:")
         st.code(str(exc), language=None, wrap_lines=True)
         return
+    if redraw:
+        st.session_state[FLASH] = done
+        st.rerun()
     st.success(done)
 
 

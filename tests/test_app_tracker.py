@@ -189,3 +189,20 @@ def test_the_self_hosted_dashboard_shows_no_deploy_menu():
 
     config = tomllib.loads((Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml").read_text())
     assert config["client"]["toolbarMode"] == "viewer"
+
+
+def test_archiving_redraws_the_banner_at_once_and_keeps_the_message(app_db):
+    at = open_page("run", run=1)
+    at.button(key="t_archive").click().run()
+    assert any("This run is archived" in i.value for i in at.info)
+    assert any(s.value == "Archived." for s in at.success)
+    assert at.button(key="t_archive").label == "Unarchive"
+
+
+def test_a_run_that_finished_since_the_page_was_drawn_offers_no_cancel(app_db):
+    run = app_db.create_run("soon done", {"bench": {"modes": ["target"]}}, "embedded", None, 2, status="queued")
+    at = open_page("run", run=run.id)
+    assert any(e.label == "Cancel" for e in at.expander)
+    app_db.set_status(run.id, "done")
+    at.run()
+    assert not any(e.label == "Cancel" for e in at.expander)

@@ -17,20 +17,24 @@ def render() -> None:
     run_id = widgets.run_picker(url)
     if run_id is None:
         return
+    data.run.clear()  # one row by key: the header, controls and banners below must agree with the status now
     info = data.run(url, run_id)
     tracking.show_note(info)
     run_actions(info)
     tracking.panel(info)
     if info.status in ("running", "queued"):
-        live(url, run_id)
+        live(url, run_id, info.status)
     else:
         body(url, run_id)
     urlstate.show_share_link("run")
 
 
 @st.fragment(run_every="3s")
-def live(url: str, run_id: int) -> None:
+def live(url: str, run_id: int, status: str) -> None:
     data.run.clear()
+    if data.run(url, run_id).status != status:
+        data.runs.clear()  # the picker's label, the controls and the banners outside this fragment change too
+        st.rerun()
     body(url, run_id)
 
 
