@@ -35,7 +35,7 @@ def panel(info) -> None:
     flash = st.session_state.pop(FLASH, None)
     if flash:
         st.success(flash)
-    with st.expander("Tags, note, archive, baseline"):
+    with st.expander("Tags, note, archive, baseline", expanded=flash is not None):  # stay open after an edit
         with st.form("tracker"):
             # tags travel as a list: a comma is part of a tag, never a separator
             known = sorted(set(info.tags) | set(data.tags(data.db_url())))
