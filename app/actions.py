@@ -94,15 +94,26 @@ def rooted(text: str, what: str) -> str:
     path = (path if path.is_absolute() else ROOT / path).resolve()
     if not any(path.is_relative_to(root) for root in data_roots()):
         raise PhoenixError(f"{what} paths must lie inside models/, data/, the Hugging Face cache or a folder in "
-                           "PHOENIX_DATA_ROOTS")
+                           "PHOENIX_DATA_ROOTS; a relative path starts at the project folder (e.g. data/prompts.jsonl)")
     return str(path)
+
+
+LOCAL_FOLDERS = ("models", "data")  # "models/x" names a folder here, never a Hugging Face repository
 
 
 def form_model(text: str, role: str) -> str:
     """A named model, a hub id, or a path inside the roots."""
-    if text in NAMED or (HUB_ID.fullmatch(text) and not (ROOT / text).exists()):
+    if not text.strip():
+        raise PhoenixError(f"{role} model: you chose other…; type a model folder (e.g. models/my-draft) or a "
+                           "Hugging Face id (e.g. Qwen/Qwen3-0.6B)")
+    local = text.split("/", 1)[0] in LOCAL_FOLDERS
+    if text in NAMED or (HUB_ID.fullmatch(text) and not local and not (ROOT / text).exists()):
         return text
-    return rooted(text, f"{role} model")
+    path = rooted(text, f"{role} model")
+    if local and not Path(path).exists():
+        raise PhoenixError(f"{role} model: there is no {text} in this project; build or fetch it first (`python -m "
+                           "engine zoo --help`), or pick a model from the list")
+    return path
 
 
 def form_prompts(text: str) -> str:
@@ -113,7 +124,7 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
     """Each field of the New run form on its own, so every invalid one gets its own message."""
     errors: dict[str, str] = {}
     cfg.target = _check(errors, "target", lambda: form_model(cfg.target, "target")) or cfg.target
-    if cfg.draft:
+    if cfg.draft is not None:  # "" is other… with nothing typed: said so, not taken for no draft
         cfg.draft = _check(errors, "draft", lambda: form_model(cfg.draft, "draft")) or cfg.draft
     cfg.prompts = _check(errors, "prompts", lambda: form_prompts(cfg.prompts)) or cfg.prompts
     if errors:

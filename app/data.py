@@ -66,6 +66,11 @@ def runs_total(url: str, name: str = "", model: str = "", status: str = "", tag:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def warmup_count(url: str, run_id: int) -> int:
+    return queries.warmup_count(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def request_count(url: str, run_id: int) -> int:
     return _store(url).count_requests(run_id)
 

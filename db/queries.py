@@ -242,6 +242,13 @@ def mode_summaries(store: Store, run_id: int, totals: pd.DataFrame | None = None
     return out
 
 
+def warmup_count(store: Store, run_id: int) -> int:
+    """Warm-up requests of a run: stored, and left out of every figure."""
+    r = Request
+    with store.session_scope() as s:
+        return int(s.scalar(select(func.count()).select_from(r).where(r.run_id == run_id, r.warmup.is_(True))) or 0)
+
+
 def category_requests(store: Store, run_id: int) -> pd.DataFrame:
     """What a per-category report needs of every non-warm-up request: prompt, mode, category, turn, reward,
     passes and accepted drafts."""

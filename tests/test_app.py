@@ -369,3 +369,30 @@ def test_a_free_text_filter_longer_than_sqlites_like_limit_is_cut_not_an_error(a
     at = open_page(page, run=1, **{key: "%" * 60_000})  # open_page asserts no exception was rendered
     assert not at.error or all("LIKE" not in e.value for e in at.error)
 
+
+
+@pytest.mark.parametrize("typed, says", [
+    ("", "you chose other…; type a model folder"),
+    ("models/no-such-draft", "there is no models/no-such-draft in this project"),
+])
+def test_the_form_says_what_is_wrong_with_a_typed_model_and_where_to_put_it(app_db, typed, says):
+    at = open_page("new_run")
+    at.selectbox(key="n_draft").set_value("other…")
+    at.text_input(key="n_draft_typed").input(typed)
+    at.get("form_submit_button")[0].click()
+    at.run()
+    text = " ".join(c.value for c in at.code) + " ".join(e.value for e in at.error)
+    assert says in text and "hf download" not in text and "must lie inside" not in text
+
+
+def test_the_prompt_file_message_says_where_relative_paths_start(app_db):
+    at = open_page("new_run")
+    at.text_input(key="n_prompts_file").input("/etc/passwd")
+    at.get("form_submit_button")[0].click()
+    at.run()
+    assert any("a relative path starts at the project folder" in c.value for c in at.code)
+
+
+def test_the_demo_buttons_stay_on_the_home_page_once_runs_exist(app_db):
+    at = open_page("runs")
+    assert at.button(key="more_demo").label.startswith("Quick demo")

@@ -206,3 +206,14 @@ def test_a_run_that_finished_since_the_page_was_drawn_offers_no_cancel(app_db):
     app_db.set_status(run.id, "done")
     at.run()
     assert not any(e.label == "Cancel" for e in at.expander)
+
+
+def test_warm_up_requests_are_counted_openly_on_the_run_page(app_db):
+    import random
+
+    from helpers import app_record
+
+    app_db.add_requests([app_record(1, 100 + i, mode, k, random.Random(i), warmup=True)
+                         for i, (mode, k) in enumerate((("target", 0), ("fixed_4", 4), ("bandit", 4)))])
+    at = open_page("run", run=1)
+    assert any("plus 3 warm-up requests (one per mode" in t.value for t in at.text)

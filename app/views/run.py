@@ -65,8 +65,10 @@ def body(url: str, run_id: int) -> None:
     # st.text: model paths and names are user text, and st.text never interprets Markdown.
     setting = (f" · drafter {b.drafter} · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
                if b is not None else "")
+    warm = data.warmup_count(url, run_id)
     st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft}{setting} · "
-            f"{info.progress_done}/{info.progress_total} requests")
+            f"{info.progress_done}/{info.progress_total} requests"
+            + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else ""))
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.status == "running" and info.config.get("preparing"):

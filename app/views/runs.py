@@ -41,6 +41,8 @@ def render() -> None:
         widgets.empty_state()
         return
     table(url, filters, sort, descending, int(page))
+    with st.expander("Quick demo"):  # reachable from home once runs exist too
+        widgets.demo_buttons("more")
     urlstate.show_share_link("runs")
 
 
