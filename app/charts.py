@@ -8,6 +8,9 @@ from engine.analysis.breakeven import fit_a, predicted_speedup, rates
 from engine.analysis.fit import reached_of
 from engine.modes import Mode
 
+MIN_HEIGHT = 160  # px: no chart on a page is a sliver
+COUNT_AXIS = dict(tickMinStep=1, format="d")  # axes that count decisions: whole numbers only
+
 
 def arm_label(mode: str, k: int) -> str:
     return Mode.of(mode).arm_label(k)
@@ -39,7 +42,8 @@ def acceptance_chart(df: pd.DataFrame) -> alt.Chart:
         x=alt.X("position:O", title="draft position"),
         y=alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("arm:N"),
-        strokeDash=alt.StrokeDash("kind:N"),
+        strokeDash=alt.StrokeDash("kind:N", legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2,
+                                                               symbolSize=300)),  # the legend shows the dashes
         tooltip=["arm", "kind", "position", alt.Tooltip("rate:Q", format=".3f"), "accepted", "proposed"],
     ).properties(height=320)
 
@@ -76,7 +80,7 @@ def time_split_chart(split: pd.DataFrame) -> alt.Chart:
         color=alt.Color("part:N", scale=alt.Scale(domain=["prefill", "draft prefill", "draft", "verify"],
                                                   range=["#bab0ac", "#ff9da6", "#e45756", "#4c78a8"])),
         tooltip=["arm", "part", alt.Tooltip("seconds_per_request:Q", format=".3f"), alt.Tooltip("share:Q", format=".0%"), "n"],
-    ).properties(height=40 + 30 * max(1, len(split)))
+    ).properties(height=max(MIN_HEIGHT, 40 + 30 * len(split)))
 
 
 def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatChart:
@@ -86,19 +90,23 @@ def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatCha
     choices["trace"] = [trace_url(t) or "" if n == 1 else "" for t, n in zip(choices["trace_id"], choices["n"])]
     choices["decision"] = ["explored" if 2 * e >= n else "exploited" for e, n in zip(choices["explored_n"], choices["n"])]
     chosen = alt.Chart(choices).mark_circle().encode(
-        x=alt.X("t:Q", title="decision t"), y=alt.Y("chosen_k:O", title="chosen k", sort="descending"),
+        x=alt.X("t:Q", title="decision t", axis=alt.Axis(**COUNT_AXIS)),
+        y=alt.Y("chosen_k:O", title="chosen k", sort="descending"),
         size=alt.Size("n:Q", title="decisions", legend=None),
         color=alt.Color("decision:N", scale=alt.Scale(domain=["explored", "exploited"], range=["#f58518", "#54a24b"])),
         href="trace:N", tooltip=["t", "chosen_k", "n", "explored_n", "decision", "trace_id"],
     ).properties(height=180)
     signals = history["signals"].melt(id_vars=["t", "n"], value_vars=["epsilon", "p_not_best"], var_name="signal").dropna()
     signal = alt.Chart(signals).mark_line().encode(
-        x="t:Q", y=alt.Y("value:Q", title="epsilon / P(not best)"), color=alt.Color("signal:N"),
-        tooltip=["t", "signal", alt.Tooltip("value:Q", format=".3f"), "n"]).properties(height=100)
-    means = [{"t": r.t, "arm": f"k={a}", "mean_reward": m} for r in history["means"].itertuples()
+        x=alt.X("t:Q", axis=alt.Axis(**COUNT_AXIS)), y=alt.Y("value:Q", title="epsilon / P(not best)"),
+        color=alt.Color("signal:N"),
+        tooltip=["t", "signal", alt.Tooltip("value:Q", format=".3f"), "n"]).properties(height=MIN_HEIGHT)
+    means = [{"t": r.t, "arm": f"k={a}" if str(a).isdigit() else str(a), "mean_reward": m}  # drafter arms: labels
+             for r in history["means"].itertuples()
              for a, m in (r.arm_means or {}).items() if (r.arm_counts or {}).get(a, 0) > 0]
     mean_chart = alt.Chart(pd.DataFrame(means or [{"t": 0, "arm": "k=0", "mean_reward": 0.0}])).mark_line().encode(
-        x="t:Q", y=alt.Y("mean_reward:Q", title="running estimate (tokens/sec)"), color="arm:N",
+        x=alt.X("t:Q", axis=alt.Axis(**COUNT_AXIS)), y=alt.Y("mean_reward:Q", title="running estimate (tokens/sec)"),
+        color="arm:N",
         tooltip=["t", "arm", alt.Tooltip("mean_reward:Q", format=".2f")]).properties(height=180)
     return alt.vconcat(chosen, signal, mean_chart)
 
@@ -106,7 +114,7 @@ def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatCha
 def latency_chart(sample: pd.DataFrame) -> alt.Chart:
     return alt.Chart(sample).mark_boxplot(extent=1.5).encode(
         x=alt.X("latency_s:Q", title="latency (s)"), y=alt.Y("mode:N", title="mode"), color="mode:N",
-    ).properties(height=40 + 30 * max(1, sample["mode"].nunique()))
+    ).properties(height=max(MIN_HEIGHT, 40 + 30 * sample["mode"].nunique()))
 
 
 def breakeven_chart(a: float, c: float, k_max: int, measured: pd.DataFrame | None = None) -> alt.LayerChart:

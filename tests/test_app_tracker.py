@@ -217,3 +217,33 @@ def test_warm_up_requests_are_counted_openly_on_the_run_page(app_db):
                          for i, (mode, k) in enumerate((("target", 0), ("fixed_4", 4), ("bandit", 4)))])
     at = open_page("run", run=1)
     assert any("plus 3 warm-up requests (one per mode" in t.value for t in at.text)
+
+
+def _walk(spec, key):
+    """Every value of ``key`` anywhere in a Vega-Lite spec."""
+    if isinstance(spec, dict):
+        return ([spec[key]] if key in spec else []) + [v for x in spec.values() for v in _walk(x, key)]
+    if isinstance(spec, list):
+        return [v for x in spec for v in _walk(x, key)]
+    return []
+
+
+def test_run_page_charts_have_room_whole_number_decision_axes_and_dashes_in_the_legend(app_db):
+    at = open_page("run", run=1)
+    specs = charts(at)
+    heights = [h for sp in specs for h in _walk(sp, "height") if isinstance(h, (int, float))]
+    assert heights and min(heights) >= 160
+    assert any(a.get("tickMinStep") == 1 for sp in specs for a in _walk(sp, "axis") if isinstance(a, dict))
+    assert any(leg.get("symbolType") == "stroke" for sp in specs for leg in _walk(sp, "legend") if isinstance(leg, dict))
+
+
+def test_a_run_without_a_draft_model_never_shows_none(app_db):
+    import random
+
+    from helpers import app_record
+
+    run = app_db.create_run("free", {"bench": {"modes": ["target", "ngram_4"]}}, "embedded", None, 2, status="done")
+    app_db.add_requests([app_record(run.id, i, m, k, random.Random(i)) for i, (m, k) in enumerate((("target", 0), ("ngram_4", 4)))])
+    at = open_page("run", run=run.id)
+    assert not any("None" in t.value for t in at.text)
+    assert any("draft none" in t.value for t in at.text)

@@ -58,7 +58,7 @@ def render() -> None:
 
 def regret_chart(curves: pd.DataFrame) -> alt.Chart:
     return alt.Chart(curves).mark_line().encode(
-        x=alt.X("decision:Q", title="decision"),
+        x=alt.X("decision:Q", title="decision", axis=alt.Axis(tickMinStep=1, format="d")),
         y=alt.Y("cumulative regret:Q", title="cumulative regret (tok/s x requests)"),
         color="mode:N", tooltip=["mode", "decision", "k", alt.Tooltip("regret:Q", format=".2f")],
     ).properties(height=300)
@@ -67,17 +67,18 @@ def regret_chart(curves: pd.DataFrame) -> alt.Chart:
 def k_chart(curves: pd.DataFrame) -> alt.FacetChart:
     """One strip per policy, so eight policies do not hide each other."""
     return alt.Chart(curves).mark_point(filled=True, size=30).encode(
-        x=alt.X("decision:Q"), y=alt.Y("k:Q", title="k", scale=alt.Scale(domain=[0, int(curves["k"].max() or 1)])),
+        x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")),
+        y=alt.Y("k:Q", title="k", scale=alt.Scale(domain=[0, int(curves["k"].max() or 1)]), axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
         tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
-    ).properties(height=60, width=700).facet(
+    ).properties(height=90, width=700).facet(
         row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
 
 
 def arm_chart(curves: pd.DataFrame) -> alt.FacetChart:
     """A drafter-choosing policy: which (drafter, k) arm each decision took."""
     return alt.Chart(curves).mark_point(filled=True, size=30).encode(
-        x=alt.X("decision:Q"), y=alt.Y("arm:N", title="arm"),
+        x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")), y=alt.Y("arm:N", title="arm"),
         color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
         tooltip=["mode", "decision", "arm", "k", "explored", "prompt_id"],
     ).properties(width=700).facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))

@@ -66,7 +66,7 @@ def body(url: str, run_id: int) -> None:
     setting = (f" · drafter {b.drafter} · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
                if b is not None else "")
     warm = data.warmup_count(url, run_id)
-    st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft}{setting} · "
+    st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft or 'none'}{setting} · "
             f"{info.progress_done}/{info.progress_total} requests"
             + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else ""))
     if info.status in ("running", "queued") and info.progress_total:
