@@ -247,3 +247,15 @@ def test_a_run_without_a_draft_model_never_shows_none(app_db):
     at = open_page("run", run=run.id)
     assert not any("None" in t.value for t in at.text)
     assert any("draft none" in t.value for t in at.text)
+
+
+def test_compare_warns_when_the_series_ran_other_prompts_or_token_budgets(app_db):
+    from db.models import Run
+
+    with app_db.session_scope() as s:
+        run = s.get(Run, 2)
+        run.config = {**run.config, "bench": {**run.config["bench"], "prompts": "spec-bench-test", "max_new_tokens": 16}}
+    at = open_page("compare", series="1:fixed_4,2:fixed_4")
+    warning = " ".join(w.value for w in at.warning)
+    assert "bench.prompts" in warning and "bench.max_new_tokens" in warning
+    assert not any("differ in" in w.value for w in open_page("compare", series="1:target,1:fixed_4").warning)

@@ -71,6 +71,10 @@ def render() -> None:
     curves(url, series)
     st.subheader("Settings that differ")
     diff = config_diff({s: data.run(url, parse_series(s)[0]) for s in series})
+    unlike = [k for k in UNLIKE if not diff.empty and k in set(diff["setting"])]
+    if unlike:
+        st.warning("These series differ in " + ", ".join(unlike) + ": their speeds measure different work, so a "
+                   "significant difference here is not a verdict on the drafter. The table below has the values.")
     if diff.empty:
         st.caption("The runs' recorded settings are identical apart from the mode.")
     else:
@@ -106,6 +110,9 @@ DIFF_KEYS = ("target", "draft", "mode", "bench.drafter", "bench.dtype", "dtype",
              "bench.arms", "environment", "git_sha", "versions")
 
 
+UNLIKE = ("target", "bench.prompts", "bench.max_new_tokens", "bench.dtype", "dtype", "bench.prompt_format")
+
+
 def _flat(value, prefix: str = "") -> dict:
     if isinstance(value, dict):
         out = {}
@@ -138,6 +145,8 @@ def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
     rows = []
     for other in frames[1:]:
         for metric in ("tokens_per_s", "latency_s", "acceptance"):
+            if metric == "acceptance" and not (base[metric].notna().any() and other[metric].notna().any()):
+                continue  # acceptance compares two drafters; target-only drafts nothing
             c = compare(base[metric].dropna().tolist(), other[metric].dropna().tolist(), alpha)
             rows.append({"baseline": base["series"].iloc[0] if len(base) else "",
                          "series": other["series"].iloc[0] if len(other) else "", "metric": metric,
