@@ -259,3 +259,15 @@ def test_compare_warns_when_the_series_ran_other_prompts_or_token_budgets(app_db
     warning = " ".join(w.value for w in at.warning)
     assert "bench.prompts" in warning and "bench.max_new_tokens" in warning
     assert not any("differ in" in w.value for w in open_page("compare", series="1:target,1:fixed_4").warning)
+
+
+def test_compare_draws_one_acceptance_curve_per_arm_of_a_bandit_series(app_db):
+    from apptest import chart_frames
+
+    at = open_page("compare", series="1:fixed_4,1:bandit")
+    arms = {a for i in range(len(at.get("vega_lite_chart"))) for frame in chart_frames(at, i)
+            if {"arm", "kind"} <= set(frame.columns) for a in frame["arm"]}
+    assert "1:fixed_4" in arms and any(a.startswith("1:bandit (") for a in arms)
+    assert "1:bandit" not in arms  # never one zig-zag curve over several arms
+    caption = " ".join(c.value for c in at.caption if c.value.startswith("Fitted a"))
+    assert "1:bandit (bandit k=2)" in caption and "1:bandit (bandit k=4)" in caption

@@ -94,10 +94,11 @@ def curves(url: str, series: list[str]) -> None:
             pos = pos[pos["column"] == column].assign(k=Mode.of(mode).k or 0)
         frame, fit = charts.acceptance_frame(pos[pos["mode"] == mode])
         if not frame.empty:
-            parts.append(frame.assign(arm=s))
-            first = next(iter(fit.values()), None)  # one arm per series
-            if first is not None:
-                fits[s] = first
+            # one curve per (series, arm): a bandit series holds one arm per k it chose
+            single = frame["arm"].nunique() == 1
+            name = {a: s if single else f"{s} ({a})" for a in frame["arm"].unique()}
+            parts.append(frame.assign(arm=frame["arm"].map(name)))
+            fits.update({name[a]: value for a, value in fit.items() if a in name})
     if not parts:
         return
     st.subheader("Per-position acceptance")
