@@ -71,6 +71,18 @@ class CorruptingDecoder(Decoder):
         return stats
 
 
+def interrupt_after(n: int):
+    """A progress hook that raises KeyboardInterrupt on its n-th call, as Ctrl-C mid-run would."""
+    calls = []
+
+    def hook(*_):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+
+    return hook
+
+
 def run_cli(capsys, *argv):
     try:
         code = main(list(argv))

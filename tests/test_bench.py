@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import CorruptingDecoder, bench_cfg
+from helpers import CorruptingDecoder, bench_cfg, interrupt_after
 
 from engine.bench.report import summaries
 from engine.bench.run import execute
@@ -60,15 +60,8 @@ def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, pr
 def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, tiny_dirs, prompt_file, decoder, bandit_mode):
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", bandit_mode], limit=4)
     run = create_run(store, cfg)
-    seen = []
-
-    def stop_after_five(rec, stats):
-        seen.append(rec.seq)
-        if len(seen) == 5:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
-        execute(store, run.id, cfg, decoder=decoder, progress=False, on_request=stop_after_five)
+        execute(store, run.id, cfg, decoder=decoder, progress=False, on_request=interrupt_after(5))
     assert store.get_run(run.id).status == "interrupted"
     kept = store.requests(run.id)
     assert len(kept) == 5

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from helpers import interrupt_after
 
 from db import distills
 from engine.decode.decoder import format_prompt
@@ -124,14 +125,7 @@ def test_an_interrupted_job_resumes_where_it_stopped_and_ends_as_an_uninterrupte
                                                                                      store, where):
     full = run(cfg_for(tiny_dirs, prompt_file, tmp_path / "a"), None, progress=False)
     cfg = cfg_for(tiny_dirs, prompt_file, tmp_path / "b")
-    calls = []
-
-    def stop_after_two(*_):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
-    hook = {"on_answer": stop_after_two} if where == "answers" else {"on_step": stop_after_two}
+    hook = {"on_answer" if where == "answers" else "on_step": interrupt_after(2)}
     with pytest.raises(KeyboardInterrupt):
         run(cfg, store, progress=False, **hook)
     job = distills.latest_for_out_dir(store, str((tmp_path / "b" / "distilled").resolve()))

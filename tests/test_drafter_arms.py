@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from helpers import bench_cfg
+from helpers import bench_cfg, interrupt_after
 
 from engine.analysis.regret import best_fixed, policy_table, regret_curves
 from engine.bench.config import validate
@@ -59,15 +59,8 @@ def test_each_request_stores_the_drafter_and_k_of_the_arm_its_policy_chose(store
 def test_an_interrupted_drafter_choosing_run_resumes_with_its_counts(store, tiny_dirs, prompt_file, decoder):
     cfg = bench_cfg(tiny_dirs, prompt_file, limit=4, modes=["target", "bandit:ucb1"], drafter_arms=ARMS)
     run = create_run(store, cfg)
-    seen = []
-
-    def stop(rec, stats):
-        seen.append(rec.seq)
-        if len(seen) == 5:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
-        execute(store, run.id, cfg, decoder=decoder, progress=False, on_request=stop)
+        execute(store, run.id, cfg, decoder=decoder, progress=False, on_request=interrupt_after(5))
     assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
     steps = [s for _, s in store.bandit_steps(run.id)]
     assert [s.t for s in steps] == [0, 1, 2, 3]
