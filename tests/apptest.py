@@ -3,18 +3,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from helpers import build_db
 from streamlit.testing.v1 import AppTest
-
-
-@pytest.fixture
-def app_db(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'app.db'}"
-    store = build_db(url)
-    monkeypatch.setenv("PHOENIX_DB", url)
-    monkeypatch.delenv("PHOENIX_SENTRY_WEB", raising=False)
-    return store
 
 
 def open_page(page: str, as_link: bool = False, **params) -> AppTest:

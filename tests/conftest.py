@@ -5,9 +5,20 @@ from __future__ import annotations
 import engine  # noqa: F401  (sets BLAS and offline env before torch loads)
 # isort: on
 
+import os
+
 import pytest
-import torch
-from apptest import app_db  # noqa: F401  (a fixture: every test module may ask for it)
+
+# torch, transformers and the store load inside the fixtures: under `-n 2` the controlling process only hands out
+# tests, and importing them there cost two seconds of every fast loop.
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        # Two workers on two cores: a second intra-op thread each only makes them fight.
+        torch.set_num_threads(1)
 
 
 def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2):
@@ -15,7 +26,7 @@ def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int 
 
     cls = {"qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig}[arch]
     extra = {"sliding_window": None} if arch == "mistral" else {}
-    return cls(**extra,vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+    return cls(**extra, vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
                num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
                bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=False)
 
@@ -28,6 +39,7 @@ def tiny_tokenizer():
 
 
 def make_model(arch: str, tokenizer, seed: int, **kw):
+    import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -51,6 +63,8 @@ def save_model(model, tokenizer, path):
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory, tiny_tokenizer):
     """For each architecture: a target, an unrelated draft and a near-copy draft."""
+    import torch
+
     root = tmp_path_factory.mktemp("tiny")
     dirs = {}
     for arch in ("qwen3", "llama", "mistral"):
@@ -176,3 +190,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in HEAVY):
             item.add_marker(pytest.mark.fast)
+
+
+@pytest.fixture
+def app_db(tmp_path, monkeypatch):
+    """A recorded database the dashboard reads (PHOENIX_DB), as every dashboard test file needs one."""
+    from helpers import build_db
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    store = build_db(url)
+    monkeypatch.setenv("PHOENIX_DB", url)
+    monkeypatch.delenv("PHOENIX_SENTRY_WEB", raising=False)
+    return store
+

@@ -1,10 +1,15 @@
 """Smoke test of the benchmark scripts with tiny sizes (the real runs are not for CI)."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from benchmarks import report
 from benchmarks.common import latest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.bench
@@ -123,3 +128,23 @@ def test_the_limits_benchmark_measures_floor_step_and_verify_cost_in_one_process
         assert r[engine_name]["verify_over_step"][1] == 1.0 and r[engine_name]["step_over_floor"] > 0
     stored = latest("limits", tmp_path)
     assert "| float32 |" in limits.markdown(stored)
+
+
+def _slug(heading: str) -> str:
+    # GitHub's anchors: lower case, punctuation dropped except hyphens, spaces to hyphens
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_is_a_front_door_whose_figures_link_to_runs_that_exist():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150, "the README is a front door: move detail into docs/"
+    rows = [line for line in readme.splitlines() if re.match(r"^\| .*\d\.\d\dx", line)]
+    assert rows and all(re.search(r"\[#\d+\]\(docs/results\.md#", row) for row in rows), "a figure without its run"
+
+
+@pytest.mark.parametrize("doc", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_every_link_into_the_results_doc_lands_on_a_heading(doc):
+    path = ROOT / doc if doc == "README.md" else ROOT / "docs" / doc
+    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", report.DOC.read_text(encoding="utf-8"), re.M)}
+    links = re.findall(r"\((?:docs/)?results\.md#([^)]+)\)", path.read_text(encoding="utf-8"))
+    assert not [a for a in links if a not in anchors], f"{doc} links to a results.md section that does not exist"

@@ -30,7 +30,7 @@ def test_a_static_cache_gives_the_growing_caches_outputs_for_every_k(pairs, arch
         reference = dynamic.run(ids, 0, 40).output_ids
         assert static.run(ids, 0, 40).output_ids == reference
         for drafter in ("model", "ngram", "suffix"):
-            for k in (1, 2, 4, 8):
+            for k in (1, 3, 8):  # every k on the growing cache is test_spec's; here the write position's moves
                 stats = static.run(ids, k, 40, drafter)
                 assert stats.output_ids == reference, f"{arch} {drafter} k={k} diverged on the static cache"
                 accepted, rejected = accepted + stats.accepted, rejected + stats.proposed - stats.accepted
