@@ -10,9 +10,7 @@ from db import distills, tracker
 from db.store import Store
 
 
-@pytest.fixture
-def runs(store):
-    """Run 1 done with 3 requests, run 2 running, run 3 done on another target."""
+def _three_runs(store):
     one = store.create_run("one", {"bench": {}}, "tgt", "drf", 3, status="done")
     store.add_requests([app_record(one.id, i, "fixed_4", 4, random.Random(i)) for i in range(3)])
     store.create_run("two", {"bench": {}}, "tgt", "drf", 3, status="running")
@@ -20,47 +18,59 @@ def runs(store):
     return store
 
 
-def test_tags_are_added_once_removed_and_listed_sorted(runs):
-    assert tracker.add_tags(runs, 1, ["draft-v2", " baseline ", "draft-v2"]) == ["baseline", "draft-v2"]
-    assert tracker.add_tags(runs, 3, ["x"]) == ["x"]
-    assert runs.get_run(1).tags == ["baseline", "draft-v2"] and [r.tags for r in runs.list_runs()] == [["x"], [], ["baseline", "draft-v2"]]
-    assert tracker.remove_tags(runs, 1, ["baseline"]) == ["draft-v2"]
-    assert tracker.all_tags(runs) == ["draft-v2", "x"]
+@pytest.fixture
+def runs(store):
+    """Run 1 done with 3 requests, run 2 running, run 3 done on another target (SQLite, for the CLI tests)."""
+    return _three_runs(store)
+
+
+@pytest.fixture
+def any_runs(any_store):
+    """The same three runs on SQLite and on PostgreSQL."""
+    return _three_runs(any_store)
+
+
+def test_tags_are_added_once_removed_and_listed_sorted(any_runs):
+    assert tracker.add_tags(any_runs, 1, ["draft-v2", " baseline ", "draft-v2"]) == ["baseline", "draft-v2"]
+    assert tracker.add_tags(any_runs, 3, ["x"]) == ["x"]
+    assert any_runs.get_run(1).tags == ["baseline", "draft-v2"] and [r.tags for r in any_runs.list_runs()] == [["x"], [], ["baseline", "draft-v2"]]
+    assert tracker.remove_tags(any_runs, 1, ["baseline"]) == ["draft-v2"]
+    assert tracker.all_tags(any_runs) == ["draft-v2", "x"]
 
 
 @pytest.mark.parametrize("tags", [[""], ["   "], ["a\nb"], ["t" * 101], ["\u3164"], ["\u2800\u2800"], ["\u200b"]])
-def test_a_bad_tag_is_refused(runs, tags):
+def test_a_bad_tag_is_refused(any_runs, tags):
     with pytest.raises(tracker.TrackerError, match="tags are 1..100 visible, printable characters"):
-        tracker.add_tags(runs, 1, tags)
+        tracker.add_tags(any_runs, 1, tags)
 
 
-def test_archive_hides_nothing_from_the_store_and_comes_back(runs):
-    tracker.set_archived(runs, 1, True)
-    assert runs.get_run(1).archived and len(runs.requests(1)) == 3
-    tracker.set_archived(runs, 1, False)
-    assert not runs.get_run(1).archived
+def test_archive_hides_nothing_from_the_store_and_comes_back(any_runs):
+    tracker.set_archived(any_runs, 1, True)
+    assert any_runs.get_run(1).archived and len(any_runs.requests(1)) == 3
+    tracker.set_archived(any_runs, 1, False)
+    assert not any_runs.get_run(1).archived
 
 
-def test_delete_removes_the_run_and_every_row_in_one_go_and_refuses_a_running_run(runs):
-    tracker.add_tags(runs, 1, ["gone"])
-    tracker.set_baseline(runs, 1)
-    job = distills.create(runs, {}, "out")
-    distills.set_fields(runs, job.id, before_run_id=1, after_run_id=3)
-    assert tracker.delete_run(runs, 1) == 3
-    assert runs.get_run(1) is None and runs.count_requests(1) == 0 and tracker.all_tags(runs) == []
-    assert tracker.baseline_of(runs, "tgt") is None
-    assert (distills.get(runs, job.id).before_run_id, distills.get(runs, job.id).after_run_id) == (None, 3)
+def test_delete_removes_the_run_and_every_row_in_one_go_and_refuses_a_running_run(any_runs):
+    tracker.add_tags(any_runs, 1, ["gone"])
+    tracker.set_baseline(any_runs, 1)
+    job = distills.create(any_runs, {}, "out")
+    distills.set_fields(any_runs, job.id, before_run_id=1, after_run_id=3)
+    assert tracker.delete_run(any_runs, 1) == 3
+    assert any_runs.get_run(1) is None and any_runs.count_requests(1) == 0 and tracker.all_tags(any_runs) == []
+    assert tracker.baseline_of(any_runs, "tgt") is None
+    assert (distills.get(any_runs, job.id).before_run_id, distills.get(any_runs, job.id).after_run_id) == (None, 3)
     with pytest.raises(tracker.TrackerError, match="run 2 is running; cancel it first"):
-        tracker.delete_run(runs, 2)
-    assert runs.get_run(2) is not None
+        tracker.delete_run(any_runs, 2)
+    assert any_runs.get_run(2) is not None
 
 
-def test_one_baseline_per_target_model(runs):
-    assert tracker.set_baseline(runs, 1) == "tgt"
-    tracker.set_baseline(runs, 2)
-    assert tracker.baseline_of(runs, "tgt") == 2 and tracker.baseline_of(runs, "other") is None
-    tracker.clear_baseline(runs, "tgt")
-    assert tracker.baseline_of(runs, "tgt") is None
+def test_one_baseline_per_target_model(any_runs):
+    assert tracker.set_baseline(any_runs, 1) == "tgt"
+    tracker.set_baseline(any_runs, 2)
+    assert tracker.baseline_of(any_runs, "tgt") == 2 and tracker.baseline_of(any_runs, "other") is None
+    tracker.clear_baseline(any_runs, "tgt")
+    assert tracker.baseline_of(any_runs, "tgt") is None
 
 
 def test_the_cli_tags_notes_archives_and_deletes(capsys, runs, db_url):
@@ -93,29 +103,29 @@ def test_bad_tracker_input_is_one_line_and_exit_2(capsys, runs, db_url, argv, pa
     assert runs.get_run(1) is not None and runs.count_requests(1) == 3
 
 
-def test_two_spellings_of_one_tag_are_one_tag(runs):
+def test_two_spellings_of_one_tag_are_one_tag(any_runs):
     composed, decomposed = "caf\u00e9", "cafe\u0301"
-    assert tracker.add_tags(runs, 1, [composed]) == [composed]
-    assert tracker.add_tags(runs, 1, [decomposed]) == [composed]  # stored NFC
+    assert tracker.add_tags(any_runs, 1, [composed]) == [composed]
+    assert tracker.add_tags(any_runs, 1, [decomposed]) == [composed]  # stored NFC
 
 
-def test_replacing_tags_with_one_bad_tag_changes_nothing(runs):
-    tracker.add_tags(runs, 1, ["keep", "these"])
+def test_replacing_tags_with_one_bad_tag_changes_nothing(any_runs):
+    tracker.add_tags(any_runs, 1, ["keep", "these"])
     with pytest.raises(tracker.TrackerError):
-        tracker.set_tags(runs, 1, ["keep", "bad\ttag"])
-    assert runs.get_run(1).tags == ["keep", "these"]
-    assert tracker.set_tags(runs, 1, ["new", "keep"]) == ["keep", "new"]
-    assert tracker.set_tags(runs, 1, []) == []
+        tracker.set_tags(any_runs, 1, ["keep", "bad\ttag"])
+    assert any_runs.get_run(1).tags == ["keep", "these"]
+    assert tracker.set_tags(any_runs, 1, ["new", "keep"]) == ["keep", "new"]
+    assert tracker.set_tags(any_runs, 1, []) == []
 
 
-def test_a_run_whose_worker_still_lives_here_is_not_deleted_even_when_it_reads_as_interrupted(runs):
-    runs.set_status(2, "interrupted")
+def test_a_run_whose_worker_still_lives_here_is_not_deleted_even_when_it_reads_as_interrupted(any_runs):
+    any_runs.set_status(2, "interrupted")
     with pytest.raises(tracker.TrackerError, match="its worker host:1 is still alive on this host"):
-        with runs.session_scope() as s:
+        with any_runs.session_scope() as s:
             from db.models import Run
             s.get(Run, 2).worker_id = "host:1"
-        tracker.delete_run(runs, 2, worker_alive=lambda worker: worker == "host:1")
-    assert runs.get_run(2) is not None
+        tracker.delete_run(any_runs, 2, worker_alive=lambda worker: worker == "host:1")
+    assert any_runs.get_run(2) is not None
 
 
 def _race(args) -> str:
@@ -154,14 +164,14 @@ def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_stor
 
 @pytest.mark.parametrize("text, ok", [("line one\n\n- a list\twith a tab", True), ("ring \x07 the bell", False),
                                       ("\x1b[2J clear the screen", False)])
-def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(runs, text, ok):
+def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(any_runs, text, ok):
     if ok:
-        tracker.set_note(runs, 1, text)
-        assert runs.get_run(1).note == text
+        tracker.set_note(any_runs, 1, text)
+        assert any_runs.get_run(1).note == text
     else:
         with pytest.raises(tracker.TrackerError, match="other control characters are not"):
-            tracker.set_note(runs, 1, text)
-        assert runs.get_run(1).note is None
+            tracker.set_note(any_runs, 1, text)
+        assert any_runs.get_run(1).note is None
 
 
 
