@@ -4,8 +4,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from engine.analysis.breakeven import fit_a, predicted_speedup, rates
+from engine.analysis.breakeven import fit_a, predicted_speedup, rates, trials
 from engine.analysis.fit import reached_of
+from engine.analysis.stats import FEW, wilson
 from engine.modes import Mode
 
 MIN_HEIGHT = 160  # px: no chart on a page is a sliver
@@ -17,35 +18,46 @@ def arm_label(mode: str, k: int) -> str:
 
 
 def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Per arm and position: unconditional, conditional and fitted a^(i+1) rates."""
+    """Per arm and position: unconditional and conditional rates, each with its n (the passes it is a share of)
+    and Wilson's 95% interval, and the fitted a^(i+1)."""
     rows, fits = [], {}
     for (mode, k), g in pos.groupby(["mode", "k"], sort=True):
         g = g.sort_values("position")
         proposed, accepted = g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist()
         reached = reached_of(g)
         uncond, cond = rates(proposed, accepted, reached)
+        drafts, bases = trials(proposed, accepted, reached)
         a = fit_a(proposed, accepted, reached)
         arm = arm_label(mode, int(k))
         if a is not None:
             fits[arm] = a
-        for i, (u, c, p, acc) in enumerate(zip(uncond, cond, proposed, accepted)):
-            base = {"arm": arm, "position": i + 1, "proposed": p, "accepted": acc}
-            rows.append({**base, "kind": "unconditional (vLLM)", "rate": u})
-            rows.append({**base, "kind": "conditional", "rate": c})
+        for i, (u, c, p, acc, base) in enumerate(zip(uncond, cond, proposed, accepted, bases)):
+            row = {"arm": arm, "position": i + 1, "proposed": p, "accepted": acc}
+            for kind, rate, n in (("unconditional (vLLM)", u, drafts), ("conditional", c, base)):
+                low, high = wilson(acc, n) or (float("nan"), float("nan"))
+                rows.append({**row, "kind": kind, "rate": rate, "n": n, "low": low, "high": high})
             if a is not None:
-                rows.append({**base, "kind": "fit a^(i+1)", "rate": a ** (i + 1)})
+                rows.append({**row, "kind": "fit a^(i+1)", "rate": a ** (i + 1), "n": float("nan"),
+                             "low": float("nan"), "high": float("nan")})
     return pd.DataFrame(rows), fits
 
 
-def acceptance_chart(df: pd.DataFrame) -> alt.Chart:
-    return alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("position:O", title="draft position"),
-        y=alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("arm:N"),
-        strokeDash=alt.StrokeDash("kind:N", legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2,
-                                                               symbolSize=300)),  # the legend shows the dashes
-        tooltip=["arm", "kind", "position", alt.Tooltip("rate:Q", format=".3f"), "accepted", "proposed"],
-    ).properties(height=320)
+def acceptance_chart(df: pd.DataFrame) -> alt.LayerChart:
+    """Lines per (arm, kind); Wilson intervals as bars; points from fewer than FEW passes drawn hollow."""
+    x = alt.X("position:O", title="draft position")
+    y = alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1]))
+    tooltip = ["arm", "kind", "position", alt.Tooltip("rate:Q", format=".3f"), "accepted", "n",
+               alt.Tooltip("low:Q", format=".3f", title="95% low"), alt.Tooltip("high:Q", format=".3f", title="95% high")]
+    base = alt.Chart(df).encode(x=x, color=alt.Color("arm:N"))
+    line = base.mark_line().encode(
+        y=y, strokeDash=alt.StrokeDash("kind:N", legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2,
+                                                                   symbolSize=300)))  # the legend shows the dashes
+    bars = base.transform_filter("isValid(datum.low)").mark_rule(opacity=0.5).encode(
+        y=alt.Y("low:Q", scale=alt.Scale(domain=[0, 1])), y2="high:Q")
+    solid = base.transform_filter(f"datum.n >= {FEW}").mark_circle(size=45, opacity=1).encode(y=y, tooltip=tooltip)
+    hollow = base.transform_filter(f"isValid(datum.n) && datum.n < {FEW}").mark_point(
+        size=45, filled=False, strokeWidth=1.5).encode(y=y, tooltip=tooltip)
+    return alt.layer(line, bars, solid, hollow).properties(height=320)
 
 
 def _with_links(df: pd.DataFrame, trace_url) -> pd.DataFrame:

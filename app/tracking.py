@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 from markdown_it import MarkdownIt
 
-from app import actions, data, urlstate
+from app import actions, data, likeness, urlstate
 from db.tracker import TrackerError
 from engine.analysis.compare import TOKENS_PER_S, compare
 
@@ -103,6 +103,11 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
         rows.append({"mode": mode, "n": c.n, "x baseline": c.ratio, "95% CI low": c.ratio_low,
                      "95% CI high": c.ratio_high, "p-value": c.p_value, "verdict": c.verdict})
     st.subheader(f"Against the baseline of this target: run #{base_id}, {best} (n = {len(base[best])})")
+    diff = likeness.config_diff({f"#{base_id}": (data.run(url, base_id), best), f"#{info.id}": (info, best)})
+    if likeness.unlike(diff):
+        st.warning(f"This run and baseline run #{base_id} differ: " + "; ".join(
+            f"{r['setting']} {r[f'#{base_id}']} there, {r[f'#{info.id}']} here" for r in diff.to_dict("records")
+            if r["setting"] in likeness.UNLIKE) + ". " + likeness.unlike_warning(likeness.unlike(diff)))
     ratio = st.column_config.NumberColumn(format="%.2fx")
     st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
         "x baseline": ratio, "95% CI low": ratio, "95% CI high": ratio,

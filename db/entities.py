@@ -103,6 +103,7 @@ class ModeSummary:
     passes: int = 0
     output_tokens: int = 0
     speedup: Any = None  # the paired per-prompt speedup against target-only (engine.analysis.compare.Spread)
+    acceptance_ci: tuple[float, float] | None = None  # Wilson's 95% interval for accepted / proposed
 
     @property
     def acceptance(self) -> float | None:

@@ -393,3 +393,26 @@ def test_the_prompt_file_message_says_where_relative_paths_start(app_db):
 def test_the_demo_buttons_stay_on_the_home_page_once_runs_exist(app_db):
     at = open_page("runs")
     assert at.button(key="more_demo").label.startswith("Quick demo")
+
+
+def test_every_kpi_speedup_and_acceptance_carries_n_and_an_interval(app_db):
+    at = open_page("run", run=1)
+    expected = {m.mode: m for m in summaries(app_db, 1)}
+    m = expected["fixed_4"]
+    line = next(c.value for c in at.caption if c.value.startswith("x target"))
+    assert f"95% CI {m.speedup.low:.2f}-{m.speedup.high:.2f}, n={m.speedup.n}" in line
+    lo, hi = m.acceptance_ci
+    assert f"{m.accepted:,} of {m.proposed:,} drafted tokens, 95% CI {lo:.1%}-{hi:.1%} (Wilson)" in line
+    assert [t.value for t in at.text if t.value.startswith("fixed_4 · n = ")] == [f"fixed_4 · n = {m.n} requests"]
+
+
+def test_acceptance_points_carry_wilson_intervals_and_thin_points_are_drawn_hollow(app_db):
+    at = open_page("run", run=1)
+    df = chart_frames(at, 0)[0]
+    rates = df[df["kind"] != "fit a^(i+1)"]
+    assert {"n", "low", "high"} <= set(df.columns)
+    assert ((rates["low"] <= rates["rate"] + 1e-9) & (rates["rate"] <= rates["high"] + 1e-9)).all()
+    spec = json.dumps(charts(at)[0])
+    assert "datum.n < 5" in spec and '"filled": false' in spec
+    assert any("hollow points rest on fewer than 5 passes" in c.value and "(a + a^2 + ... + a^k) / k" in c.value
+               for c in at.caption)

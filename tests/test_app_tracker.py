@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import random
 
 from apptest import charts, open_page
+from helpers import app_record
 
 HOSTILE_NOTE = ("# Why\n**new draft** <script>alert('x')</script> <img src=x onerror=alert(1)> "
                 "[click](javascript:alert(1)) ![beacon](https://evil.example/b.png) <https://evil.example/a>")
@@ -77,7 +79,7 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
     specs = charts(at)
     assert any("strokeDash" in json.dumps(sp) for sp in specs)  # the acceptance curves, one color per series
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
-    assert diff["setting"].tolist() == ["bench.drafter"] and diff["2:fixed_4"].tolist() == ["ngram"]
+    assert diff["setting"].tolist() == ["drafter"] and diff["2:fixed_4"].tolist() == ["ngram"]
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(verdict["metric"]) == {"tokens_per_s", "latency_s", "acceptance"}
 
@@ -267,7 +269,40 @@ def test_compare_draws_one_acceptance_curve_per_arm_of_a_bandit_series(app_db):
     at = open_page("compare", series="1:fixed_4,1:bandit")
     arms = {a for i in range(len(at.get("vega_lite_chart"))) for frame in chart_frames(at, i)
             if {"arm", "kind"} <= set(frame.columns) for a in frame["arm"]}
-    assert "1:fixed_4" in arms and any(a.startswith("1:bandit (") for a in arms)
-    assert "1:bandit" not in arms  # never one zig-zag curve over several arms
+    assert "1:fixed_4 (model)" in arms and any(a.startswith("1:bandit (model) ") for a in arms)
+    assert "1:bandit (model)" not in arms  # never one zig-zag curve over several arms
     caption = " ".join(c.value for c in at.caption if c.value.startswith("Fitted a"))
-    assert "1:bandit (bandit k=2)" in caption and "1:bandit (bandit k=4)" in caption
+    assert "1:bandit (model) bandit k=2" in caption and "1:bandit (model) bandit k=4" in caption
+
+
+def test_compare_names_the_drafter_each_series_used_not_the_runs_drafter_flag(app_db):
+    """A suffix_4 series of a run started with --drafter ngram drafted with suffix trees: the label and the
+    settings diff say suffix (before: the diff said bench.drafter: ngram and the label said nothing)."""
+    from db.models import Run
+
+    with app_db.session_scope() as s:
+        run = s.get(Run, 2)
+        run.config = {**run.config, "bench": {**run.config["bench"], "drafter": "ngram"}}
+    app_db.add_requests([app_record(2, 100 + i, "suffix_4", 4, random.Random(i)) for i in range(3)])
+    at = open_page("compare", series="1:fixed_4,2:suffix_4")
+    verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    assert set(verdict["series"]) == {"2:suffix_4 (suffix)"} and set(verdict["baseline"]) == {"1:fixed_4 (model)"}
+    diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
+    assert diff.set_index("setting").loc["drafter"].tolist() == ["model", "suffix"]
+    assert "bench.drafter" not in set(diff["setting"])
+
+
+def test_a_baseline_pinned_on_unlike_runs_is_compared_with_a_warning_naming_the_difference(app_db):
+    from db import tracker
+    from db.models import Run
+
+    tracker.set_baseline(app_db, 1)
+    with app_db.session_scope() as s:
+        run = s.get(Run, 2)
+        run.config = {**run.config, "bench": {**run.config["bench"], "max_new_tokens": 16}}
+    warning = " ".join(w.value for w in open_page("run", run=2).warning)
+    assert "bench.max_new_tokens 64 there, 16 here" in warning and "not a verdict on the drafter" in warning
+    with app_db.session_scope() as s:
+        run = s.get(Run, 2)
+        run.config = {**run.config, "bench": {**run.config["bench"], "max_new_tokens": 64}}
+    assert not any("baseline run #1 differ" in w.value for w in open_page("run", run=2).warning)

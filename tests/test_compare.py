@@ -34,3 +34,30 @@ def test_speedups_pair_each_request_with_target_only_on_the_same_prompt():
 def test_a_spread_of_one_value_is_that_value_and_of_none_is_empty():
     assert spread([2.0]).median == 2.0 and spread([2.0]).p25 == 2.0
     assert spread([]).median is None and spread([]).text() == "n/a"
+
+
+@pytest.mark.parametrize("successes,trials,low,high", [
+    (0, 3, 0.0, 0.5615),  # Wilson's closed form: z^2 / (n + z^2) at zero successes
+    (88, 1000, 0.0720, 0.1072),
+    (5, 5, 0.5655, 1.0),
+])
+def test_a_rate_carries_wilsons_interval(successes, trials, low, high):
+    from engine.analysis.stats import wilson
+
+    assert wilson(successes, trials) == pytest.approx((low, high), abs=5e-4)
+
+
+@pytest.mark.parametrize("successes,trials", [(1, 0), (4, 3), (-1, 3)])
+def test_counts_that_do_not_make_a_rate_have_no_interval(successes, trials):
+    from engine.analysis.stats import wilson
+
+    assert wilson(successes, trials) is None
+
+
+def test_a_speedups_median_carries_a_bootstrap_interval_and_a_hint_below_five_requests():
+    wide, narrow = spread([1.0, 2.0, 1.5]), spread([1.50, 1.52, 1.48, 1.51, 1.49, 1.50, 1.53, 1.47])
+    assert wide.low <= wide.median <= wide.high and narrow.low <= narrow.median <= narrow.high
+    assert narrow.high - narrow.low < wide.high - wide.low
+    assert "a hint, not a finding" in wide.interval_text() and "a hint" not in narrow.interval_text()
+    assert spread([1.2]).low is None and "no interval from one request" in spread([1.2]).interval_text()
+    assert spread([1.0, 2.0, 1.5]).low == wide.low  # seeded: the same page shows the same interval on every rerun

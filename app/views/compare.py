@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import charts, data, urlstate, widgets
+from app import charts, data, likeness, urlstate, widgets
 from engine.analysis.compare import TOKENS_PER_S, compare
 from engine.bench.leaderboard import OVERALL, in_column
 from engine.modes import Mode
@@ -49,7 +49,8 @@ def render() -> None:
         first = options[:1] + [o for o in options if o.startswith(options[0].split(":")[0] + ":")][1:2]
         wanted = first
     series = st.multiselect("Series (run:mode, or run:mode@column for one Spec-Bench column group); the first is "
-                            "the baseline", options, default=wanted, key="series", max_selections=MAX_SERIES)
+                            "the baseline", options, default=wanted, key="series", max_selections=MAX_SERIES,
+                            format_func=lambda s: label(url, s))
     alpha = st.select_slider("alpha", [0.01, 0.05, 0.1], value=float(urlstate.qp("alpha", "0.05")) if urlstate.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05)
     urlstate.set_qp(series=",".join(series), alpha=alpha)
     if len(series) < 2:
@@ -59,7 +60,7 @@ def render() -> None:
     for s in series:
         run_id, mode, column = parse_series(s)
         df = in_column(data.rewards(url, run_id, (mode,)), column).copy()
-        df["series"] = s
+        df["series"] = label(url, s)
         df["acceptance"] = (df["accepted"] / df["proposed"]).where(df["proposed"] > 0)
         frames.append(df)
     all_rows = pd.concat(frames)
@@ -70,16 +71,21 @@ def render() -> None:
     widgets.csv_download(table, "compare", key="dl_cmp")
     curves(url, series)
     st.subheader("Settings that differ")
-    diff = config_diff({s: data.run(url, parse_series(s)[0]) for s in series})
-    unlike = [k for k in UNLIKE if not diff.empty and k in set(diff["setting"])]
+    diff = likeness.config_diff({s: (data.run(url, parse_series(s)[0]), parse_series(s)[1]) for s in series})
+    unlike = likeness.unlike(diff)
     if unlike:
-        st.warning("These series differ in " + ", ".join(unlike) + ": their speeds measure different work, so a "
-                   "significant difference here is not a verdict on the drafter. The table below has the values.")
+        st.warning(likeness.unlike_warning(unlike) + " The table below has the values.")
     if diff.empty:
         st.caption("The runs' recorded settings are identical apart from the mode.")
     else:
         st.dataframe(diff, hide_index=True, width="stretch")
     urlstate.show_share_link("compare")
+
+
+def label(url: str, series: str) -> str:
+    """A series as people read it: run:mode with the drafter it used (the URL keeps run:mode)."""
+    run_id, mode, _ = parse_series(series)
+    return f"{series} ({likeness.drafter_of(data.run(url, run_id), mode)})"
 
 
 def curves(url: str, series: list[str]) -> None:
@@ -96,7 +102,7 @@ def curves(url: str, series: list[str]) -> None:
         if not frame.empty:
             # one curve per (series, arm): a bandit series holds one arm per k it chose
             single = frame["arm"].nunique() == 1
-            name = {a: s if single else f"{s} ({a})" for a in frame["arm"].unique()}
+            name = {a: label(url, s) if single else f"{label(url, s)} {a}" for a in frame["arm"].unique()}
             parts.append(frame.assign(arm=frame["arm"].map(name)))
             fits.update({name[a]: value for a, value in fit.items() if a in name})
     if not parts:
@@ -104,39 +110,6 @@ def curves(url: str, series: list[str]) -> None:
     st.subheader("Per-position acceptance")
     st.altair_chart(charts.acceptance_chart(pd.concat(parts)), width="stretch")
     st.caption("Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
-
-
-DIFF_KEYS = ("target", "draft", "mode", "bench.drafter", "bench.dtype", "dtype", "bench.policy", "bench.granularity",
-             "bench.prompts", "bench.prompt_format", "prompt_format", "bench.max_new_tokens", "bench.limit", "bench.seed",
-             "bench.arms", "environment", "git_sha", "versions")
-
-
-UNLIKE = ("target", "bench.prompts", "bench.max_new_tokens", "bench.dtype", "dtype", "bench.prompt_format")
-
-
-def _flat(value, prefix: str = "") -> dict:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
-def config_diff(runs: dict) -> pd.DataFrame:
-    """Only the settings that differ between the series' runs: models, drafter, dtype, k, policy, prompts, max
-    tokens, machine, versions and git sha, as the runs recorded them."""
-    flat = {}
-    for label, info in runs.items():
-        if info is None:
-            continue
-        cfg = _flat(info.config)
-        cfg.update({"target": info.target, "draft": info.draft, "mode": label.split(":", 1)[1]})
-        flat[label] = {k: v for k, v in cfg.items() if k.startswith(DIFF_KEYS) and not k.startswith("environment.time")}
-    keys = sorted({k for cfg in flat.values() for k in cfg})
-    rows = [{"setting": k, **{label: str(cfg.get(k, "")) for label, cfg in flat.items()}} for k in keys
-            if len({str(cfg.get(k, "")) for cfg in flat.values()}) > 1]
-    return pd.DataFrame(rows)
 
 
 def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:

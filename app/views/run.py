@@ -6,6 +6,7 @@ import streamlit as st
 from app import actions, charts, data, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
+from engine.analysis.stats import FEW
 from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode
 from engine.vllm.client import level_notes
@@ -98,9 +99,7 @@ def body(url: str, run_id: int) -> None:
     else:
         frame, fits = charts.acceptance_frame(pos)
         st.altair_chart(charts.acceptance_chart(frame), width="stretch")
-        st.caption("Unconditional: drafts whose first i tokens were all accepted, over all drafts (vLLM's definition). "
-                   "Conditional: accepted at i given accepted up to i-1. Fitted a per arm: "
-                   + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
+        st.caption(ACCEPTANCE_NOTE + " Fitted a per arm: " + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
         widgets.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
     draft_lengths(info, pos, split)
     st.subheader("Tokens/sec per arm")
@@ -112,6 +111,14 @@ def body(url: str, run_id: int) -> None:
     st.subheader("Latency distribution")
     st.altair_chart(charts.latency_chart(sample), width="stretch")
     widgets.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
+
+
+ACCEPTANCE_NOTE = (
+    "Unconditional: drafts whose first i tokens were all accepted, over all drafts (vLLM's definition). Conditional: "
+    "accepted at i given accepted up to i-1. Bars are Wilson 95% intervals over n, the passes a point is a share of; "
+    f"hollow points rest on fewer than {FEW} passes. The fitted a is a per-token acceptance: the model says the first "
+    "i drafts all survive with probability a^i. The KPI acceptance (accepted / proposed) averages every drafted "
+    "position, so at draft length k it is about (a + a^2 + ... + a^k) / k, lower than a: a = 0.6 at k = 4 gives 33%.")
 
 
 def draft_lengths(info, pos, split) -> None:
@@ -145,22 +152,36 @@ def bandit(history: dict) -> None:
 
 
 def kpis(summaries) -> None:
+    """Per mode, n first and every figure a decision rests on with its interval. Four short values to a row, so
+    none is cut at 1280 px; the unit sits in the label or right after the number."""
     for m in summaries:
-        st.text(f"{m.mode} · n = {m.n}")
-        cols = st.columns(7)
-        cols[0].metric("tokens/sec", f"{m.tokens_per_s:.2f}")
-        cols[1].metric("mean latency", f"{m.mean_latency_s:.3f} s")
-        cols[2].metric("p50", f"{m.p50_latency_s:.3f} s")
-        cols[3].metric("p95", f"{m.p95_latency_s:.3f} s")
-        cols[4].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}")
-        cols[5].metric("x target", "n/a" if m.speedup is None or m.speedup.median is None else f"{m.speedup.median:.2f}x",
-                       help="median of per-prompt ratios against target-only in this run"
-                       + ("" if m.speedup is None or m.speedup.median is None
-                          else f"; IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x over {m.speedup.n} requests"))
-        cols[6].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
-        if m.speedup is not None and m.speedup.median is not None and m.mode != "target":
-            st.caption(f"x target: the median of {m.speedup.n} per-prompt ratios against target-only in this run, "
-                       f"IQR {m.speedup.p25:.2f}-{m.speedup.p75:.2f}x")
+        few = f" (fewer than {FEW}: read every figure as a hint)" if m.n < FEW else ""
+        st.text(f"{m.mode} · n = {m.n} requests{few}")
+        top, low = st.columns(4), st.columns(4)
+        top[0].metric("tokens/sec", f"{m.tokens_per_s:.2f}")
+        top[1].metric("x target", "n/a" if m.speedup is None or m.speedup.median is None else f"{m.speedup.median:.2f}x",
+                      help="median of per-prompt ratios against target-only in this run, with its 95% interval")
+        top[2].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}",
+                      help="accepted / proposed drafted tokens, with Wilson's 95% interval")
+        top[3].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
+        low[0].metric("mean latency", f"{m.mean_latency_s:.3f} s")
+        low[1].metric("p50 latency", f"{m.p50_latency_s:.3f} s")
+        low[2].metric("p95 latency", f"{m.p95_latency_s:.3f} s")
+        low[3].metric("mean accepted", "n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
+                      help="tokens per verify pass, the bonus token included (1.00 for target-only)")
+        st.caption(kpi_intervals(m))
+
+
+def kpi_intervals(m) -> str:
+    """The intervals behind the KPI row, in words: what a reader needs before acting on a speedup."""
+    parts = []
+    if m.mode != "target" and m.speedup is not None and m.speedup.median is not None:
+        s = m.speedup
+        parts.append(f"x target {s.interval_text()}, IQR {s.p25:.2f}-{s.p75:.2f}x")
+    if m.acceptance_ci is not None:
+        lo, hi = m.acceptance_ci
+        parts.append(f"acceptance {m.accepted:,} of {m.proposed:,} drafted tokens, 95% CI {lo:.1%}-{hi:.1%} (Wilson)")
+    return " · ".join(parts) or "no interval: nothing drafted and no target-only requests to compare with"
 
 
 def diagnosis(fit, summaries) -> str:

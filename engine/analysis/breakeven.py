@@ -36,14 +36,21 @@ def rates(proposed: list[int], accepted: list[int], reached: list[int] | None = 
     """Unconditional (vLLM: accepted_i / drafts) and conditional rates. Position i's conditional rate is accepted_i
     over the passes that reached it (proposed it with every earlier position accepted). Without those counts
     (rows before 0015) it is accepted_i / min(accepted_{i-1}, proposed_i), exact when the draft length is fixed."""
-    drafts = proposed[0] if proposed else 0
+    drafts, bases = trials(proposed, accepted, reached)
     uncond = [acc / drafts if drafts else float("nan") for acc in accepted]
-    cond, prev = [], drafts
-    for i, (acc, prop) in enumerate(zip(accepted, proposed)):
-        base = reached[i] if reached is not None and i < len(reached) and reached[i] is not None else min(prev, prop)
-        cond.append(acc / base if base else float("nan"))
-        prev = acc
+    cond = [acc / base if base else float("nan") for acc, base in zip(accepted, bases)]
     return uncond, cond
+
+
+def trials(proposed: list[int], accepted: list[int], reached: list[int] | None = None) -> tuple[int, list[int]]:
+    """The denominators of ``rates``: the drafts (every position's unconditional rate), and per position the
+    passes that reached it (its conditional rate). Intervals and sample sizes come from these."""
+    drafts = proposed[0] if proposed else 0
+    bases, prev = [], drafts
+    for i, (acc, prop) in enumerate(zip(accepted, proposed)):
+        bases.append(reached[i] if reached is not None and i < len(reached) and reached[i] is not None else min(prev, prop))
+        prev = acc
+    return drafts, bases
 
 
 def survival(proposed: list[int], accepted: list[int], reached: list[int] | None = None) -> list[float]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from engine.analysis.stats import welch
+from engine.analysis.stats import FEW, median_interval, welch
 
 TOKENS_PER_S = ("tokens/s: a request's output tokens over its wall time (prefill included); a mode's tokens/s is "
                 "the mean over its requests")
@@ -62,19 +62,30 @@ class Spread:
     p25: float | None
     p75: float | None
     n: int
+    low: float | None = None  # the median's 95% interval (percentile bootstrap); None below two values
+    high: float | None = None
 
     def text(self) -> str:
         if self.median is None:
             return "n/a"
         return f"{self.median:.2f}x ({self.p25:.2f}-{self.p75:.2f}, n={self.n})"
 
+    def interval_text(self) -> str:
+        """The median with its 95% interval and n, as every decision on the dashboard shows it."""
+        if self.median is None:
+            return "n/a"
+        ci = f"95% CI {self.low:.2f}-{self.high:.2f}" if self.low is not None else "no interval from one request"
+        few = f"; fewer than {FEW} requests: a hint, not a finding" if self.n < FEW else ""
+        return f"{self.median:.2f}x ({ci}, n={self.n}{few})"
+
 
 def spread(values: list[float]) -> Spread:
-    """Median and interquartile range: the figures a noisy machine can support."""
+    """Median and interquartile range (the figures a noisy machine can support), and the median's interval."""
     if not values:
         return Spread(None, None, None, 0)
     qs = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
-    return Spread(statistics.median(values), qs[0], qs[2], len(values))
+    ci = median_interval(values)
+    return Spread(statistics.median(values), qs[0], qs[2], len(values), *(ci or (None, None)))
 
 
 def paired_ratios(frame: pd.DataFrame, base_mode: str = "target") -> pd.DataFrame:

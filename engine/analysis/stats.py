@@ -32,3 +32,31 @@ def welch(a: list[float], b: list[float], alpha: float = 0.05) -> Welch | None:
     verdict = "significant" if p < alpha else "NOT_SIGNIFICANT"
     return Welch(float(xa.mean()), float(xb.mean()), float(xb.mean() - xa.mean()), p, float(ci.low), float(ci.high),
                  len(xa), len(xb), verdict)
+
+
+FEW = 5  # below this many observations a point or a ratio is drawn hollow and read as a hint, not a finding
+
+
+def wilson(successes: int, trials: int, alpha: float = 0.05) -> tuple[float, float] | None:
+    """Wilson's (1 - alpha) interval for a rate: honest at small n and near 0 or 1, where the normal one is not."""
+    from scipy import stats
+
+    if trials <= 0 or not 0 <= successes <= trials:  # counts that do not make a rate have no interval
+        return None
+    ci = stats.binomtest(int(successes), int(trials)).proportion_ci(confidence_level=1 - alpha, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def median_interval(values: list[float], alpha: float = 0.05) -> tuple[float, float] | None:
+    """A percentile-bootstrap (1 - alpha) interval for the median (seeded, so a page shows the same figures on every
+    rerun). Ratios of tokens/s are skewed, so no t interval; with one value there is no interval."""
+    from scipy import stats
+
+    xs = np.asarray([v for v in values if v == v], dtype=float)
+    if len(xs) < 2:
+        return None
+    if np.all(xs == xs[0]):
+        return float(xs[0]), float(xs[0])
+    res = stats.bootstrap((xs,), np.median, confidence_level=1 - alpha, n_resamples=2000, method="percentile",
+                          random_state=np.random.default_rng(0), vectorized=True)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)

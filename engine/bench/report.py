@@ -11,6 +11,7 @@ from db import queries
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
 from engine.analysis.compare import Spread, speedups
+from engine.analysis.stats import wilson
 from engine.bench.leaderboard import leaderboard, per_position
 
 REPORT_FORMATS = ("table", "md", "csv")
@@ -22,7 +23,8 @@ def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
     rows = queries.mode_summaries(store, run_id, totals=totals)
     paired = speedups(queries.prompt_rewards(store, run_id)) if any(m.mode == "target" for m in rows) else {}
     for m in rows:
-        m.speedup = Spread(1.0, 1.0, 1.0, m.n) if m.mode == "target" else paired.get(m.mode)
+        m.speedup = Spread(1.0, 1.0, 1.0, m.n, 1.0, 1.0) if m.mode == "target" else paired.get(m.mode)
+        m.acceptance_ci = wilson(m.accepted, m.proposed)
     return rows
 
 
