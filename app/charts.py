@@ -13,6 +13,12 @@ MIN_HEIGHT = 160  # px: no chart on a page is a sliver
 COUNT_AXIS = dict(tickMinStep=1, format="d")  # axes that count decisions: whole numbers only
 
 
+def unit_top(df: pd.DataFrame, *columns: str) -> float:
+    """The top of a rate axis: 1, or higher when a value is (a bad counter must show, never be clipped away)."""
+    values = [float(df[c].max()) for c in columns if c in df and df[c].notna().any()]
+    return max([1.0, *values])
+
+
 def arm_label(mode: str, k: int) -> str:
     return Mode.of(mode).arm_label(k)
 
@@ -45,7 +51,8 @@ def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]
 def acceptance_chart(df: pd.DataFrame) -> alt.LayerChart:
     """Lines per (arm, kind); Wilson intervals as bars; points from fewer than FEW passes drawn hollow."""
     x = alt.X("position:O", title="draft position")
-    y = alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1]))
+    top = unit_top(df, "rate", "high")
+    y = alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, top]))
     tooltip = ["arm", "kind", "position", alt.Tooltip("rate:Q", format=".3f"), "accepted", "n",
                alt.Tooltip("low:Q", format=".3f", title="95% low"), alt.Tooltip("high:Q", format=".3f", title="95% high")]
     base = alt.Chart(df).encode(x=x, color=alt.Color("arm:N"))
@@ -53,7 +60,7 @@ def acceptance_chart(df: pd.DataFrame) -> alt.LayerChart:
         y=y, strokeDash=alt.StrokeDash("kind:N", legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2,
                                                                    symbolSize=300)))  # the legend shows the dashes
     bars = base.transform_filter("isValid(datum.low)").mark_rule(opacity=0.5).encode(
-        y=alt.Y("low:Q", scale=alt.Scale(domain=[0, 1])), y2="high:Q")
+        y=alt.Y("low:Q", scale=alt.Scale(domain=[0, top])), y2="high:Q")
     solid = base.transform_filter(f"datum.n >= {FEW}").mark_circle(size=45, opacity=1).encode(y=y, tooltip=tooltip)
     hollow = base.transform_filter(f"isValid(datum.n) && datum.n < {FEW}").mark_point(
         size=45, filled=False, strokeWidth=1.5).encode(y=y, tooltip=tooltip)
@@ -205,7 +212,8 @@ def column_position_chart(df: pd.DataFrame) -> alt.FacetChart:
     """Acceptance per draft position, one panel per mode, one line per Spec-Bench column group."""
     return alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("position:O", title="draft position"),
-        y=alt.Y("acceptance:Q", title="acceptance (accepted / proposed)", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("acceptance:Q", title="acceptance (accepted / proposed)",
+                scale=alt.Scale(domain=[0, unit_top(df, "acceptance")])),
         color=alt.Color("column:N", title="column group"),
         tooltip=["mode", "column", "position", alt.Tooltip("acceptance:Q", format=".3f"), "accepted", "proposed"],
     ).properties(height=180, width=260).facet(facet=alt.Facet("mode:N", title=None), columns=3)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 from apptest import chart_frames, charts, open_page
-from helpers import BREAKOUT, XSS, app_record, migrated
+from helpers import BREAKOUT, XSS, app_record, build_db, migrated
 from streamlit.testing.v1 import AppTest
 
 from db.store import Store
@@ -416,3 +416,43 @@ def test_acceptance_points_carry_wilson_intervals_and_thin_points_are_drawn_holl
     assert "datum.n < 5" in spec and '"filled": false' in spec
     assert any("hollow points rest on fewer than 5 passes" in c.value and "(a + a^2 + ... + a^k) / k" in c.value
                for c in at.caption)
+
+
+def _fixed_domains(spec) -> list[tuple[str, float, float]]:
+    """(field, low, high) for every encoding in a Vega-Lite spec whose scale names a numeric domain."""
+    out = []
+    if isinstance(spec, dict):
+        domain = (spec.get("scale") or {}).get("domain") if isinstance(spec.get("scale"), dict) else None
+        if "field" in spec and isinstance(domain, list) and all(isinstance(v, (int, float)) for v in domain):
+            out.append((spec["field"], float(domain[0]), float(domain[-1])))
+        for value in spec.values():
+            out += _fixed_domains(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            out += _fixed_domains(value)
+    return out
+
+
+@pytest.mark.parametrize("page", ["run", "compare", "policies", "breakeven"])
+def test_no_chart_clips_a_value_outside_its_fixed_axis(tmp_path, monkeypatch, page):
+    """A counter that reports more accepted than proposed tokens (a bug somewhere upstream) must show above 1,
+    not vanish past the top of a 0-1 axis."""
+    from db.entities import PositionCount
+
+    url = f"sqlite:///{tmp_path / 'bad.db'}"
+    store = build_db(url)
+    rec = app_record(1, 1000, "fixed_4", 4, random.Random(1))
+    rec.positions = [PositionCount(0, 2, 5, 2)] + rec.positions[1:]
+    store.add_requests([rec])
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page(page, run=1, series="1:fixed_4,1:bandit")
+    checked = 0
+    for i, spec in enumerate(charts(at)):
+        frames = chart_frames(at, i)
+        for field, low, high in _fixed_domains(spec):
+            for frame in frames:
+                if field in frame:
+                    values = frame[field].dropna()
+                    assert values.between(low, high).all(), f"{page}: {field} outside [{low}, {high}]"
+                    checked += len(values)
+    assert page not in ("run", "compare") or checked
