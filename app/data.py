@@ -6,6 +6,7 @@ and hands back DataFrames and plain entities.
 from __future__ import annotations
 
 import os
+import socket
 
 import pandas as pd
 import streamlit as st
@@ -14,6 +15,7 @@ from db import distills, queries, tracker
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.bench import report
+from engine.bench.autostart import live_workers
 from engine.bench.config import stored
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
@@ -165,3 +167,15 @@ def request_detail(url: str, request_id: int):
 @st.cache_data(ttl=TTL, show_spinner=False)
 def rewards(url: str, run_id: int, modes: tuple[str, ...]) -> pd.DataFrame:
     return queries.rewards(_store(url), run_id, list(modes))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def queue_state(url: str, run_id: int):
+    return queries.queue_state(_store(url), run_id)
+
+
+def workers(url: str) -> list[str]:
+    """Worker ids (host:pid) serving this database: those registered on this host, and any other whose run has a
+    live heartbeat (a worker on another machine shows only while it runs something)."""
+    here = [f"{socket.gethostname()}:{pid}" for pid in live_workers(url)]
+    return sorted(set(here) | set(queue_state(url, 0).running_workers))

@@ -117,6 +117,24 @@ class ModeSummary:
 
 
 @dataclass
+class QueueState:
+    """Where a queued run stands: what is ahead of it, who serves the queue, and the request time an ETA rests on."""
+    position: int  # 1 = next to be claimed
+    queued_ahead_requests: int
+    running: int  # runs in progress now (each with a live heartbeat)
+    running_left_requests: int
+    running_workers: list[str]
+    mean_request_s: float | None  # over the target's latest measured requests, warm-up left out
+    measured_n: int
+
+    def eta_s(self, own_requests: int, workers: int) -> float | None:
+        """Seconds until this run is done: every request ahead of it and its own, shared among the workers."""
+        if self.mean_request_s is None or workers <= 0:
+            return None
+        return (self.queued_ahead_requests + self.running_left_requests + own_requests) * self.mean_request_s / workers
+
+
+@dataclass
 class DistillInfo:
     id: int
     created_at: datetime

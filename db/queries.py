@@ -290,3 +290,20 @@ def latency_percentiles(store: Store, run_id: int, sizes: dict[str, int], qs: tu
                                  .order_by(r.latency_s).offset(i).limit(2)).all()
                 out[mode][q] = pair[0] + (pos - i) * ((pair[1] if len(pair) > 1 else pair[0]) - pair[0])
     return out
+
+
+def queue_state(store: Store, run_id: int, recent: int = 200) -> E.QueueState:
+    """A queued run's place in the queue (workers claim the oldest first), what runs now, and the mean time of the
+    target's latest ``recent`` requests, the figure an ETA can rest on."""
+    live = status_expr()
+    with store.session_scope() as s:
+        me = s.get(Run, run_id)
+        target = me.target if me is not None else ""
+        ahead_n, ahead_left = s.execute(select(func.count(), func.coalesce(func.sum(Run.progress_total - Run.progress_done), 0))
+                                        .where(Run.status == "queued", Run.id < run_id)).one()
+        running = s.execute(select(Run.worker_id, Run.progress_total - Run.progress_done).where(live == "running")).all()
+        latest = (select(Request.latency_s).join(Run, Run.id == Request.run_id)
+                  .where(Run.target == target, Request.warmup.is_(False)).order_by(Request.id.desc()).limit(recent).subquery())
+        mean, n = s.execute(select(func.avg(latest.c.latency_s), func.count())).one()
+    return E.QueueState(int(ahead_n) + 1, int(ahead_left or 0), len(running), int(sum(max(0, left or 0) for _, left in running)),
+                        sorted({w for w, _ in running if w}), float(mean) if mean is not None else None, int(n or 0))

@@ -281,6 +281,10 @@ class Store:
         with self.session_scope() as s:
             return s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0
 
+    def queued_count(self) -> int:
+        with self.session_scope() as s:
+            return s.scalar(select(func.count()).select_from(Run).where(Run.status == "queued")) or 0
+
     def bandit_steps(self, run_id: int) -> list[tuple[int, E.BanditRecord]]:
         """(request seq, step) for every bandit decision of a run, in order."""
         with self.session_scope() as s:

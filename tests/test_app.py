@@ -456,3 +456,28 @@ def test_no_chart_clips_a_value_outside_its_fixed_axis(tmp_path, monkeypatch, pa
                     assert values.between(low, high).all(), f"{page}: {field} outside [{low}, {high}]"
                     checked += len(values)
     assert page not in ("run", "compare") or checked
+
+
+def test_a_queued_run_shows_its_place_the_live_workers_an_eta_and_how_to_add_a_worker(app_db):
+    from db import queries
+
+    busy = app_db.create_run("busy", {"bench": {}}, "embedded", "embedded", 30, status="queued")
+    app_db.claim_next("elsewhere:42")  # a worker on another machine runs it now
+    app_db.create_run("ahead", {"bench": {}}, "embedded", "embedded", 12, status="queued")
+    mine = app_db.create_run("mine", {"bench": {}}, "embedded", "embedded", 6, status="queued")
+    at = open_page("run", run=mine.id)
+    info = " ".join(i.value for i in at.info)
+    assert "Queued: number 2 in the queue (1 run ahead, 12 requests); 1 run in progress (30 requests left)" in info
+    assert "Live workers: 1 (elsewhere:42)" in info and busy.id != mine.id
+    q = queries.queue_state(app_db, mine.id)
+    eta = (12 + 30 + 6) * q.mean_request_s
+    assert any(f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s)" in c.value and "latest 60 measured" in c.value
+               for c in at.caption)
+    assert any("python -m engine worker" in c.value for c in at.code)
+
+
+def test_a_queued_run_without_any_worker_says_nothing_will_run_and_gives_the_command(app_db):
+    mine = app_db.create_run("mine", {"bench": {}}, "unmeasured", None, 6, status="queued")
+    at = open_page("run", run=mine.id)
+    assert any("No worker serves this database now" in w.value for w in at.warning)
+    assert any("No ETA yet" in c.value for c in at.caption) and any("engine worker" in c.value for c in at.code)

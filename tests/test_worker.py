@@ -247,8 +247,51 @@ def test_the_dashboard_starts_one_worker_per_database(tmp_path, monkeypatch):
         assert state == "started" and log != ensure_worker(first, tmp_path)[1]
         pids = {worker_pid(tmp_path, first), worker_pid(tmp_path, second)}
         assert None not in pids and len(pids) == 2
+        for pid in pids:  # each leaves once this process, its dashboard, has exited
+            assert f"--parent-pid {os.getpid()}" in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     finally:
         for url in (first, second):
             pid = worker_pid(tmp_path, url)
             if pid:
                 os.kill(pid, signal.SIGTERM)
+
+
+def _stop_cli(db_url):
+    return subprocess.run([sys.executable, "-m", "engine", "worker", "--stop", "--db", db_url], cwd=ROOT,
+                          capture_output=True, text=True, timeout=90)
+
+
+def test_worker_stop_interrupts_a_busy_workers_run_keeping_its_rows_and_ends_an_idle_one(store, db_url, tiny_dirs, prompt_file):
+    from engine.bench.autostart import live_workers
+
+    cfg = bench_cfg(tiny_dirs, prompt_file, max_new_tokens=200, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2])
+    run = create_run(store, cfg, status="queued")
+    proc = start_worker(db_url)
+    try:
+        wait_for(lambda: store.count_requests(run.id) >= 2, what="rows before the stop")
+        assert live_workers(db_url) == [proc.pid]
+        done = _stop_cli(db_url)
+        assert (done.returncode, done.stdout.strip()) == (0, f"worker {proc.pid} stopped"), done.stderr
+        assert proc.wait(5) == 0
+    finally:
+        stop(proc)
+    info = store.get_run(run.id)
+    assert info.status == "interrupted" and store.count_requests(run.id) >= 2 and live_workers(db_url) == []
+    idle = start_worker(db_url)
+    try:
+        wait_for(lambda: live_workers(db_url) == [idle.pid], what="the idle worker registered")
+        assert _stop_cli(db_url).stdout.strip() == f"worker {idle.pid} stopped" and idle.wait(5) == 0
+    finally:
+        stop(idle)
+    assert _stop_cli(db_url).stdout.strip() == "no worker serves this database on this host"
+
+
+def test_an_autostarted_worker_leaves_once_idle_after_the_dashboard_that_started_it_exits(tmp_path, db_url):
+    """Before, the autostarted worker outlived the dashboard under PID 1 and had to be found and killed by pid."""
+    log = tmp_path / "worker.log"
+    dashboard = ("import os, subprocess, sys; subprocess.Popen([sys.executable, '-m', 'engine', 'worker', '--poll', "
+                 "'0.2', '--parent-pid', str(os.getpid())], stdout=open(sys.argv[1], 'w'), stderr=subprocess.STDOUT, "
+                 "start_new_session=True)")
+    subprocess.run([sys.executable, "-c", dashboard, str(log)], cwd=ROOT, env={**os.environ, "PHOENIX_DB": db_url},
+                   check=True, timeout=60)
+    wait_for(lambda: "has exited and no run is in progress; stopping" in log.read_text(), what="the worker leaving")

@@ -72,6 +72,8 @@ def body(url: str, run_id: int) -> None:
             + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else ""))
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
+    if info.status == "queued":
+        queue_panel(url, info)
     if info.status == "running" and info.config.get("preparing"):
         st.info("Preparing the models:")
         st.text(str(info.config["preparing"]))
@@ -119,6 +121,33 @@ ACCEPTANCE_NOTE = (
     f"hollow points rest on fewer than {FEW} passes. The fitted a is a per-token acceptance: the model says the first "
     "i drafts all survive with probability a^i. The KPI acceptance (accepted / proposed) averages every drafted "
     "position, so at draft length k it is about (a + a^2 + ... + a^k) / k, lower than a: a = 0.6 at k = 4 gives 33%.")
+
+
+ADD_WORKER = "PHOENIX_DB=<this database> .venv/bin/python -m engine worker"
+
+
+def queue_panel(url: str, info) -> None:
+    """Where a queued run stands: its place, what runs before it, who serves the queue, and an ETA from the
+    target's own measured requests."""
+    q, serving = data.queue_state(url, info.id), data.workers(url)
+    ahead = q.position - 1
+    st.info(f"Queued: number {q.position} in the queue ({ahead} run{'s' * (ahead != 1)} ahead, "
+            f"{q.queued_ahead_requests:,} requests); {q.running} run{'s' * (q.running != 1)} in progress "
+            f"({q.running_left_requests:,} requests left). Live workers: {len(serving)}"
+            + (f" ({', '.join(serving)})" if serving else "") + ".")
+    eta = q.eta_s(info.progress_total, len(serving))
+    if eta is not None:
+        st.caption(f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s): every request ahead and its own, at "
+                   f"{q.mean_request_s:.2f} s each (the mean of this target's latest {q.measured_n} measured requests), "
+                   f"shared among {len(serving)} worker{'s' * (len(serving) != 1)}.")
+    elif q.mean_request_s is None:
+        st.caption("No ETA yet: no request of this target has been measured in this database.")
+    if not serving:
+        st.warning("No worker serves this database now, so nothing will run. Start one in a terminal:")
+    else:
+        st.caption("Another worker adds capacity (workers share one queue; on a machine with few cores two workers "
+                   "slow each other and each other's timings, so add them on other machines with PostgreSQL):")
+    st.code(ADD_WORKER, language="bash")
 
 
 def draft_lengths(info, pos, split) -> None:

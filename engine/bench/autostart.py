@@ -4,6 +4,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +43,44 @@ def worker_files(data_dir: Path, db_url: str) -> dict[str, Path]:
     return {kind: data_dir / f"worker-{key}.{kind}" for kind in ("pid", "lock", "log")}
 
 
+def registry(data_dir: Path, db_url: str) -> Path:
+    """One empty file per live worker of ``db_url`` on this host, named by its pid: how `worker --stop` and the
+    dashboard find every worker, autostarted or started by hand."""
+    key = hashlib.sha256(db_url.encode()).hexdigest()[:12]
+    return data_dir / f"workers-{key}"
+
+
+def register(data_dir: Path, db_url: str, pid: int) -> Path:
+    folder = registry(data_dir, db_url)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(pid)).touch()
+    return folder / str(pid)
+
+
+def live_workers(db_url: str, data_dir: Path | None = None) -> list[int]:
+    """Pids of the workers serving ``db_url`` on this host; files of workers that died without a word are swept."""
+    folder = registry(Path(data_dir or DATA_DIR), db_url)
+    pids = []
+    for entry in sorted(folder.glob("*")) if folder.is_dir() else []:
+        if entry.name.isdigit() and pid_alive(int(entry.name), "worker"):
+            pids.append(int(entry.name))
+        else:
+            entry.unlink(missing_ok=True)
+    return pids
+
+
+def stop_workers(db_url: str, data_dir: Path | None = None, wait_s: float = 30.0) -> list[tuple[int, bool]]:
+    """SIGTERM to every worker of ``db_url`` on this host, then wait: an idle worker exits at once, a busy one
+    stops its run as Ctrl-C would (rows kept, run interrupted and resumable). (pid, stopped in time) per worker."""
+    pids = live_workers(db_url, data_dir)
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(pid_alive(p, "worker") for p in pids):
+        time.sleep(0.1)
+    return [(p, not pid_alive(p, "worker")) for p in pids]
+
+
 def worker_pid(data_dir: Path, db_url: str) -> int | None:
     try:
         pid = int(worker_files(data_dir, db_url)["pid"].read_text().strip())
@@ -64,7 +103,9 @@ def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]
             return "running", files["log"]
         log = open(files["log"], "ab")
         env = {**os.environ, "PHOENIX_DB": db_url}
-        proc = subprocess.Popen([sys.executable, "-m", "engine", "worker"], cwd=ROOT, env=env, stdout=log,
+        # --parent-pid: the worker leaves once idle after this dashboard exits, instead of living on under PID 1
+        command = [sys.executable, "-m", "engine", "worker", "--parent-pid", str(os.getpid())]
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         files["pid"].write_text(str(proc.pid))
         # until the child has exec'd, /proc shows our own command line and a second call would start another

@@ -32,6 +32,8 @@ class WorkerConfig:
     max_idle_s: float | None = field(default=None, metadata={"flag": "--max-idle"})  # exit after this many idle seconds
     metrics_port: int | None = None  # serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)
     metrics_addr: str = "127.0.0.1"  # localhost by default: counters say what models you run
+    parent_pid: int | None = None  # leave once no run is in progress after this process (the dashboard) has exited
+    stop: bool = False  # stop every worker of this database on this host (a busy one interrupts its run), then exit
 
     def validate(self) -> WorkerConfig:
         for flag, value in (("--poll", self.poll_s), ("--stale-after-s", self.stale_after_s), ("--max-idle", self.max_idle_s)):
@@ -95,6 +97,7 @@ class Worker:
     def __init__(self, store: Store, cfg: WorkerConfig | None = None, log=print, telemetry=None):
         self.store, self.cfg, self.log, self.telemetry = store, cfg or WorkerConfig(), log, telemetry
         self.id = worker_id()
+        self.current: int | None = None  # the run in progress, if any
         self._decoder: Decoder | None = None
         self._decoder_key: tuple | None = None
         self.metrics = None
@@ -129,6 +132,7 @@ class Worker:
         if run is None:
             return None
         self.log(f"worker {self.id}: run {run.id} ({run.name})")
+        self.current = run.id
         try:
             bench = validate(stored(run.config))
             with Heartbeat(self.store, run.id):
@@ -152,11 +156,17 @@ class Worker:
             if (info := self.store.get_run(run.id)) and info.status == "running":
                 self.store.set_status(run.id, "failed", msg)
             self.log(f"worker {self.id}: run {run.id} failed: {msg}")
+        self.current = None
         return run.id
 
     def serve(self) -> None:
         idle_since = time.monotonic()
         while True:
+            if self.orphaned():
+                left = self.store.queued_count()
+                self.log(f"worker {self.id}: the dashboard that started it (pid {self.cfg.parent_pid}) has exited and "
+                         f"no run is in progress; stopping" + (f" ({left} queued runs wait for the next worker)" if left else ""))
+                return
             done = self.take_next()
             if done is not None:
                 idle_since = time.monotonic()
@@ -166,6 +176,11 @@ class Worker:
             if self.cfg.max_idle_s is not None and time.monotonic() - idle_since > self.cfg.max_idle_s:
                 return
             time.sleep(self.cfg.poll_s)
+
+    def orphaned(self) -> bool:
+        """Started by a dashboard that has exited: the worker was its child, so its parent is no longer that pid
+        (a reused pid cannot fool this, as it could a liveness check)."""
+        return self.cfg.parent_pid is not None and os.getppid() != self.cfg.parent_pid
 
 
 def log_line(text: str) -> None:

@@ -1,13 +1,15 @@
 """`submit`, `worker`, `resume` and `cancel`: runs through the queue and the background engine."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import socket
 
 from db.models import utcnow
-from db.store import STALE_AFTER_S
-from engine.bench.autostart import worker_alive_here
+from db.store import STALE_AFTER_S, resolve_url
+from engine.bench.autostart import register, stop_workers, worker_alive_here
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.setup import create_run
 from engine.bench.worker import Worker, WorkerConfig, log_line
@@ -17,6 +19,7 @@ from engine.config import add_options, from_args
 from engine.decode.loading import check_same_tokenizer_files, resolve
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
+from engine.paths import DATA_DIR
 from engine.observe.prometheus import parse_port
 
 
@@ -33,11 +36,40 @@ def cmd_submit(args) -> int:
 
 def cmd_worker(args) -> int:
     cfg = from_args(WorkerConfig, args).validate()
+    if cfg.stop:
+        return stop(resolve_url(args.db))
     cfg.metrics_port = (parse_port(cfg.metrics_port, "--metrics-port") if cfg.metrics_port is not None
                         else parse_port(os.environ.get("PHOENIX_METRICS_PORT"), "PHOENIX_METRICS_PORT"))
     telemetry = start_telemetry(args)
-    Worker(open_store(args.db), cfg, log=log_line, telemetry=telemetry).serve()
+    store = open_store(args.db)
+    worker = Worker(store, cfg, log=log_line, telemetry=telemetry)
+    entry = register(DATA_DIR, store.url, os.getpid())
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        worker.serve()
+    except KeyboardInterrupt:  # `worker --stop`, SIGTERM or Ctrl-C: a run in progress is interrupted, rows kept
+        log_line(f"worker {worker.id}: stopped" + (f"; run {worker.current} interrupted, `python -m engine resume "
+                                                  f"{worker.current}` continues it" if worker.current else ""))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        entry.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            entry.parent.rmdir()  # the last worker of this database leaves no empty folder behind
     return 0
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+def stop(url: str) -> int:
+    results = stop_workers(url)
+    if not results:
+        print("no worker serves this database on this host")
+    for pid, stopped in results:
+        print(f"worker {pid} stopped" if stopped else f"worker {pid} did not stop within 30 s; `kill -9 {pid}` ends it "
+              "(its run then reads as interrupted once its heartbeat is stale)")
+    return 0 if all(stopped for _, stopped in results) else 1
 
 
 def cmd_resume(args) -> int:
