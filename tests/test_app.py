@@ -481,3 +481,14 @@ def test_a_queued_run_without_any_worker_says_nothing_will_run_and_gives_the_com
     at = open_page("run", run=mine.id)
     assert any("No worker serves this database now" in w.value for w in at.warning)
     assert any("No ETA yet" in c.value for c in at.caption) and any("engine worker" in c.value for c in at.code)
+
+
+def test_a_run_whose_target_only_timings_drift_warns_that_the_machine_was_busy(app_db):
+    from db.models import Request
+
+    assert not any("machine was busy" in w.value for w in open_page("run", run=1).warning)
+    with app_db.session_scope() as s:
+        for r in s.query(Request).filter(Request.run_id == 1, Request.mode == "target", Request.seq > 12):
+            r.tokens_per_s = r.tokens_per_s / 3
+    __import__("streamlit").cache_data.clear()  # the page reads through a 5 s cache; this test changed rows under it
+    assert any("The machine was busy during this run" in w.value for w in open_page("run", run=1).warning)

@@ -61,3 +61,16 @@ def test_a_speedups_median_carries_a_bootstrap_interval_and_a_hint_below_five_re
     assert "a hint, not a finding" in wide.interval_text() and "a hint" not in narrow.interval_text()
     assert spread([1.2]).low is None and "no interval from one request" in spread([1.2]).interval_text()
     assert spread([1.0, 2.0, 1.5]).low == wide.low  # seeded: the same page shows the same interval on every rerun
+
+
+def test_target_only_slowing_down_inside_a_run_reads_as_a_busy_machine():
+    from engine.analysis.stats import load_drift
+
+    rng = __import__("random").Random(0)
+    quiet = [40.0 * rng.uniform(0.85, 1.15) for _ in range(24)]  # prompts alone move tokens/s by 15%
+    assert not load_drift(quiet).busy
+    slowed = quiet[:8] + [v / 2.2 for v in quiet[8:]]  # something else took the cores after the first third
+    drift = load_drift(slowed)
+    assert drift.busy and drift.early_n == 6 and drift.later_p50_ms > 1.5 * drift.early_ms
+    spikes = quiet[:20] + [v / 4 for v in quiet[20:]]  # a tail: p95 far above the start, the median unmoved
+    assert load_drift(spikes).busy and load_drift(quiet[:7]) is None

@@ -6,7 +6,7 @@ import streamlit as st
 from app import actions, charts, data, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
-from engine.analysis.stats import FEW
+from engine.analysis.stats import FEW, load_drift
 from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode
 from engine.vllm.client import level_notes
@@ -81,6 +81,7 @@ def body(url: str, run_id: int) -> None:
         st.error("Run failed with this error:")
         st.code(info.error, language=None)
     widgets.identity_banner(url, run_id, info)
+    drift_warning(url, run_id)
     compile_line(info.config.get("compile"))
     distill_link(url, run_id)
     sentry_explorer(run_id)
@@ -226,6 +227,15 @@ def diagnosis(fit, summaries) -> str:
              for m in others]
     return ("Drafting without a --drafter mode: " + "; ".join(parts) + ". The break-even fit (a, c) covers "
             "fixed_<k> and bandit modes; for these the per-mode table and the per-position curves are the evidence.")
+
+
+def drift_warning(url: str, run_id: int) -> None:
+    drift = load_drift(data.rewards(url, run_id, ("target",))["tokens_per_s"].tolist())
+    if drift is not None and drift.busy:
+        st.warning(f"The machine was busy during this run: target-only took {drift.later_p50_ms:.1f} ms per token at "
+                   f"the median and {drift.later_p95_ms:.1f} ms at p95 after its first {drift.early_n} requests, "
+                   f"against {drift.early_ms:.1f} ms in them. Absolute tokens/s here are unreliable; speedups pair "
+                   "each prompt's requests, which ran close together, so they suffer less. Rerun on a quiet machine.")
 
 
 def compile_line(stats: dict | None) -> None:

@@ -60,3 +60,28 @@ def median_interval(values: list[float], alpha: float = 0.05) -> tuple[float, fl
     res = stats.bootstrap((xs,), np.median, confidence_level=1 - alpha, n_resamples=2000, method="percentile",
                           random_state=np.random.default_rng(0), vectorized=True)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+@dataclass
+class Drift:
+    early_n: int
+    early_ms: float  # median ms per output token over the first requests
+    later_p50_ms: float
+    later_p95_ms: float
+
+    @property
+    def busy(self) -> bool:
+        # A quiet machine keeps target-only's per-token time within ~1.3x across prompts here; a 1.5x shift of the
+        # median, or a tail at 3x the start, is load from outside the run, not the prompts.
+        return self.later_p50_ms >= 1.5 * self.early_ms or self.later_p95_ms >= 3 * self.early_ms
+
+
+def load_drift(tokens_per_s: list[float]) -> Drift | None:
+    """Target-only requests in run order against the run's own first ones, as ms per output token (prefill
+    included): the machine's load drifting inside a run, which absolute tokens/s cannot survive. None below 8."""
+    ms = [1000.0 / v for v in tokens_per_s if v == v and v > 0]
+    if len(ms) < 8:
+        return None
+    n = max(3, len(ms) // 4)
+    early, later = ms[:n], np.asarray(ms[n:])
+    return Drift(n, float(np.median(early)), float(np.percentile(later, 50)), float(np.percentile(later, 95)))
