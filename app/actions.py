@@ -56,9 +56,11 @@ def demo_config(real: bool | None = None) -> BenchConfig:
     """The quick demo: the real pair once it is here (or when asked for: the worker fetches the target first),
     else the embedded one."""
     real = real_pair_present() if real is None else real
-    return BenchConfig(target=SMOLLM2 if real else EMBEDDED, draft=SMOLLM2_DRAFT if real else EMBEDDED, limit=5,
+    # 8 prompts and arms 0, 2, 4: the bandit's forced first tries (each arm twice) end at decision 6, so its
+    # epsilon and running estimates have real decisions to show (5 prompts over 5 arms never left them)
+    return BenchConfig(target=SMOLLM2 if real else EMBEDDED, draft=SMOLLM2_DRAFT if real else EMBEDDED, limit=8,
                        max_new_tokens=64, name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
-                       modes=["target", "fixed_4", "bandit"])
+                       modes=["target", "fixed_4", "bandit"], arms=[0, 2, 4])
 
 
 def _check(errors: dict, field: str, fn) -> object:

@@ -61,7 +61,7 @@ def demo_buttons(key: str, token: str = "") -> None:
         choices.append((actions.demo_config(real=True), f"{key}_demo_real", "secondary",
                         " (fetches SmolLM2-135M first: 93 MB, about 30 s)"))
     for cfg, button_key, kind, note in choices:
-        if st.button(f"Quick demo: {cfg.name}, 5 prompts, 64 tokens{note}", key=button_key, type=kind):
+        if st.button(f"Quick demo: {cfg.name}, {cfg.limit} prompts, {cfg.max_new_tokens} tokens{note}", key=button_key, type=kind):
             denied = actions.permission(token)
             if denied:
                 st.error(denied)

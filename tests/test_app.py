@@ -51,7 +51,7 @@ def test_empty_install_explains_and_its_demo_button_queues_a_run(tmp_path, monke
     assert not at.exception
     runs = Store(url).list_runs()
     assert [(r.status, r.config["bench"]["limit"], r.config["bench"]["modes"]) for r in runs] == [
-        ("queued", 5, ["target", "fixed_4", "bandit"])]
+        ("queued", 8, ["target", "fixed_4", "bandit"])]
 
 
 def test_run_page_kpis_equal_what_the_store_computes(app_db):
@@ -225,7 +225,7 @@ def test_the_quick_demo_uses_the_real_pair_once_it_is_here(monkeypatch, pair_her
 
     monkeypatch.setattr(actions, "present", lambda name, role="target": pair_here)
     cfg = actions.demo_config()
-    assert (cfg.target, cfg.limit, cfg.max_new_tokens) == (target, 5, 64)
+    assert (cfg.target, cfg.limit, cfg.max_new_tokens) == (target, 8, 64)
     assert actions.demo_config(real=True).target == "smollm2"
 
 
@@ -492,3 +492,36 @@ def test_a_run_whose_target_only_timings_drift_warns_that_the_machine_was_busy(a
             r.tokens_per_s = r.tokens_per_s / 3
     __import__("streamlit").cache_data.clear()  # the page reads through a 5 s cache; this test changed rows under it
     assert any("The machine was busy during this run" in w.value for w in open_page("run", run=1).warning)
+
+
+def test_the_demos_bandit_gets_past_its_forced_first_tries():
+    """Five prompts over five arms never left the forced tries, so the demo's bandit panels had nothing to show."""
+    from app import actions
+    from engine.policies.registry import make_policy
+
+    cfg = actions.demo_config(real=False)
+    policy = make_policy(cfg.policy, cfg.arms, cfg.seed)
+    decisions = []
+    for _ in range(cfg.limit):
+        d = policy.choose()
+        policy.update(d.k, 10.0 + d.k)
+        decisions.append(d)
+    assert sum(d.epsilon is not None and d.epsilon < 1.0 for d in decisions) >= 2
+
+
+def test_a_bandit_that_only_explored_so_far_says_why_its_panels_are_thin(tmp_path, monkeypatch):
+    from db.entities import BanditRecord
+
+    url = f"sqlite:///{tmp_path / 'young.db'}"
+    migrated(url)
+    store = Store(url)
+    run = store.create_run("young", {"bench": {"modes": ["bandit"]}}, "t", "d", 4, status="done")
+    recs = []
+    for t in range(4):
+        rec = app_record(run.id, t, "bandit", [0, 2][t % 2], random.Random(t))
+        rec.bandit = BanditRecord(t=t, epsilon=1.0, explored=True, chosen_k=rec.k, arm_means={"0": 30.0},
+                                  arm_counts={"0": 1}, reward=rec.tokens_per_s)
+        recs.append(rec)
+    store.add_requests(recs)
+    monkeypatch.setenv("PHOENIX_DB", url)
+    assert any("All 4 decisions so far explored" in i.value for i in open_page("run", run=run.id).info)

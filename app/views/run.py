@@ -176,6 +176,10 @@ def bandit(history: dict) -> None:
         st.caption("Several policies ran here; the Policies page compares them against the best fixed arm.")
     shown = {name: frame[frame["mode"] == mode] for name, frame in history.items()}
     decisions = int(shown["signals"]["n"].sum())
+    if decisions and int(shown["choices"]["explored_n"].sum()) == decisions:
+        st.info(f"All {decisions} decisions so far explored: a policy first tries every arm (epsilon-greedy twice "
+                "each) before it chooses, so the exploration signal sits at its start and each running estimate rests "
+                "on a request or two. Runs with more prompts than that show the policy choosing.")
     if decisions > len(shown["signals"]):
         st.caption(f"{decisions:,} decisions drawn as {len(shown['signals']):,} windows; point size is decisions per window.")
     st.altair_chart(charts.bandit_charts(shown, urlstate.trace_url), width="stretch")
