@@ -50,9 +50,9 @@ def render() -> None:
         urlstate.set_qp(a=f"{a:.2f}", c=f"{c:.2f}", k=k)
     k_opt = optimum_k(a, c, K_MAX)
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric(f"E(a,{k})", f"{expected_tokens(a, k):.2f} tokens/pass")
+    m1.metric(f"E(a,{k}), tokens per pass", f"{expected_tokens(a, k):.2f}")
     m2.metric(f"speedup at k={k}", f"{predicted_speedup(a, c, k):.2f}x")
-    m3.metric("optimum k", f"{k_opt} ({predicted_speedup(a, c, k_opt):.2f}x)")
+    m3.metric(f"optimum k ({predicted_speedup(a, c, k_opt):.2f}x)", f"{k_opt}")
     m4.metric(f"break-even c at k={k}", f"{breakeven_c(a, k):.3f}")
     st.altair_chart(charts.breakeven_chart(a, c, K_MAX, measured), width="stretch")
     if fit is not None and fit.a is not None:

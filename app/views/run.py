@@ -215,6 +215,8 @@ def kpi_intervals(m) -> str:
     if m.acceptance_ci is not None:
         lo, hi = m.acceptance_ci
         parts.append(f"acceptance {m.accepted:,} of {m.proposed:,} drafted tokens, 95% CI {lo:.1%}-{hi:.1%} (Wilson)")
+    if m.mode == "target":
+        return "the reference: every x target on this page is a ratio against these requests, prompt by prompt"
     return " · ".join(parts) or "no interval: nothing drafted and no target-only requests to compare with"
 
 

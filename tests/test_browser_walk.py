@@ -1,0 +1,120 @@
+"""The newcomer's walk in Chromium: a quick demo from the home page run by the autostarted worker, every page at
+1280 and 1920 px, Compare across two runs and a shared link in a fresh context. Each page is screenshotted into
+test-artifacts/walk/ (CI prints the folder) and checked for cut KPI values, sliver charts and Python's None."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from helpers import build_db
+from test_browser import ARTIFACTS, CHROMIUM, ROOT, free_port
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")]
+
+WIDTHS = (1280, 1920)
+MIN_CHART_PX = 150  # charts.MIN_HEIGHT is 160 px of plot; a rendered chart below this is a sliver
+SHOTS = ARTIFACTS / "walk"
+
+
+@pytest.fixture(scope="module")
+def walk_server(tmp_path_factory):
+    """The dashboard with worker autostart on, over a database holding two recorded runs (for Compare)."""
+    folder = tmp_path_factory.mktemp("walk")
+    url = f"sqlite:///{folder / 'walk.db'}"
+    build_db(url)
+    port = free_port()
+    env = {**os.environ, "PHOENIX_DB": url, "PHOENIX_AUTOSTART_WORKER": "1", "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port",
+                             str(port), "--server.headless", "true"], cwd=folder, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    yield base, url
+    proc.terminate()
+    proc.wait(10)
+    subprocess.run([sys.executable, "-m", "engine", "worker", "--stop", "--db", url], cwd=ROOT, timeout=60,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        yield b
+        b.close()
+
+
+def problems(page) -> list[str]:
+    """What a newcomer would see wrong: a KPI value cut short, a chart squeezed flat, Python's None as text."""
+    found = []
+    for value in page.locator('[data-testid="stMetricValue"]').all():
+        cut = value.evaluate("e => [...e.querySelectorAll('*'), e].some(n => n.scrollWidth > n.clientWidth + 1)")
+        if cut:
+            found.append(f"KPI value cut: {value.inner_text()!r}")
+    for chart in page.locator('[data-testid="stVegaLiteChart"]').all():
+        box = chart.bounding_box()
+        if box and box["height"] < MIN_CHART_PX:
+            found.append(f"chart {box['height']:.0f} px tall")
+    if re.search(r"\bNone\b", page.inner_text("body")):
+        found.append("'None' in the page text")
+    return found
+
+
+def visit(context, base: str, path: str, name: str, wait_for: str) -> list[str]:
+    page = context.new_page()
+    page.goto(f"{base}/{path}")
+    page.wait_for_selector(wait_for, timeout=90000)
+    page.wait_for_timeout(2500)  # charts lay out after the first paint
+    width = page.viewport_size["width"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+    found = [f"{name} at {width} px: {p}" for p in problems(page)]
+    page.close()
+    return found
+
+
+def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_cut_flat_or_none(walk_server, chromium):
+    from db.store import Store
+
+    base, url = walk_server
+    store = Store(url)
+    home = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    home.goto(base)
+    home.get_by_text("Quick demo", exact=True).first.click(timeout=60000)  # the panel above the runs table
+    demos = home.get_by_role("button", name=re.compile("^Quick demo"))
+    demos.first.wait_for(timeout=60000)
+    assert demos.count() >= 1  # reachable from the home page even though runs exist
+    demos.first.click()
+    home.get_by_text(re.compile(r"Run #3 queued")).wait_for(timeout=60000)
+    home.close()
+    end = time.monotonic() + 600
+    while time.monotonic() < end and store.get_run(3).status in ("queued", "running"):
+        time.sleep(2)
+    assert store.get_run(3).status == "done", store.get_run(3).error
+    pages = [("", "runs", '[data-testid="stDataFrame"]'), ("run?run=3", "run", '[data-testid="stVegaLiteChart"]'),
+             ("breakeven?run=3", "breakeven", '[data-testid="stVegaLiteChart"]'),
+             ("compare?series=1:fixed_4,2:fixed_4", "compare", '[data-testid="stVegaLiteChart"]'),
+             ("policies?run=3", "policies", '[data-testid="stVegaLiteChart"]'),
+             ("requests?run=3", "requests", '[data-testid="stDataFrame"]'), ("new", "new-run", '[data-testid="stForm"]')]
+    found = []
+    for width in WIDTHS:
+        context = chromium.new_context(viewport={"width": width, "height": 1200})  # a fresh context: a shared link
+        for path, name, wait_for in pages:
+            found += visit(context, base, path, name, wait_for)
+        context.close()
+    assert not found, "\n".join(found)
+    assert len(list(SHOTS.glob("*.png"))) >= 2 * len(pages)
