@@ -19,8 +19,8 @@ from engine.config import add_options, from_args
 from engine.decode.loading import check_same_tokenizer_files, resolve
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
-from engine.paths import DATA_DIR
 from engine.observe.prometheus import parse_port
+from engine.paths import DATA_DIR
 
 
 def cmd_submit(args) -> int:
