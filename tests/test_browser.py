@@ -34,12 +34,20 @@ def server(tmp_path_factory):
     store = build_db(f"sqlite:///{db}")
     store.create_run("breakout", {"bench": {"modes": ["target"], "drafter": "model", "prompt_format": BREAKOUT}},
                      BREAKOUT, BREAKOUT, 0, status="done")  # run 3
-    port = free_port()
-    env = {**os.environ, "PHOENIX_DB": f"sqlite:///{db}", "PHOENIX_AUTOSTART_WORKER": "0",
-           "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # not the repository root: its .streamlit/ is not read
+    proc, base = start_dashboard(f"sqlite:///{db}", elsewhere, autostart="0")
+    yield base
+    proc.terminate()
+    proc.wait(10)
+
+
+def start_dashboard(db_url: str, cwd, autostart: str):
+    """`streamlit run app/main.py` from ``cwd`` on a free port, once its health check answers: (process, base URL)."""
+    port = free_port()
+    env = {**os.environ, "PHOENIX_DB": db_url, "PHOENIX_AUTOSTART_WORKER": autostart,
+           "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
-                             "--server.headless", "true"], cwd=elsewhere, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                             "--server.headless", "true"], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -48,9 +56,7 @@ def server(tmp_path_factory):
             break
         except OSError:
             time.sleep(0.5)
-    yield base
-    proc.terminate()
-    proc.wait(10)
+    return proc, base
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,10 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from helpers import build_db
-from test_browser import ARTIFACTS, CHROMIUM, ROOT, free_port
+from test_browser import ARTIFACTS, CHROMIUM, ROOT, start_dashboard
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")]
@@ -28,19 +27,7 @@ def walk_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("walk")
     url = f"sqlite:///{folder / 'walk.db'}"
     build_db(url)
-    port = free_port()
-    env = {**os.environ, "PHOENIX_DB": url, "PHOENIX_AUTOSTART_WORKER": "1", "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port",
-                             str(port), "--server.headless", "true"], cwd=folder, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        try:
-            urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
-            break
-        except OSError:
-            time.sleep(0.5)
+    proc, base = start_dashboard(url, folder, autostart="1")
     yield base, url
     proc.terminate()
     proc.wait(10)
