@@ -143,6 +143,8 @@ def test_a_spec_bench_run_shows_the_leaderboard_with_n_and_welch_in_every_cell(a
     board = next(d.value for d in at.dataframe if "mean_accepted" in d.value.columns)
     assert set(board["column"]) == {"QA", "RAG", "Overall"} and set(board["n"]) == {2, 4}
     assert board[board["mode"] == "ngram_4"]["p_value"].notna().all()
+    ngram = board[board["mode"] == "ngram_4"]  # every cell's median carries its interval
+    assert ((ngram["ci_low"] <= ngram["speedup"]) & (ngram["speedup"] <= ngram["ci_high"])).all()
     assert any("column group" in json.dumps(sp) for sp in charts(at))  # acceptance per position per column
 
 

@@ -105,3 +105,26 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
         context.close()
     assert not found, "\n".join(found)
     assert len(list(SHOTS.glob("*.png"))) >= 2 * len(pages)
+
+
+def test_the_second_demo_fetches_the_real_pair_first_and_says_so_on_its_run_page(walk_server, chromium):
+    """Where SmolLM2 is not here yet (CI), the second demo button queues the real pair's demo and the worker fetches
+    the model first, saying each stage on the run's page. The fetch and the run itself are left to the worker (the
+    module's teardown stops it); here the click-to-stage path is checked."""
+    from app import actions
+    from db.store import Store
+
+    if actions.real_pair_present():
+        pytest.skip("SmolLM2 is already fetched here, so the home page offers one demo, on the real pair (the walk)")
+    base, url = walk_server
+    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(base)
+    page.get_by_text("Quick demo", exact=True).first.click(timeout=60000)
+    page.get_by_role("button", name=re.compile("fetches SmolLM2-135M first")).click(timeout=60000)
+    queued = page.get_by_text(re.compile(r"Run #\d+ queued"))
+    queued.wait_for(timeout=60000)
+    run_id = int(re.search(r"Run #(\d+)", queued.inner_text()).group(1))
+    assert Store(url).get_run(run_id).target == "smollm2"
+    page.goto(f"{base}/run?run={run_id}")
+    page.get_by_text("Preparing the models").wait_for(timeout=120000)
+    page.close()

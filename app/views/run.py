@@ -267,13 +267,16 @@ def spec_bench_columns(url: str, run_id: int) -> None:
     shown = table.assign(column=table["column"].map(COLUMN_TITLES))
     st.dataframe(shown, hide_index=True, width="stretch",
                  column_config={"speedup": st.column_config.NumberColumn("x target (median)", format="%.2f"),
+                                "ci_low": st.column_config.NumberColumn("95% CI low", format="%.2f"),
+                                "ci_high": st.column_config.NumberColumn("95% CI high", format="%.2f"),
                                 "p25": st.column_config.NumberColumn(format="%.2f"),
                                 "p75": st.column_config.NumberColumn(format="%.2f"),
                                 "mean_accepted": st.column_config.NumberColumn("mean accepted tokens", format="%.2f"),
                                 "tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
                                 "target_tokens_per_s": st.column_config.NumberColumn("target tok/s", format="%.1f"),
                                 "p_value": st.column_config.NumberColumn("Welch p", format="%.4f")})
-    st.caption("Median per-prompt speedup against target-only in this run, with its IQR and n requests; Welch's "
+    st.caption("Median per-prompt speedup against target-only in this run, with its 95% interval (bootstrap), its "
+               "IQR and n requests; Welch's "
                "t-test of tokens/s against target-only on the same prompts; mean accepted tokens per verify step, "
                "bonus included (1.00 for target-only). `python -m engine report RUN --by column --format md` prints "
                "the same table in the leaderboard's shape.")

@@ -16,8 +16,8 @@ from engine.decode.prompts import SPEC_BENCH_ORDER, spec_bench_column, spec_benc
 OVERALL = "overall"
 COLUMN_TITLES = {"multiturn": "Multi-turn conversation", "translation": "Translation", "summarization": "Summarization",
                  "qa": "QA", "math": "Math reasoning", "rag": "RAG", OVERALL: "Overall"}
-COLUMNS = ["mode", "column", "speedup", "p25", "p75", "n", "mean_accepted", "tokens_per_s", "target_tokens_per_s",
-           "p_value", "verdict"]
+COLUMNS = ["mode", "column", "speedup", "ci_low", "ci_high", "p25", "p75", "n", "mean_accepted", "tokens_per_s",
+           "target_tokens_per_s", "p_value", "verdict"]  # ci_*: the median's 95% interval (percentile bootstrap)
 
 
 def in_column(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -58,6 +58,7 @@ def _row(mode: str, column: str, g: pd.DataFrame, base: pd.DataFrame, spread, al
     test = compare(same["tokens_per_s"].tolist(), g["tokens_per_s"].tolist(), alpha) if mode != "target" else None
     return {"mode": mode, "column": column,
             "speedup": 1.0 if mode == "target" else (spread.median if spread else None),
+            "ci_low": spread.low if spread else None, "ci_high": spread.high if spread else None,
             "p25": spread.p25 if spread else None, "p75": spread.p75 if spread else None, "n": len(g),
             "mean_accepted": 1 + float(g["accepted"].sum()) / passes if passes else None,
             "tokens_per_s": float(g["tokens_per_s"].mean()), "target_tokens_per_s": float(same["tokens_per_s"].mean()),
