@@ -31,7 +31,8 @@ CacheKind = Literal["dynamic", "static"]
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
                       r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
-                      r"|vllm_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
+                      r"|(?P<served>vllm|sglang|llamacpp)_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
+SERVING_ENGINES = ("vllm", "sglang", "llamacpp")  # OpenAI-compatible servers whose spec-decode counters Phoenix reads
 FIXED_ARM_KINDS = ("target", "fixed", "ngram", "suffix", "eagle3")
 ARM_HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
 HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
@@ -46,8 +47,8 @@ def check_k(k: int) -> int:
 @dataclass(frozen=True)
 class Mode:
     text: str
-    kind: str  # target | fixed | ngram | suffix | hf | bandit | vllm, or other for a stored mode this grammar does not know
-    k: int | None = None  # fixed draft length; None for bandit (the policy picks) and vllm
+    kind: str  # target | fixed | ngram | suffix | hf | bandit | served (a server's level or watch), or other
+    k: int | None = None  # fixed draft length; None for bandit (the policy picks) and served modes
     policy: str | None = None  # bandit:<policy>; None means the run's --policy
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
 
@@ -65,7 +66,7 @@ class Mode:
             if not 1 <= k <= K_MAX:
                 raise PhoenixError(f"mode {text!r}: k must be in 1..{K_MAX}")
             return cls(text, m["kind"], k)
-        return cls(text, "vllm")
+        return cls(text, "served")
 
     @classmethod
     def of(cls, text: str) -> Mode:

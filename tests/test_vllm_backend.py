@@ -1,11 +1,13 @@
 """The vLLM backend against a local stand-in server (see tests/fixtures/vllm/PROVENANCE.md)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from fake_vllm import FakeVllm
 
 from engine.errors import PhoenixError
-from engine.vllm.client import parse_metrics
+from engine.vllm.client import level_notes, parse_metrics
 from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 
 
@@ -61,7 +63,7 @@ def test_watch_turns_counter_deltas_into_per_position_rows(store, server):
 
 
 @pytest.mark.parametrize("cfg,match", [
-    (SweepConfig(url="http://127.0.0.1:1", model="m"), "cannot reach the vLLM server"),
+    (SweepConfig(url="http://127.0.0.1:1", model="m"), "cannot reach the server at"),
     (SweepConfig(model=""), "--model is required"),
     (SweepConfig(model="m", concurrency="1,zero"), "comma-separated whole numbers"),
 ])
@@ -97,8 +99,6 @@ def test_a_failed_request_is_recorded_with_the_servers_answer_and_its_level_carr
 
 @pytest.mark.parametrize("spec, prefix, seen", [(True, "", True), (True, "ray_", True), (False, "", False)])
 def test_counters_are_read_with_the_ray_prefix_and_their_absence_is_said(spec, prefix, seen):
-    from engine.vllm.client import level_notes
-
     s = FakeVllm(spec=spec, prefix=prefix)
     try:
         s.complete({"max_tokens": 20, "prompt": "a"})
@@ -107,7 +107,7 @@ def test_counters_are_read_with_the_ray_prefix_and_their_absence_is_said(spec, p
         s.stop()
     assert summary["spec_decode_counters"] is seen
     assert (summary["drafts"] == 10) is seen
-    assert any("no vllm:spec_decode_* counters" in n for n in level_notes(summary)) is not seen
+    assert any("no spec-decode counters" in n for n in level_notes(summary)) is not seen
 
 
 def test_a_counter_that_goes_down_is_a_restart_and_the_increase_starts_from_zero():
@@ -132,3 +132,47 @@ def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(sto
     assert all({k: b[k] for k in GREEDY} == GREEDY for b in server.bodies) and len(server.bodies) == 2
     assert GREEDY["repetition_penalty"] == 1.0 and GREEDY["temperature"] == 0.0
     assert store.get_run(run_id).config["sampling"] == GREEDY
+
+
+def test_a_missing_llama_server_is_one_line_naming_the_install_command(monkeypatch):
+    from engine.errors import PhoenixError
+    from engine.vllm import llamacpp
+
+    monkeypatch.setattr(llamacpp.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(PhoenixError, match=re.escape(llamacpp.INSTALL)):
+        llamacpp.binary()
+
+
+def _body(prefix: str) -> str:
+    p = prefix + "spec_decode_"
+    return (f"# TYPE {p}num_drafts_total counter\n{p}num_drafts_total 4\n"
+            f"# TYPE {p}num_draft_tokens_total counter\n{p}num_draft_tokens_total 16\n"
+            f"# TYPE {p}num_accepted_tokens_total counter\n{p}num_accepted_tokens_total 6\n"
+            f"# TYPE {p}num_accepted_tokens_per_pos_total counter\n"
+            + "".join(f'{p}num_accepted_tokens_per_pos_total{{position="{i}"}} {v}\n' for i, v in enumerate([3, 2, 1, 0])))
+
+
+@pytest.mark.parametrize("prefix, engine", [("vllm:", "vllm"), ("ray_vllm:", "vllm"), ("llamacpp:", "llamacpp")])
+def test_one_parser_reads_every_engines_counters_with_vllms_meanings(prefix, engine):
+    s = parse_metrics(_body(prefix)).summary()
+    assert (s["engine"], s["drafts"], s["draft_tokens"], s["accepted"]) == (engine, 4, 16, 6)
+    assert s["acceptance"] == 6 / 16 and s["mean_acceptance_length"] == 1 + 6 / 4
+    assert s["per_position"] == [0.75, 0.5, 0.25, 0.0] and s["acceptance_from"] == "counters"
+
+
+def test_sglangs_acceptance_gauges_are_read_as_gauges_and_said_to_be():
+    body = ("# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{model_name=\"m\"} 0.6\n"
+            "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.8\n"
+            "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name=\"m\"} 100\n")
+    before, after = parse_metrics(body), parse_metrics(body.replace(" 100", " 160").replace("0.6", "0.7"))
+    s = after.minus(before).summary()
+    assert (s["engine"], s["acceptance"], s["mean_acceptance_length"], s["generation_tokens"]) == ("sglang", 0.7, 2.8, 60)
+    assert s["per_position"] == [] and any("gauges" in n for n in level_notes(s))
+
+
+@pytest.mark.parametrize("command", ["serve", "vllm"])
+def test_serve_and_its_old_name_vllm_take_the_same_commands(command):
+    from engine.cli import build_parser
+
+    args = build_parser().parse_args([command, "sweep", "--url", "http://h:1", "--model", "m", "--engine", "llamacpp"])
+    assert (args.url, args.engine) == ("http://h:1", "llamacpp") and args.func.__name__ == "cmd_vllm_sweep"

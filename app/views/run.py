@@ -290,9 +290,19 @@ def vllm_sweep(info) -> None:
     levels = info.config.get("vllm_levels")
     if not levels:
         return
-    st.subheader("Concurrency sweep (vLLM server counters)")
+    served = info.config.get("engine") or {"engine": "vllm"}
+    st.subheader(f"Concurrency sweep ({served['engine']} server counters)")
+    # st.text: the version and command line come from the server and the user's flags
+    st.text(f"engine {served['engine']} · version {served.get('version') or 'not reported'}"
+            + (f" · started as: {served['command']}" if served.get("command") else ""))
     st.altair_chart(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
-    st.caption("Acceptance per level from the server's vllm:spec_decode_* counters scraped before and after the level: "
+    per_request = [lv for lv in levels if lv.get("requests_with_draft_counts")]
+    if per_request:
+        st.caption("Per request, from each response's timings (draft_n, draft_n_accepted), against the counters: "
+                   + "; ".join(f"concurrency {lv['concurrency']}: {lv['request_draft_tokens']} drafted and "
+                               f"{lv['request_accepted']} accepted, counters {lv['draft_tokens']:.0f} and "
+                               f"{lv['accepted']:.0f}" for lv in per_request))
+    st.caption("Acceptance per level from the server's spec-decode counters scraped before and after the level: "
                "accepted / draft tokens; mean acceptance length 1 + accepted / drafts. Requests per level: "
                + ", ".join(f"{lv['concurrency']}: {lv['requests']}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
                            for lv in levels))

@@ -13,11 +13,13 @@ from pathlib import Path
 
 from engine.paths import DATA_DIR, ROOT
 
+WORKER = ("engine", "worker")  # words of a Phoenix worker's command line
 
-def pid_alive(pid: int, command: str | None = None) -> bool:
-    """Whether ``pid`` is a live (not zombie) process on this host; with ``command``, a Phoenix process running that
-    command (a pid file can outlive its worker and the pid be reused). Without it any live process counts, the
-    cautious answer before taking over a run."""
+
+def pid_alive(pid: int, *words: str) -> bool:
+    """Whether ``pid`` is a live (not zombie) process on this host; with ``words``, one whose command line holds
+    each of them (a pid file can outlive its process and the pid be reused). Without them any live process counts,
+    the cautious answer before taking over a run."""
     try:
         os.kill(pid, 0)
         status = Path(f"/proc/{pid}/status").read_text()
@@ -27,7 +29,7 @@ def pid_alive(pid: int, command: str | None = None) -> bool:
     except (OSError, ValueError):
         return False
     zombie = any(line.startswith("State:") and "Z" in line.split()[1] for line in status.splitlines())
-    return not zombie and (command is None or ("engine" in cmdline and command in cmdline))
+    return not zombie and all(word in cmdline for word in words)
 
 
 def worker_alive_here(worker_id: str) -> bool:
@@ -62,7 +64,7 @@ def live_workers(db_url: str, data_dir: Path | None = None) -> list[int]:
     folder = registry(Path(data_dir or DATA_DIR), db_url)
     pids = []
     for entry in sorted(folder.glob("*")) if folder.is_dir() else []:
-        if entry.name.isdigit() and pid_alive(int(entry.name), "worker"):
+        if entry.name.isdigit() and pid_alive(int(entry.name), *WORKER):
             pids.append(int(entry.name))
         else:
             entry.unlink(missing_ok=True)
@@ -76,9 +78,9 @@ def stop_workers(db_url: str, data_dir: Path | None = None, wait_s: float = 30.0
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(pid_alive(p, "worker") for p in pids):
+    while time.monotonic() < deadline and any(pid_alive(p, *WORKER) for p in pids):
         time.sleep(0.1)
-    return [(p, not pid_alive(p, "worker")) for p in pids]
+    return [(p, not pid_alive(p, *WORKER)) for p in pids]
 
 
 def worker_pid(data_dir: Path, db_url: str) -> int | None:
@@ -86,7 +88,7 @@ def worker_pid(data_dir: Path, db_url: str) -> int | None:
         pid = int(worker_files(data_dir, db_url)["pid"].read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if pid_alive(pid, "worker") else None
+    return pid if pid_alive(pid, *WORKER) else None
 
 
 def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]:
@@ -110,7 +112,7 @@ def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]
         files["pid"].write_text(str(proc.pid))
         # until the child has exec'd, /proc shows our own command line and a second call would start another
         for _ in range(100):
-            if proc.poll() is not None or pid_alive(proc.pid, "worker"):
+            if proc.poll() is not None or pid_alive(proc.pid, *WORKER):
                 break
             time.sleep(0.02)
         return "started", files["log"]

@@ -75,7 +75,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
     except PhoenixError as exc:
         raise PhoenixError(str(exc), field="modes") from None
     for mode in modes:
-        if mode.kind == "vllm":
+        if mode.kind == "served":
             raise PhoenixError(f"mode {mode.text!r} is recorded by `python -m engine serve`, not run by bench",
                                field="modes")
         if mode.needs_draft_model(cfg.drafter) and not cfg.draft and not (mode.is_bandit and cfg.drafter_arms):

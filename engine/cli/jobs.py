@@ -1,4 +1,4 @@
-"""`distill` and `vllm`: thin layers over the training and vLLM library functions."""
+"""`distill`, `serve` (alias `vllm`) and `llamacpp`: thin layers over the training and serving-engine functions."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,9 @@ from engine.config import add_options, from_args
 from engine.train.distill import DistillConfig
 from engine.train.evaluate import format_comparison
 from engine.train.job import run as run_distill
+from engine.vllm import llamacpp
 from engine.vllm.client import level_notes
+from engine.vllm.llamacpp import LlamaCppConfig
 from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 
 
@@ -26,10 +28,11 @@ def show_level(level: dict) -> None:
     print(f"concurrency {level['concurrency']:>4}: {level['throughput_tokens_per_s']:8.1f} tok/s, acceptance {acc}, "
           f"per position " + " ".join("n/a" if r is None else f"{r:.3f}" for r in level["per_position"])
           + (f", {level['failed']} of {level['requests']} requests failed (see the Requests page)" if level.get("failed") else ""))
+    if level.get("requests_with_draft_counts"):
+        print(f"  per request (the server's timings): {level['request_draft_tokens']} drafted, "
+              f"{level['request_accepted']} accepted; counters: {level['draft_tokens']:.0f} and {level['accepted']:.0f}")
     for note in level_notes(level):
         print(f"  note: {note}")
-
-
 
 
 def cmd_vllm_sweep(args) -> int:
@@ -49,13 +52,42 @@ def add_commands(sub) -> None:
     add_options(p, DistillConfig)
     add_db(p)
     p.set_defaults(func=cmd_distill)
-    v = sub.add_parser("vllm", help="vLLM as the serving engine: concurrency sweep or live counter watch")
-    vsub = v.add_subparsers(dest="vllm_command", required=True)
-    s = vsub.add_parser("sweep", help="send the prompts at each concurrency level; scrape vllm:spec_decode_* around each")
-    add_options(s, SweepConfig)
-    add_db(s)
-    s.set_defaults(func=cmd_vllm_sweep)
-    w = vsub.add_parser("watch", help="record a live server's spec-decode counters over time as a run (Ctrl-C ends it)")
-    add_options(w, WatchConfig)
-    add_db(w)
-    w.set_defaults(func=cmd_vllm_watch)
+    for name, help_text in (("serve", "a serving engine (vLLM, SGLang, llama.cpp): concurrency sweep or live counter watch"),
+                            ("vllm", "the same as `serve` (its name before other engines)")):
+        v = sub.add_parser(name, help=help_text)
+        vsub = v.add_subparsers(dest="serve_command", required=True)
+        s = vsub.add_parser("sweep", help="send the prompts at each concurrency level; scrape the spec-decode counters "
+                                          "around each")
+        add_options(s, SweepConfig)
+        add_db(s)
+        s.set_defaults(func=cmd_vllm_sweep)
+        w = vsub.add_parser("watch", help="record a live server's spec-decode counters over time as a run (Ctrl-C ends it)")
+        add_options(w, WatchConfig)
+        add_db(w)
+        w.set_defaults(func=cmd_vllm_watch)
+    lc = sub.add_parser("llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on 127.0.0.1")
+    lsub = lc.add_subparsers(dest="llamacpp_command", required=True)
+    st = lsub.add_parser("start", help="start (or find running) the server for these settings; prints its URL")
+    add_options(st, LlamaCppConfig)
+    st.set_defaults(func=cmd_llamacpp_start)
+    sp = lsub.add_parser("stop", help="stop the server for these settings, or every one with --all")
+    add_options(sp, LlamaCppConfig)
+    sp.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
+    sp.set_defaults(func=cmd_llamacpp_stop)
+
+
+def cmd_llamacpp_start(args) -> int:
+    info = llamacpp.start(from_args(LlamaCppConfig, args))
+    print(f"llama-server {info['state']} at {info['url']} (pid {info['pid']}, log {info['log']})")
+    print(f"command: {info['command']}")
+    return 0
+
+
+def cmd_llamacpp_stop(args) -> int:
+    if args.all:
+        stopped = llamacpp.stop_all()
+        print(f"stopped {len(stopped)} llama-server(s)" + "".join(f"\n  {i['url']} (pid {i['pid']})" for i in stopped))
+        return 0
+    cfg = from_args(LlamaCppConfig, args)
+    print(f"llama-server at {llamacpp.url_of(cfg)} " + ("stopped" if llamacpp.stop(cfg) else "was not running"))
+    return 0

@@ -1,11 +1,13 @@
-"""vLLM as the serving engine: a concurrency sweep against an OpenAI-compatible
+"""Serving engines (vLLM, SGLang, llama.cpp's llama-server): a concurrency sweep against an OpenAI-compatible
 endpoint, and a watch mode over a live server's spec-decode counters.
 
-Acceptance comes from the server's own ``vllm:spec_decode_*`` counters, scraped
-from /metrics before and after each concurrency level (vLLM's definitions):
+One parser reads every engine's /metrics. vLLM (``vllm:``, ``ray_vllm:`` under Ray Serve) and llama.cpp
+(``llamacpp:``) export the same counters with vLLM's meanings, scraped before and after each concurrency level:
   acceptance rate      = accepted / draft_tokens
   mean accept length   = 1 + accepted / drafts
   per position i       = accepted_per_pos[i] / drafts   (unconditional)
+SGLang (``sglang:``) exports acceptance as gauges over its last logging window (``spec_accept_rate``,
+``spec_accept_length``), which cannot be differenced: a level reports the gauges as they stand at its end.
 """
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from engine.errors import PhoenixError
+from engine.modes import SERVING_ENGINES
 
-PREFIX = "vllm:spec_decode_"
+SPEC = "spec_decode_"
 RAY_PREFIX = "ray_"  # vLLM under Ray Serve exports the same metrics as ray_vllm:...
+GENERATED = {"generation_tokens", "tokens_predicted"}  # vLLM and SGLang's name, llama.cpp's
 # vLLM fills every sampling field a request leaves out from the model's generation_config (for example
 # repetition_penalty 1.1), so greedy decoding has to say all of them.
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
@@ -33,56 +37,79 @@ class SpecCounters:
     accepted: float = 0.0
     per_pos: dict[int, float] = field(default_factory=dict)
     generation_tokens: float = 0.0
-    seen: bool = False  # the body held spec-decode counters at all
+    seen: bool = False  # the body held spec-decode counters (or SGLang's gauges) at all
     reset: bool = False  # a counter went down since the previous scrape: the server restarted
+    engine: str | None = None  # the prefix the metrics carried: vllm, sglang or llamacpp
+    gauge_rate: float | None = None  # SGLang: spec_accept_rate over its last window
+    gauge_length: float | None = None  # SGLang: spec_accept_length over its last window
 
     def minus(self, other: SpecCounters) -> SpecCounters:
         """The increase since ``other``. A counter that went down means a restart; as Prometheus's rate() does,
-        the increase is then the new value itself, and the delta says so."""
+        the increase is then the new value itself, and the delta says so. Gauges keep their latest value."""
         pairs = [(self.drafts, other.drafts), (self.draft_tokens, other.draft_tokens), (self.accepted, other.accepted),
                  (self.generation_tokens, other.generation_tokens)] + [(v, other.per_pos.get(p, 0.0)) for p, v in self.per_pos.items()]
+        keep = dict(seen=self.seen, engine=self.engine or other.engine, gauge_rate=self.gauge_rate,
+                    gauge_length=self.gauge_length)
         if any(now < before for now, before in pairs):
             return SpecCounters(self.drafts, self.draft_tokens, self.accepted, dict(self.per_pos), self.generation_tokens,
-                                self.seen, reset=True)
+                                reset=True, **keep)
         return SpecCounters(self.drafts - other.drafts, self.draft_tokens - other.draft_tokens,
                             self.accepted - other.accepted,
                             {p: v - other.per_pos.get(p, 0.0) for p, v in self.per_pos.items()},
-                            self.generation_tokens - other.generation_tokens, self.seen)
+                            self.generation_tokens - other.generation_tokens, **keep)
 
     def summary(self) -> dict:
         n = max(self.per_pos, default=-1) + 1
+        counted = self.draft_tokens > 0 or self.drafts > 0
         return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
-                "acceptance": self.accepted / self.draft_tokens if self.draft_tokens else None,
-                "mean_acceptance_length": 1 + self.accepted / self.drafts if self.drafts else None,
+                "acceptance": self.accepted / self.draft_tokens if self.draft_tokens else (None if counted else self.gauge_rate),
+                "mean_acceptance_length": 1 + self.accepted / self.drafts if self.drafts else (None if counted else self.gauge_length),
                 "per_position": [self.per_pos.get(i, 0.0) / self.drafts if self.drafts else None for i in range(n)],
+                "per_position_accepted": [self.per_pos.get(i, 0.0) for i in range(n)],
                 "generation_tokens": self.generation_tokens, "spec_decode_counters": self.seen,
-                "counters_reset": self.reset}
+                "counters_reset": self.reset, "engine": self.engine,
+                "acceptance_from": "gauges" if self.gauge_rate is not None and not counted else "counters"}
+
+
+def split_name(sample_name: str) -> tuple[str | None, str]:
+    """('vllm' | 'sglang' | 'llamacpp' | None, the name after the prefix, without _total)."""
+    name = sample_name.removesuffix("_total").removeprefix(RAY_PREFIX)
+    prefix, sep, rest = name.partition(":")
+    return (prefix, rest) if sep and prefix in SERVING_ENGINES else (None, name)
 
 
 def parse_metrics(body: str) -> SpecCounters:
-    """Sum vLLM's spec-decode counters over every label set (engines, models) in a /metrics body."""
+    """Sum the spec-decode counters of whichever engine wrote ``body`` over every label set (engines, models)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     c = SpecCounters()
     for family in text_string_to_metric_families(body):
         for s in family.samples:
-            name = s.name.removesuffix("_total").removeprefix(RAY_PREFIX)
-            c.seen = c.seen or name.startswith(PREFIX)
-            if name == PREFIX + "num_drafts":
+            engine, name = split_name(s.name)
+            if engine is None:
+                continue
+            c.engine = c.engine or engine
+            if name.startswith(SPEC) or name in ("spec_accept_rate", "spec_accept_length"):
+                c.seen = True
+            if name == SPEC + "num_drafts":
                 c.drafts += s.value
-            elif name == PREFIX + "num_draft_tokens":
+            elif name == SPEC + "num_draft_tokens":
                 c.draft_tokens += s.value
-            elif name == PREFIX + "num_accepted_tokens":
+            elif name == SPEC + "num_accepted_tokens":
                 c.accepted += s.value
-            elif name == PREFIX + "num_accepted_tokens_per_pos":
+            elif name == SPEC + "num_accepted_tokens_per_pos":
                 pos = int(s.labels["position"])
                 c.per_pos[pos] = c.per_pos.get(pos, 0.0) + s.value
-            elif name == "vllm:generation_tokens":
+            elif name in GENERATED:
                 c.generation_tokens += s.value
+            elif name == "spec_accept_rate":
+                c.gauge_rate = s.value
+            elif name == "spec_accept_length":
+                c.gauge_length = s.value
     return c
 
 
-class VllmClient:
+class ServerClient:
     def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, api_key: str | None = None):
         # Users paste the OpenAI base URL; the paths below already start with /v1.
         self.base = base_url.rstrip("/").removesuffix("/v1")
@@ -98,10 +125,32 @@ class VllmClient:
             return urllib.request.urlopen(req, timeout=self.timeout_s)
         except urllib.error.HTTPError as exc:
             detail = exc.read(300).decode(errors="replace")
-            raise PhoenixError(f"vLLM server {self.base}{path} answered HTTP {exc.code}: {detail}") from None
+            raise PhoenixError(f"the server {self.base}{path} answered HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
-            raise PhoenixError(f"cannot reach the vLLM server at {self.base} ({getattr(exc, 'reason', exc)}); "
+            raise PhoenixError(f"cannot reach the server at {self.base} ({getattr(exc, 'reason', exc)}); "
                                "start it or fix --url") from None
+
+    def _json(self, path: str) -> dict | None:
+        try:
+            with self._open(path) as resp:
+                body = json.loads(resp.read())
+            return body if isinstance(body, dict) else None
+        except (PhoenixError, ValueError):
+            return None
+
+    def identity(self, engine: str = "auto") -> dict:
+        """Which engine answers and its version: vLLM's /version, llama.cpp's /props (build_info), SGLang's
+        /get_server_info; with ``auto``, the first that answers, else the prefix of its metrics."""
+        probes = {"vllm": ("/version", "version"), "llamacpp": ("/props", "build_info"),
+                  "sglang": ("/get_server_info", "version")}
+        for name, (path, key) in probes.items():
+            if engine not in ("auto", name):
+                continue
+            body = self._json(path)
+            if body and body.get(key):
+                return {"engine": name, "version": str(body[key]), "from": path}
+        seen = self.metrics().engine
+        return {"engine": engine if engine != "auto" else (seen or "vllm"), "version": None, "from": "/metrics"}
 
     def metrics(self) -> SpecCounters:
         with self._open("/metrics") as resp:
@@ -116,11 +165,16 @@ class VllmClient:
         latency = time.perf_counter() - t0
         usage = body.get("usage") or {}
         text = body["choices"][0].get("text", "") if body.get("choices") else ""
+        timings = body.get("timings") or {}  # llama.cpp: this request's own drafted and accepted tokens
         return {"latency_s": latency, "prompt_tokens": int(usage.get("prompt_tokens", 0)),
-                "output_tokens": int(usage.get("completion_tokens", 0)), "text": text}
+                "output_tokens": int(usage.get("completion_tokens", 0)), "text": text,
+                "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted")}
 
 
-def sweep_level(client: VllmClient, prompts, concurrency: int, max_tokens: int) -> tuple[list[dict], dict]:
+VllmClient = ServerClient  # the name before other engines came
+
+
+def sweep_level(client: ServerClient, prompts, concurrency: int, max_tokens: int) -> tuple[list[dict], dict]:
     """All prompts at one concurrency level; returns per-request results and the level's counter deltas."""
     before = client.metrics()
     t0 = time.perf_counter()
@@ -129,13 +183,18 @@ def sweep_level(client: VllmClient, prompts, concurrency: int, max_tokens: int) 
     wall = time.perf_counter() - t0
     delta = client.metrics().minus(before)
     tokens = sum(r["output_tokens"] for r in results)
+    drafted = [r for r in results if r.get("draft_n") is not None]
     level = {"concurrency": concurrency, "requests": len(results), "failed": sum(r["error"] is not None for r in results),
              "wall_s": wall,
-             "throughput_tokens_per_s": tokens / wall if wall else 0.0, **delta.summary()}
+             "throughput_tokens_per_s": tokens / wall if wall else 0.0, **delta.summary(),
+             # llama.cpp says per response what it drafted: these sums must equal the counters' increase
+             "requests_with_draft_counts": len(drafted),
+             "request_draft_tokens": sum(int(r["draft_n"]) for r in drafted),
+             "request_accepted": sum(int(r["draft_n_accepted"] or 0) for r in drafted)}
     return results, level
 
 
-def one_request(client: VllmClient, prompt, max_tokens: int) -> dict:
+def one_request(client: ServerClient, prompt, max_tokens: int) -> dict:
     """A request that fails (HTTP 400 when prompt + max_tokens exceed max_model_len, say) is recorded with the
     server's answer; its level carries on and keeps every other result."""
     t0 = time.perf_counter()
@@ -143,15 +202,18 @@ def one_request(client: VllmClient, prompt, max_tokens: int) -> dict:
         return {"prompt": prompt, "error": None, **client.complete(prompt.text, max_tokens)}
     except PhoenixError as exc:
         return {"prompt": prompt, "error": str(exc), "latency_s": time.perf_counter() - t0, "prompt_tokens": 0,
-                "output_tokens": 0, "text": ""}
+                "output_tokens": 0, "text": "", "draft_n": None, "draft_n_accepted": None}
 
 
 def level_notes(level: dict) -> list[str]:
     """What a level's numbers cannot show by themselves."""
     notes = []
     if not level.get("spec_decode_counters", True):
-        notes.append("the server exposes no vllm:spec_decode_* counters (started without --speculative-config?); "
-                     "acceptance is unknown, not zero")
+        notes.append("the server exposes no spec-decode counters (vLLM without --speculative-config, llama.cpp "
+                     "without --spec-type or --metrics?); acceptance is unknown, not zero")
+    if level.get("acceptance_from") == "gauges":
+        notes.append("SGLang reports acceptance as gauges over its last logging window, not counters: this level's "
+                     "acceptance is the gauge at its end, and there is no per-position curve")
     if level.get("counters_reset"):
         notes.append("the server's counters went down during this level (a restart): its acceptance covers only "
                      "the time since the restart")

