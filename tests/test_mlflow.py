@@ -1,0 +1,74 @@
+"""`export RUN --to mlflow`: a run in a local SQLite MLflow tracking store, read back with MlflowClient."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+from helpers import build_db
+
+from db import tracker
+from engine.bench import report
+from engine.bench.to_mlflow import MlflowTarget, export_run
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None and not os.environ.get("PHOENIX_REQUIRE_MLFLOW"),
+                                reason="mlflow-skinny is not installed (requirements-mlflow.txt; .ci/run installs it)")
+
+
+@pytest.fixture
+def exported(tmp_path):
+    store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
+    tracker.add_tags(store, 1, ["baseline", "smollm2"])
+    tracker.set_note(store, 1, "why this run: the draft at k=4")
+    target = MlflowTarget(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="phoenix-test")
+    return store, target, export_run(store, 1, target)
+
+
+def _client(target):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=target.tracking_uri)
+
+
+def test_a_run_lands_in_mlflow_with_params_metrics_per_position_steps_tags_note_and_artifacts(exported):
+    store, target, done = exported
+    client = _client(target)
+    run = client.get_run(done["run_id"])
+    assert run.data.params["bench.modes"] == str(["target", "fixed_4", "bandit"]) and run.data.params["target"] == "embedded"
+    fixed = next(m for m in report.summaries(store, 1) if m.mode == "fixed_4")
+    assert run.data.metrics["fixed_4/tokens_per_s"] == pytest.approx(fixed.tokens_per_s)
+    assert run.data.metrics["fixed_4/speedup"] == pytest.approx(fixed.speedup.median)
+    history = client.get_metric_history(done["run_id"], "fixed_4/k4/acceptance_per_position")
+    # every fixed_4 request proposes 12 per position and accepts 12, 9, 6, 3
+    assert [(m.step, round(m.value, 6)) for m in sorted(history, key=lambda m: m.step)] == [(1, 1.0), (2, 0.75), (3, 0.5), (4, 0.25)]
+    assert run.data.tags["phoenix.tags"] == "baseline,smollm2" and run.data.tags["phoenix.tag.baseline"] == "true"
+    assert run.data.tags["mlflow.note.content"] == "why this run: the draft at k=4" and run.info.status == "FINISHED"
+    assert sorted(a.path for a in client.list_artifacts(done["run_id"])) == ["run1-report.md", "run1-requests.csv"]
+
+
+def test_exporting_again_updates_the_same_mlflow_run_without_duplicating_a_point(exported):
+    store, target, first = exported
+    again = export_run(store, 1, target)
+    client = _client(target)
+    assert again["run_id"] == first["run_id"] and again["updated"] and again["params"] == 0
+    assert len(client.search_runs([client.get_experiment_by_name("phoenix-test").experiment_id])) == 1
+    assert len(client.get_metric_history(first["run_id"], "fixed_4/k4/acceptance_per_position")) == 4
+    assert store.get_run(1).config["mlflow"]["run_id"] == first["run_id"]
+
+
+def test_without_mlflow_the_export_is_one_line_naming_the_install_command(monkeypatch, tmp_path):
+    import builtins
+
+    from engine.errors import PhoenixError
+
+    real = builtins.__import__
+
+    def no_mlflow(name, *args, **kwargs):
+        if name.startswith("mlflow"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mlflow)
+    store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
+    with pytest.raises(PhoenixError, match="requirements-mlflow.txt"):
+        export_run(store, 1, MlflowTarget(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}"))
