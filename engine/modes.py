@@ -31,7 +31,7 @@ CacheKind = Literal["dynamic", "static"]
 _GRAMMAR = re.compile(r"^(?:(?P<target>target)"
                       r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
                       r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
-                      r"|(?P<served>vllm|sglang|llamacpp)_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
+                      r"|(?P<served>vllm|sglang|llamacpp)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
 SERVING_ENGINES = ("vllm", "sglang", "llamacpp")  # OpenAI-compatible servers whose spec-decode counters Phoenix reads
 FIXED_ARM_KINDS = ("target", "fixed", "ngram", "suffix", "eagle3")
 ARM_HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
@@ -51,6 +51,8 @@ class Mode:
     k: int | None = None  # fixed draft length; None for bandit (the policy picks) and served modes
     policy: str | None = None  # bandit:<policy>; None means the run's --policy
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
+    server: str | None = None  # served modes: vllm, sglang or llamacpp
+    variant: str | None = None  # served modes: the server's speculation (llamacpp-ngram-simple_c1: ngram-simple)
 
     @classmethod
     def parse(cls, text: str) -> Mode:
@@ -66,7 +68,7 @@ class Mode:
             if not 1 <= k <= K_MAX:
                 raise PhoenixError(f"mode {text!r}: k must be in 1..{K_MAX}")
             return cls(text, m["kind"], k)
-        return cls(text, "served")
+        return cls(text, "served", server=m["served"], variant=m["variant"])
 
     @classmethod
     def of(cls, text: str) -> Mode:
@@ -96,12 +98,14 @@ class Mode:
         draft model when there is one and with prompt lookup otherwise, as transformers does."""
         if self.kind == "hf":
             return "model" if has_draft_model else "ngram"
+        if self.kind == "served":
+            return self.variant or "server"  # what the server was started with, when the mode says
         return {"target": "none", "fixed": run_drafter, "bandit": run_drafter, "ngram": "ngram",
                 "suffix": "suffix", "eagle3": "eagle3"}.get(self.kind, "none")
 
     @property
     def engine(self) -> str:
-        return "hf" if self.kind == "hf" else "phoenix"
+        return "hf" if self.kind == "hf" else (self.server or "phoenix")
 
     def needs_draft_model(self, run_drafter: str) -> bool:
         return self.kind != "target" and (self.kind == "hf" or self.drafter(run_drafter) in DRAFT_MODEL_DRAFTERS)
@@ -109,6 +113,15 @@ class Mode:
     def arm_label(self, k: int) -> str:
         """How charts name one arm of this mode: bandit arms carry their k."""
         return self.text if self.k is not None else f"{self.text} k={k}"
+
+
+def reference_mode(modes) -> str | None:
+    """What every speedup of a run is a ratio against: Phoenix's target-only mode, or a server started without
+    speculation (llamacpp-none_c1)."""
+    modes = list(modes)
+    if "target" in modes:
+        return "target"
+    return next((m for m in modes if Mode.of(m).kind == "served" and Mode.of(m).variant == "none"), None)
 
 
 def drafter_arm(text: str) -> Mode:

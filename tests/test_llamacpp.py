@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import migrated
 from test_browser import free_port
 
 from db.store import Store
@@ -122,3 +123,21 @@ def test_the_run_page_renders_the_real_sweep(swept, monkeypatch):
     assert any("Concurrency sweep (llamacpp server counters)" in s.value for s in at.subheader)
     assert any("Per request, from each response's timings" in c.value for c in at.caption)
 
+
+
+def test_servers_side_by_side_give_identical_text_paired_speedups_and_their_own_counters(prompts, tmp_path):
+    from engine.bench import report
+    from engine.vllm.engines import EnginesConfig, engines
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 'engines.db'}"))
+    run_id = engines(store, EnginesConfig(spec_types="none,ngram-simple", prompts=prompts, limit=3, max_new_tokens=32,
+                                          port=free_port()), say=lambda _line: None)
+    rows = store.requests(run_id)
+    assert sorted({r.mode for r in rows}) == ["llamacpp-ngram-simple_c1", "llamacpp-none_c1"] and len(rows) == 6
+    assert all(r.identical for r in rows if r.mode == "llamacpp-ngram-simple_c1")
+    speed = {m.mode: m.speedup for m in report.summaries(store, run_id)}
+    assert speed["llamacpp-none_c1"].median == 1.0 and speed["llamacpp-ngram-simple_c1"].n == 3
+    counters = {lv["spec_type"]: lv for lv in store.get_run(run_id).config["server_counters"]}
+    drafted = [r for r in rows if r.mode == "llamacpp-ngram-simple_c1"]
+    assert counters["ngram-simple"]["draft_tokens"] == sum(r.proposed for r in drafted) > 0
+    assert counters["none"]["draft_tokens"] == 0 and store.get_run(run_id).status == "done"

@@ -16,9 +16,11 @@ from engine.modes import K_MAX, Mode
     ("bandit", "bandit", None, None, None, "suffix", "phoenix"),
     ("bandit:ucb1", "bandit", None, "ucb1", None, "suffix", "phoenix"),
     ("bandit:model_based:pass", "bandit", None, "model_based", "pass", "suffix", "phoenix"),
-    ("vllm_c16", "served", None, None, None, "none", "phoenix"),
-    ("llamacpp_c2", "served", None, None, None, "none", "phoenix"),
-    ("sglang_watch", "served", None, None, None, "none", "phoenix"),
+    ("vllm_c16", "served", None, None, None, "server", "vllm"),
+    ("llamacpp_c2", "served", None, None, None, "server", "llamacpp"),
+    ("sglang_watch", "served", None, None, None, "server", "sglang"),
+    ("llamacpp-ngram-simple_c1", "served", None, None, None, "ngram-simple", "llamacpp"),
+    ("llamacpp-none_c1", "served", None, None, None, "none", "llamacpp"),
 ])
 def test_each_mode_parses_to_its_parts_and_names_its_drafter_and_engine(text, kind, k, policy, granularity, drafter,
                                                                        engine):

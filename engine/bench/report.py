@@ -13,6 +13,7 @@ from db.store import Store
 from engine.analysis.compare import Spread, speedups
 from engine.analysis.stats import wilson
 from engine.bench.leaderboard import leaderboard, per_position
+from engine.modes import reference_mode
 
 REPORT_FORMATS = ("table", "md", "csv")
 REPORT_BY = ("mode", "column")  # the results table, or Spec-Bench's per-column leaderboard
@@ -21,9 +22,10 @@ REPORT_BY = ("mode", "column")  # the results table, or Spec-Bench's per-column 
 def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
     """The results table's rows, each with its paired speedup against target-only (None without target)."""
     rows = queries.mode_summaries(store, run_id, totals=totals)
-    paired = speedups(queries.prompt_rewards(store, run_id)) if any(m.mode == "target" for m in rows) else {}
+    base = reference_mode(m.mode for m in rows)
+    paired = speedups(queries.prompt_rewards(store, run_id), base) if base else {}
     for m in rows:
-        m.speedup = Spread(1.0, 1.0, 1.0, m.n, 1.0, 1.0) if m.mode == "target" else paired.get(m.mode)
+        m.speedup = Spread(1.0, 1.0, 1.0, m.n, 1.0, 1.0) if m.mode == base else paired.get(m.mode)
         m.acceptance_ci = wilson(m.accepted, m.proposed)
     return rows
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from engine.bench.report import report
 from engine.cli.options import add_db, open_store
 from engine.config import add_options, from_args
 from engine.train.distill import DistillConfig
@@ -10,6 +11,7 @@ from engine.train.evaluate import format_comparison
 from engine.train.job import run as run_distill
 from engine.vllm import llamacpp
 from engine.vllm.client import level_notes
+from engine.vllm.engines import EnginesConfig, engines
 from engine.vllm.llamacpp import LlamaCppConfig
 from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 
@@ -65,6 +67,12 @@ def add_commands(sub) -> None:
         add_options(w, WatchConfig)
         add_db(w)
         w.set_defaults(func=cmd_vllm_watch)
+        if name == "serve":
+            e = vsub.add_parser("engines", help="llama.cpp side by side: one local llama-server per --spec-types, every "
+                                                "prompt through each in turn, ratios against the none server")
+            add_options(e, EnginesConfig)
+            add_db(e)
+            e.set_defaults(func=cmd_serve_engines)
     lc = sub.add_parser("llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on 127.0.0.1")
     lsub = lc.add_subparsers(dest="llamacpp_command", required=True)
     st = lsub.add_parser("start", help="start (or find running) the server for these settings; prints its URL")
@@ -74,6 +82,14 @@ def add_commands(sub) -> None:
     add_options(sp, LlamaCppConfig)
     sp.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
     sp.set_defaults(func=cmd_llamacpp_stop)
+
+
+def cmd_serve_engines(args) -> int:
+    store = open_store(args.db)
+    run_id = engines(store, from_args(EnginesConfig, args))
+    print(report(store, run_id))
+    print(f"run {run_id} recorded")
+    return 0
 
 
 def cmd_llamacpp_start(args) -> int:

@@ -154,15 +154,18 @@ class ServerClient:
         with self._open("/metrics") as resp:
             return parse_metrics(resp.read().decode())
 
-    def complete(self, prompt: str, max_tokens: int) -> dict:
-        """One greedy completion: latency, prompt and completion token counts from the server's usage."""
+    def complete(self, prompt: str, max_tokens: int, chat: bool = False) -> dict:
+        """One greedy completion: latency, prompt and completion token counts from the server's usage. ``chat``:
+        the prompt as one user message through the server's own chat template (/v1/chat/completions)."""
         t0 = time.perf_counter()
-        with self._open("/v1/completions", {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                                            **GREEDY}) as resp:
+        path, payload = (("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}) if chat
+                         else ("/v1/completions", {"prompt": prompt}))
+        with self._open(path, {"model": self.model, **payload, "max_tokens": max_tokens, **GREEDY}) as resp:
             body = json.loads(resp.read())
         latency = time.perf_counter() - t0
         usage = body.get("usage") or {}
-        text = body["choices"][0].get("text", "") if body.get("choices") else ""
+        choice = body["choices"][0] if body.get("choices") else {}
+        text = (choice.get("message") or {}).get("content", "") if chat else choice.get("text", "")
         timings = body.get("timings") or {}  # llama.cpp: this request's own drafted and accepted tokens
         return {"latency_s": latency, "prompt_tokens": int(usage.get("prompt_tokens", 0)),
                 "output_tokens": int(usage.get("completion_tokens", 0)), "text": text,
@@ -192,12 +195,12 @@ def sweep_level(client: ServerClient, prompts, concurrency: int, max_tokens: int
     return results, level
 
 
-def one_request(client: ServerClient, prompt, max_tokens: int) -> dict:
+def one_request(client: ServerClient, prompt, max_tokens: int, chat: bool = False) -> dict:
     """A request that fails (HTTP 400 when prompt + max_tokens exceed max_model_len, say) is recorded with the
     server's answer; its level carries on and keeps every other result."""
     t0 = time.perf_counter()
     try:
-        return {"prompt": prompt, "error": None, **client.complete(prompt.text, max_tokens)}
+        return {"prompt": prompt, "error": None, **client.complete(prompt.text, max_tokens, chat)}
     except PhoenixError as exc:
         return {"prompt": prompt, "error": str(exc), "latency_s": time.perf_counter() - t0, "prompt_tokens": 0,
                 "output_tokens": 0, "text": "", "draft_n": None, "draft_n_accepted": None}

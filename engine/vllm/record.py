@@ -81,7 +81,7 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
         for c in levels:
             results, level = sweep_level(client, prompts, c, cfg.max_new_tokens)
             k = len(level["per_position"])
-            recs = [_record(run.id, seq + i, f"{engine}_c{c}", k, r) for i, r in enumerate(results)]
+            recs = [request_row(run.id, seq + i, f"{engine}_c{c}", k, r) for i, r in enumerate(results)]
             seq += len(recs)
             summary.append(level)
             store.merge_config(run.id, {"vllm_levels": summary})
@@ -100,7 +100,7 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
     return run.id
 
 
-def _record(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
+def request_row(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
     """One request. Where the engine says what this request drafted (llama.cpp's timings), its row carries the
     proposed and accepted counts like Phoenix's own rows; each decode pass made one token plus its accepted drafts."""
     lat = r["latency_s"]
