@@ -93,7 +93,7 @@ def identity_banner(url: str, run_id: int, info=None) -> None:
         st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")
     else:
         st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
-                 "Greedy speculation should never change the text; in bf16/fp16 batched verification can flip near-tie argmaxes.")
+                 "Greedy speculation should never change the text; in bf16/fp16, and in quantized engines such as llama.cpp's Q4_1, batched verification can flip near-tie argmaxes.")
         st.dataframe(bad, hide_index=True, width="stretch")
         csv_download(bad, f"run{run_id}-divergences", key="dl_div")
 

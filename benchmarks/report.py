@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 from pathlib import Path
 
 from benchmarks.common import latest
@@ -119,13 +120,26 @@ def policies_md(store: Store, run_id: int) -> str:
     return "\n".join(lines)
 
 
+def engines_command(stored: dict) -> str:
+    """`serve engines` with the flags that differ from its defaults."""
+    from dataclasses import asdict
+
+    from engine.vllm.engines import EnginesConfig
+
+    defaults = asdict(EnginesConfig())
+    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in stored.items()
+             if k in defaults and v != defaults[k]]
+    return " ".join(["python -m engine serve engines", *flags])
+
+
 def divergence_md(store: Store, run_id: int) -> str:
     identical, checked, diverged = queries.identity(store, run_id)
     text = f"Outputs checked against target-only on the same prompt and dtype: {identical} of {checked} identical"
     if not diverged.empty:
         firsts = diverged["diverged_at"].dropna().astype(int)
-        text += (f"; {len(diverged)} diverge, on {diverged['prompt_id'].nunique()} prompts, first at token "
-                 f"{firsts.min()}-{firsts.max()} (median {int(firsts.median())})")
+        text += f"; {len(diverged)} diverge, on {diverged['prompt_id'].nunique()} prompts"
+        text += (f", first at token {firsts.min()}-{firsts.max()} (median {int(firsts.median())})" if len(firsts) else
+                 " (a server returns text, not tokens: the Requests page shows both texts)")
     return text + "."
 
 
@@ -134,6 +148,14 @@ def run_md(store: Store, info: RunInfo) -> str:
     parts = [f"### {info.name}", "", markdown(info, summaries(store, info.id), link), ""]
     if info.bench is not None:
         parts.append(f"Command: `{bench_command(info.bench)} --db benchmarks/results.db`.")
+    elif "serve_engines" in info.config:
+        parts.append(f"Command: `{engines_command(info.config['serve_engines'])} --db benchmarks/results.db`; the "
+                     "servers ran as: " + "; ".join(f"`{s['command'].split('/bin/')[-1]}`" for s in info.config["servers"])
+                     + ".")
+        parts += ["", "Per draft position, from each server's own counters (accepted at position i / drafts): "
+                  + "; ".join(f"{lv['spec_type']}: " + (" ".join(f"{r:.3f}" for r in lv["per_position"][:8]) or "no drafts")
+                              + f" ({lv['drafts']:.0f} drafts)" for lv in info.config.get("server_counters", [])
+                              if lv["spec_type"] != "none") + "."]
     for line in (leaderboard_md(spec_bench(store, info.id)), per_position_md(store, info.id), fit_md(store, info.id),
                  policies_md(store, info.id), divergence_md(store, info.id)):
         if line:

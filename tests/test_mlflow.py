@@ -15,8 +15,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None and n
                                 reason="mlflow-skinny is not installed (requirements-mlflow.txt; .ci/run installs it)")
 
 
-@pytest.fixture
-def exported(tmp_path):
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("mlflow")  # one tracking store for the module: MLflow migrates it in ~2 s
     store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
     tracker.add_tags(store, 1, ["baseline", "smollm2"])
     tracker.set_note(store, 1, "why this run: the draft at k=4")

@@ -1,6 +1,7 @@
 """Run: KPIs per mode and the charts that explain them."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from app import actions, charts, data, tracking, urlstate, widgets
@@ -286,7 +287,24 @@ def spec_bench_columns(url: str, run_id: int) -> None:
         st.altair_chart(charts.column_position_chart(curves), width="content")
 
 
+def server_counters(info) -> None:
+    """`serve engines`: each server's own spec-decode counters over the run, per-position curve included."""
+    levels = info.config.get("server_counters")
+    if not levels:
+        return
+    st.subheader("Each server's own counters")
+    table = pd.DataFrame([{"server": lv["spec_type"], "drafts": lv["drafts"], "draft tokens": lv["draft_tokens"],
+                           "accepted": lv["accepted"], "acceptance": lv["acceptance"],
+                           "mean acceptance length": lv["mean_acceptance_length"],
+                           "per position (accepted / drafts)": " ".join(f"{r:.2f}" for r in lv["per_position"][:16])}
+                          for lv in levels])
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption("From each llama-server's /metrics before and after the run (vLLM's definitions). The per-request "
+               "rows above carry each response's own draft_n and draft_n_accepted.")
+
+
 def vllm_sweep(info) -> None:
+    server_counters(info)
     levels = info.config.get("vllm_levels")
     if not levels:
         return

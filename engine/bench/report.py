@@ -57,7 +57,7 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
     """The run as a Markdown table with its settings line; ``link`` is the Run page's address."""
     b = info.bench
     setting = (f"target {info.target}, draft {info.draft or 'none'}, drafter {b.drafter}, {b.dtype} on {b.device}, "
-               f"prompts {b.prompts} ({b.prompt_format}), {b.max_new_tokens} new tokens") if b else ""
+               f"prompts {b.prompts} ({b.prompt_format}), {b.max_new_tokens} new tokens") if b else served_setting(info)
     title = f"[run #{info.id}]({link})" if link else f"run #{info.id}"
     date = info.created_at.strftime("%Y-%m-%d") if info.created_at else "?"
     lines = [f"**{info.name}**, {title}, {date}: {setting}.", "",
@@ -69,6 +69,19 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
         lines.append(f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "
                      f"| {_f(m.mean_accepted_length, '.2f', '')} | {share:.0%} | {ident} |")
     return "\n".join(lines)
+
+
+def served_setting(info: RunInfo) -> str:
+    """The settings line of a run a serving engine answered (`serve sweep`, `serve engines`)."""
+    served = info.config.get("engine") or {}
+    cfg = info.config.get("serve_engines") or info.config.get("serve") or {}
+    if not served:
+        return ""
+    parts = [f"engine {served.get('engine')} {served.get('version') or ''}".strip(), f"model {info.target}"]
+    if cfg:
+        parts.append(f"prompts {cfg.get('prompts')} ({'chat' if cfg.get('chat') else 'raw'}), "
+                     f"{cfg.get('max_new_tokens')} new tokens")
+    return ", ".join(parts)
 
 
 def spec_bench(store: Store, run_id: int) -> pd.DataFrame:
