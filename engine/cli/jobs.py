@@ -11,7 +11,7 @@ from engine.train.evaluate import format_comparison
 from engine.train.job import run as run_distill
 from engine.vllm import llamacpp
 from engine.vllm.client import level_notes
-from engine.vllm.engines import EnginesConfig, engines
+from engine.vllm.engines import EnginesConfig, engines, servers
 from engine.vllm.llamacpp import LlamaCppConfig
 from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 
@@ -49,44 +49,43 @@ def cmd_vllm_watch(args) -> int:
     return 0
 
 
+def _command(parent, name: str, help_text: str, config, func, db: bool = True):
+    """A subcommand whose flags come from ``config`` (a dataclass), with --db where it writes runs."""
+    p = parent.add_parser(name, help=help_text)
+    add_options(p, config)
+    if db:
+        add_db(p)
+    p.set_defaults(func=func)
+    return p
+
+
 def add_commands(sub) -> None:
-    p = sub.add_parser("distill", help="distil the draft on the target's answers (LoRA), merge, optionally evaluate")
-    add_options(p, DistillConfig)
-    add_db(p)
-    p.set_defaults(func=cmd_distill)
+    _command(sub, "distill", "distil the draft on the target's answers (LoRA), merge, optionally evaluate",
+             DistillConfig, cmd_distill)
     for name, help_text in (("serve", "a serving engine (vLLM, SGLang, llama.cpp): concurrency sweep or live counter watch"),
                             ("vllm", "the same as `serve` (its name before other engines)")):
-        v = sub.add_parser(name, help=help_text)
-        vsub = v.add_subparsers(dest="serve_command", required=True)
-        s = vsub.add_parser("sweep", help="send the prompts at each concurrency level; scrape the spec-decode counters "
-                                          "around each")
-        add_options(s, SweepConfig)
-        add_db(s)
-        s.set_defaults(func=cmd_vllm_sweep)
-        w = vsub.add_parser("watch", help="record a live server's spec-decode counters over time as a run (Ctrl-C ends it)")
-        add_options(w, WatchConfig)
-        add_db(w)
-        w.set_defaults(func=cmd_vllm_watch)
+        vsub = sub.add_parser(name, help=help_text).add_subparsers(dest="serve_command", required=True)
+        _command(vsub, "sweep", "send the prompts at each concurrency level; scrape the spec-decode counters around each",
+                 SweepConfig, cmd_vllm_sweep)
+        _command(vsub, "watch", "record a live server's spec-decode counters over time as a run (Ctrl-C ends it)",
+                 WatchConfig, cmd_vllm_watch)
         if name == "serve":
-            e = vsub.add_parser("engines", help="llama.cpp side by side: one local llama-server per --spec-types, every "
-                                                "prompt through each in turn, ratios against the none server")
-            add_options(e, EnginesConfig)
-            add_db(e)
-            e.set_defaults(func=cmd_serve_engines)
-    lc = sub.add_parser("llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on 127.0.0.1")
-    lsub = lc.add_subparsers(dest="llamacpp_command", required=True)
-    st = lsub.add_parser("start", help="start (or find running) the server for these settings; prints its URL")
-    add_options(st, LlamaCppConfig)
-    st.set_defaults(func=cmd_llamacpp_start)
-    sp = lsub.add_parser("stop", help="stop the server for these settings, or every one with --all")
-    add_options(sp, LlamaCppConfig)
-    sp.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
-    sp.set_defaults(func=cmd_llamacpp_stop)
+            _command(vsub, "engines", "llama.cpp side by side: one local llama-server per --spec-types, every prompt "
+                                      "through each in turn, ratios against the none server", EnginesConfig, cmd_serve_engines)
+    lsub = sub.add_parser("llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on "
+                                           "127.0.0.1").add_subparsers(dest="llamacpp_command", required=True)
+    _command(lsub, "start", "start (or find running) the server for these settings; prints its URL", LlamaCppConfig,
+             cmd_llamacpp_start, db=False)
+    stop = _command(lsub, "stop", "stop the server for these settings, or every one with --all", LlamaCppConfig,
+                    cmd_llamacpp_stop, db=False)
+    stop.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
 
 
 def cmd_serve_engines(args) -> int:
+    cfg = from_args(EnginesConfig, args)
+    servers(cfg)  # bad speculation types are one line before any database is opened
     store = open_store(args.db)
-    run_id = engines(store, from_args(EnginesConfig, args))
+    run_id = engines(store, cfg)
     print(report(store, run_id))
     print(f"run {run_id} recorded")
     return 0

@@ -78,7 +78,8 @@ def command(cfg: LlamaCppConfig) -> list[str]:
         raise PhoenixError(f"--spec-type {cfg.spec_type} needs --draft-model (a GGUF)", field="draft_model")
     if not 1 <= cfg.draft_max <= 64:
         raise PhoenixError(f"--draft-max must be in 1..64, got {cfg.draft_max}", field="draft_max")
-    argv = [str(binary()), "-m", str(model_path(cfg.model)), "--host", "127.0.0.1", "--port", str(cfg.port),
+    model = model_path(cfg.model)  # a wrong path is its own line, whether or not the server is installed
+    argv = [str(binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(cfg.port),
             "-t", str(cfg.threads), "-c", str(cfg.ctx), "-np", str(cfg.parallel), "--metrics", "--no-webui"]
     if cfg.spec_type != "none":  # -md alone does not speculate: the type must be given
         argv += ["--spec-type", cfg.spec_type, "--spec-draft-n-max", str(cfg.draft_max)]
