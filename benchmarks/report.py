@@ -13,6 +13,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
+from benchmarks.common import RESULTS as RESULTS_DIR
 from benchmarks.common import latest
 from benchmarks.limits import markdown as limits_markdown
 from db import queries
@@ -184,10 +185,36 @@ def machine_md() -> str:
                    + limits_markdown(lim) + "\n")
     g = latest("gpu")
     if g and not g["settings"].get("tiny"):
-        q = g["qwen3_random_init"]
-        out.append(f"- GPU shapes ({g['provenance']['date']}, {g['gpu']}, `python -m benchmarks.gpu`): target step "
-                   f"{q['target_pass_s']['1'] * 1e3:.2f} ms, c = {q['c']:.3f}.")
+        out.append(gpu_md(g))
     return "\n".join(out)
+
+
+def gpu_md(g: dict) -> str:
+    """The GPU check: random-init Qwen3 shapes eager and compiled, then the embedded pair's decode runs, which the
+    check recorded in a database beside its result file."""
+    q = g["qwen3_random_init"]
+    v = q["verify_in_target_steps"]
+    lines = [f"- GPU check ({g['provenance']['date']}, {g['gpu']}, torch {g['provenance'].get('torch', '?')}, "
+             f"`python -m benchmarks.gpu{' --compile' if g['settings'].get('compile') else ''}`; random-init Qwen3-1.7B "
+             f"target and Qwen3-0.6B draft in {g['dtype'].removeprefix('torch.')}, {g['settings']['prompt_len']} tokens "
+             f"in the cache, median of {g['settings']['reps']}): eager target step {q['target_pass_s']['1'] * 1e3:.2f} "
+             f"ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.2f}; eager verify of 5 tokens "
+             f"{v['5']:.2f} steps, of 9 {v['9']:.2f}."]
+    for r in g.get("compiled", []):
+        lines.append(f"  - {r['dtype'].removeprefix('torch.')}, static cache and `torch.compile` ({r['mode']}): step "
+                     f"{r['eager_pass_s']['1'] * 1e3:.2f} ms eager, {r['compiled_pass_s']['1'] * 1e3:.2f} ms compiled "
+                     f"({r['speedup_step']:.2f}x); verify of 5 tokens {r['verify_in_steps_compiled']['5']:.2f} steps "
+                     f"compiled; compile {r['compile']['warmup_s']:.0f} s, {r['compile']['graphs']} graphs, "
+                     f"{r['compile']['recompiles']} recompiles.")
+    stamp = g["provenance"]["date"]
+    dbs = sorted(RESULTS_DIR.glob("gpu-*.db"))
+    if dbs:
+        store = Store(f"sqlite:///{dbs[-1]}", bench_parser=stored)
+        lines.append(f"  - The embedded pair's decode on that GPU (code path, not evidence: the tiny pair), each a run in "
+                     f"`{dbs[-1].relative_to(ROOT)}` (open it with `PHOENIX_DB={dbs[-1].relative_to(ROOT)}`); {stamp}:")
+        for info in reversed(store.list_runs()):
+            lines += ["", markdown(info, summaries(store, info.id)), "", "  " + divergence_md(store, info.id)]
+    return "\n".join(lines)
 
 
 def render(store: Store) -> str:
