@@ -433,18 +433,24 @@ def _fixed_domains(spec) -> list[tuple[str, float, float]]:
     return out
 
 
-@pytest.mark.parametrize("page", ["run", "compare", "policies", "breakeven"])
-def test_no_chart_clips_a_value_outside_its_fixed_axis(tmp_path, monkeypatch, page):
-    """A counter that reports more accepted than proposed tokens (a bug somewhere upstream) must show above 1,
-    not vanish past the top of a 0-1 axis."""
+@pytest.fixture(scope="module")
+def bad_counter_db(tmp_path_factory):
+    """A recorded database where one request's counter says more accepted than proposed tokens."""
     from db.entities import PositionCount
 
-    url = f"sqlite:///{tmp_path / 'bad.db'}"
+    url = f"sqlite:///{tmp_path_factory.mktemp('bad') / 'bad.db'}"
     store = build_db(url)
     rec = app_record(1, 1000, "fixed_4", 4, random.Random(1))
     rec.positions = [PositionCount(0, 2, 5, 2)] + rec.positions[1:]
     store.add_requests([rec])
-    monkeypatch.setenv("PHOENIX_DB", url)
+    return url
+
+
+@pytest.mark.parametrize("page", ["run", "compare", "policies", "breakeven"])
+def test_no_chart_clips_a_value_outside_its_fixed_axis(bad_counter_db, monkeypatch, page):
+    """A counter that reports more accepted than proposed tokens (a bug somewhere upstream) must show above 1,
+    not vanish past the top of a 0-1 axis."""
+    monkeypatch.setenv("PHOENIX_DB", bad_counter_db)
     at = open_page(page, run=1, series="1:fixed_4,1:bandit")
     checked = 0
     for i, spec in enumerate(charts(at)):

@@ -229,10 +229,14 @@ def test_prompt_tokens_do_not_count_toward_the_vocabulary():
     assert ids.tolist() == [2]
 
 
-def test_training_prompts_never_hold_a_held_out_prompt():
+def test_training_prompts_never_hold_a_held_out_prompt(monkeypatch):
     from engine.decode.prompts import humaneval, spec_bench, split
+    from engine.train import head_build
     from engine.train.head_build import training_prompts
 
+    # a third of the standard library is enough stdlib rows to check; parsing all of it cost 1.5 s of the loop
+    texts = head_build.stdlib_texts()
+    monkeypatch.setattr(head_build, "stdlib_texts", lambda: texts[: len(texts) // 3])
     rows, data = training_prompts(HeadBuildConfig(stdlib_prompts=40))
     held = split(humaneval())[1] + spec_bench("test")
     ids, texts = {pid for pid, _, _ in rows}, [t for _, t, _ in rows]

@@ -11,8 +11,9 @@ from db import tracker
 from engine.bench import report
 from engine.bench.to_mlflow import MlflowTarget, export_run
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None and not os.environ.get("PHOENIX_REQUIRE_MLFLOW"),
-                                reason="mlflow-skinny is not installed (requirements-mlflow.txt; .ci/run installs it)")
+pytestmark = [pytest.mark.extras,  # an MLflow tracking store takes ~2 s to create: outside the working loop
+              pytest.mark.skipif(importlib.util.find_spec("mlflow") is None and not os.environ.get("PHOENIX_REQUIRE_MLFLOW"),
+                                 reason="mlflow-skinny is not installed (requirements-mlflow.txt; .ci/run installs it)")]
 
 
 @pytest.fixture(scope="module")
