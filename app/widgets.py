@@ -94,7 +94,8 @@ def identity_banner(url: str, run_id: int, info=None) -> None:
     else:
         st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
                  "Greedy speculation should never change the text; in bf16/fp16, and in quantized engines such as llama.cpp's Q4_1, batched verification can flip near-tie argmaxes.")
-        st.dataframe(bad, hide_index=True, width="stretch")
+        # a server returns text, not tokens, and an untraced request has no trace id: blank, not Python's None
+        st.dataframe(bad.astype(object).where(bad.notna(), ""), hide_index=True, width="stretch")
         csv_download(bad, f"run{run_id}-divergences", key="dl_div")
 
 

@@ -531,3 +531,21 @@ def test_a_bandit_that_only_explored_so_far_says_why_its_panels_are_thin(tmp_pat
     store.add_requests(recs)
     monkeypatch.setenv("PHOENIX_DB", url)
     assert any("All 4 decisions so far explored" in i.value for i in open_page("run", run=run.id).info)
+
+
+def test_a_server_runs_reference_is_named_so_and_its_divergences_show_no_none(tmp_path, monkeypatch):
+    """A `serve engines` run: llamacpp-none_c1 is what every ratio is against, and a diverging server output (text,
+    no token position, no trace) shows blanks, not Python's None."""
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    store = Store(migrated(url))
+    run = store.create_run("served", {"engine": {"engine": "llamacpp"}}, "smollm2", None, 4, status="done")
+    rng = random.Random(0)
+    rows = [app_record(run.id, i, mode, 0, rng) for i, mode in enumerate(["llamacpp-none_c1", "llamacpp-ngram-simple_c1"] * 2)]
+    for r in rows:
+        r.trace_id, r.identical = None, (None if r.mode == "llamacpp-none_c1" else r.seq != 3)
+    store.add_requests(rows)
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("run", run=run.id)
+    assert any(c.value.startswith("the reference: every x target") for c in at.caption)
+    bad = next(d.value for d in at.dataframe if "diverged_at" in d.value.columns)
+    assert len(bad) == 1 and not bad.isna().any().any() and "None" not in bad.astype(str).values

@@ -9,7 +9,7 @@ from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 from engine.analysis.stats import FEW, load_drift
 from engine.bench.leaderboard import COLUMN_TITLES
-from engine.modes import Mode
+from engine.modes import Mode, reference_mode
 from engine.vllm.client import level_notes
 
 
@@ -189,6 +189,7 @@ def bandit(history: dict) -> None:
 def kpis(summaries) -> None:
     """Per mode, n first and every figure a decision rests on with its interval. Four short values to a row, so
     none is cut at 1280 px; the unit sits in the label or right after the number."""
+    base = reference_mode(m.mode for m in summaries)
     for m in summaries:
         few = f" (fewer than {FEW}: read every figure as a hint)" if m.n < FEW else ""
         st.text(f"{m.mode} · n = {m.n} requests{few}")
@@ -204,19 +205,19 @@ def kpis(summaries) -> None:
         low[2].metric("p95 latency", f"{m.p95_latency_s:.3f} s")
         low[3].metric("mean accepted", "n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
                       help="tokens per verify pass, the bonus token included (1.00 for target-only)")
-        st.caption(kpi_intervals(m))
+        st.caption(kpi_intervals(m, base))
 
 
-def kpi_intervals(m) -> str:
+def kpi_intervals(m, base: str | None = "target") -> str:
     """The intervals behind the KPI row, in words: what a reader needs before acting on a speedup."""
     parts = []
-    if m.mode != "target" and m.speedup is not None and m.speedup.median is not None:
+    if m.mode != base and m.speedup is not None and m.speedup.median is not None:
         s = m.speedup
         parts.append(f"x target {s.interval_text()}, IQR {s.p25:.2f}-{s.p75:.2f}x")
     if m.acceptance_ci is not None:
         lo, hi = m.acceptance_ci
         parts.append(f"acceptance {m.accepted:,} of {m.proposed:,} drafted tokens, 95% CI {lo:.1%}-{hi:.1%} (Wilson)")
-    if m.mode == "target":
+    if m.mode == base:
         return "the reference: every x target on this page is a ratio against these requests, prompt by prompt"
     return " · ".join(parts) or "no interval: nothing drafted and no target-only requests to compare with"
 
