@@ -106,9 +106,11 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
     new = [Param(k, v) for k, v in params.items() if k not in logged]
     stamp = int((info.finished_at or info.created_at).timestamp() * 1000)  # fixed: a re-export logs the same points
     metrics = [Metric(name, value, stamp, step) for name, value, step in metrics_of(store, run_id)]
-    tags = [RunTag("phoenix.run_id", str(info.id)), RunTag("phoenix.status", info.status),
-            RunTag("phoenix.tags", ",".join(info.tags)), RunTag("mlflow.note.content", info.note or ""),
-            RunTag("mlflow.source.git.commit", str(info.config.get("environment", {}).get("git_sha", "")))]
+    sha = str(info.config.get("environment", {}).get("git_sha") or "")
+    tags = [RunTag("phoenix.run_id", str(info.id)), RunTag("phoenix.status", info.status)]
+    tags += [RunTag(name, value) for name, value in (("phoenix.tags", ",".join(info.tags)),
+                                                     ("mlflow.note.content", info.note or ""),
+                                                     ("mlflow.source.git.commit", sha)) if value]
     tags += [RunTag(key(f"phoenix.tag.{t}"), "true") for t in info.tags]
     for i in range(0, max(len(new), 1), 100):  # MLflow takes at most 100 params and 1000 metrics a batch
         client.log_batch(mid, params=new[i:i + 100], tags=tags if i == 0 else [])
