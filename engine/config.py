@@ -1,18 +1,23 @@
 """One flat dataclass per concern (nanoGPT style), and the one path from it to the CLI.
 
 Every command's flags come from its dataclass: one ``--flag`` per field, help from
-the field's trailing comment, values typed from its annotation, unknown keys refused.
+the field's trailing comment (continued inside its parentheses when long), values typed from its annotation, unknown keys refused.
 A nested dataclass field (``fallback: FallbackConfig``) becomes ``--fallback-<field>``
 flags, with its ``enabled`` field as plain ``--fallback``. ``field(metadata={"flag":
 "--poll"})`` keeps an established flag name.
 """
+
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
+import io
 import math
 import os
 import re
+import textwrap
+import tokenize
 import types
 import typing
 from typing import Any, TypeVar
@@ -21,7 +26,6 @@ from engine.errors import PhoenixError
 from engine.paths import ROOT
 
 T = TypeVar("T")
-_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")
 
 
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
@@ -30,8 +34,12 @@ def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # T is always a dataclass here
     unknown = sorted(set(values) - names)
     if unknown:
-        raise PhoenixError(f"unknown {cls.__name__} key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(names))}")
-    built = {k: from_dict(hints[k], v) if _is_config(hints[k]) and isinstance(v, dict) else v for k, v in values.items()}
+        raise PhoenixError(
+            f"unknown {cls.__name__} key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(names))}"
+        )
+    built = {
+        k: from_dict(hints[k], v) if _is_config(hints[k]) and isinstance(v, dict) else v for k, v in values.items()
+    }
     return cls(**built)
 
 
@@ -40,17 +48,31 @@ def _is_config(tp) -> bool:
 
 
 def field_help(cls) -> dict[str, str]:
-    """The trailing ``# comment`` of each field, searched through the class and its bases."""
+    """Each field's comment, searched through the class and its bases: every comment inside the field's statement
+    (a trailing ``# comment``, or the comment lines of a statement the formatter wrapped in parentheses)."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__[:-1]):
         try:
-            lines = inspect.getsource(klass).splitlines()
+            source = textwrap.dedent(inspect.getsource(klass))
         except (OSError, TypeError):
             continue
-        for line in lines:
-            m = _COMMENT.match(line)
-            if m:
-                out[m.group(1)] = m.group(2).strip()
+        out.update(_comments_of_fields(source))
+    return out
+
+
+def _comments_of_fields(source: str) -> dict[str, str]:
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    out: dict[str, str] = {}
+    body = ast.parse(source).body[0]
+    for stmt in getattr(body, "body", []):
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        text = " ".join(comments[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in comments)
+        if text:
+            out[stmt.target.id] = text
     return out
 
 
@@ -138,8 +160,10 @@ def check_choices(cfg, prefix: str = "") -> None:
             check_choices(value, f"{prefix}{f.name}.")
         elif typing.get_origin(tp) is typing.Literal and value not in typing.get_args(tp):
             flag = _flag(f, prefix.rstrip(".").replace("_", "-"))
-            raise PhoenixError(f"{flag} must be one of {', '.join(map(str, typing.get_args(tp)))}, got {value!r}",
-                               field=prefix + f.name)
+            raise PhoenixError(
+                f"{flag} must be one of {', '.join(map(str, typing.get_args(tp)))}, got {value!r}",
+                field=prefix + f.name,
+            )
 
 
 def parse_value(tp, text: str, flag: str):
