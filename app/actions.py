@@ -1,5 +1,6 @@
 """The writes the pages trigger (queue, cancel, resume) and who may make them.
 Viewing is always read-only and open."""
+
 from __future__ import annotations
 
 import hmac
@@ -44,8 +45,10 @@ def permission(given: str) -> str | None:
     address = (st.get_option("server.address") or "").strip()
     if address in LOCAL:
         return None
-    return ("This dashboard is reachable beyond localhost: set PHOENIX_OPERATOR_TOKEN on the server to allow "
-            "starting and cancelling runs.")
+    return (
+        "This dashboard is reachable beyond localhost: set PHOENIX_OPERATOR_TOKEN on the server to allow "
+        "starting and cancelling runs."
+    )
 
 
 def real_pair_present() -> bool:
@@ -58,9 +61,15 @@ def demo_config(real: bool | None = None) -> BenchConfig:
     real = real_pair_present() if real is None else real
     # 8 prompts and arms 0, 2, 4: the bandit's forced first tries (each arm twice) end at decision 6, so its
     # epsilon and running estimates have real decisions to show (5 prompts over 5 arms never left them)
-    return BenchConfig(target=SMOLLM2 if real else EMBEDDED, draft=SMOLLM2_DRAFT if real else EMBEDDED, limit=8,
-                       max_new_tokens=64, name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
-                       modes=["target", "fixed_4", "bandit"], arms=[0, 2, 4])
+    return BenchConfig(
+        target=SMOLLM2 if real else EMBEDDED,
+        draft=SMOLLM2_DRAFT if real else EMBEDDED,
+        limit=8,
+        max_new_tokens=64,
+        name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
+        modes=["target", "fixed_4", "bandit"],
+        arms=[0, 2, 4],
+    )
 
 
 def _check(errors: dict, field: str, fn) -> object:
@@ -95,8 +104,10 @@ def rooted(text: str, what: str) -> str:
     path = Path(text).expanduser()
     path = (path if path.is_absolute() else ROOT / path).resolve()
     if not any(path.is_relative_to(root) for root in data_roots()):
-        raise PhoenixError(f"{what} paths must lie inside models/, data/, the Hugging Face cache or a folder in "
-                           "PHOENIX_DATA_ROOTS; a relative path starts at the project folder (e.g. data/prompts.jsonl)")
+        raise PhoenixError(
+            f"{what} paths must lie inside models/, data/, the Hugging Face cache or a folder in "
+            "PHOENIX_DATA_ROOTS; a relative path starts at the project folder (e.g. data/prompts.jsonl)"
+        )
     return str(path)
 
 
@@ -106,15 +117,19 @@ LOCAL_FOLDERS = ("models", "data")  # "models/x" names a folder here, never a Hu
 def form_model(text: str, role: str) -> str:
     """A named model, a hub id, or a path inside the roots."""
     if not text.strip():
-        raise PhoenixError(f"{role} model: you chose other…; type a model folder (e.g. models/my-draft) or a "
-                           "Hugging Face id (e.g. Qwen/Qwen3-0.6B)")
+        raise PhoenixError(
+            f"{role} model: you chose other…; type a model folder (e.g. models/my-draft) or a "
+            "Hugging Face id (e.g. Qwen/Qwen3-0.6B)"
+        )
     local = text.split("/", 1)[0] in LOCAL_FOLDERS
     if text in NAMED or (HUB_ID.fullmatch(text) and not local and not (ROOT / text).exists()):
         return text
     path = rooted(text, f"{role} model")
     if local and not Path(path).exists():
-        raise PhoenixError(f"{role} model: there is no {text} in this project; build or fetch it first (`python -m "
-                           "engine zoo --help`), or pick a model from the list")
+        raise PhoenixError(
+            f"{role} model: there is no {text} in this project; build or fetch it first (`python -m "
+            "engine zoo --help`), or pick a model from the list"
+        )
     return path
 
 

@@ -3,6 +3,7 @@
 SQL lives in db/queries.py with bound parameters; this module only adds caching
 and hands back DataFrames and plain entities.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,18 @@ def schema_problem() -> str | None:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def runs(url: str, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False,
-         limit: int | None = 500, offset: int = 0, sort: str = "id", descending: bool = True) -> pd.DataFrame:
+def runs(
+    url: str,
+    name: str = "",
+    model: str = "",
+    status: str = "",
+    tag: str = "",
+    archived: bool = False,
+    limit: int | None = 500,
+    offset: int = 0,
+    sort: str = "id",
+    descending: bool = True,
+) -> pd.DataFrame:
     """One page of runs, newest first by default; a dead worker's run reads as interrupted (computed in SQL,
     nothing written). Aggregates are computed for the page's runs only, so 10,000 runs cost one page."""
     df = queries.runs_frame(_store(url), name, model, status, tag, archived, limit, offset, sort, descending)
@@ -63,7 +74,9 @@ def runs(url: str, name: str = "", model: str = "", status: str = "", tag: str =
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def runs_total(url: str, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False) -> int:
+def runs_total(
+    url: str, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False
+) -> int:
     return queries.runs_count(_store(url), name, model, status, tag, archived)
 
 

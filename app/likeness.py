@@ -1,13 +1,31 @@
 """Whether two runs measured the same work: the settings that differ, and the ones that make speeds unlike."""
+
 from __future__ import annotations
 
 import pandas as pd
 
 from engine.modes import Mode
 
-DIFF_KEYS = ("target", "draft", "mode", "drafter", "bench.dtype", "dtype", "bench.policy", "bench.granularity",
-             "bench.prompts", "bench.prompt_format", "prompt_format", "bench.max_new_tokens", "bench.limit", "bench.seed",
-             "bench.arms", "environment", "git_sha", "versions")
+DIFF_KEYS = (
+    "target",
+    "draft",
+    "mode",
+    "drafter",
+    "bench.dtype",
+    "dtype",
+    "bench.policy",
+    "bench.granularity",
+    "bench.prompts",
+    "bench.prompt_format",
+    "prompt_format",
+    "bench.max_new_tokens",
+    "bench.limit",
+    "bench.seed",
+    "bench.arms",
+    "environment",
+    "git_sha",
+    "versions",
+)
 
 # Settings under which two speeds measure different work: a difference is then no verdict on the drafter.
 UNLIKE = ("target", "bench.prompts", "bench.max_new_tokens", "bench.dtype", "dtype", "bench.prompt_format")
@@ -40,8 +58,11 @@ def config_diff(series: dict[str, tuple]) -> pd.DataFrame:
     prompts, max tokens, machine, versions and git sha, as the runs recorded them."""
     flat = {label: settings(info, mode) for label, (info, mode) in series.items() if info is not None}
     keys = sorted({k for cfg in flat.values() for k in cfg})
-    rows = [{"setting": k, **{label: str(cfg.get(k, "")) for label, cfg in flat.items()}} for k in keys
-            if len({str(cfg.get(k, "")) for cfg in flat.values()}) > 1]
+    rows = [
+        {"setting": k, **{label: str(cfg.get(k, "")) for label, cfg in flat.items()}}
+        for k in keys
+        if len({str(cfg.get(k, "")) for cfg in flat.values()}) > 1
+    ]
     return pd.DataFrame(rows)
 
 
@@ -51,5 +72,7 @@ def unlike(diff: pd.DataFrame) -> list[str]:
 
 
 def unlike_warning(keys: list[str]) -> str:
-    return ("These differ in " + ", ".join(keys) + ": their speeds measure different work, so a significant "
-            "difference is not a verdict on the drafter.")
+    return (
+        "These differ in " + ", ".join(keys) + ": their speeds measure different work, so a significant "
+        "difference is not a verdict on the drafter."
+    )

@@ -1,4 +1,5 @@
 """The Run page's tracker parts: the note, tags, archive, delete, the baseline pin and the comparison with it."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -39,8 +40,9 @@ def panel(info) -> None:
         with st.form("tracker"):
             # tags travel as a list: a comma is part of a tag, never a separator
             known = sorted(set(info.tags) | set(data.tags(data.db_url())))
-            tags = st.multiselect("Tags (pick, or type a new one)", known, default=info.tags, key="t_tags",
-                                  accept_new_options=True)
+            tags = st.multiselect(
+                "Tags (pick, or type a new one)", known, default=info.tags, key="t_tags", accept_new_options=True
+            )
             note = st.text_area("Note (Markdown; no HTML, links or images)", info.note or "", key="t_note")
             token = actions.token_field("t_token")
             saved = st.form_submit_button("Save tags and note")
@@ -48,11 +50,15 @@ def panel(info) -> None:
             _attempt(lambda: (actions.set_tags(info.id, tags), actions.set_note(info.id, note)), "Saved.", redraw=True)
         c1, c2, c3 = st.columns(3)
         if c1.button("Unarchive" if info.archived else "Archive", key="t_archive") and _allowed(token):
-            _attempt(lambda: actions.set_archived(info.id, not info.archived),
-                     "Unarchived." if info.archived else "Archived.", redraw=True)
+            _attempt(
+                lambda: actions.set_archived(info.id, not info.archived),
+                "Unarchived." if info.archived else "Archived.",
+                redraw=True,
+            )
         if c2.button("Pin as the baseline of its target", key="t_baseline") and _allowed(token):
-            _attempt(lambda: actions.pin_baseline(info.id), f"Run #{info.id} is the baseline of its target.",
-                     redraw=True)
+            _attempt(
+                lambda: actions.pin_baseline(info.id), f"Run #{info.id} is the baseline of its target.", redraw=True
+            )
         delete(info, c3, token)
 
 
@@ -100,17 +106,42 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
     rows = []
     for mode in modes:
         c = compare(base[best], data.rewards(url, info.id, (mode,))["tokens_per_s"].tolist())
-        rows.append({"mode": mode, "n": c.n, "x baseline": c.ratio, "95% CI low": c.ratio_low,
-                     "95% CI high": c.ratio_high, "p-value": c.p_value, "verdict": c.verdict})
+        rows.append(
+            {
+                "mode": mode,
+                "n": c.n,
+                "x baseline": c.ratio,
+                "95% CI low": c.ratio_low,
+                "95% CI high": c.ratio_high,
+                "p-value": c.p_value,
+                "verdict": c.verdict,
+            }
+        )
     st.subheader(f"Against the baseline of this target: run #{base_id}, {best} (n = {len(base[best])})")
     diff = likeness.config_diff({f"#{base_id}": (data.run(url, base_id), best), f"#{info.id}": (info, best)})
     if likeness.unlike(diff):
-        st.warning(f"This run and baseline run #{base_id} differ: " + "; ".join(
-            f"{r['setting']} {r[f'#{base_id}']} there, {r[f'#{info.id}']} here" for r in diff.to_dict("records")
-            if r["setting"] in likeness.UNLIKE) + ". " + likeness.unlike_warning(likeness.unlike(diff)))
+        st.warning(
+            f"This run and baseline run #{base_id} differ: "
+            + "; ".join(
+                f"{r['setting']} {r[f'#{base_id}']} there, {r[f'#{info.id}']} here"
+                for r in diff.to_dict("records")
+                if r["setting"] in likeness.UNLIKE
+            )
+            + ". "
+            + likeness.unlike_warning(likeness.unlike(diff))
+        )
     ratio = st.column_config.NumberColumn(format="%.2fx")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
-        "x baseline": ratio, "95% CI low": ratio, "95% CI high": ratio,
-        "p-value": st.column_config.NumberColumn(format="%.4f")})
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        column_config={
+            "x baseline": ratio,
+            "95% CI low": ratio,
+            "95% CI high": ratio,
+            "p-value": st.column_config.NumberColumn(format="%.4f"),
+        },
+    )
     st.caption(TOKENS_PER_S + "; x baseline is the ratio of means, its interval Welch's, over the baseline's mean.")
-    st.markdown(f"[Compare with the baseline]({urlstate.link('compare', series=f'{base_id}:{best},{info.id}:{modes[0]}')})")
+    st.markdown(
+        f"[Compare with the baseline]({urlstate.link('compare', series=f'{base_id}:{best},{info.id}:{modes[0]}')})"
+    )

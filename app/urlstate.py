@@ -3,6 +3,7 @@
 A shared link reopens the same view: each page keeps its choices in
 ``st.query_params`` and links carry them, never a secret.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Pieces several pages show: the run picker, the empty state, the identity banner, downloads."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,28 +28,51 @@ def run_picker(url: str, key: str = "run") -> int | None:
     if current is not None and current not in set(runs["id"] if not runs.empty else []):
         extra = data.run(url, current)
         if extra is not None:
-            runs = pd.concat([runs, pd.DataFrame([{"id": extra.id, "name": extra.name, "status": extra.status,
-                                                   "tags": ",".join(extra.tags), "archived": extra.archived}])])
+            runs = pd.concat(
+                [
+                    runs,
+                    pd.DataFrame(
+                        [
+                            {
+                                "id": extra.id,
+                                "name": extra.name,
+                                "status": extra.status,
+                                "tags": ",".join(extra.tags),
+                                "archived": extra.archived,
+                            }
+                        ]
+                    ),
+                ]
+            )
     if runs.empty:
         empty_state()
         return None
     ids = runs["id"].tolist()
-    labels = {r.id: f"#{r.id} {r.name} [{r.status}]" + "".join(f" #{t}" for t in str(r.tags or "").split(",") if t)
-              + (" (archived)" if r.archived else "") for r in runs.itertuples()}
+    labels = {
+        r.id: f"#{r.id} {r.name} [{r.status}]"
+        + "".join(f" #{t}" for t in str(r.tags or "").split(",") if t)
+        + (" (archived)" if r.archived else "")
+        for r in runs.itertuples()
+    }
     if asked and current not in ids:
         # Never show another run in its place: the link's reader would take it for the one that was shared.
-        st.error(f"Run #{current} was not found in this database." if current else "This link's run id is not a run id.")
+        st.error(
+            f"Run #{current} was not found in this database." if current else "This link's run id is not a run id."
+        )
     index = ids.index(current) if current in ids else (None if asked else 0)
-    chosen = st.selectbox("Run", ids, index=index, format_func=lambda i: labels[i], key=f"pick_{key}",
-                          placeholder="Choose a run")
+    chosen = st.selectbox(
+        "Run", ids, index=index, format_func=lambda i: labels[i], key=f"pick_{key}", placeholder="Choose a run"
+    )
     if chosen is not None:
         set_qp(**{key: chosen})
     return chosen
 
 
 def empty_state() -> None:
-    st.info("No runs yet. Phoenix records every request of a benchmark run here: per-position acceptance, "
-            "tokens/sec per draft length, where the time goes, and whether outputs match the target alone.")
+    st.info(
+        "No runs yet. Phoenix records every request of a benchmark run here: per-position acceptance, "
+        "tokens/sec per draft length, where the time goes, and whether outputs match the target alone."
+    )
     demo_buttons("empty")
     st.markdown("Or from a shell, in the foreground:")
     st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,fixed_4,bandit", language="bash")
@@ -58,10 +82,18 @@ def demo_buttons(key: str, token: str = "") -> None:
     """The quick demo, and while SmolLM2 is not fetched, the way to it: a demo that fetches it first."""
     choices = [(actions.demo_config(), f"{key}_demo", "primary", "")]
     if not actions.real_pair_present():
-        choices.append((actions.demo_config(real=True), f"{key}_demo_real", "secondary",
-                        " (fetches SmolLM2-135M first: 93 MB, about 30 s)"))
+        choices.append(
+            (
+                actions.demo_config(real=True),
+                f"{key}_demo_real",
+                "secondary",
+                " (fetches SmolLM2-135M first: 93 MB, about 30 s)",
+            )
+        )
     for cfg, button_key, kind, note in choices:
-        if st.button(f"Quick demo: {cfg.name}, {cfg.limit} prompts, {cfg.max_new_tokens} tokens{note}", key=button_key, type=kind):
+        if st.button(
+            f"Quick demo: {cfg.name}, {cfg.limit} prompts, {cfg.max_new_tokens} tokens{note}", key=button_key, type=kind
+        ):
             denied = actions.permission(token)
             if denied:
                 st.error(denied)
@@ -75,7 +107,9 @@ def queued(run, worker: str, log) -> None:
     if worker == "disabled":
         st.caption("Worker autostart is off (PHOENIX_AUTOSTART_WORKER=0): your own workers will pick it up.")
     else:
-        st.caption(f"Background worker for this database {worker}; its log is {Path(log).relative_to(ROOT) if Path(log).is_relative_to(ROOT) else log}.")
+        st.caption(
+            f"Background worker for this database {worker}; its log is {Path(log).relative_to(ROOT) if Path(log).is_relative_to(ROOT) else log}."
+        )
 
 
 def identity_banner(url: str, run_id: int, info=None) -> None:
@@ -83,21 +117,31 @@ def identity_banner(url: str, run_id: int, info=None) -> None:
     same, checked, bad = data.identity(url, run_id)
     if checked == 0 and info is not None and info.status in ("queued", "running"):
         has_target = info.bench is not None and "target" in info.bench.modes
-        st.info("No output checked yet: " + ("each output is checked against the target-only request on the same "
-                                             "prompt as soon as both are done." if has_target else
-                                             "without a target mode, a shadow share of outputs is re-decoded "
-                                             "target-only as the run goes."))
+        st.info(
+            "No output checked yet: "
+            + (
+                "each output is checked against the target-only request on the same prompt as soon as both are done."
+                if has_target
+                else "without a target mode, a shadow share of outputs is re-decoded target-only as the run goes."
+            )
+        )
     elif checked == 0:
-        st.warning("No output of this run was checked against target-only decoding (add `target` mode or a shadow rate).")
+        st.warning(
+            "No output of this run was checked against target-only decoding (add `target` mode or a shadow rate)."
+        )
     elif bad.empty:
         st.success(f"Identity: {same}/{checked} checked outputs are identical to target-only decoding.")
     else:
-        st.error(f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
-                 "Greedy speculation should never change the text; in bf16/fp16, and in quantized engines such as llama.cpp's Q4_1, batched verification can flip near-tie argmaxes.")
+        st.error(
+            f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
+            "Greedy speculation should never change the text; in bf16/fp16, and in quantized engines such as llama.cpp's Q4_1, batched verification can flip near-tie argmaxes."
+        )
         # a server returns text, not tokens, and an untraced request has no trace id: blank, not Python's None
         st.dataframe(bad.astype(object).where(bad.notna(), ""), hide_index=True, width="stretch")
         csv_download(bad, f"run{run_id}-divergences", key="dl_div")
 
 
 def csv_download(df: pd.DataFrame, name: str, key: str) -> None:
-    st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=key)
+    st.download_button(
+        "Download CSV", df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=key
+    )

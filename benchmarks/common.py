@@ -1,4 +1,5 @@
 """Shared by the benchmark scripts: result files with their provenance, and spread."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ def write(name: str, payload: dict, out_dir: Path = RESULTS) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = out_dir / f"{name}-{stamp}.json"
-    path.write_text(json.dumps({"benchmark": name, "provenance": provenance(), **payload}, indent=1, default=str) + "\n")
+    path.write_text(
+        json.dumps({"benchmark": name, "provenance": provenance(), **payload}, indent=1, default=str) + "\n"
+    )
     return path
 
 

@@ -6,6 +6,7 @@ page's queries and one AppTest render of it, timed.
 Two cases: the database holds runs of --run-size requests and the page shows one of
 them (--sizes), or the page shows one run that holds every request (--single-run).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,38 @@ def synthetic(run_id: int, seq: int, rng: random.Random) -> RequestRecord:
     acc = [rng.randint(0, 40) for _ in range(k)]
     acc = sorted(acc, reverse=True)
     latency = rng.uniform(0.5, 3.0)
-    rec = RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"HumanEval/{seq % 164}", prompt_tokens=120,
-                        output_tokens=128, latency_s=latency, ttft_s=0.02, tokens_per_s=128 / latency, proposed=40 * k,
-                        accepted=sum(acc), passes=40, draft_s=0.2 * k / 8, verify_s=latency - 0.2 * k / 8,
-                        output_text="def f(x):\n    return x\n", output_sha256="0" * 64, identical=True,
-                        trace_id=f"{seq:032x}", positions=[PositionCount(i, 40, a) for i, a in enumerate(acc)])
+    rec = RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=k,
+        prompt_id=f"HumanEval/{seq % 164}",
+        prompt_tokens=120,
+        output_tokens=128,
+        latency_s=latency,
+        ttft_s=0.02,
+        tokens_per_s=128 / latency,
+        proposed=40 * k,
+        accepted=sum(acc),
+        passes=40,
+        draft_s=0.2 * k / 8,
+        verify_s=latency - 0.2 * k / 8,
+        output_text="def f(x):\n    return x\n",
+        output_sha256="0" * 64,
+        identical=True,
+        trace_id=f"{seq:032x}",
+        positions=[PositionCount(i, 40, a) for i, a in enumerate(acc)],
+    )
     if mode == "bandit":
-        rec.bandit = BanditRecord(t=seq // 3, epsilon=0.05, explored=False, chosen_k=k, arm_means={"4": 50.0},
-                                  arm_counts={"4": seq // 3}, reward=rec.tokens_per_s)
+        rec.bandit = BanditRecord(
+            t=seq // 3,
+            epsilon=0.05,
+            explored=False,
+            chosen_k=k,
+            arm_means={"4": 50.0},
+            arm_counts={"4": seq // 3},
+            reward=rec.tokens_per_s,
+        )
     return rec
 
 
@@ -48,8 +73,14 @@ def build(url: str, n: int, run_size: int, batch: int = 5000) -> float:
     t0 = time.perf_counter()
     for first in range(0, n, run_size):
         size = min(run_size, n - first)
-        run = store.create_run("scale", {"bench": {"modes": [m for m, _ in MODES], "prompts": "humaneval-test"}},
-                               "embedded", "embedded", size, status="done")
+        run = store.create_run(
+            "scale",
+            {"bench": {"modes": [m for m, _ in MODES], "prompts": "humaneval-test"}},
+            "embedded",
+            "embedded",
+            size,
+            status="done",
+        )
         for start in range(0, size, batch):
             store.add_requests([synthetic(run.id, s, rng) for s in range(start, min(size, start + batch))])
     return n / (time.perf_counter() - t0)
@@ -106,8 +137,14 @@ def build_runs(url: str, n: int) -> float:
     rng = random.Random(1)
     t0 = time.perf_counter()
     for i in range(n):
-        run = store.create_run(f"run {i}", {"bench": {"modes": [m for m, _ in MODES], "prompts": "humaneval-test"}},
-                               "embedded", "embedded", 3, status="done")
+        run = store.create_run(
+            f"run {i}",
+            {"bench": {"modes": [m for m, _ in MODES], "prompts": "humaneval-test"}},
+            "embedded",
+            "embedded",
+            3,
+            status="done",
+        )
         store.add_requests([synthetic(run.id, s, rng) for s in range(3)])
         if i % 10 == 0:
             tracker.add_tags(store, run.id, [f"sweep-{i % 7}"])
@@ -144,8 +181,10 @@ def measure(url: str, n: int, run_size: int, repeats: int) -> dict:
     rate = build(url, n, run_size)
     q = time_queries(url, repeats)
     page = time_page(url)
-    print(f"{n:>8} requests ({run_size} in the shown run): insert {rate:,.0f} req/s; Run page queries "
-          f"{q['all_queries_median_s']:.3f} s; AppTest render {page:.2f} s")
+    print(
+        f"{n:>8} requests ({run_size} in the shown run): insert {rate:,.0f} req/s; Run page queries "
+        f"{q['all_queries_median_s']:.3f} s; AppTest render {page:.2f} s"
+    )
     return {"insert_rows_per_s": rate, "queries": q, "run_page_render_s": page, "shown_run_requests": run_size}
 
 
@@ -169,8 +208,10 @@ def main(argv=None) -> dict:
             url = f"sqlite:///{tmp}/runs-{n}.db"
             rate = build_runs(url, n)
             many[n] = {"runs_per_s": rate, **time_runs_page(url, args.repeats)}
-            print(f"{n:>8} runs: Runs page queries {many[n]['queries']['median']:.3f} s (median), AppTest render "
-                  f"{many[n]['runs_page_render_s']:.2f} s")
+            print(
+                f"{n:>8} runs: Runs page queries {many[n]['queries']['median']:.3f} s (median), AppTest render "
+                f"{many[n]['runs_page_render_s']:.2f} s"
+            )
     payload = {"settings": vars(args), "results": results, "single_run": single, "many_runs": many}
     name = "dashboard" if results or single else "dashboard_runs"  # the Runs-page case alone has its own file
     path = write(name, payload, Path(args.out)) if args.out else write(name, payload)

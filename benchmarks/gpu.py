@@ -12,6 +12,7 @@
     python -m benchmarks.gpu [--skip-decode] [--compile]   # on the device machine
     python -m benchmarks.gpu --tiny --device cpu  # the CI smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,10 +25,12 @@ from benchmarks.common import write
 from engine.analysis.breakeven import expected_tokens
 
 QWEN3 = {  # architecture hyperparameters of the published configs (no weights, no hub)
-    "Qwen/Qwen3-1.7B": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                            num_key_value_heads=8),
-    "Qwen/Qwen3-0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                            num_key_value_heads=8),
+    "Qwen/Qwen3-1.7B": dict(
+        hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8
+    ),
+    "Qwen/Qwen3-0.6B": dict(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8
+    ),
 }
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
@@ -37,8 +40,14 @@ def build(name: str, tiny: bool, device: str, dtype):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     shape = TINY if tiny else QWEN3[name]
-    cfg = Qwen3Config(vocab_size=151936 if not tiny else 512, head_dim=128 if not tiny else 16, tie_word_embeddings=True,
-                      max_position_embeddings=40960, rope_theta=1_000_000.0, **shape)
+    cfg = Qwen3Config(
+        vocab_size=151936 if not tiny else 512,
+        head_dim=128 if not tiny else 16,
+        tie_word_embeddings=True,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        **shape,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen3ForCausalLM(cfg)
@@ -88,8 +97,13 @@ def verify_costs(args, dtype) -> dict:
         best = max(rows, key=lambda k: rows[k]["with_measured_verify"])
         predictions[str(a)] = {"by_k": rows, "best_k": best, "best_speedup": rows[best]["with_measured_verify"]}
     del target, draft
-    return {"target_pass_s": t, "draft_step_s": d1, "c": c, "verify_in_target_steps": {n: t[n] / t[1] for n in t},
-            "predictions": predictions}
+    return {
+        "target_pass_s": t,
+        "draft_step_s": d1,
+        "c": c,
+        "verify_in_target_steps": {n: t[n] / t[1] for n in t},
+        "predictions": predictions,
+    }
 
 
 def compiled_costs(args, dtype) -> dict:
@@ -102,13 +116,21 @@ def compiled_costs(args, dtype) -> dict:
     mode = "reduce-overhead" if args.device == "cuda" else None
     models, stats = compile_models([target], caches, 9, positions, mode=mode)
     before = graph_count()
-    compiled = {n: time_pass(models[0], args.prompt_len, n, args.reps, args.device, caches.get(models[0], positions))
-                for n in range(1, 10)}
+    compiled = {
+        n: time_pass(models[0], args.prompt_len, n, args.reps, args.device, caches.get(models[0], positions))
+        for n in range(1, 10)
+    }
     del target, models
-    return {"dtype": str(dtype), "mode": mode, "compile": {**vars(stats), "recompiles": graph_count() - before},
-            "eager_pass_s": eager, "compiled_pass_s": compiled, "speedup_step": eager[1] / compiled[1],
-            "verify_in_steps_eager": {n: eager[n] / eager[1] for n in eager},
-            "verify_in_steps_compiled": {n: compiled[n] / compiled[1] for n in compiled}}
+    return {
+        "dtype": str(dtype),
+        "mode": mode,
+        "compile": {**vars(stats), "recompiles": graph_count() - before},
+        "eager_pass_s": eager,
+        "compiled_pass_s": compiled,
+        "speedup_step": eager[1] / compiled[1],
+        "verify_in_steps_eager": {n: eager[n] / eager[1] for n in eager},
+        "verify_in_steps_compiled": {n: compiled[n] / compiled[1] for n in compiled},
+    }
 
 
 def main(argv=None) -> dict:
@@ -135,7 +157,9 @@ def main(argv=None) -> dict:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     result = {"settings": vars(args), "gpu": gpu, "dtype": str(dtype), "qwen3_random_init": verify_costs(args, dtype)}
     q = result["qwen3_random_init"]
-    print(f"{gpu}: target step {q['target_pass_s'][1] * 1e3:.2f} ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.3f}")
+    print(
+        f"{gpu}: target step {q['target_pass_s'][1] * 1e3:.2f} ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.3f}"
+    )
     print("verify cost in target steps: " + ", ".join(f"{n}: {v:.2f}" for n, v in q["verify_in_target_steps"].items()))
     for a, pr in q["predictions"].items():
         print(f"a={a}: best k {pr['best_k']} -> {pr['best_speedup']:.2f}x (with measured verify cost)")
@@ -143,18 +167,35 @@ def main(argv=None) -> dict:
         dtypes = (torch.bfloat16, torch.float16) if args.device == "cuda" else (torch.float32,)
         result["compiled"] = [compiled_costs(args, d) for d in dtypes]
         for r in result["compiled"]:
-            print(f"{r['dtype']}: compiled step {r['speedup_step']:.2f}x eager; verify(5) "
-                  f"{r['verify_in_steps_compiled'][5]:.2f} steps compiled, {r['verify_in_steps_eager'][5]:.2f} eager; "
-                  f"compile {r['compile']['warmup_s']:.0f} s, recompiles {r['compile']['recompiles']}")
+            print(
+                f"{r['dtype']}: compiled step {r['speedup_step']:.2f}x eager; verify(5) "
+                f"{r['verify_in_steps_compiled'][5]:.2f} steps compiled, {r['verify_in_steps_eager'][5]:.2f} eager; "
+                f"compile {r['compile']['warmup_s']:.0f} s, recompiles {r['compile']['recompiles']}"
+            )
     if not args.skip_decode:
         import subprocess
         import sys
 
         # the decode comparison is a run like any other: recorded in the store, opened on the dashboard
         db = str(Path(args.out) / "gpu.db") if args.out else "data/gpu.db"
-        cmd = [sys.executable, "-m", "engine", "bench", "--device", args.device, "--limit", str(args.decode_limit),
-               "--max-new-tokens", "96", "--modes", "target,fixed_2,fixed_4,ngram_4,hf_4", "--name", "gpu decode",
-               "--db", db]
+        cmd = [
+            sys.executable,
+            "-m",
+            "engine",
+            "bench",
+            "--device",
+            args.device,
+            "--limit",
+            str(args.decode_limit),
+            "--max-new-tokens",
+            "96",
+            "--modes",
+            "target,fixed_2,fixed_4,ngram_4,hf_4",
+            "--name",
+            "gpu decode",
+            "--db",
+            db,
+        ]
         result["decode"] = {"command": " ".join(cmd), "returncode": subprocess.call(cmd)}
         if args.compile:
             cmd = cmd[:-4] + ["--compile", "--name", "gpu decode, compiled", "--db", db]

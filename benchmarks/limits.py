@@ -15,6 +15,7 @@ which ``python -m benchmarks.report`` puts in docs/results.md.
 
     python -m benchmarks.limits [--target smollm2] [--dtypes float32,bfloat16] [--k-max 8] [--compile]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,9 @@ def step_costs(model, cache_factory, context: int, k_max: int, reps: int) -> dic
     return out
 
 
-def measure_dtype(target: str, dtype_name: str, k_max: int, reps: int, context: int, compile_: bool,
-                  stream_bytes: int = STREAM_BYTES) -> dict:
+def measure_dtype(
+    target: str, dtype_name: str, k_max: int, reps: int, context: int, compile_: bool, stream_bytes: int = STREAM_BYTES
+) -> dict:
     import torch
     from transformers import DynamicCache
 
@@ -105,8 +107,15 @@ def measure_dtype(target: str, dtype_name: str, k_max: int, reps: int, context: 
     positions = context + k_max + 2
     eager = step_costs(model, lambda: DynamicCache(config=model.config), context, k_max, reps)
     static = step_costs(model, lambda: caches.get(model, positions), context, k_max, reps)
-    result = {"dtype": dtype_name, "bandwidth": bw, "matmul": matmul(dtype, reps), "weight_bytes": nbytes,
-              "floor_step_s": floor, "eager": _costs(eager, floor), "static": _costs(static, floor)}
+    result = {
+        "dtype": dtype_name,
+        "bandwidth": bw,
+        "matmul": matmul(dtype, reps),
+        "weight_bytes": nbytes,
+        "floor_step_s": floor,
+        "eager": _costs(eager, floor),
+        "static": _costs(static, floor),
+    }
     if compile_:
         wrapped, stats = compile_models([model], caches, k_max + 1, positions)
         before = graph_count()
@@ -118,13 +127,19 @@ def measure_dtype(target: str, dtype_name: str, k_max: int, reps: int, context: 
 
 def _costs(costs: dict, floor: float) -> dict:
     step = costs[1]["median"]
-    return {"step_s": costs[1], "step_over_floor": step / floor,
-            "verify_over_step": {n: c["median"] / step for n, c in costs.items()}}
+    return {
+        "step_s": costs[1],
+        "step_over_floor": step / floor,
+        "verify_over_step": {n: c["median"] / step for n, c in costs.items()},
+    }
 
 
 def markdown(result: dict) -> str:
-    rows = ["| dtype | bandwidth GB/s | matmul GFLOP/s | weights MB | floor ms | engine | step ms | step / floor | "
-            "V(5) | V(k_max+1) |", "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    rows = [
+        "| dtype | bandwidth GB/s | matmul GFLOP/s | weights MB | floor ms | engine | step ms | step / floor | "
+        "V(5) | V(k_max+1) |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
     for r in result["dtypes"]:
         for engine_name in ("eager", "static", "compiled"):
             e = r.get(engine_name)
@@ -132,11 +147,13 @@ def markdown(result: dict) -> str:
                 continue
             v = e["verify_over_step"]
             last = max(v, key=int)
-            rows.append(f"| {r['dtype']} | {r['bandwidth']['gb_per_s']['median']:.1f} | "
-                        f"{r['matmul']['gflop_per_s']['median']:.0f} | {r['weight_bytes'] / 1e6:.0f} | "
-                        f"{r['floor_step_s'] * 1e3:.1f} | {engine_name} | {e['step_s']['median'] * 1e3:.1f} | "
-                        f"{e['step_over_floor']:.2f} | {v.get(5, v.get('5', float('nan'))):.2f} | "
-                        f"{v[last]:.2f} (n={last}) |")
+            rows.append(
+                f"| {r['dtype']} | {r['bandwidth']['gb_per_s']['median']:.1f} | "
+                f"{r['matmul']['gflop_per_s']['median']:.0f} | {r['weight_bytes'] / 1e6:.0f} | "
+                f"{r['floor_step_s'] * 1e3:.1f} | {engine_name} | {e['step_s']['median'] * 1e3:.1f} | "
+                f"{e['step_over_floor']:.2f} | {v.get(5, v.get('5', float('nan'))):.2f} | "
+                f"{v[last]:.2f} (n={last}) |"
+            )
     return "\n".join(rows)
 
 
@@ -151,9 +168,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stream-mb", type=int, default=STREAM_BYTES // 2**20, help="size of the bandwidth probe's matrix")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    dtypes = [measure_dtype(args.target, d.strip(), args.k_max, args.reps, args.context, args.compile,
-                            args.stream_mb * 2**20)
-              for d in args.dtypes.split(",") if d.strip()]
+    dtypes = [
+        measure_dtype(args.target, d.strip(), args.k_max, args.reps, args.context, args.compile, args.stream_mb * 2**20)
+        for d in args.dtypes.split(",")
+        if d.strip()
+    ]
     result = {"settings": vars(args), "dtypes": dtypes}
     path = write("limits", result, Path(args.out))
     print(markdown(result))

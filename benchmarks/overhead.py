@@ -10,6 +10,7 @@ per prompt and repeat: median and IQR.
 
     python -m benchmarks.overhead [--limit 10] [--repeats 3] [--max-new-tokens 96] [--k 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,16 @@ def parse(argv):
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    cfg = BenchConfig(target=args.target, draft=args.draft, prompts=args.prompts, limit=args.limit,
-                      max_new_tokens=args.max_new_tokens, modes=[f"fixed_{args.k}"], device="cpu", dtype="float32")
+    cfg = BenchConfig(
+        target=args.target,
+        draft=args.draft,
+        prompts=args.prompts,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        modes=[f"fixed_{args.k}"],
+        device="cpu",
+        dtype="float32",
+    )
     decoder = load_decoder(cfg)
     prompts = load_prompts(cfg.prompts, cfg.limit)
     encoded = {p.id: decoder.encode(p.text) for p in prompts}
@@ -66,7 +75,7 @@ def main(argv=None) -> dict:
     walls: dict[str, dict] = {c: {} for c in CONFIGS}
     for rep in range(args.repeats):
         for i, p in enumerate(prompts):
-            order = CONFIGS[(i + rep) % 3:] + CONFIGS[:(i + rep) % 3]  # rotate against drift and order effects
+            order = CONFIGS[(i + rep) % 3 :] + CONFIGS[: (i + rep) % 3]  # rotate against drift and order effects
             for c in order:
                 t0 = time.perf_counter()
                 if c == "bare":
@@ -87,19 +96,30 @@ def main(argv=None) -> dict:
     received = len(receiver.transactions())
     receiver.stop()
     n = len(walls["bare"])
-    result = {"settings": vars(args), "requests_per_config": n, "flush_s": flush, "sentry_transactions_received": received,
-              "rows_recorded": {c: store.count_requests(runs[c]) for c in runs}, "table": {}}
+    result = {
+        "settings": vars(args),
+        "requests_per_config": n,
+        "flush_s": flush,
+        "sentry_transactions_received": received,
+        "rows_recorded": {c: store.count_requests(runs[c]) for c in runs},
+        "table": {},
+    }
     for c in CONFIGS:
         per = [walls[c][key] / walls["bare"][key] - 1 for key in walls["bare"]]
         amortised = [x + flush.get(c, 0.0) / n / walls["bare"][key] for x, key in zip(per, walls["bare"])]
-        result["table"][c] = {"wall_s": spread(list(walls[c].values())), "overhead": spread(per),
-                              "overhead_with_flush": spread(amortised),
-                              "goal_met": c == "bare" or spread(amortised)["median"] < 0.02}
+        result["table"][c] = {
+            "wall_s": spread(list(walls[c].values())),
+            "overhead": spread(per),
+            "overhead_with_flush": spread(amortised),
+            "goal_met": c == "bare" or spread(amortised)["median"] < 0.02,
+        }
     path = write("overhead", result, Path(args.out)) if args.out else write("overhead", result)
     print(f"{'config':<11}{'median wall (s)':>16}{'overhead median':>17}{'IQR':>20}{'with flush':>12}")
     for c, t in result["table"].items():
         o, f = t["overhead"], t["overhead_with_flush"]
-        print(f"{c:<11}{t['wall_s']['median']:>16.3f}{o['median']:>17.2%}{o['p25']:>10.2%} to {o['p75']:>6.2%}{f['median']:>12.2%}")
+        print(
+            f"{c:<11}{t['wall_s']['median']:>16.3f}{o['median']:>17.2%}{o['p25']:>10.2%} to {o['p75']:>6.2%}{f['median']:>12.2%}"
+        )
     print(f"sentry transactions received by the local receiver: {received}; rows recorded: {result['rows_recorded']}")
     print(f"wrote {path}")
     return result

@@ -6,6 +6,7 @@ the rest (Python, cache bookkeeping, candidate handling), plus the top operators
 
     python -m benchmarks.profile_decode [--limit 3] [--k 4] [--max-new-tokens 96]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,20 +60,30 @@ def main(argv=None) -> dict:
         dec.run(ids[0], args.k, 8, "model", name)  # warm-up
     result = {"settings": vars(args), "engines": {}}
     for name in ("phoenix", "hf"):
+
         def run(name=name):
             return [dec.run(x, args.k, args.max_new_tokens, "model", name) for x in ids]
+
         wall, in_target = forward_seconds(dec.pair.target, run)
         _, in_draft = forward_seconds(dec.pair.draft, run)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             run()
-        top = [{"op": e.key, "self_cpu_ms": e.self_cpu_time_total / 1e3, "calls": e.count}
-               for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:8]]
-        result["engines"][name] = {"wall_s": wall, "target_forward_s": in_target, "draft_forward_s": in_draft,
-                                       "outside_forwards_share": max(0.0, 1 - (in_target + in_draft) / wall) if wall else None,
-                                       "top_ops": top}
+        top = [
+            {"op": e.key, "self_cpu_ms": e.self_cpu_time_total / 1e3, "calls": e.count}
+            for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:8]
+        ]
+        result["engines"][name] = {
+            "wall_s": wall,
+            "target_forward_s": in_target,
+            "draft_forward_s": in_draft,
+            "outside_forwards_share": max(0.0, 1 - (in_target + in_draft) / wall) if wall else None,
+            "top_ops": top,
+        }
         b = result["engines"][name]
-        print(f"{name:>7}: wall {wall:.2f} s, target forwards {in_target:.2f} s, draft forwards {in_draft:.2f} s, "
-              f"outside forwards {b['outside_forwards_share']:.0%}")
+        print(
+            f"{name:>7}: wall {wall:.2f} s, target forwards {in_target:.2f} s, draft forwards {in_draft:.2f} s, "
+            f"outside forwards {b['outside_forwards_share']:.0%}"
+        )
         for t in top[:5]:
             print(f"        {t['op']:<40}{t['self_cpu_ms']:>10.1f} ms{t['calls']:>8}")
     path = write("profile_decode", result, Path(args.out)) if args.out else write("profile_decode", result)

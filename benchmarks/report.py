@@ -6,6 +6,7 @@ so the dashboard opens each one: ``PHOENIX_DB=benchmarks/results.db streamlit ru
 
     python -m benchmarks.report [--db benchmarks/results.db] [--out docs/results.md] [--print]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,9 @@ def bench_command(b: BenchConfig) -> str:
                     flags.append(f"--{f.name}-{g.name}".replace("_", "-") + f" {getattr(value, g.name)}")
         elif value != base:
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-            flags.append(f"--{f.name.replace('_', '-')} '{text}'" if " " in text else f"--{f.name.replace('_', '-')} {text}")
+            flags.append(
+                f"--{f.name.replace('_', '-')} '{text}'" if " " in text else f"--{f.name.replace('_', '-')} {text}"
+            )
     if b.dtype not in ("float32", "auto"):
         flags.append(f"--dtype {b.dtype}")
     return "python -m engine bench " + " ".join(flags)
@@ -61,7 +64,11 @@ def per_position_md(store: Store, run_id: int) -> str:
             continue
         uncond, cond = rates(g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist(), reached_of(g))
         lines.append(f"{mode}: " + " ".join(f"{u:.2f}" for u in uncond))
-    return ("Per-position acceptance (unconditional, vLLM's definition), position 0 first: " + "; ".join(lines) + ".") if lines else ""
+    return (
+        ("Per-position acceptance (unconditional, vLLM's definition), position 0 first: " + "; ".join(lines) + ".")
+        if lines
+        else ""
+    )
 
 
 def c_with_prefill(totals) -> float | None:
@@ -87,13 +94,20 @@ def fit_md(store: Store, run_id: int) -> str:
     verify = fit.measured.dropna(subset=["verify cost"])
     verify = verify[verify["k"] > 0]
     costs = ", ".join(f"V({int(k) + 1}) = {v:.2f}" for k, v in zip(verify["k"], verify["verify cost"]))
-    return (f"Break-even fit (draft-model modes, decode passes only): a = {fit.a:.3f}, c = {fit.c:.3f}, target step "
-            f"{fit.target_step_s * 1e3:.1f} ms; predicted optimum k = {fit.k_opt}"
-            + (f" ({pred:.2f}x)" if pred else "") + f", measured best k = {fit.k_best_measured}"
-            + (f" ({fit.best_speedup:.2f}x of target-only tokens/s)" if fit.best_speedup else "")
-            + (f"; verify cost in target steps, measured per arm: {costs}" if costs else "")
-            + (f". With both prefills counted inside the pass times, as before migration 0016, c would read {old:.3f}"
-               f" ({(old / fit.c - 1):+.0%})." if old else "."))
+    return (
+        f"Break-even fit (draft-model modes, decode passes only): a = {fit.a:.3f}, c = {fit.c:.3f}, target step "
+        f"{fit.target_step_s * 1e3:.1f} ms; predicted optimum k = {fit.k_opt}"
+        + (f" ({pred:.2f}x)" if pred else "")
+        + f", measured best k = {fit.k_best_measured}"
+        + (f" ({fit.best_speedup:.2f}x of target-only tokens/s)" if fit.best_speedup else "")
+        + (f"; verify cost in target steps, measured per arm: {costs}" if costs else "")
+        + (
+            f". With both prefills counted inside the pass times, as before migration 0016, c would read {old:.3f}"
+            f" ({(old / fit.c - 1):+.0%})."
+            if old
+            else "."
+        )
+    )
 
 
 def _num(v, fmt: str) -> str:
@@ -110,14 +124,19 @@ def policies_md(store: Store, run_id: int) -> str:
     best = best_fixed(frame)
     if best is None or not frame["mode"].map(lambda m: m.startswith("bandit")).any():
         return ""
-    lines = [f"Against the best fixed arm in hindsight ({best}), Welch's test of per-request tokens/s:", "",
-             "| mode | n | share of best fixed (95% CI) | mean k | explored | p-value | verdict | arms chosen |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+    lines = [
+        f"Against the best fixed arm in hindsight ({best}), Welch's test of per-request tokens/s:",
+        "",
+        "| mode | n | share of best fixed (95% CI) | mean k | explored | p-value | verdict | arms chosen |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     for r in policy_table(frame, best).to_dict("records"):
         low, high = r["share CI low"], r["share CI high"]
         ci = "" if low is None or low != low else f" ({low:.2f}-{high:.2f})"
-        lines.append(f"| {r['mode']} | {r['n']} | {r['share of best fixed']:.3f}{ci} | {r['mean k']:.2f} | "
-                     f"{_pct(r['explored'])} | {_num(r['p-value'], '.3f')} | {r['verdict']} | {r['arms chosen']} |")
+        lines.append(
+            f"| {r['mode']} | {r['n']} | {r['share of best fixed']:.3f}{ci} | {r['mean k']:.2f} | "
+            f"{_pct(r['explored'])} | {_num(r['p-value'], '.3f')} | {r['verdict']} | {r['arms chosen']} |"
+        )
     return "\n".join(lines)
 
 
@@ -128,8 +147,11 @@ def engines_command(stored: dict) -> str:
     from engine.vllm.engines import EnginesConfig
 
     defaults = asdict(EnginesConfig())
-    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in stored.items()
-             if k in defaults and v != defaults[k]]
+    flags = [
+        f"--{k.replace('_', '-')} {shlex.quote(str(v))}"
+        for k, v in stored.items()
+        if k in defaults and v != defaults[k]
+    ]
     return " ".join(["python -m engine serve engines", *flags])
 
 
@@ -139,8 +161,11 @@ def divergence_md(store: Store, run_id: int) -> str:
     if not diverged.empty:
         firsts = diverged["diverged_at"].dropna().astype(int)
         text += f"; {len(diverged)} diverge, on {diverged['prompt_id'].nunique()} prompts"
-        text += (f", first at token {firsts.min()}-{firsts.max()} (median {int(firsts.median())})" if len(firsts) else
-                 " (a server returns text, not tokens: the Requests page shows both texts)")
+        text += (
+            f", first at token {firsts.min()}-{firsts.max()} (median {int(firsts.median())})"
+            if len(firsts)
+            else " (a server returns text, not tokens: the Requests page shows both texts)"
+        )
     return text + "."
 
 
@@ -150,15 +175,29 @@ def run_md(store: Store, info: RunInfo) -> str:
     if info.bench is not None:
         parts.append(f"Command: `{bench_command(info.bench)} --db benchmarks/results.db`.")
     elif "serve_engines" in info.config:
-        parts.append(f"Command: `{engines_command(info.config['serve_engines'])} --db benchmarks/results.db`; the "
-                     "servers ran as: " + "; ".join(f"`{s['command'].split('/bin/')[-1]}`" for s in info.config["servers"])
-                     + ".")
-        parts += ["", "Per draft position, from each server's own counters (accepted at position i / drafts): "
-                  + "; ".join(f"{lv['spec_type']}: " + (" ".join(f"{r:.3f}" for r in lv["per_position"][:8]) or "no drafts")
-                              + f" ({lv['drafts']:.0f} drafts)" for lv in info.config.get("server_counters", [])
-                              if lv["spec_type"] != "none") + "."]
-    for line in (leaderboard_md(spec_bench(store, info.id)), per_position_md(store, info.id), fit_md(store, info.id),
-                 policies_md(store, info.id), divergence_md(store, info.id)):
+        parts.append(
+            f"Command: `{engines_command(info.config['serve_engines'])} --db benchmarks/results.db`; the "
+            "servers ran as: " + "; ".join(f"`{s['command'].split('/bin/')[-1]}`" for s in info.config["servers"]) + "."
+        )
+        parts += [
+            "",
+            "Per draft position, from each server's own counters (accepted at position i / drafts): "
+            + "; ".join(
+                f"{lv['spec_type']}: "
+                + (" ".join(f"{r:.3f}" for r in lv["per_position"][:8]) or "no drafts")
+                + f" ({lv['drafts']:.0f} drafts)"
+                for lv in info.config.get("server_counters", [])
+                if lv["spec_type"] != "none"
+            )
+            + ".",
+        ]
+    for line in (
+        leaderboard_md(spec_bench(store, info.id)),
+        per_position_md(store, info.id),
+        fit_md(store, info.id),
+        policies_md(store, info.id),
+        divergence_md(store, info.id),
+    ):
         if line:
             parts += ["", line]
     return "\n".join(parts)
@@ -169,20 +208,31 @@ def machine_md() -> str:
     out = []
     d = latest("dashboard")
     if d:
-        out.append(f"- Dashboard at scale ({d['provenance']['date']}, `python -m benchmarks.dashboard`): "
-                   + ", ".join(f"{int(n):,} requests: Run page queries {r['queries']['all_queries_median_s']:.3f} s, "
-                               f"render {r['run_page_render_s']:.2f} s" for n, r in d["results"].items()) + ".")
+        out.append(
+            f"- Dashboard at scale ({d['provenance']['date']}, `python -m benchmarks.dashboard`): "
+            + ", ".join(
+                f"{int(n):,} requests: Run page queries {r['queries']['all_queries_median_s']:.3f} s, "
+                f"render {r['run_page_render_s']:.2f} s"
+                for n, r in d["results"].items()
+            )
+            + "."
+        )
     o = latest("overhead")
     if o:
-        out.append(f"- Recording overhead ({o['provenance']['date']}, `python -m benchmarks.overhead`): "
-                   + ", ".join(f"{name} {t['overhead']['median']:+.2%}" for name, t in o["table"].items())
-                   + " of a bare decode's wall time per request (median).")
+        out.append(
+            f"- Recording overhead ({o['provenance']['date']}, `python -m benchmarks.overhead`): "
+            + ", ".join(f"{name} {t['overhead']['median']:+.2%}" for name, t in o["table"].items())
+            + " of a bare decode's wall time per request (median)."
+        )
     lim = latest("limits")
     if lim and lim["settings"].get("target") != "embedded":
-        out.append(f"- The hardware floor of a decode step ({lim['provenance']['date']}, `python -m benchmarks.limits"
-                   f"{' --compile' if lim['settings'].get('compile') else ''}`, target {lim['settings']['target']}, "
-                   f"{lim['settings']['context']} tokens in the cache; V(n) = verify(n) / step):\n\n"
-                   + limits_markdown(lim) + "\n")
+        out.append(
+            f"- The hardware floor of a decode step ({lim['provenance']['date']}, `python -m benchmarks.limits"
+            f"{' --compile' if lim['settings'].get('compile') else ''}`, target {lim['settings']['target']}, "
+            f"{lim['settings']['context']} tokens in the cache; V(n) = verify(n) / step):\n\n"
+            + limits_markdown(lim)
+            + "\n"
+        )
     g = latest("gpu")
     if g and not g["settings"].get("tiny"):
         out.append(gpu_md(g))
@@ -194,24 +244,30 @@ def gpu_md(g: dict) -> str:
     check recorded in a database beside its result file."""
     q = g["qwen3_random_init"]
     v = q["verify_in_target_steps"]
-    lines = [f"- GPU check ({g['provenance']['date']}, {g['gpu']}, torch {g['provenance'].get('torch', '?')}, "
-             f"`python -m benchmarks.gpu{' --compile' if g['settings'].get('compile') else ''}`; random-init Qwen3-1.7B "
-             f"target and Qwen3-0.6B draft in {g['dtype'].removeprefix('torch.')}, {g['settings']['prompt_len']} tokens "
-             f"in the cache, median of {g['settings']['reps']}): eager target step {q['target_pass_s']['1'] * 1e3:.2f} "
-             f"ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.2f}; eager verify of 5 tokens "
-             f"{v['5']:.2f} steps, of 9 {v['9']:.2f}."]
+    lines = [
+        f"- GPU check ({g['provenance']['date']}, {g['gpu']}, torch {g['provenance'].get('torch', '?')}, "
+        f"`python -m benchmarks.gpu{' --compile' if g['settings'].get('compile') else ''}`; random-init Qwen3-1.7B "
+        f"target and Qwen3-0.6B draft in {g['dtype'].removeprefix('torch.')}, {g['settings']['prompt_len']} tokens "
+        f"in the cache, median of {g['settings']['reps']}): eager target step {q['target_pass_s']['1'] * 1e3:.2f} "
+        f"ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.2f}; eager verify of 5 tokens "
+        f"{v['5']:.2f} steps, of 9 {v['9']:.2f}."
+    ]
     for r in g.get("compiled", []):
-        lines.append(f"  - {r['dtype'].removeprefix('torch.')}, static cache and `torch.compile` ({r['mode']}): step "
-                     f"{r['eager_pass_s']['1'] * 1e3:.2f} ms eager, {r['compiled_pass_s']['1'] * 1e3:.2f} ms compiled "
-                     f"({r['speedup_step']:.2f}x); verify of 5 tokens {r['verify_in_steps_compiled']['5']:.2f} steps "
-                     f"compiled; compile {r['compile']['warmup_s']:.0f} s, {r['compile']['graphs']} graphs, "
-                     f"{r['compile']['recompiles']} recompiles.")
+        lines.append(
+            f"  - {r['dtype'].removeprefix('torch.')}, static cache and `torch.compile` ({r['mode']}): step "
+            f"{r['eager_pass_s']['1'] * 1e3:.2f} ms eager, {r['compiled_pass_s']['1'] * 1e3:.2f} ms compiled "
+            f"({r['speedup_step']:.2f}x); verify of 5 tokens {r['verify_in_steps_compiled']['5']:.2f} steps "
+            f"compiled; compile {r['compile']['warmup_s']:.0f} s, {r['compile']['graphs']} graphs, "
+            f"{r['compile']['recompiles']} recompiles."
+        )
     stamp = g["provenance"]["date"]
     dbs = sorted(RESULTS_DIR.glob("gpu-*.db"))
     if dbs:
         store = Store(f"sqlite:///{dbs[-1]}", bench_parser=stored)
-        lines.append(f"  - The embedded pair's decode on that GPU (code path, not evidence: the tiny pair), each a run in "
-                     f"`{dbs[-1].relative_to(ROOT)}` (open it with `PHOENIX_DB={dbs[-1].relative_to(ROOT)}`); {stamp}:")
+        lines.append(
+            f"  - The embedded pair's decode on that GPU (code path, not evidence: the tiny pair), each a run in "
+            f"`{dbs[-1].relative_to(ROOT)}` (open it with `PHOENIX_DB={dbs[-1].relative_to(ROOT)}`); {stamp}:"
+        )
         for info in reversed(store.list_runs()):
             lines += ["", markdown(info, summaries(store, info.id)), "", "  " + divergence_md(store, info.id)]
     return "\n".join(lines)
@@ -219,12 +275,16 @@ def gpu_md(g: dict) -> str:
 
 def render(store: Store) -> str:
     runs = [r for r in reversed(store.list_runs()) if r.status == "done" and not r.archived]
-    head = ["# Measured results", "",
-            "Generated by `python -m benchmarks.report` from the runs in `benchmarks/results.db`; do not edit by hand.",
-            "Every table is a run: open them all with `PHOENIX_DB=benchmarks/results.db streamlit run app/main.py`,",
-            "then follow a table's run link. Speedups are per prompt against target-only in the same run: the median",
-            "and interquartile range of the ratios, n requests per mode. tokens/s is the mean of per-request tokens/s.",
-            "Machines are noisy; ratios measured side by side in one run are the figures to trust.", ""]
+    head = [
+        "# Measured results",
+        "",
+        "Generated by `python -m benchmarks.report` from the runs in `benchmarks/results.db`; do not edit by hand.",
+        "Every table is a run: open them all with `PHOENIX_DB=benchmarks/results.db streamlit run app/main.py`,",
+        "then follow a table's run link. Speedups are per prompt against target-only in the same run: the median",
+        "and interquartile range of the ratios, n requests per mode. tokens/s is the mean of per-request tokens/s.",
+        "Machines are noisy; ratios measured side by side in one run are the figures to trust.",
+        "",
+    ]
     body = [run_md(store, info) for info in runs] or ["_No runs in the results database yet._"]
     machine = machine_md()
     tail = ["", "## Not runs: the machine and the dashboard", "", machine] if machine else []

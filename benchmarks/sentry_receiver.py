@@ -1,4 +1,5 @@
 """A small Sentry envelope receiver on 127.0.0.1, for tests that use the real SDK over HTTP."""
+
 from __future__ import annotations
 
 import gzip

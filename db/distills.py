@@ -1,4 +1,5 @@
 """Distillation jobs in the store: plain entities in and out, like db.store."""
+
 from __future__ import annotations
 
 from sqlalchemy import or_, select, update
@@ -11,9 +12,20 @@ UPDATABLE = {"status", "losses", "stage_seconds", "before_run_id", "after_run_id
 
 
 def _info(d: Distill) -> E.DistillInfo:
-    return E.DistillInfo(d.id, d.created_at, d.finished_at, d.status, dict(d.config or {}), d.out_dir,
-                         list(d.losses or []), dict(d.stage_seconds or {}), d.before_run_id, d.after_run_id,
-                         None if d.evaluation is None else dict(d.evaluation), d.error)
+    return E.DistillInfo(
+        d.id,
+        d.created_at,
+        d.finished_at,
+        d.status,
+        dict(d.config or {}),
+        d.out_dir,
+        list(d.losses or []),
+        dict(d.stage_seconds or {}),
+        d.before_run_id,
+        d.after_run_id,
+        None if d.evaluation is None else dict(d.evaluation),
+        d.error,
+    )
 
 
 def create(store: Store, config: dict, out_dir: str) -> E.DistillInfo:
@@ -43,14 +55,22 @@ def get(store: Store, distill_id: int) -> E.DistillInfo | None:
 def latest_for_out_dir(store: Store, out_dir: str) -> E.DistillInfo | None:
     """The unfinished job writing to out_dir, so a resumed command continues the same row."""
     with store.session_scope() as s:
-        d = s.scalars(select(Distill).where(Distill.out_dir == out_dir, Distill.status != "done")
-                      .order_by(Distill.id.desc()).limit(1)).first()
+        d = s.scalars(
+            select(Distill)
+            .where(Distill.out_dir == out_dir, Distill.status != "done")
+            .order_by(Distill.id.desc())
+            .limit(1)
+        ).first()
         return None if d is None else _info(d)
 
 
 def for_run(store: Store, run_id: int) -> E.DistillInfo | None:
     """The distillation whose before or after evaluation is this run."""
     with store.session_scope() as s:
-        d = s.scalars(select(Distill).where(or_(Distill.before_run_id == run_id, Distill.after_run_id == run_id))
-                      .order_by(Distill.id.desc()).limit(1)).first()
+        d = s.scalars(
+            select(Distill)
+            .where(or_(Distill.before_run_id == run_id, Distill.after_run_id == run_id))
+            .order_by(Distill.id.desc())
+            .limit(1)
+        ).first()
         return None if d is None else _info(d)

@@ -1,4 +1,5 @@
 """Plain entities returned by the store. ORM objects never leave db/."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -119,6 +120,7 @@ class ModeSummary:
 @dataclass
 class QueueState:
     """Where a queued run stands: what is ahead of it, who serves the queue, and the request time an ETA rests on."""
+
     position: int  # 1 = next to be claimed
     queued_ahead_requests: int
     running: int  # runs in progress now (each with a live heartbeat)

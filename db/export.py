@@ -4,6 +4,7 @@ CSV holds one row per request; JSON the run (tags, note, config) and its request
 self-contained SQLite file of the run with sqlite-utils (tables ``run``, ``requests`` and ``positions``), which
 ``sqlite-utils``, Datasette or pandas open without Phoenix.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,10 +15,50 @@ from pathlib import Path
 from db.store import Store
 
 EXPORT_FORMATS = ("csv", "json", "sqlite")
-COLUMNS = ["id", "run_id", "seq", "mode", "k", "drafter", "prompt_id", "turn", "category", "prompt_tokens", "output_tokens", "latency_s", "ttft_s",
-           "prefill_s", "draft_prefill_s", "tokens_per_s", "proposed", "accepted", "passes", "draft_s", "verify_s",
-           "output_text", "output_sha256", "identical", "diverged_at", "trace_id", "warmup", "error", "created_at"]
-RUN_KEYS = ("id", "name", "status", "target", "draft", "tags", "note", "archived", "created_at", "finished_at", "config")
+COLUMNS = [
+    "id",
+    "run_id",
+    "seq",
+    "mode",
+    "k",
+    "drafter",
+    "prompt_id",
+    "turn",
+    "category",
+    "prompt_tokens",
+    "output_tokens",
+    "latency_s",
+    "ttft_s",
+    "prefill_s",
+    "draft_prefill_s",
+    "tokens_per_s",
+    "proposed",
+    "accepted",
+    "passes",
+    "draft_s",
+    "verify_s",
+    "output_text",
+    "output_sha256",
+    "identical",
+    "diverged_at",
+    "trace_id",
+    "warmup",
+    "error",
+    "created_at",
+]
+RUN_KEYS = (
+    "id",
+    "name",
+    "status",
+    "target",
+    "draft",
+    "tags",
+    "note",
+    "archived",
+    "created_at",
+    "finished_at",
+    "config",
+)
 
 
 def request_rows(store: Store, run_id: int) -> list[dict]:
@@ -61,13 +102,27 @@ def export_sqlite(store: Store, run_id: int, path: Path) -> int:
     db = sqlite_utils.Database(path)
     try:
         head = run_head(store, run_id)
-        db.table("run").insert({**head, "tags": json.dumps(head.get("tags", [])), "config": json.dumps(head.get("config"), default=str)},
-                         pk="id")
+        db.table("run").insert(
+            {**head, "tags": json.dumps(head.get("tags", [])), "config": json.dumps(head.get("config"), default=str)},
+            pk="id",
+        )
         records = store.requests(run_id, include_warmup=True)
         db.table("requests").insert_all(({c: getattr(r, c) for c in COLUMNS} for r in records), pk="id")
-        db.table("positions").insert_all(({"request_id": r.id, "position": p.position, "proposed": p.proposed,
-                                     "accepted": p.accepted, "reached": p.reached} for r in records for p in r.positions),
-                                   pk=("request_id", "position"), foreign_keys=[("request_id", "requests", "id")])
+        db.table("positions").insert_all(
+            (
+                {
+                    "request_id": r.id,
+                    "position": p.position,
+                    "proposed": p.proposed,
+                    "accepted": p.accepted,
+                    "reached": p.reached,
+                }
+                for r in records
+                for p in r.positions
+            ),
+            pk=("request_id", "position"),
+            foreign_keys=[("request_id", "requests", "id")],
+        )
         return len(records)
     finally:
         db.close()

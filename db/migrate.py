@@ -1,4 +1,5 @@
 """Schema versioning through Alembic, and the start-up check that names the fix."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,16 +15,19 @@ from db.store import StoreError, make_engine, operational_error, safe_url
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
+
 def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["url"] = url  # not via set_main_option: '%' in URLs breaks configparser
     return cfg
 
+
 def head() -> str:
     rev = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
     assert rev is not None, "migrations/ holds no revision"
     return rev
+
 
 def current(url: str) -> str | None:
     engine = make_engine(url)
@@ -35,19 +39,24 @@ def current(url: str) -> str | None:
     finally:
         engine.dispose()
 
+
 def upgrade(url: str, revision: str = "head", allow_foreign_tables: bool = False) -> str | None:
     """Migrate to ``revision``; refuse a database at a revision this Phoenix does not know, and one that holds
     tables without a Phoenix schema version (another application's), unless explicitly allowed."""
     rev = current(url)
     if rev is not None and not _known(rev):
-        raise StoreError(f"the database {safe_url(url)} is at schema {rev}, which this Phoenix does not know (head {head()}): "
-                         "upgrade Phoenix, or pass --db with a Phoenix database")
+        raise StoreError(
+            f"the database {safe_url(url)} is at schema {rev}, which this Phoenix does not know (head {head()}): "
+            "upgrade Phoenix, or pass --db with a Phoenix database"
+        )
     if rev is None and not allow_foreign_tables:
         tables = _tables(url)
         if tables:
-            raise StoreError(f"the database {safe_url(url)} already holds tables Phoenix did not version ({', '.join(tables[:5])}); "
-                             "Phoenix adds its tables only to an empty database: pass --db with a new path, or "
-                             "--allow-foreign-tables to add them anyway")
+            raise StoreError(
+                f"the database {safe_url(url)} already holds tables Phoenix did not version ({', '.join(tables[:5])}); "
+                "Phoenix adds its tables only to an empty database: pass --db with a new path, or "
+                "--allow-foreign-tables to add them anyway"
+            )
     try:
         command.upgrade(alembic_config(url), revision)
     except DatabaseError as exc:
@@ -75,6 +84,7 @@ def _tables(url: str) -> list[str]:
 def upgrade_command(url: str) -> str:
     return f"python -m engine db upgrade --db '{safe_url(url)}'"
 
+
 def ensure_schema(url: str, create_if_empty: bool = True) -> None:
     """Upgrade a brand-new database; refuse (naming the fix) one that is behind or ahead."""
     rev = current(url)
@@ -85,9 +95,13 @@ def ensure_schema(url: str, create_if_empty: bool = True) -> None:
         if not _tables(url) and create_if_empty:
             upgrade(url)
             return
-        raise StoreError(f"the database {safe_url(url)} has tables but no Phoenix schema version: it is another "
-                         f"application's, or predates versioning; pass --db with a new path, or run "
-                         f"`{upgrade_command(url)} --allow-foreign-tables`")
+        raise StoreError(
+            f"the database {safe_url(url)} has tables but no Phoenix schema version: it is another "
+            f"application's, or predates versioning; pass --db with a new path, or run "
+            f"`{upgrade_command(url)} --allow-foreign-tables`"
+        )
     if not _known(rev):
-        raise StoreError(f"the database {safe_url(url)} has schema {rev}, newer than this Phoenix knows (head {want}); upgrade Phoenix")
+        raise StoreError(
+            f"the database {safe_url(url)} has schema {rev}, newer than this Phoenix knows (head {want}); upgrade Phoenix"
+        )
     raise StoreError(f"the database {safe_url(url)} is at schema {rev}, behind {want}; run `{upgrade_command(url)}`")

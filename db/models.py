@@ -1,4 +1,5 @@
 """SQLAlchemy 2.0 typed models. Names are public: other tools query these tables."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -66,14 +67,18 @@ class Request(Base):
     draft_s: Mapped[float] = mapped_column(Float)
     verify_s: Mapped[float] = mapped_column(Float)  # decode passes only; prefill apart since 0016
     prefill_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # the target's prefill (0016)
-    draft_prefill_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # the drafter's reset (0016); NULL before
+    draft_prefill_s: Mapped[float | None] = mapped_column(
+        Float, nullable=True
+    )  # the drafter's reset (0016); NULL before
     output_text: Mapped[str] = mapped_column(Text)
     output_sha256: Mapped[str] = mapped_column(String(64))
     identical: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     diverged_at: Mapped[int | None] = mapped_column(Integer, nullable=True)
     trace_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     warmup: Mapped[bool] = mapped_column(Boolean, default=False)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # a request that failed (a server's answer), else NULL (0010)
+    error: Mapped[str | None] = mapped_column(
+        Text, nullable=True
+    )  # a request that failed (a server's answer), else NULL (0010)
     drafter: Mapped[str | None] = mapped_column(String(20), nullable=True)  # what drafted (0018); NULL before
     turn: Mapped[int | None] = mapped_column(Integer, nullable=True)  # conversation turn, multi-turn sets (0019)
     category: Mapped[str | None] = mapped_column(String(40), nullable=True)  # the prompt's category (0019)
@@ -124,7 +129,11 @@ class Distill(Base):
     out_dir: Mapped[str] = mapped_column(String(500))
     losses: Mapped[list] = mapped_column(JSON, default=list)
     stage_seconds: Mapped[dict] = mapped_column(JSON, default=dict)
-    before_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), nullable=True, index=True)
-    after_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), nullable=True, index=True)
+    before_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("runs.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    after_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("runs.id", ondelete="SET NULL"), nullable=True, index=True
+    )
     evaluation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -3,6 +3,7 @@
 SQLite gets WAL, foreign keys and a busy timeout on every connection, so the
 dashboard can read while a worker writes.
 """
+
 from __future__ import annotations
 
 import os
@@ -86,17 +87,25 @@ def make_engine(url: str) -> Engine:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot create the database folder {parent}: {exc.strerror}; pass --db with a writable path") from None
+            raise StoreError(
+                f"cannot create the database folder {parent}: {exc.strerror}; pass --db with a writable path"
+            ) from None
         if not os.access(parent, os.W_OK):
             raise StoreError(f"the database folder {parent} is not writable; pass --db with a writable path")
     try:
-        engine = create_engine(url, future=True, **({} if u.get_backend_name() == "sqlite" else {"pool_pre_ping": True}))
+        engine = create_engine(
+            url, future=True, **({} if u.get_backend_name() == "sqlite" else {"pool_pre_ping": True})
+        )
     except NoSuchModuleError:
-        raise StoreError(f"unknown database kind {u.drivername!r} in {safe_url(url)}; use a SQLite path or "
-                         "postgresql+psycopg://USER@HOST/DB") from None
+        raise StoreError(
+            f"unknown database kind {u.drivername!r} in {safe_url(url)}; use a SQLite path or "
+            "postgresql+psycopg://USER@HOST/DB"
+        ) from None
     except ModuleNotFoundError as exc:
-        raise StoreError(f"no database driver for {safe_url(url)} ({exc.name} is not installed); use postgresql+psycopg:// "
-                         "(psycopg is in requirements.txt) or a SQLite path") from None
+        raise StoreError(
+            f"no database driver for {safe_url(url)} ({exc.name} is not installed); use postgresql+psycopg:// "
+            "(psycopg is in requirements.txt) or a SQLite path"
+        ) from None
     if u.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -142,9 +151,19 @@ class Store:
             session.close()
 
     # runs -----------------------------------------------------------------
-    def create_run(self, name: str, config: dict, target: str, draft: str | None, total: int, status: str = "running") -> E.RunInfo:
+    def create_run(
+        self, name: str, config: dict, target: str, draft: str | None, total: int, status: str = "running"
+    ) -> E.RunInfo:
         with self.session_scope() as s:
-            run = Run(name=name, status=status, config=config, target=target, draft=draft, progress_total=total, progress_done=0)
+            run = Run(
+                name=name,
+                status=status,
+                config=config,
+                target=target,
+                draft=draft,
+                progress_total=total,
+                progress_done=0,
+            )
             s.add(run)
             s.flush()
             return self._info(run)
@@ -180,8 +199,11 @@ class Store:
     def interrupt_if_running(self, run_id: int, reason: str) -> bool:
         """Mark a running run interrupted now (its worker is known to be gone)."""
         with self.session_scope() as s:
-            res = s.execute(update(Run).where(Run.id == run_id, Run.status == "running")
-                            .values(status="interrupted", finished_at=utcnow(), error=reason))
+            res = s.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status == "running")
+                .values(status="interrupted", finished_at=utcnow(), error=reason)
+            )
             return rowcount(res) == 1
 
     # queue ------------------------------------------------------------------
@@ -193,18 +215,26 @@ class Store:
             return self._claim_skip_locked(worker_id)
         with self.session_scope() as s:
             oldest = select(Run.id).where(Run.status == "queued").order_by(Run.id).limit(1).scalar_subquery()
-            res = s.execute(update(Run).where(Run.id == oldest, Run.status == "queued")
-                            .values(status="running", worker_id=worker_id, heartbeat_at=utcnow(), cancel_requested=False))
+            res = s.execute(
+                update(Run)
+                .where(Run.id == oldest, Run.status == "queued")
+                .values(status="running", worker_id=worker_id, heartbeat_at=utcnow(), cancel_requested=False)
+            )
             if rowcount(res) != 1:
                 return None
-            run = s.scalars(select(Run).where(Run.worker_id == worker_id, Run.status == "running")
-                            .order_by(Run.heartbeat_at.desc(), Run.id.desc()).limit(1)).first()
+            run = s.scalars(
+                select(Run)
+                .where(Run.worker_id == worker_id, Run.status == "running")
+                .order_by(Run.heartbeat_at.desc(), Run.id.desc())
+                .limit(1)
+            ).first()
             return self._info(run) if run else None
 
     def _claim_skip_locked(self, worker_id: str) -> E.RunInfo | None:
         with self.session_scope() as s:
-            run = s.scalars(select(Run).where(Run.status == "queued").order_by(Run.id).limit(1)
-                            .with_for_update(skip_locked=True)).first()
+            run = s.scalars(
+                select(Run).where(Run.status == "queued").order_by(Run.id).limit(1).with_for_update(skip_locked=True)
+            ).first()
             if run is None:
                 return None
             run.status, run.worker_id, run.heartbeat_at, run.cancel_requested = "running", worker_id, utcnow(), False
@@ -234,8 +264,11 @@ class Store:
     def requeue(self, run_id: int) -> bool:
         """Put an interrupted, failed or cancelled run back in the queue to resume it."""
         with self.session_scope() as s:
-            res = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(("interrupted", "failed", "cancelled")))
-                            .values(status="queued", error=None, finished_at=None, cancel_requested=False))
+            res = s.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status.in_(("interrupted", "failed", "cancelled")))
+                .values(status="queued", error=None, finished_at=None, cancel_requested=False)
+            )
             return rowcount(res) == 1
 
     def mark_stale(self, timeout_s: float = STALE_AFTER_S) -> list[int]:
@@ -244,8 +277,15 @@ class Store:
         with self.session_scope() as s:
             ids = list(s.scalars(select(Run.id).where(_stale(timeout_s))))
             if ids:
-                s.execute(update(Run).where(Run.id.in_(ids), Run.status == "running")
-                          .values(status="interrupted", finished_at=utcnow(), error="worker stopped (no heartbeat); resume it to continue"))
+                s.execute(
+                    update(Run)
+                    .where(Run.id.in_(ids), Run.status == "running")
+                    .values(
+                        status="interrupted",
+                        finished_at=utcnow(),
+                        error="worker stopped (no heartbeat); resume it to continue",
+                    )
+                )
             return ids
 
     def merge_config(self, run_id: int, values: dict) -> None:
@@ -289,8 +329,10 @@ class Store:
         """(request seq, step) for every bandit decision of a run, in order."""
         with self.session_scope() as s:
             rows = s.execute(
-                select(Request.seq, BanditStep).join(BanditStep, BanditStep.request_id == Request.id)
-                .where(Request.run_id == run_id).order_by(Request.seq)
+                select(Request.seq, BanditStep)
+                .join(BanditStep, BanditStep.request_id == Request.id)
+                .where(Request.run_id == run_id)
+                .order_by(Request.seq)
             ).all()
             return [(seq, _bandit(b)) for seq, b in rows]
 
@@ -306,8 +348,17 @@ def _insert_requests(s: Session, records: list[E.RequestRecord]) -> list[int]:
     now = utcnow()
     rows = [{**{k: v for k, v in vars(r).items() if k not in skip}, "created_at": r.created_at or now} for r in records]
     ids = list(s.scalars(insert(Request).returning(Request.id, sort_by_parameter_order=True), rows))
-    positions = [{"request_id": rid, "position": p.position, "proposed": p.proposed, "accepted": p.accepted, "reached": p.reached}
-                 for rid, rec in zip(ids, records) for p in rec.positions]
+    positions = [
+        {
+            "request_id": rid,
+            "position": p.position,
+            "proposed": p.proposed,
+            "accepted": p.accepted,
+            "reached": p.reached,
+        }
+        for rid, rec in zip(ids, records)
+        for p in rec.positions
+    ]
     if positions:
         s.execute(insert(RequestPosition), positions)
     steps = [{"request_id": rid, **vars(rec.bandit)} for rid, rec in zip(ids, records) if rec.bandit is not None]
@@ -335,19 +386,29 @@ def operational_error(exc: DatabaseError, url: str) -> StoreError:
     text = str(exc.orig) if exc.orig is not None else str(exc)
     where = safe_url(url)
     if "readonly database" in text or "read-only" in text:
-        return StoreError(f"{where} is read-only here (its file or folder is not writable): reading works, changes "
-                          "do not; copy it to a writable folder to change it")
+        return StoreError(
+            f"{where} is read-only here (its file or folder is not writable): reading works, changes "
+            "do not; copy it to a writable folder to change it"
+        )
     if "file is not a database" in text or "malformed" in text:
-        return StoreError(f"{where} is not a SQLite database, or it is corrupt; pass --db with a Phoenix database "
-                          "(a new path creates one)")
+        return StoreError(
+            f"{where} is not a SQLite database, or it is corrupt; pass --db with a Phoenix database "
+            "(a new path creates one)"
+        )
     if "locked" in text or "busy" in text:
-        return StoreError(f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; retry when it is free")
+        return StoreError(
+            f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; retry when it is free"
+        )
     if "unable to open" in text or "readonly" in text or "read-only" in text:
         return StoreError(f"cannot write the database {where} ({text}); pass --db with a writable path")
     if "connection" in text and ("refused" in text or "failed" in text) or "could not connect" in text:
-        return StoreError(f"cannot reach the database server of {where}; start it, or point --db / PHOENIX_DB elsewhere")
+        return StoreError(
+            f"cannot reach the database server of {where}; start it, or point --db / PHOENIX_DB elsewhere"
+        )
     if "password authentication failed" in text or "does not exist" in text and "database" in text:
-        return StoreError(f"the database server refused {where} ({text.splitlines()[0]}); check the user, password and database name")
+        return StoreError(
+            f"the database server refused {where} ({text.splitlines()[0]}); check the user, password and database name"
+        )
     if "no such table" in text or "no such column" in text:
         return StoreError(f"the database {where} has an old schema ({text}); run `python -m engine db upgrade`")
     if ("disk" in text and "full" in text) or "disk I/O error" in text:
@@ -356,15 +417,33 @@ def operational_error(exc: DatabaseError, url: str) -> StoreError:
 
 
 def _run(r: Run, status: str | None = None, tags: list[str] | None = None) -> E.RunInfo:
-    return E.RunInfo(r.id, r.name, status or r.status, r.created_at, r.finished_at, dict(r.config or {}), r.target, r.draft,
-                     r.progress_done, r.progress_total, r.error, r.worker_id, r.heartbeat_at, bool(r.cancel_requested),
-                     list(tags or []), r.note, bool(r.archived))
+    return E.RunInfo(
+        r.id,
+        r.name,
+        status or r.status,
+        r.created_at,
+        r.finished_at,
+        dict(r.config or {}),
+        r.target,
+        r.draft,
+        r.progress_done,
+        r.progress_total,
+        r.error,
+        r.worker_id,
+        r.heartbeat_at,
+        bool(r.cancel_requested),
+        list(tags or []),
+        r.note,
+        bool(r.archived),
+    )
 
 
 def _tags(s: Session, run_ids: list[int]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     if run_ids:
-        for run_id, tag in s.execute(select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids)).order_by(RunTag.tag)):
+        for run_id, tag in s.execute(
+            select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids)).order_by(RunTag.tag)
+        ):
             out.setdefault(run_id, []).append(tag)
     return out
 
@@ -372,8 +451,10 @@ def _tags(s: Session, run_ids: list[int]) -> dict[int, list[str]]:
 def _positions_by_request(s: Session, ids: list[int]) -> dict[int, list[E.PositionCount]]:
     out: dict[int, list[E.PositionCount]] = {}
     for chunk in range(0, len(ids), 500):
-        part = ids[chunk:chunk + 500]
-        rows = s.scalars(select(RequestPosition).where(RequestPosition.request_id.in_(part)).order_by(RequestPosition.position)).all()
+        part = ids[chunk : chunk + 500]
+        rows = s.scalars(
+            select(RequestPosition).where(RequestPosition.request_id.in_(part)).order_by(RequestPosition.position)
+        ).all()
         for p in rows:
             out.setdefault(p.request_id, []).append(E.PositionCount(p.position, p.proposed, p.accepted, p.reached))
     return out
@@ -385,6 +466,16 @@ def _request(r: Request, positions: list[E.PositionCount]) -> E.RequestRecord:
 
 
 def _bandit(b: BanditStep) -> E.BanditRecord:
-    return E.BanditRecord(t=b.t, explored=b.explored, chosen_k=b.chosen_k, arm_means=dict(b.arm_means),
-                          arm_counts=dict(b.arm_counts), reward=b.reward, epsilon=b.epsilon, p_not_best=b.p_not_best,
-                          policy=b.policy or "epsilon_greedy", fallback=bool(b.fallback), arm=b.arm)
+    return E.BanditRecord(
+        t=b.t,
+        explored=b.explored,
+        chosen_k=b.chosen_k,
+        arm_means=dict(b.arm_means),
+        arm_counts=dict(b.arm_counts),
+        reward=b.reward,
+        epsilon=b.epsilon,
+        p_not_best=b.p_not_best,
+        policy=b.policy or "epsilon_greedy",
+        fallback=bool(b.fallback),
+        arm=b.arm,
+    )

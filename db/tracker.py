@@ -3,6 +3,7 @@
 Plain values in and out, like db.store; each function is one transaction. A tag is 1..100 printable characters
 without surrounding spaces; user text is never interpreted here (the dashboard renders notes with HTML off).
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -73,8 +74,11 @@ def set_tags(store: Store, run_id: int, tags: list[str]) -> list[str]:
 
 def _add(s, run_id: int, tags: list[str]) -> None:
     if tags:
-        s.execute(_insert(s, RunTag).values([{"run_id": run_id, "tag": t} for t in tags])
-                  .on_conflict_do_nothing(index_elements=["run_id", "tag"]))
+        s.execute(
+            _insert(s, RunTag)
+            .values([{"run_id": run_id, "tag": t} for t in tags])
+            .on_conflict_do_nothing(index_elements=["run_id", "tag"])
+        )
 
 
 def remove_tags(store: Store, run_id: int, tags: list[str]) -> list[str]:
@@ -122,15 +126,20 @@ def delete_run(store: Store, run_id: int, worker_alive: Callable[[str], bool] = 
     on SQLite) and then finds no run."""
     with store.session_scope() as s:
         _existing(s, run_id)
-        touched = s.execute(update(Run).where(Run.id == run_id, status_expr().not_in(("running", "queued")))
-                            .values(cancel_requested=Run.cancel_requested))
+        touched = s.execute(
+            update(Run)
+            .where(Run.id == run_id, status_expr().not_in(("running", "queued")))
+            .values(cancel_requested=Run.cancel_requested)
+        )
         run = s.get(Run, run_id)
         status = s.scalar(select(status_expr()).where(Run.id == run_id))
         if rowcount(touched) != 1:
             raise TrackerError(f"run {run_id} is {status}; cancel it first (`python -m engine cancel {run_id}`)")
         if run is not None and run.worker_id and worker_alive(run.worker_id):
-            raise TrackerError(f"run {run_id} is {status}, but its worker {run.worker_id} is still alive on this host; "
-                               f"stop it first (`python -m engine cancel {run_id}`), then delete")
+            raise TrackerError(
+                f"run {run_id} is {status}, but its worker {run.worker_id} is still alive on this host; "
+                f"stop it first (`python -m engine cancel {run_id}`), then delete"
+            )
         n = s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0
         # explicit child deletes: SQLite cascades only with foreign_keys on, and this must not depend on it
         ids = select(Request.id).where(Request.run_id == run_id).scalar_subquery()
@@ -149,8 +158,11 @@ def set_baseline(store: Store, run_id: int) -> str:
     """Pin the run as the baseline of its target model (replacing any other); returns the target."""
     with store.session_scope() as s:
         run = _existing(s, run_id)
-        s.execute(_insert(s, Baseline).values(target=run.target, run_id=run_id)
-                  .on_conflict_do_update(index_elements=["target"], set_={"run_id": run_id}))
+        s.execute(
+            _insert(s, Baseline)
+            .values(target=run.target, run_id=run_id)
+            .on_conflict_do_update(index_elements=["target"], set_={"run_id": run_id})
+        )
         return run.target
 
 

@@ -1,4 +1,5 @@
 """Phoenix engine: greedy speculative decoding with full acceptance accounting."""
+
 import os as _os
 
 

@@ -3,6 +3,7 @@
 ``--target smollm2 --draft smollm2-draft`` works wherever ``embedded`` does. The real
 pair is fetched or built once into models/ (never committed) and cached there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,17 +26,34 @@ SMOLLM2 = "smollm2"
 SMOLLM2_DRAFT = "smollm2-draft"
 SMOLLM2_EAGLE3 = "smollm2-eagle3"
 NAMED = {
-    EMBEDDED: Named(EMBEDDED, EMBEDDED_DIR, "the embedded tiny pair (tests and offline demos; its text is repetitive)",
-                    "python -m engine zoo build", 37),
-    SMOLLM2: Named(SMOLLM2, MODELS_DIR / "smollm2-135m-instruct",
-                   "SmolLM2-135M-Instruct (Apache-2.0), 134.5M parameters, dequantized from Q4_1",
-                   "python -m engine zoo fetch smollm2", 517),
-    SMOLLM2_DRAFT: Named(SMOLLM2_DRAFT, MODELS_DIR / "smollm2-draft",
-                         "Phoenix's draft for SmolLM2-135M-Instruct, distilled from it",
-                         "python -m engine zoo build-draft smollm2", 30),
-    SMOLLM2_EAGLE3: Named(SMOLLM2_EAGLE3, MODELS_DIR / "smollm2-eagle3",
-                          "Phoenix's EAGLE-3 head for SmolLM2-135M-Instruct (use with --drafter eagle3 or eagle3_<k>)",
-                          "python -m engine zoo build-head smollm2", 15),
+    EMBEDDED: Named(
+        EMBEDDED,
+        EMBEDDED_DIR,
+        "the embedded tiny pair (tests and offline demos; its text is repetitive)",
+        "python -m engine zoo build",
+        37,
+    ),
+    SMOLLM2: Named(
+        SMOLLM2,
+        MODELS_DIR / "smollm2-135m-instruct",
+        "SmolLM2-135M-Instruct (Apache-2.0), 134.5M parameters, dequantized from Q4_1",
+        "python -m engine zoo fetch smollm2",
+        517,
+    ),
+    SMOLLM2_DRAFT: Named(
+        SMOLLM2_DRAFT,
+        MODELS_DIR / "smollm2-draft",
+        "Phoenix's draft for SmolLM2-135M-Instruct, distilled from it",
+        "python -m engine zoo build-draft smollm2",
+        30,
+    ),
+    SMOLLM2_EAGLE3: Named(
+        SMOLLM2_EAGLE3,
+        MODELS_DIR / "smollm2-eagle3",
+        "Phoenix's EAGLE-3 head for SmolLM2-135M-Instruct (use with --drafter eagle3 or eagle3_<k>)",
+        "python -m engine zoo build-head smollm2",
+        15,
+    ),
 }
 
 

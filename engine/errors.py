@@ -1,4 +1,5 @@
 """User-facing errors: one clear line, exit status 2, no traceback."""
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@
 A mode string is parsed once into a ``Mode``; every consumer (bench, form, analysis,
 charts) asks the value object instead of matching strings itself.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,10 +18,19 @@ GRANULARITIES = ("request", "pass")  # how often a policy may change k
 # Two words, two things. A drafter proposes tokens: none (target-only), the draft model, or a model-free one. An
 # engine runs the request: Phoenix's own loop, or transformers' assisted generation (hf_<k>) for comparison.
 DRAFTERS = ("none", "model", "ngram", "suffix", "eagle3")
-RUN_DRAFTERS = ("model", "ngram", "suffix", "eagle3")  # what a run's fixed_<k> and bandit modes may draft with (--drafter)
+RUN_DRAFTERS = (
+    "model",
+    "ngram",
+    "suffix",
+    "eagle3",
+)  # what a run's fixed_<k> and bandit modes may draft with (--drafter)
 DRAFT_MODEL_DRAFTERS = ("model", "eagle3")  # need --draft: a draft model, or an EAGLE-3 head
 ENGINES = ("phoenix", "hf")
-PROMPT_FORMATS = ("auto", "chat", "raw")  # how prompt text becomes token ids: auto = chat when the target has a template
+PROMPT_FORMATS = (
+    "auto",
+    "chat",
+    "raw",
+)  # how prompt text becomes token ids: auto = chat when the target has a template
 Drafter = Literal["none", "model", "ngram", "suffix", "eagle3"]
 RunDrafter = Literal["model", "ngram", "suffix", "eagle3"]
 Engine = Literal["phoenix", "hf"]
@@ -28,10 +38,12 @@ PromptFormat = Literal["auto", "chat", "raw"]
 Granularity = Literal["request", "pass"]
 CacheKind = Literal["dynamic", "static"]
 
-_GRAMMAR = re.compile(r"^(?:(?P<target>target)"
-                      r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
-                      r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
-                      r"|(?P<served>vllm|sglang|llamacpp)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?_(?:c(?P<level>\d+)|(?P<watch>watch)))$")
+_GRAMMAR = re.compile(
+    r"^(?:(?P<target>target)"
+    r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
+    r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
+    r"|(?P<served>vllm|sglang|llamacpp)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?_(?:c(?P<level>\d+)|(?P<watch>watch)))$"
+)
 SERVING_ENGINES = ("vllm", "sglang", "llamacpp")  # OpenAI-compatible servers whose spec-decode counters Phoenix reads
 FIXED_ARM_KINDS = ("target", "fixed", "ngram", "suffix", "eagle3")
 ARM_HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
@@ -100,8 +112,14 @@ class Mode:
             return "model" if has_draft_model else "ngram"
         if self.kind == "served":
             return self.variant or "server"  # what the server was started with, when the mode says
-        return {"target": "none", "fixed": run_drafter, "bandit": run_drafter, "ngram": "ngram",
-                "suffix": "suffix", "eagle3": "eagle3"}.get(self.kind, "none")
+        return {
+            "target": "none",
+            "fixed": run_drafter,
+            "bandit": run_drafter,
+            "ngram": "ngram",
+            "suffix": "suffix",
+            "eagle3": "eagle3",
+        }.get(self.kind, "none")
 
     @property
     def engine(self) -> str:

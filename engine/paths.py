@@ -1,4 +1,5 @@
 """Where Phoenix keeps its files, independent of the working directory."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,5 +20,6 @@ def check_ours(path: Path, flag: str = "--out", markers: tuple[str, ...] = (CARD
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise PhoenixError(f"{flag} {path} is a file or a link, not a model folder; pass a new folder path")
     if path.is_dir() and any(path.iterdir()) and not any((path / m).exists() for m in markers):
-        raise PhoenixError(f"{flag} {path} already holds files that Phoenix did not write; nothing was changed: "
-                           "pass a new folder path")
+        raise PhoenixError(
+            f"{flag} {path} already holds files that Phoenix did not write; nothing was changed: pass a new folder path"
+        )

@@ -1,4 +1,5 @@
 """AppTest helpers the dashboard test files share: a recorded database, opening a page as a shared link would."""
+
 from __future__ import annotations
 
 import json

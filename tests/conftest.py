@@ -1,4 +1,5 @@
 """Shared fixtures: tiny random models of real architectures, saved as HF directories."""
+
 from __future__ import annotations
 
 # isort: off
@@ -26,9 +27,21 @@ def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int 
 
     cls = {"qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig}[arch]
     extra = {"sliding_window": None} if arch == "mistral" else {}
-    return cls(**extra, vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-               num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
-               bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=False)
+    return cls(
+        **extra,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        max_position_embeddings=512,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+        tie_word_embeddings=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +89,9 @@ def tiny_dirs(tmp_path_factory, tiny_tokenizer):
                 p.add_(torch.randn(p.shape, generator=gen) * p.std() * 0.3)
         dirs[arch] = {
             "target": save_model(target, tiny_tokenizer, root / f"{arch}-target"),
-            "draft": save_model(make_model(arch, tiny_tokenizer, seed=2, layers=1), tiny_tokenizer, root / f"{arch}-draft"),
+            "draft": save_model(
+                make_model(arch, tiny_tokenizer, seed=2, layers=1), tiny_tokenizer, root / f"{arch}-draft"
+            ),
             "near": save_model(near, tiny_tokenizer, root / f"{arch}-near"),
         }
     return dirs
@@ -202,4 +217,3 @@ def app_db(tmp_path, monkeypatch):
     monkeypatch.setenv("PHOENIX_DB", url)
     monkeypatch.delenv("PHOENIX_SENTRY_WEB", raising=False)
     return store
-

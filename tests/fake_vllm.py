@@ -4,6 +4,7 @@ vLLM's exposition format (tests/fixtures/vllm/PROVENANCE.md says what it is and 
 Each completion advances the spec-decode counters as a server drafting k=4 tokens per
 pass would, with per-position acceptance that falls with concurrency (as it does when
 a real server disables or shortens speculation under load)."""
+
 from __future__ import annotations
 
 import json
@@ -17,16 +18,33 @@ K = 4
 
 
 class FakeVllm:
-    def __init__(self, model: str = "Qwen/Qwen3-1.7B", tokens: int = 24, delay_s: float = 0.01,
-                 max_model_len: int | None = None, spec: bool = True, prefix: str = ""):
+    def __init__(
+        self,
+        model: str = "Qwen/Qwen3-1.7B",
+        tokens: int = 24,
+        delay_s: float = 0.01,
+        max_model_len: int | None = None,
+        spec: bool = True,
+        prefix: str = "",
+    ):
         self.model, self.tokens, self.delay_s = model, tokens, delay_s
         self.max_model_len = max_model_len  # in prompt words + max_tokens, as a real server counts tokens
-        self.spec, self.prefix = spec, prefix  # spec=False: started without a speculative config; prefix "ray_": Ray Serve
+        self.spec, self.prefix = (
+            spec,
+            prefix,
+        )  # spec=False: started without a speculative config; prefix "ray_": Ray Serve
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
         self.running = 0
-        self.c = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation_tokens": 0, "requests": 0,
-                  "latency_sum": 0.0, "per_pos": [0] * K}
+        self.c = {
+            "drafts": 0,
+            "draft_tokens": 0,
+            "accepted": 0,
+            "generation_tokens": 0,
+            "requests": 0,
+            "latency_sum": 0.0,
+            "per_pos": [0] * K,
+        }
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,12 +58,21 @@ class FakeVllm:
                     return self._send(404, b"{}", "application/json")
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 fake.bodies.append(body)
-                if fake.max_model_len and len(body.get("prompt", "").split()) + body.get("max_tokens", 16) > fake.max_model_len:
-                    return self._send(400, json.dumps({"error": "This model's maximum context length is "
-                                                       f"{fake.max_model_len} tokens"}).encode(), "application/json")
+                if (
+                    fake.max_model_len
+                    and len(body.get("prompt", "").split()) + body.get("max_tokens", 16) > fake.max_model_len
+                ):
+                    return self._send(
+                        400,
+                        json.dumps(
+                            {"error": f"This model's maximum context length is {fake.max_model_len} tokens"}
+                        ).encode(),
+                        "application/json",
+                    )
                 if body.get("model") != fake.model:
-                    return self._send(404, json.dumps({"error": f"model {body.get('model')} not served"}).encode(),
-                                      "application/json")
+                    return self._send(
+                        404, json.dumps({"error": f"model {body.get('model')} not served"}).encode(), "application/json"
+                    )
                 self._send(200, json.dumps(fake.complete(body)).encode(), "application/json")
 
             def _send(self, code, data, ctype):
@@ -60,7 +87,9 @@ class FakeVllm:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()  # quick shutdown
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()  # quick shutdown
 
     def complete(self, body: dict) -> dict:
         with self.lock:
@@ -82,18 +111,32 @@ class FakeVllm:
             c["generation_tokens"] += n
             c["requests"] += 1
             c["latency_sum"] += time.perf_counter() - t0
-        return {"id": "cmpl-fake", "object": "text_completion", "model": self.model,
-                "choices": [{"index": 0, "text": " x" * n, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": len(body.get("prompt", "").split()), "completion_tokens": n,
-                          "total_tokens": n + len(body.get("prompt", "").split())}}
+        return {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "model": self.model,
+            "choices": [{"index": 0, "text": " x" * n, "finish_reason": "length"}],
+            "usage": {
+                "prompt_tokens": len(body.get("prompt", "").split()),
+                "completion_tokens": n,
+                "total_tokens": n + len(body.get("prompt", "").split()),
+            },
+        }
 
     def render(self) -> str:
         with self.lock:
             c = dict(self.c)
-            per_pos = "\n".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="{self.model}",'
-                                f'position="{i}"}} {float(v)}' for i, v in enumerate(c.pop("per_pos")))
-        fields = {"model": self.model, "running": float(self.running), "per_pos": per_pos,
-                  **{k: float(v) for k, v in c.items()}}
+            per_pos = "\n".join(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="{self.model}",'
+                f'position="{i}"}} {float(v)}'
+                for i, v in enumerate(c.pop("per_pos"))
+            )
+        fields = {
+            "model": self.model,
+            "running": float(self.running),
+            "per_pos": per_pos,
+            **{k: float(v) for k, v in c.items()},
+        }
         out = TEMPLATE
         for key, value in fields.items():
             out = out.replace("{" + key + "}", str(value))

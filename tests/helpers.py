@@ -1,4 +1,5 @@
 """Helpers the test modules share (fixtures live in conftest.py)."""
+
 from __future__ import annotations
 
 import os
@@ -40,6 +41,8 @@ def migrated(url: str) -> str:
     with closing(sqlite3.connect(_TEMPLATE[0])) as src, closing(sqlite3.connect(path)) as dst:
         src.backup(dst)  # the backup API, not a file copy: nothing left behind in a WAL file
     return url
+
+
 XSS = "<script>alert('pwned')</script>"
 # A backtick and a blank line close any inline code span; what follows would render as Markdown.
 BREAKOUT = "m`\n\n[click me](https://evil.example/x) ![beacon](https://evil.example/b.png)"
@@ -48,17 +51,43 @@ BREAKOUT = "m`\n\n[click me](https://evil.example/x) ![beacon](https://evil.exam
 def bench_cfg(tiny_dirs, prompt_file, **kw) -> BenchConfig:
     """A small run on the tiny Qwen3 target with its near-copy draft."""
     d = tiny_dirs["qwen3"]
-    base = dict(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=12,
-                modes=["target", "fixed_2"], arms=[0, 2, 4], device="cpu")
+    base = dict(
+        target=d["target"],
+        draft=d["near"],
+        prompts=prompt_file,
+        limit=3,
+        max_new_tokens=12,
+        modes=["target", "fixed_2"],
+        arms=[0, 2, 4],
+        device="cpu",
+    )
     base.update(kw)
     return BenchConfig(**base)
 
 
-def request_record(run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw) -> RequestRecord:
-    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"p{seq}", prompt_tokens=5,
-                         output_tokens=tokens, latency_s=latency, ttft_s=0.1, tokens_per_s=tokens / latency,
-                         proposed=proposed, accepted=accepted, passes=3, draft_s=0.4, verify_s=0.6,
-                         output_text="x", output_sha256="0" * 64, **{"trace_id": "a" * 32, **kw})
+def request_record(
+    run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw
+) -> RequestRecord:
+    return RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=k,
+        prompt_id=f"p{seq}",
+        prompt_tokens=5,
+        output_tokens=tokens,
+        latency_s=latency,
+        ttft_s=0.1,
+        tokens_per_s=tokens / latency,
+        proposed=proposed,
+        accepted=accepted,
+        passes=3,
+        draft_s=0.4,
+        verify_s=0.6,
+        output_text="x",
+        output_sha256="0" * 64,
+        **{"trace_id": "a" * 32, **kw},
+    )
 
 
 class CorruptingDecoder(Decoder):
@@ -102,10 +131,18 @@ def assert_one_line_error(code, err, pattern):
 
 def start_worker(db_url, *extra):
     env = {**os.environ, "PHOENIX_DB": db_url}
-    folder = Path(db_url.removeprefix("sqlite:///")).parent if db_url.startswith("sqlite") else Path(tempfile.gettempdir())
+    folder = (
+        Path(db_url.removeprefix("sqlite:///")).parent if db_url.startswith("sqlite") else Path(tempfile.gettempdir())
+    )
     log = open(folder / f"worker{time.monotonic_ns()}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--poll", "0.2", *extra], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine", "worker", "--poll", "0.2", *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for(cond, timeout=120.0, what="condition"):
@@ -132,11 +169,29 @@ def app_record(run_id, seq, mode, k, rng, **kw):
     latency = {0: 2.0, 4: 1.4}.get(k, 1.6) * rng.uniform(0.9, 1.1)
     proposed = 4 * 12 if k else 0
     per_pos = [PositionCount(i, 12, max(0, 12 - 3 * i)) for i in range(k)]
-    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=f"HumanEval/{seq % 5}", prompt_tokens=50,
-                         output_tokens=tokens, latency_s=latency, ttft_s=0.05, tokens_per_s=tokens / latency,
-                         proposed=proposed, accepted=sum(p.accepted for p in per_pos), passes=12 if k else 64,
-                         draft_s=0.3 * (k > 0), verify_s=latency - 0.3 * (k > 0), output_text=f"return x  # {XSS}",
-                         output_sha256="0" * 64, identical=True, trace_id=f"{seq:032x}", positions=per_pos, **kw)
+    return RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=k,
+        prompt_id=f"HumanEval/{seq % 5}",
+        prompt_tokens=50,
+        output_tokens=tokens,
+        latency_s=latency,
+        ttft_s=0.05,
+        tokens_per_s=tokens / latency,
+        proposed=proposed,
+        accepted=sum(p.accepted for p in per_pos),
+        passes=12 if k else 64,
+        draft_s=0.3 * (k > 0),
+        verify_s=latency - 0.3 * (k > 0),
+        output_text=f"return x  # {XSS}",
+        output_sha256="0" * 64,
+        identical=True,
+        trace_id=f"{seq:032x}",
+        positions=per_pos,
+        **kw,
+    )
 
 
 def build_db(url: str) -> Store:
@@ -145,16 +200,35 @@ def build_db(url: str) -> Store:
     store = Store(url)
     rng = random.Random(0)
     for r in range(2):
-        run = store.create_run(f"run-{r}", {"bench": {"modes": ["target", "fixed_4", "bandit"], "prompts": "humaneval-test",
-                                                      "drafter": "model", "max_new_tokens": 64}}, "embedded", "embedded", 30, status="done")
+        run = store.create_run(
+            f"run-{r}",
+            {
+                "bench": {
+                    "modes": ["target", "fixed_4", "bandit"],
+                    "prompts": "humaneval-test",
+                    "drafter": "model",
+                    "max_new_tokens": 64,
+                }
+            },
+            "embedded",
+            "embedded",
+            30,
+            status="done",
+        )
         recs, seq = [], 0
         for i in range(10):
             recs.append(app_record(run.id, seq, "target", 0, rng))
             recs.append(app_record(run.id, seq + 1, "fixed_4", 4, rng))
             b = app_record(run.id, seq + 2, "bandit", [0, 2, 4][i % 3], rng)
-            b.bandit = BanditRecord(t=i, epsilon=1.0 if i < 6 else 0.2, explored=i < 6, chosen_k=b.k,
-                                    arm_means={"0": 30.0, "2": 38.0, "4": 45.0}, arm_counts={"0": 3, "2": 3, "4": 4},
-                                    reward=b.tokens_per_s)
+            b.bandit = BanditRecord(
+                t=i,
+                epsilon=1.0 if i < 6 else 0.2,
+                explored=i < 6,
+                chosen_k=b.k,
+                arm_means={"0": 30.0, "2": 38.0, "4": 45.0},
+                arm_counts={"0": 3, "2": 3, "4": 4},
+                reward=b.tokens_per_s,
+            )
             recs.append(b)
             seq += 3
         if r == 1:

@@ -1,4 +1,5 @@
 """Every dashboard page through AppTest, on a database made through the store."""
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,8 @@ def test_empty_install_explains_and_its_demo_button_queues_a_run(tmp_path, monke
     assert not at.exception
     runs = Store(url).list_runs()
     assert [(r.status, r.config["bench"]["limit"], r.config["bench"]["modes"]) for r in runs] == [
-        ("queued", 8, ["target", "fixed_4", "bandit"])]
+        ("queued", 8, ["target", "fixed_4", "bandit"])
+    ]
 
 
 def test_run_page_kpis_equal_what_the_store_computes(app_db):
@@ -132,8 +134,11 @@ def test_breakeven_fits_a_and_c_from_a_run(app_db):
 
 def test_breakeven_uses_the_verify_cost_each_arm_measured(app_db):
     rows = app_db.requests(1)
-    arm = {"target": [r for r in rows if r.mode == "target"], 0: [r for r in rows if r.k == 0],
-           4: [r for r in rows if r.k == 4]}  # an arm is a k: the bandit's requests at that k count too
+    arm = {
+        "target": [r for r in rows if r.mode == "target"],
+        0: [r for r in rows if r.k == 0],
+        4: [r for r in rows if r.k == 4],
+    }  # an arm is a k: the bandit's requests at that k count too
     per_pass = {m: sum(r.verify_s for r in rs) / sum(r.passes for r in rs) for m, rs in arm.items()}
     at = open_page("breakeven", run=1)
     table = next(d.value for d in at.dataframe if "verify cost" in d.value.columns).set_index("k")
@@ -142,7 +147,7 @@ def test_breakeven_uses_the_verify_cost_each_arm_measured(app_db):
     assert "predicted, measured V(k+1)" in json.dumps(charts(at))
 
 
-@pytest.mark.parametrize("hostile", ["'; DROP TABLE runs; --", "%", "_", "\" OR 1=1 --"])
+@pytest.mark.parametrize("hostile", ["'; DROP TABLE runs; --", "%", "_", '" OR 1=1 --'])
 def test_filters_reach_sql_as_bound_parameters(app_db, hostile):
     at = open_page("runs", name=hostile)
     assert any("No run matches" in w.value for w in at.warning)
@@ -197,7 +202,9 @@ def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_pat
     try:
         path = tmp_path / "p.jsonl"
         path.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}"}) + "\n" for i in range(3)))
-        run_id = sweep(Store(url), SweepConfig(url=server.url, model=server.model, prompts=str(path), concurrency="1,2"))
+        run_id = sweep(
+            Store(url), SweepConfig(url=server.url, model=server.model, prompts=str(path), concurrency="1,2")
+        )
     finally:
         server.stop()
     at = open_page("run", run=run_id)
@@ -211,12 +218,19 @@ def test_the_form_names_the_real_pair_with_its_size_and_whether_it_is_here(tmp_p
     import engine.catalog as catalog
 
     monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{tmp_path / 'f.db'}")
-    monkeypatch.setitem(catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2-135M-Instruct",
-                                                                "python -m engine zoo fetch smollm2", 517))
+    monkeypatch.setitem(
+        catalog.NAMED,
+        "smollm2",
+        catalog.Named(
+            "smollm2", tmp_path / "absent", "SmolLM2-135M-Instruct", "python -m engine zoo fetch smollm2", 517
+        ),
+    )
     at = open_page("new_run")
     options = at.selectbox(key="n_target").options
-    assert any(o.startswith("smollm2 (SmolLM2-135M-Instruct, 517 MB) · not here yet: the worker fetches it first")
-               for o in options)
+    assert any(
+        o.startswith("smollm2 (SmolLM2-135M-Instruct, 517 MB) · not here yet: the worker fetches it first")
+        for o in options
+    )
 
 
 @pytest.mark.parametrize("pair_here,target", [(True, "smollm2"), (False, "embedded")])
@@ -249,7 +263,9 @@ def test_a_missing_fetchable_target_passes_the_form_checks(monkeypatch, tmp_path
     from app import actions
     from engine.bench.config import BenchConfig
 
-    monkeypatch.setitem(catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2", "fetch", 517))
+    monkeypatch.setitem(
+        catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2", "fetch", 517)
+    )
     monkeypatch.setattr(actions, "present", catalog.present)
     cfg = BenchConfig(target="smollm2", draft=None, drafter="ngram", modes=["target", "ngram_4"], limit=2)
     assert actions.field_checks(cfg, "0,2,4") == {}
@@ -264,8 +280,14 @@ def test_user_text_with_a_markdown_breakout_is_shown_literally_on_the_run_and_re
     url = f"sqlite:///{tmp_path / 'breakout.db'}"
     migrated(url)
     store = Store(url)
-    run = store.create_run("breakout", {"bench": {"modes": ["fixed_4"], "drafter": "model", "prompt_format": BREAKOUT}},
-                           BREAKOUT, BREAKOUT, 1, status="done")
+    run = store.create_run(
+        "breakout",
+        {"bench": {"modes": ["fixed_4"], "drafter": "model", "prompt_format": BREAKOUT}},
+        BREAKOUT,
+        BREAKOUT,
+        1,
+        status="done",
+    )
     record = app_record(run.id, 0, "fixed_4", 4, random.Random(0))
     record.prompt_id = BREAKOUT
     store.add_requests([record])
@@ -286,12 +308,23 @@ def test_a_field_error_quoting_user_input_is_literal_text(app_db, monkeypatch):
     assert not any("evil.example" in text for text in markdown_like(at))
 
 
-@pytest.mark.parametrize("page, params", [
-    ("requests", {"run": 1, "arm": "²"}), ("requests", {"run": 1, "arm": "٣"}), ("requests", {"run": 1, "arm": str(2**70)}),
-    ("requests", {"run": 1, "arm": "-1"}), ("breakeven", {"k": "²"}), ("breakeven", {"k": "999"}),
-    ("breakeven", {"a": "nan", "c": "inf"}), ("breakeven", {"run": str(2**70)}), ("run", {"run": "²"}),
-    ("run", {"run": str(2**70)}), ("policies", {"run": "x"}), ("compare", {"series": "²:fixed_4,1:nope"}),
-])
+@pytest.mark.parametrize(
+    "page, params",
+    [
+        ("requests", {"run": 1, "arm": "²"}),
+        ("requests", {"run": 1, "arm": "٣"}),
+        ("requests", {"run": 1, "arm": str(2**70)}),
+        ("requests", {"run": 1, "arm": "-1"}),
+        ("breakeven", {"k": "²"}),
+        ("breakeven", {"k": "999"}),
+        ("breakeven", {"a": "nan", "c": "inf"}),
+        ("breakeven", {"run": str(2**70)}),
+        ("run", {"run": "²"}),
+        ("run", {"run": str(2**70)}),
+        ("policies", {"run": "x"}),
+        ("compare", {"series": "²:fixed_4,1:nope"}),
+    ],
+)
 def test_hostile_query_parameters_never_raise(app_db, page, params):
     open_page(page, **params)  # open_page asserts no exception was rendered
 
@@ -324,7 +357,9 @@ def test_every_page_says_what_is_wrong_with_an_unusable_database(tmp_path, monke
         assert at.code and at.code[0].value
 
 
-@pytest.mark.parametrize("field, key", [("target", "n_target_typed"), ("draft", "n_draft_typed"), ("prompts", "n_prompts_file")])
+@pytest.mark.parametrize(
+    "field, key", [("target", "n_target_typed"), ("draft", "n_draft_typed"), ("prompts", "n_prompts_file")]
+)
 def test_the_form_reads_only_inside_its_roots_and_never_tells_which_files_exist(app_db, tmp_path, field, key):
     answers = []
     for path in ("/etc/passwd", "/no/such/file", str(tmp_path / "app.db"), "../../etc/hostname"):
@@ -345,13 +380,19 @@ def test_an_adaptive_drafters_run_shows_its_draft_lengths_and_the_share_of_empty
     url = f"sqlite:///{tmp_path / 'suffix.db'}"
     migrated(url)
     store = Store(url)
-    run = store.create_run("suffix", {"bench": {"modes": ["target", "suffix_4"], "drafter": "model"}}, "t", None, 2,
-                           status="done")
+    run = store.create_run(
+        "suffix", {"bench": {"modes": ["target", "suffix_4"], "drafter": "model"}}, "t", None, 2, status="done"
+    )
     rng = random.Random(0)
     rec = app_record(run.id, 0, "suffix_4", 4, rng)
     # 10 passes: 4 drafted nothing, 3 drafted one token, 2 drafted three, 1 drafted four
     rec.passes, rec.proposed = 10, 3 + 6 + 4
-    rec.positions = [PositionCount(0, 6, 5, 6), PositionCount(1, 3, 2, 3), PositionCount(2, 3, 1, 2), PositionCount(3, 1, 0, 1)]
+    rec.positions = [
+        PositionCount(0, 6, 5, 6),
+        PositionCount(1, 3, 2, 3),
+        PositionCount(2, 3, 1, 2),
+        PositionCount(3, 1, 0, 1),
+    ]
     store.add_requests([app_record(run.id, 1, "target", 0, rng), rec])
     monkeypatch.setenv("PHOENIX_DB", url)
     at = open_page("run", run=run.id)
@@ -367,11 +408,13 @@ def test_a_free_text_filter_longer_than_sqlites_like_limit_is_cut_not_an_error(a
     assert not at.error or all("LIKE" not in e.value for e in at.error)
 
 
-
-@pytest.mark.parametrize("typed, says", [
-    ("", "you chose other…; type a model folder"),
-    ("models/no-such-draft", "there is no models/no-such-draft in this project"),
-])
+@pytest.mark.parametrize(
+    "typed, says",
+    [
+        ("", "you chose other…; type a model folder"),
+        ("models/no-such-draft", "there is no models/no-such-draft in this project"),
+    ],
+)
 def test_the_form_says_what_is_wrong_with_a_typed_model_and_where_to_put_it(app_db, typed, says):
     at = open_page("new_run")
     at.selectbox(key="n_draft").set_value("other…")
@@ -414,8 +457,10 @@ def test_acceptance_points_carry_wilson_intervals_and_thin_points_are_drawn_holl
     assert ((rates["low"] <= rates["rate"] + 1e-9) & (rates["rate"] <= rates["high"] + 1e-9)).all()
     spec = json.dumps(charts(at)[0])
     assert "datum.n < 5" in spec and '"filled": false' in spec
-    assert any("hollow points rest on fewer than 5 passes" in c.value and "(a + a^2 + ... + a^k) / k" in c.value
-               for c in at.caption)
+    assert any(
+        "hollow points rest on fewer than 5 passes" in c.value and "(a + a^2 + ... + a^k) / k" in c.value
+        for c in at.caption
+    )
 
 
 def _fixed_domains(spec) -> list[tuple[str, float, float]]:
@@ -477,8 +522,10 @@ def test_a_queued_run_shows_its_place_the_live_workers_an_eta_and_how_to_add_a_w
     assert "Live workers: 1 (elsewhere:42)" in info and busy.id != mine.id
     q = queries.queue_state(app_db, mine.id)
     eta = (12 + 30 + 6) * q.mean_request_s
-    assert any(f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s)" in c.value and "latest 60 measured" in c.value
-               for c in at.caption)
+    assert any(
+        f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s)" in c.value and "latest 60 measured" in c.value
+        for c in at.caption
+    )
     assert any("python -m engine worker" in c.value for c in at.code)
 
 
@@ -525,8 +572,15 @@ def test_a_bandit_that_only_explored_so_far_says_why_its_panels_are_thin(tmp_pat
     recs = []
     for t in range(4):
         rec = app_record(run.id, t, "bandit", [0, 2][t % 2], random.Random(t))
-        rec.bandit = BanditRecord(t=t, epsilon=1.0, explored=True, chosen_k=rec.k, arm_means={"0": 30.0},
-                                  arm_counts={"0": 1}, reward=rec.tokens_per_s)
+        rec.bandit = BanditRecord(
+            t=t,
+            epsilon=1.0,
+            explored=True,
+            chosen_k=rec.k,
+            arm_means={"0": 30.0},
+            arm_counts={"0": 1},
+            reward=rec.tokens_per_s,
+        )
         recs.append(rec)
     store.add_requests(recs)
     monkeypatch.setenv("PHOENIX_DB", url)
@@ -540,7 +594,10 @@ def test_a_server_runs_reference_is_named_so_and_its_divergences_show_no_none(tm
     store = Store(migrated(url))
     run = store.create_run("served", {"engine": {"engine": "llamacpp"}}, "smollm2", None, 4, status="done")
     rng = random.Random(0)
-    rows = [app_record(run.id, i, mode, 0, rng) for i, mode in enumerate(["llamacpp-none_c1", "llamacpp-ngram-simple_c1"] * 2)]
+    rows = [
+        app_record(run.id, i, mode, 0, rng)
+        for i, mode in enumerate(["llamacpp-none_c1", "llamacpp-ngram-simple_c1"] * 2)
+    ]
     for r in rows:
         r.trace_id, r.identical = None, (None if r.mode == "llamacpp-none_c1" else r.seq != 3)
     store.add_requests(rows)

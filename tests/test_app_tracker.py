@@ -1,4 +1,5 @@
 """The tracker on the dashboard: notes, tags, archive, delete, baselines and any-run comparison, through AppTest."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,10 @@ import random
 from apptest import charts, open_page
 from helpers import app_record
 
-HOSTILE_NOTE = ("# Why\n**new draft** <script>alert('x')</script> <img src=x onerror=alert(1)> "
-                "[click](javascript:alert(1)) ![beacon](https://evil.example/b.png) <https://evil.example/a>")
+HOSTILE_NOTE = (
+    "# Why\n**new draft** <script>alert('x')</script> <img src=x onerror=alert(1)> "
+    "[click](javascript:alert(1)) ![beacon](https://evil.example/b.png) <https://evil.example/a>"
+)
 
 
 def test_a_note_renders_its_formatting_and_nothing_that_runs_or_loads(app_db):
@@ -103,13 +106,14 @@ def test_a_compare_link_naming_too_many_series_draws_the_first_twelve_and_says_s
 
     for r in range(3, 7):
         run = app_db.create_run(f"more-{r}", {"bench": {}}, "embedded", "embedded", 3, status="done")
-        app_db.add_requests([app_record(run.id, i, "target", 0, random.Random(i)) for i in range(3)]
-                            + [app_record(run.id, 3 + i, "fixed_4", 4, random.Random(i)) for i in range(3)])
+        app_db.add_requests(
+            [app_record(run.id, i, "target", 0, random.Random(i)) for i in range(3)]
+            + [app_record(run.id, 3 + i, "fixed_4", 4, random.Random(i)) for i in range(3)]
+        )
     series = ",".join(f"{run}:{mode}" for run in range(1, 7) for mode in ("target", "fixed_4")) + ",1:bandit,2:bandit"
     at = open_page("compare", series=series)
     assert any("Compare draws at most 12" in w.value for w in at.warning)
     assert len(at.multiselect(key="series").value) <= 12
-
 
 
 def _spec_bench_run(app_db):
@@ -121,16 +125,29 @@ def _spec_bench_run(app_db):
 
     from db.entities import BanditRecord
 
-    run = app_db.create_run("sb", {"bench": {"prompts": "spec-bench-test", "modes": ["target", "ngram_4", "bandit"],
-                                             "drafter_arms": ["target", "ngram_4"]}}, "embedded", None, 12, status="done")
+    run = app_db.create_run(
+        "sb",
+        {
+            "bench": {
+                "prompts": "spec-bench-test",
+                "modes": ["target", "ngram_4", "bandit"],
+                "drafter_arms": ["target", "ngram_4"],
+            }
+        },
+        "embedded",
+        None,
+        12,
+        status="done",
+    )
     recs, seq = [], 0
     for i, (pid, category) in enumerate((("qa-1", "qa"), ("qa-2", "qa"), ("rag-3", "rag"), ("rag-4", "rag"))):
         for mode, k in (("target", 0), ("ngram_4", 4), ("bandit", 4 * (i % 2))):
             rec = replace(app_record(run.id, seq, mode, k, random.Random(seq)), prompt_id=pid, category=category)
             if mode == "bandit":
                 arm = "ngram_4" if k else "target"
-                rec.bandit = BanditRecord(t=i, explored=i < 2, chosen_k=k, arm_means={}, arm_counts={}, reward=1.0,
-                                          policy="thompson", arm=arm)
+                rec.bandit = BanditRecord(
+                    t=i, explored=i < 2, chosen_k=k, arm_means={}, arm_counts={}, reward=1.0, policy="thompson", arm=arm
+                )
             recs.append(rec)
             seq += 1
     app_db.add_requests(recs)
@@ -169,10 +186,16 @@ def test_a_run_of_model_free_drafters_gets_their_figures_instead_of_no_drafting_
 
     from helpers import app_record
 
-    run = app_db.create_run("free", {"bench": {"modes": ["target", "ngram_4", "suffix_4"]}}, "embedded", None, 6,
-                            status="done")
-    app_db.add_requests([app_record(run.id, i * 3 + j, mode, k, random.Random(i))
-                         for i in range(2) for j, (mode, k) in enumerate((("target", 0), ("ngram_4", 4), ("suffix_4", 4)))])
+    run = app_db.create_run(
+        "free", {"bench": {"modes": ["target", "ngram_4", "suffix_4"]}}, "embedded", None, 6, status="done"
+    )
+    app_db.add_requests(
+        [
+            app_record(run.id, i * 3 + j, mode, k, random.Random(i))
+            for i in range(2)
+            for j, (mode, k) in enumerate((("target", 0), ("ngram_4", 4), ("suffix_4", 4)))
+        ]
+    )
     at = open_page("run", run=run.id)
     text = " ".join(i.value for i in at.info)
     assert "No drafting data yet" not in text
@@ -180,8 +203,9 @@ def test_a_run_of_model_free_drafters_gets_their_figures_instead_of_no_drafting_
 
 
 def test_a_queued_run_with_target_says_what_its_identity_check_waits_for(app_db):
-    run = app_db.create_run("waiting", {"bench": {"modes": ["target", "fixed_4"]}}, "embedded", "embedded", 6,
-                            status="queued")
+    run = app_db.create_run(
+        "waiting", {"bench": {"modes": ["target", "fixed_4"]}}, "embedded", "embedded", 6, status="queued"
+    )
     at = open_page("run", run=run.id)
     assert not any("No output of this run was checked" in w.value for w in at.warning)
     assert any("No output checked yet" in i.value for i in at.info)
@@ -217,8 +241,12 @@ def test_warm_up_requests_are_counted_openly_on_the_run_page(app_db):
 
     from helpers import app_record
 
-    app_db.add_requests([app_record(1, 100 + i, mode, k, random.Random(i), warmup=True)
-                         for i, (mode, k) in enumerate((("target", 0), ("fixed_4", 4), ("bandit", 4)))])
+    app_db.add_requests(
+        [
+            app_record(1, 100 + i, mode, k, random.Random(i), warmup=True)
+            for i, (mode, k) in enumerate((("target", 0), ("fixed_4", 4), ("bandit", 4)))
+        ]
+    )
     at = open_page("run", run=1)
     assert any("plus 3 warm-up requests (one per mode" in t.value for t in at.text)
 
@@ -238,7 +266,9 @@ def test_run_page_charts_have_room_whole_number_decision_axes_and_dashes_in_the_
     heights = [h for sp in specs for h in _walk(sp, "height") if isinstance(h, (int, float))]
     assert heights and min(heights) >= 160
     assert any(a.get("tickMinStep") == 1 for sp in specs for a in _walk(sp, "axis") if isinstance(a, dict))
-    assert any(leg.get("symbolType") == "stroke" for sp in specs for leg in _walk(sp, "legend") if isinstance(leg, dict))
+    assert any(
+        leg.get("symbolType") == "stroke" for sp in specs for leg in _walk(sp, "legend") if isinstance(leg, dict)
+    )
 
 
 def test_a_run_without_a_draft_model_never_shows_none(app_db):
@@ -247,7 +277,9 @@ def test_a_run_without_a_draft_model_never_shows_none(app_db):
     from helpers import app_record
 
     run = app_db.create_run("free", {"bench": {"modes": ["target", "ngram_4"]}}, "embedded", None, 2, status="done")
-    app_db.add_requests([app_record(run.id, i, m, k, random.Random(i)) for i, (m, k) in enumerate((("target", 0), ("ngram_4", 4)))])
+    app_db.add_requests(
+        [app_record(run.id, i, m, k, random.Random(i)) for i, (m, k) in enumerate((("target", 0), ("ngram_4", 4)))]
+    )
     at = open_page("run", run=run.id)
     assert not any("None" in t.value for t in at.text)
     assert any("draft none" in t.value for t in at.text)
@@ -258,7 +290,10 @@ def test_compare_warns_when_the_series_ran_other_prompts_or_token_budgets(app_db
 
     with app_db.session_scope() as s:
         run = s.get(Run, 2)
-        run.config = {**run.config, "bench": {**run.config["bench"], "prompts": "spec-bench-test", "max_new_tokens": 16}}
+        run.config = {
+            **run.config,
+            "bench": {**run.config["bench"], "prompts": "spec-bench-test", "max_new_tokens": 16},
+        }
     at = open_page("compare", series="1:fixed_4,2:fixed_4")
     warning = " ".join(w.value for w in at.warning)
     assert "bench.prompts" in warning and "bench.max_new_tokens" in warning
@@ -269,8 +304,13 @@ def test_compare_draws_one_acceptance_curve_per_arm_of_a_bandit_series(app_db):
     from apptest import chart_frames
 
     at = open_page("compare", series="1:fixed_4,1:bandit")
-    arms = {a for i in range(len(at.get("vega_lite_chart"))) for frame in chart_frames(at, i)
-            if {"arm", "kind"} <= set(frame.columns) for a in frame["arm"]}
+    arms = {
+        a
+        for i in range(len(at.get("vega_lite_chart")))
+        for frame in chart_frames(at, i)
+        if {"arm", "kind"} <= set(frame.columns)
+        for a in frame["arm"]
+    }
     assert "1:fixed_4 (model)" in arms and any(a.startswith("1:bandit (model) ") for a in arms)
     assert "1:bandit (model)" not in arms  # never one zig-zag curve over several arms
     caption = " ".join(c.value for c in at.caption if c.value.startswith("Fitted a"))

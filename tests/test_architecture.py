@@ -1,4 +1,5 @@
 """The plan of the house, enforced: dependencies run one way, no cycles, no hidden imports."""
+
 from __future__ import annotations
 
 import ast
@@ -7,7 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [p for folder in ("engine", "db", "app") for p in (ROOT / folder).rglob("*.py")] + [ROOT / "migrations" / "env.py"]
+SOURCES = [p for folder in ("engine", "db", "app") for p in (ROOT / folder).rglob("*.py")] + [
+    ROOT / "migrations" / "env.py"
+]
 BASE = {"engine.errors", "engine.config", "engine.modes", "engine.paths", "engine.catalog"}
 
 # package -> the packages it may import (itself included). Read top-down: nothing below imports anything above.
@@ -97,7 +100,7 @@ def test_there_is_no_import_cycle():
         state[m] = 1
         for t in graph.get(m, ()):
             if state.get(t) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(t):] + [t]))
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(t) :] + [t]))
             if t not in state:
                 visit(t, path + [t])
         state[m] = 2

@@ -1,5 +1,6 @@
 """Bad input, command by command: one table, one line per case. Each gives one clear line, exit status 2,
 no traceback, and changes nothing. A new case is one more row."""
+
 from __future__ import annotations
 
 import json
@@ -27,10 +28,15 @@ def place(tmp_path):
         conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
         conn.execute("INSERT INTO alembic_version VALUES ('f00dcafe')")
     (tmp_path / "folder").mkdir()
-    lines = {"surrogate.jsonl": '{"id": "a", "prompt": "x \\ud800 y"}', "nul.jsonl": '{"id": "a", "prompt": "x\\u0000y"}',
-             "dict_id.jsonl": '{"id": {"a": 1}, "prompt": "x"}', "long_id.jsonl": json.dumps({"id": "i" * 201, "prompt": "x"}),
-             "newline_id.jsonl": '{"id": "a\\nb", "prompt": "x"}', "bool_id.jsonl": '{"id": true, "prompt": "x"}',
-             "deep.jsonl": "[" * 5000 + "]" * 5000}
+    lines = {
+        "surrogate.jsonl": '{"id": "a", "prompt": "x \\ud800 y"}',
+        "nul.jsonl": '{"id": "a", "prompt": "x\\u0000y"}',
+        "dict_id.jsonl": '{"id": {"a": 1}, "prompt": "x"}',
+        "long_id.jsonl": json.dumps({"id": "i" * 201, "prompt": "x"}),
+        "newline_id.jsonl": '{"id": "a\\nb", "prompt": "x"}',
+        "bool_id.jsonl": '{"id": true, "prompt": "x"}',
+        "deep.jsonl": "[" * 5000 + "]" * 5000,
+    }
     for name, line in lines.items():
         (tmp_path / name).write_text(line + "\n", encoding="utf-8")
     return lambda text: text.format(dir=tmp_path, ok=ok)
@@ -42,7 +48,10 @@ CASES = [  # (argv, pattern of the one line)
     ("show 1 --db {dir}/corrupt.db", "is not a SQLite database, or it is corrupt"),
     ("runs --db nosuchscheme://host/db", "unknown database kind .nosuchscheme."),
     ("db upgrade --db {dir}/unknown_rev.db", "at schema f00dcafe, which this Phoenix does not know"),
-    ("db upgrade --db {dir}/foreign.db", r"already holds tables Phoenix did not version \(runs\).*--allow-foreign-tables"),
+    (
+        "db upgrade --db {dir}/foreign.db",
+        r"already holds tables Phoenix did not version \(runs\).*--allow-foreign-tables",
+    ),
     ("runs --db {dir}/foreign.db", "has tables but no Phoenix schema version"),
     (f"show {BIG} --db {{ok}}", "run ids are whole numbers from 1 to"),
     (f"export {BIG} --db {{ok}}", "run ids are whole numbers"),
@@ -62,13 +71,25 @@ CASES = [  # (argv, pattern of the one line)
     ("bench --no-such-flag", r"unrecognized arguments: --no-such-flag; see `python -m engine --help`"),
     ("generate --k four", "--k expects a number, got 'four'"),
     ("bench --db {dir}/p.db --suffix-min-prob 2", r"--suffix-min-prob must be in 0\.\.1"),
-    ("bench --db {dir}/p.db --suffix-max-spec-factor -1", "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0"),
+    (
+        "bench --db {dir}/p.db --suffix-max-spec-factor -1",
+        "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0",
+    ),
     ("bench --db {dir}/p.db --modes suffix_0", "k must be in 1..16"),
-    ("bench --db {dir}/p.db --drafter tree", r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix', 'eagle3'\)"),
+    (
+        "bench --db {dir}/p.db --drafter tree",
+        r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix', 'eagle3'\)",
+    ),
     ("bench --db {dir}/p.db --dtype bogus", "argument --dtype: invalid choice: 'bogus'"),
     ("submit --db {dir}/p.db --device tpu", "--device must be auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
-    ("submit --db {dir}/p.db --suffix-max-spec-factor inf", "--suffix-max-spec-factor must be a finite number, got 'inf'"),
-    ("submit --db {dir}/p.db --suffix-max-spec-offset inf", "--suffix-max-spec-offset must be a finite number, got 'inf'"),
+    (
+        "submit --db {dir}/p.db --suffix-max-spec-factor inf",
+        "--suffix-max-spec-factor must be a finite number, got 'inf'",
+    ),
+    (
+        "submit --db {dir}/p.db --suffix-max-spec-offset inf",
+        "--suffix-max-spec-offset must be a finite number, got 'inf'",
+    ),
     ("submit --db {dir}/p.db --shadow-rate nan", "--shadow-rate must be a finite number, got 'nan'"),
     ("distill --lr inf", "--lr must be a finite number, got 'inf'"),
     ("serve engines --db {dir}/p.db --spec-types ngram-simple", "--spec-types must start with none"),
@@ -108,12 +129,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, place, argv, pattern):
     assert not Path(place("{dir}/p.db")).exists()
 
 
-@pytest.mark.parametrize("data, expected", [
-    ('{"id": "a", "prompt": "x\u2028y"}\n'.encode(), [("a", "x\u2028y")]),  # JSON allows U+2028 raw in strings
-    ('{"id": "a", "prompt": "x\u0085y\u2029"}\n'.encode(), [("a", "x\u0085y\u2029")]),
-    (b'\xef\xbb\xbf{"id": "a", "prompt": "xy"}\n', [("a", "xy")]),  # a UTF-8 BOM
-    (b'{"id": "a", "prompt": "x"}\r\n{"id": 7, "prompt": "y"}\r\n', [("a", "x"), ("7", "y")]),  # CRLF
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ('{"id": "a", "prompt": "x\u2028y"}\n'.encode(), [("a", "x\u2028y")]),  # JSON allows U+2028 raw in strings
+        ('{"id": "a", "prompt": "x\u0085y\u2029"}\n'.encode(), [("a", "x\u0085y\u2029")]),
+        (b'\xef\xbb\xbf{"id": "a", "prompt": "xy"}\n', [("a", "xy")]),  # a UTF-8 BOM
+        (b'{"id": "a", "prompt": "x"}\r\n{"id": 7, "prompt": "y"}\r\n', [("a", "x"), ("7", "y")]),  # CRLF
+    ],
+)
 def test_good_prompt_files_with_unusual_separators_parse(data, expected):
     from engine.decode.prompts import parse_jsonl
 
@@ -128,20 +152,24 @@ def test_a_run_name_that_would_rewrite_a_terminal_is_refused_before_queueing(cap
     assert not db.exists()
 
 
-@pytest.mark.parametrize("argv", [["note", "1", "--text", "caf\udce9"], ["submit", "--name", "r\udcff"],
-                                  ["generate", "--prompt", "def f(\udc80):"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["note", "1", "--text", "caf\udce9"], ["submit", "--name", "r\udcff"], ["generate", "--prompt", "def f(\udc80):"]],
+)
 def test_arguments_that_are_not_utf8_are_one_line_before_anything_runs(capsys, argv):
     code, _, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, r"is not valid UTF-8 text; pass it in UTF-8")
 
 
-
-@pytest.mark.parametrize("argv", [
-    ["zoo", "build", "--out", "{mine}"],  # writes {out}/target and {out}/draft
-    ["zoo", "build-draft", "smollm2", "--out", "{mine}/target"],
-    ["distill", "--out", "{mine}/target", "--prompts", "humaneval-train"],
-    ["zoo", "fetch", "smollm2", "--out", "{mine}/target"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["zoo", "build", "--out", "{mine}"],  # writes {out}/target and {out}/draft
+        ["zoo", "build-draft", "smollm2", "--out", "{mine}/target"],
+        ["distill", "--out", "{mine}/target", "--prompts", "humaneval-train"],
+        ["zoo", "fetch", "smollm2", "--out", "{mine}/target"],
+    ],
+)
 def test_no_command_writes_a_model_over_a_folder_it_did_not_make(capsys, tmp_path, argv):
     mine = tmp_path / "mine"
     (mine / "target").mkdir(parents=True)

@@ -1,4 +1,5 @@
 """Phoenix's epsilon-greedy policy against a hand-computed trace."""
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ def test_running_means_follow_the_incremental_update_by_hand():
     assert p.t == 4
 
 
-@pytest.mark.parametrize("t,expected", [(0, 0.3), (10, 0.3 * 0.97 ** 10), (40, 0.3 * 0.97 ** 40), (59, 0.05), (500, 0.05)])
+@pytest.mark.parametrize("t,expected", [(0, 0.3), (10, 0.3 * 0.97**10), (40, 0.3 * 0.97**40), (59, 0.05), (500, 0.05)])
 def test_epsilon_decays_to_its_floor(t, expected):
     assert EpsilonGreedy().epsilon(t) == pytest.approx(expected)
 
@@ -47,7 +48,7 @@ def test_after_warm_start_it_exploits_the_best_mean_unless_the_seeded_draw_explo
     for t in range(10, 80):
         d = p.choose()
         draw = random.Random(f"7:{t}")  # the documented per-decision RNG
-        eps = max(0.05, 0.3 * 0.97 ** t)
+        eps = max(0.05, 0.3 * 0.97**t)
         explore = draw.random() < eps
         assert d.t == t and d.epsilon == pytest.approx(eps) and d.explored == explore
         if not explore:
@@ -75,8 +76,10 @@ def test_replaying_the_rewards_makes_the_same_choices_as_an_uninterrupted_run():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6)), max_size=80),
-       st.integers(0, 2**31))
+@given(
+    st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**6), 10**6)), max_size=80),
+    st.integers(0, 2**31),
+)
 def test_any_reward_stream_keeps_arms_in_the_set_and_means_finite(rewards, seed):
     p = EpsilonGreedy(seed=seed)
     for r in rewards:

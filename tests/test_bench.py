@@ -1,4 +1,5 @@
 """Benchmark runner: modes side by side, identity checks, interruption and resume."""
+
 from __future__ import annotations
 
 import pytest
@@ -57,7 +58,9 @@ def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, pr
 
 
 @pytest.mark.parametrize("bandit_mode", ["bandit", "bandit:model_based:pass"])
-def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(store, tiny_dirs, prompt_file, decoder, bandit_mode):
+def test_an_interrupted_run_keeps_its_rows_and_resumes_without_repeats(
+    store, tiny_dirs, prompt_file, decoder, bandit_mode
+):
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", bandit_mode], limit=4)
     run = create_run(store, cfg)
     with pytest.raises(KeyboardInterrupt):
@@ -83,8 +86,16 @@ def test_cancel_stops_at_a_request_boundary_and_keeps_rows(store, tiny_dirs, pro
 
 
 def test_several_policies_run_side_by_side_and_each_step_records_its_policy(store, tiny_dirs, prompt_file, decoder):
-    modes = ["target", "bandit:model_based:pass", "bandit:ucb1", "bandit:ema_hysteresis:pass", "bandit:contextual_thompson"]
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=modes, limit=4, max_new_tokens=20, fallback=FallbackConfig(enabled=True))
+    modes = [
+        "target",
+        "bandit:model_based:pass",
+        "bandit:ucb1",
+        "bandit:ema_hysteresis:pass",
+        "bandit:contextual_thompson",
+    ]
+    cfg = bench_cfg(
+        tiny_dirs, prompt_file, modes=modes, limit=4, max_new_tokens=20, fallback=FallbackConfig(enabled=True)
+    )
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
     rows = store.requests(run.id)
@@ -98,11 +109,14 @@ def test_several_policies_run_side_by_side_and_each_step_records_its_policy(stor
     assert store.get_run(run.id).config["bench"]["fallback"]["enabled"] is True
 
 
-@pytest.mark.parametrize("modes,policy,match", [
-    (["bandit:greedy"], "epsilon_greedy", "unknown policy 'greedy'"),
-    (["bandit"], "softmax", "unknown policy 'softmax' in --policy"),
-    (["bandit:ucb1:token"], "epsilon_greedy", "unknown mode"),
-])
+@pytest.mark.parametrize(
+    "modes,policy,match",
+    [
+        (["bandit:greedy"], "epsilon_greedy", "unknown policy 'greedy'"),
+        (["bandit"], "softmax", "unknown policy 'softmax' in --policy"),
+        (["bandit:ucb1:token"], "epsilon_greedy", "unknown mode"),
+    ],
+)
 def test_unknown_policies_are_refused_before_anything_runs(store, tiny_dirs, prompt_file, modes, policy, match):
     from engine.bench.config import validate
     from engine.errors import PhoenixError

@@ -1,4 +1,5 @@
 """Smoke test of the benchmark scripts with tiny sizes (the real runs are not for CI)."""
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,17 @@ def test_the_results_report_renders_every_done_run_with_its_link_command_and_ide
 
     d = tiny_dirs["qwen3"]
     store = report.open_results(str(tmp_path / "results.db"))
-    cfg = validate(BenchConfig(target=d["target"], draft=d["near"], prompts=prompt_file, limit=3, max_new_tokens=10,
-                               modes=["target", "fixed_2", "ngram_2"], name="tiny side by side"))
+    cfg = validate(
+        BenchConfig(
+            target=d["target"],
+            draft=d["near"],
+            prompts=prompt_file,
+            limit=3,
+            max_new_tokens=10,
+            modes=["target", "fixed_2", "ngram_2"],
+            name="tiny side by side",
+        )
+    )
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, progress=False) == "done"
     md = report.render(report.open_results(str(tmp_path / "results.db")))
@@ -53,11 +63,20 @@ def test_the_runs_page_case_lists_many_runs_through_sql_paging_and_has_its_own_f
 def test_dashboard_benchmark_builds_times_and_records_a_small_database(tmp_path):
     from benchmarks import dashboard
 
-    dashboard.main(["--sizes", "300", "--single-run", "200", "--many-runs", "", "--repeats", "1", "--out", str(tmp_path)])
+    dashboard.main(
+        ["--sizes", "300", "--single-run", "200", "--many-runs", "", "--repeats", "1", "--out", str(tmp_path)]
+    )
     result = latest("dashboard", tmp_path)
     for row in (result["results"]["300"], result["single_run"]["200"]):
         assert row["insert_rows_per_s"] > 0 and row["run_page_render_s"] > 0
-        assert set(row["queries"]) >= {"arm_totals", "mode_summaries", "positions", "request_sample", "bandit", "all_queries_median_s"}
+        assert set(row["queries"]) >= {
+            "arm_totals",
+            "mode_summaries",
+            "positions",
+            "request_sample",
+            "bandit",
+            "all_queries_median_s",
+        }
     assert result["single_run"]["200"]["shown_run_requests"] == 200
 
 
@@ -66,8 +85,26 @@ def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, 
     from benchmarks import overhead
 
     d = tiny_dirs["qwen3"]
-    result = overhead.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "2",
-                            "--repeats", "1", "--max-new-tokens", "8", "--k", "2", "--out", str(tmp_path)])
+    result = overhead.main(
+        [
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--prompts",
+            prompt_file,
+            "--limit",
+            "2",
+            "--repeats",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--k",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert set(result["table"]) == {"bare", "db", "db+sentry"}
     assert result["rows_recorded"] == {"db": 2, "db+sentry": 2}
     assert result["sentry_transactions_received"] == 2  # the receiver really got one trace per request
@@ -78,7 +115,9 @@ def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, 
 def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
     from benchmarks import gpu
 
-    result = gpu.main(["--tiny", "--device", "cpu", "--reps", "2", "--prompt-len", "16", "--skip-decode", "--out", str(tmp_path)])
+    result = gpu.main(
+        ["--tiny", "--device", "cpu", "--reps", "2", "--prompt-len", "16", "--skip-decode", "--out", str(tmp_path)]
+    )
     q = result["qwen3_random_init"]
     assert set(q["target_pass_s"]) == set(range(1, 10)) and q["c"] > 0
     assert set(q["predictions"]) == {"0.6", "0.7", "0.8"}
@@ -89,8 +128,21 @@ def test_gpu_script_runs_its_timing_on_cpu_with_tiny_shapes(tmp_path):
 def test_the_gpu_scripts_compiled_comparison_runs_on_cpu_with_tiny_shapes(tmp_path):
     from benchmarks import gpu
 
-    result = gpu.main(["--tiny", "--device", "cpu", "--reps", "2", "--prompt-len", "16", "--skip-decode", "--compile",
-                       "--out", str(tmp_path)])
+    result = gpu.main(
+        [
+            "--tiny",
+            "--device",
+            "cpu",
+            "--reps",
+            "2",
+            "--prompt-len",
+            "16",
+            "--skip-decode",
+            "--compile",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     (r,) = result["compiled"]
     assert r["compile"]["compiled"] and r["compile"]["recompiles"] == 0
     assert set(r["compiled_pass_s"]) == set(range(1, 10)) and r["speedup_step"] > 0
@@ -101,8 +153,24 @@ def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_f
     from benchmarks import profile_decode
 
     d = tiny_dirs["qwen3"]
-    result = profile_decode.main(["--target", d["target"], "--draft", d["near"], "--prompts", prompt_file, "--limit", "2",
-                                  "--k", "2", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    result = profile_decode.main(
+        [
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--prompts",
+            prompt_file,
+            "--limit",
+            "2",
+            "--k",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     for b in result["engines"].values():
         assert 0 < b["target_forward_s"] < b["wall_s"] and b["top_ops"]
         assert 0 <= b["outside_forwards_share"] < 1
@@ -118,8 +186,24 @@ def test_the_limits_benchmark_measures_floor_step_and_verify_cost_in_one_process
     from benchmarks import limits
     from benchmarks.common import latest
 
-    result = limits.main(["--target", tiny_dirs["qwen3"]["target"], "--dtypes", "float32", "--k-max", "2",
-                          "--reps", "2", "--context", "8", "--stream-mb", "8", "--out", str(tmp_path)])
+    result = limits.main(
+        [
+            "--target",
+            tiny_dirs["qwen3"]["target"],
+            "--dtypes",
+            "float32",
+            "--k-max",
+            "2",
+            "--reps",
+            "2",
+            "--context",
+            "8",
+            "--stream-mb",
+            "8",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     r = result["dtypes"][0]
     assert r["bandwidth"]["gb_per_s"]["median"] > 0 and r["weight_bytes"] > 0
     assert r["floor_step_s"] == pytest.approx(r["weight_bytes"] / (r["bandwidth"]["gb_per_s"]["median"] * 1e9))

@@ -1,4 +1,5 @@
 """A real browser: streamlit run on a free localhost port, Playwright with Debian's chromium."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 
-pytestmark = [pytest.mark.browser,  # starts the dashboard in a subprocess and drives Chromium
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.browser,  # starts the dashboard in a subprocess and drives Chromium
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)"),
+]
 
 
 def free_port() -> int:
@@ -32,8 +35,14 @@ def free_port() -> int:
 def server(tmp_path_factory):
     db = tmp_path_factory.mktemp("browser") / "b.db"
     store = build_db(f"sqlite:///{db}")
-    store.create_run("breakout", {"bench": {"modes": ["target"], "drafter": "model", "prompt_format": BREAKOUT}},
-                     BREAKOUT, BREAKOUT, 0, status="done")  # run 3
+    store.create_run(
+        "breakout",
+        {"bench": {"modes": ["target"], "drafter": "model", "prompt_format": BREAKOUT}},
+        BREAKOUT,
+        BREAKOUT,
+        0,
+        status="done",
+    )  # run 3
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # not the repository root: its .streamlit/ is not read
     proc, base = start_dashboard(f"sqlite:///{db}", elsewhere, autostart="0")
     yield base
@@ -44,10 +53,29 @@ def server(tmp_path_factory):
 def start_dashboard(db_url: str, cwd, autostart: str):
     """`streamlit run app/main.py` from ``cwd`` on a free port, once its health check answers: (process, base URL)."""
     port = free_port()
-    env = {**os.environ, "PHOENIX_DB": db_url, "PHOENIX_AUTOSTART_WORKER": autostart,
-           "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}"}
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
-                             "--server.headless", "true"], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "PHOENIX_DB": db_url,
+        "PHOENIX_AUTOSTART_WORKER": autostart,
+        "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app" / "main.py"),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+        ],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -64,8 +92,17 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                                               "--disable-component-update", "--disable-sync", "--no-first-run"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         yield b
         b.close()
 
@@ -83,7 +120,9 @@ def listening(port: int) -> set[str]:
 
 
 def test_started_from_another_folder_the_app_listens_on_loopback_only(server):
-    assert listening(int(server.rsplit(":", 1)[1])) == {"0100007F"}  # 127.0.0.1, little-endian; 00000000 would be every interface
+    assert listening(int(server.rsplit(":", 1)[1])) == {
+        "0100007F"
+    }  # 127.0.0.1, little-endian; 00000000 would be every interface
 
 
 def test_a_shared_run_link_opens_the_run_page_with_its_charts(server, browser):
@@ -145,10 +184,11 @@ def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_lin
     page.get_by_role("option", name=re.compile("draft-v2")).wait_for(timeout=30000)
     tags.press("Enter")
     chosen = page.locator('[data-testid="stMultiSelect"]', has_text="Tags (pick, or type a new one)")
-    chosen.locator("[title=\"draft-v2\"]").wait_for(timeout=30000)  # its chip
+    chosen.locator('[title="draft-v2"]').wait_for(timeout=30000)  # its chip
     page.get_by_label("Note (Markdown; no HTML, links or images)").fill(
         "**why** <script>alert('note')</script> <img src=https://evil.example/n.png> [x](javascript:alert(1)) "
-        "![b](https://evil.example/b.png)")
+        "![b](https://evil.example/b.png)"
+    )
     outside, alerts = [], []
     page.on("request", lambda r: outside.append(r.url) if "evil.example" in r.url else None)
     page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))

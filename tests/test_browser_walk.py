@@ -1,6 +1,7 @@
 """The newcomer's walk in Chromium: a quick demo from the home page run by the autostarted worker, every page at
 1280 and 1920 px, Compare across two runs and a shared link in a fresh context. Each page is screenshotted into
 test-artifacts/walk/ (CI prints the folder) and checked for cut KPI values, sliver charts and Python's None."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,10 @@ import pytest
 from helpers import build_db
 from test_browser import ARTIFACTS, CHROMIUM, ROOT, start_dashboard
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)"),
+]
 
 WIDTHS = (1280, 1920)
 MIN_CHART_PX = 150  # charts.MIN_HEIGHT is 160 px of plot; a rendered chart below this is a sliver
@@ -31,8 +34,9 @@ def walk_server(tmp_path_factory):
     yield base, url
     proc.terminate()
     proc.wait(10)
-    subprocess.run([sys.executable, "-m", "engine", "worker", "--stop", "--db", url], cwd=ROOT, timeout=60,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "engine", "worker", "--stop", "--db", url], cwd=ROOT, timeout=60, capture_output=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +96,15 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
     while time.monotonic() < end and store.get_run(3).status in ("queued", "running"):
         time.sleep(2)
     assert store.get_run(3).status == "done", store.get_run(3).error
-    pages = [("", "runs", '[data-testid="stDataFrame"]'), ("run?run=3", "run", '[data-testid="stVegaLiteChart"]'),
-             ("breakeven?run=3", "breakeven", '[data-testid="stVegaLiteChart"]'),
-             ("compare?series=1:fixed_4,2:fixed_4", "compare", '[data-testid="stVegaLiteChart"]'),
-             ("policies?run=3", "policies", '[data-testid="stVegaLiteChart"]'),
-             ("requests?run=3", "requests", '[data-testid="stDataFrame"]'), ("new", "new-run", '[data-testid="stForm"]')]
+    pages = [
+        ("", "runs", '[data-testid="stDataFrame"]'),
+        ("run?run=3", "run", '[data-testid="stVegaLiteChart"]'),
+        ("breakeven?run=3", "breakeven", '[data-testid="stVegaLiteChart"]'),
+        ("compare?series=1:fixed_4,2:fixed_4", "compare", '[data-testid="stVegaLiteChart"]'),
+        ("policies?run=3", "policies", '[data-testid="stVegaLiteChart"]'),
+        ("requests?run=3", "requests", '[data-testid="stDataFrame"]'),
+        ("new", "new-run", '[data-testid="stForm"]'),
+    ]
     found = []
     for width in WIDTHS:
         context = chromium.new_context(viewport={"width": width, "height": 1200})  # a fresh context: a shared link

@@ -1,4 +1,5 @@
 """The CLI: a thin layer whose bad inputs get one clear line, exit 2, and no writes."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dirs):
     d = tiny_dirs["qwen3"]
-    code, out, _ = run_cli(capsys, "generate", "--target", d["target"], "--draft", d["near"], "--device", "cpu",
-                           "--k", "3", "--max-new-tokens", "10", "--prompt", "def f(x):", "--json")
+    code, out, _ = run_cli(
+        capsys,
+        "generate",
+        "--target",
+        d["target"],
+        "--draft",
+        d["near"],
+        "--device",
+        "cpu",
+        "--k",
+        "3",
+        "--max-new-tokens",
+        "10",
+        "--prompt",
+        "def f(x):",
+        "--json",
+    )
     assert code == 0
     stats = json.loads(out)
     assert stats["output_tokens"] == len(stats["output_ids"]) <= 10
@@ -25,17 +41,23 @@ def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dir
         assert key in stats
 
 
-@pytest.mark.parametrize("argv,pattern", [
-    (["generate", "--target", "/no/such/model"], "not found"),
-    (["generate", "--target", "nobody/no-such-model"], "not in the local Hugging Face cache"),
-    (["generate", "--prompt", ""], "prompt is empty"),
-    (["generate", "--prompt", "   "], "prompt is empty"),
-    (["generate", "--k", "17"], r"k=17 is out of range: use 0\.\.16"),
-    (["generate", "--k", "-1"], "out of range"),
-    (["generate", "--prompt-format", "markdown"], "argument --prompt-format: invalid choice: 'markdown'"),
-    (["generate", "--engine", "hf", "--drafter", "suffix"], "--engine hf drafts with the draft model or prompt lookup"),
-    (["generate", "--drafter", "none", "--k", "4"], "k=4 needs a drafter"),
-])
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["generate", "--target", "/no/such/model"], "not found"),
+        (["generate", "--target", "nobody/no-such-model"], "not in the local Hugging Face cache"),
+        (["generate", "--prompt", ""], "prompt is empty"),
+        (["generate", "--prompt", "   "], "prompt is empty"),
+        (["generate", "--k", "17"], r"k=17 is out of range: use 0\.\.16"),
+        (["generate", "--k", "-1"], "out of range"),
+        (["generate", "--prompt-format", "markdown"], "argument --prompt-format: invalid choice: 'markdown'"),
+        (
+            ["generate", "--engine", "hf", "--drafter", "suffix"],
+            "--engine hf drafts with the draft model or prompt lookup",
+        ),
+        (["generate", "--drafter", "none", "--k", "4"], "k=4 needs a drafter"),
+    ],
+)
 def test_bad_generate_input_is_one_clear_line(capsys, argv, pattern):
     code, _, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, pattern)
@@ -47,19 +69,24 @@ def test_a_directory_that_is_not_a_model_is_refused(capsys, tmp_path):
 
 
 def test_draft_with_another_tokenizer_is_refused_before_any_work(capsys, tiny_dirs, other_vocab_dir):
-    code, _, err = run_cli(capsys, "generate", "--target", tiny_dirs["qwen3"]["target"], "--draft", other_vocab_dir, "--device", "cpu")
+    code, _, err = run_cli(
+        capsys, "generate", "--target", tiny_dirs["qwen3"]["target"], "--draft", other_vocab_dir, "--device", "cpu"
+    )
     assert_one_line_error(code, err, "different tokenizers")
 
 
-@pytest.mark.parametrize("extra,pattern", [
-    (["--modes", "target,turbo_4"], "unknown mode 'turbo_4'"),
-    (["--modes", "target,target"], "repeats a mode"),
-    (["--arms", "0,2,2"], "repeats an arm"),
-    (["--arms", "0,40"], "out of range"),
-    (["--max-new-tokens", "0"], "max-new-tokens must be in"),
-    (["--max-new-tokens", "999999"], "max-new-tokens must be in"),
-    (["--modes", "fixed_0"], "k must be in"),
-])
+@pytest.mark.parametrize(
+    "extra,pattern",
+    [
+        (["--modes", "target,turbo_4"], "unknown mode 'turbo_4'"),
+        (["--modes", "target,target"], "repeats a mode"),
+        (["--arms", "0,2,2"], "repeats an arm"),
+        (["--arms", "0,40"], "out of range"),
+        (["--max-new-tokens", "0"], "max-new-tokens must be in"),
+        (["--max-new-tokens", "999999"], "max-new-tokens must be in"),
+        (["--modes", "fixed_0"], "k must be in"),
+    ],
+)
 def test_bad_bench_options_write_nothing(capsys, tmp_path, extra, pattern):
     db = tmp_path / "p.db"
     code, _, err = run_cli(capsys, "bench", "--db", str(db), *extra)
@@ -67,12 +94,15 @@ def test_bad_bench_options_write_nothing(capsys, tmp_path, extra, pattern):
     assert not db.exists()
 
 
-@pytest.mark.parametrize("content,pattern", [
-    (b"", "no prompts"),
-    (b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": \n', "line 2 is not valid JSON"),
-    (b'{"id": "a", "prompt": "\xff\xfe"}\n', "not UTF-8"),
-    (b'{"id": "a", "prompt": ""}\n', "line 1 has an empty prompt"),
-])
+@pytest.mark.parametrize(
+    "content,pattern",
+    [
+        (b"", "no prompts"),
+        (b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": \n', "line 2 is not valid JSON"),
+        (b'{"id": "a", "prompt": "\xff\xfe"}\n', "not UTF-8"),
+        (b'{"id": "a", "prompt": ""}\n', "line 1 has an empty prompt"),
+    ],
+)
 def test_bad_prompt_files_name_the_problem(capsys, tmp_path, content, pattern):
     path = tmp_path / "p.jsonl"
     path.write_bytes(content)
@@ -85,8 +115,26 @@ def test_bad_prompt_files_name_the_problem(capsys, tmp_path, content, pattern):
 def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, prompt_file, tmp_path):
     d = tiny_dirs["qwen3"]
     db = str(tmp_path / "p.db")
-    code, out, err = run_cli(capsys, "bench", "--db", db, "--target", d["target"], "--draft", d["near"], "--device", "cpu",
-                             "--prompts", prompt_file, "--limit", "2", "--max-new-tokens", "8", "--modes", "target,fixed_2")
+    code, out, err = run_cli(
+        capsys,
+        "bench",
+        "--db",
+        db,
+        "--target",
+        d["target"],
+        "--draft",
+        d["near"],
+        "--device",
+        "cpu",
+        "--prompts",
+        prompt_file,
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--modes",
+        "target,fixed_2",
+    )
     assert code == 0, err
     assert "fixed_2" in out and "x target (IQR)" in out
     code, out_show, _ = run_cli(capsys, "show", "1", "--db", db)
@@ -97,7 +145,10 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
     code, js, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "json")
     exported = json.loads(js)
     rows = exported["requests"]
-    assert exported["run"]["tags"] == ["draft-v2"] and exported["run"]["config"]["bench"]["modes"] == ["target", "fixed_2"]
+    assert exported["run"]["tags"] == ["draft-v2"] and exported["run"]["config"]["bench"]["modes"] == [
+        "target",
+        "fixed_2",
+    ]
     assert len(rows) == 6 and {r["mode"] for r in rows} == {"target", "fixed_2"}
     code, csv_text, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "csv")
     assert csv_text.splitlines()[0].startswith("id,run_id,seq,mode,k") and len(csv_text.splitlines()) == 7
@@ -121,7 +172,9 @@ def test_db_upgrade_then_an_unversioned_database_names_the_command(capsys, tmp_p
 
 @pytest.mark.subprocess
 def test_the_module_entry_point_exits_2_without_a_traceback():
-    proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--k", "99"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "generate", "--k", "99"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: k=99 is out of range: use 0..16"
 
@@ -134,8 +187,23 @@ def test_a_hub_id_in_the_local_cache_loads_through_the_same_path(capsys, tiny_di
     (snap.parent.parent / "refs").mkdir()
     (snap.parent.parent / "refs" / "main").write_text("a" * 40)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    code, out, err = run_cli(capsys, "generate", "--target", "Qwen/Qwen3-Tiny", "--draft", tiny_dirs["qwen3"]["near"],
-                             "--device", "cpu", "--k", "2", "--max-new-tokens", "6", "--prompt", "x = 1", "--json")
+    code, out, err = run_cli(
+        capsys,
+        "generate",
+        "--target",
+        "Qwen/Qwen3-Tiny",
+        "--draft",
+        tiny_dirs["qwen3"]["near"],
+        "--device",
+        "cpu",
+        "--k",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--prompt",
+        "x = 1",
+        "--json",
+    )
     assert code == 0, err
     assert json.loads(out)["output_tokens"] == 6
 
@@ -146,7 +214,9 @@ def test_resume_of_a_run_whose_worker_may_be_alive_says_how_long_to_wait(capsys,
     run = store.create_run("live", {"bench": {}}, "embedded", "embedded", 3)
     store.attach(run.id, worker_id())  # this very process: provably alive
     code, _, err = run_cli(capsys, "resume", str(run.id), "--db", db_url)
-    assert_one_line_error(code, err, r"run 1 is running \(worker .*, last heartbeat \d+ s ago\); cancel it, or retry in (29|30) s")
+    assert_one_line_error(
+        code, err, r"run 1 is running \(worker .*, last heartbeat \d+ s ago\); cancel it, or retry in (29|30) s"
+    )
     assert store.get_run(run.id).status == "running"
 
 

@@ -1,4 +1,5 @@
 """The one comparison builder: ratio of means with Welch's interval, and paired per-prompt speedups."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -24,8 +25,13 @@ def test_fewer_than_two_requests_on_a_side_says_so_instead_of_a_verdict(base, va
 
 
 def test_speedups_pair_each_request_with_target_only_on_the_same_prompt():
-    frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "c"], "mode": ["target", "fixed_4", "target", "fixed_4", "fixed_4"],
-                          "tokens_per_s": [10.0, 20.0, 40.0, 40.0, 99.0]})
+    frame = pd.DataFrame(
+        {
+            "prompt_id": ["a", "a", "b", "b", "c"],
+            "mode": ["target", "fixed_4", "target", "fixed_4", "fixed_4"],
+            "tokens_per_s": [10.0, 20.0, 40.0, 40.0, 99.0],
+        }
+    )
     s = speedups(frame)["fixed_4"]
     assert (s.median, s.n) == (1.5, 2)  # ratios 2.0 and 1.0; prompt c has no target request and drops out
     assert (s.p25, s.p75) == (1.25, 1.75)
@@ -36,11 +42,14 @@ def test_a_spread_of_one_value_is_that_value_and_of_none_is_empty():
     assert spread([]).median is None and spread([]).text() == "n/a"
 
 
-@pytest.mark.parametrize("successes,trials,low,high", [
-    (0, 3, 0.0, 0.5615),  # Wilson's closed form: z^2 / (n + z^2) at zero successes
-    (88, 1000, 0.0720, 0.1072),
-    (5, 5, 0.5655, 1.0),
-])
+@pytest.mark.parametrize(
+    "successes,trials,low,high",
+    [
+        (0, 3, 0.0, 0.5615),  # Wilson's closed form: z^2 / (n + z^2) at zero successes
+        (88, 1000, 0.0720, 0.1072),
+        (5, 5, 0.5655, 1.0),
+    ],
+)
 def test_a_rate_carries_wilsons_interval(successes, trials, low, high):
     from engine.analysis.stats import wilson
 

@@ -1,5 +1,6 @@
 """The static cache and --compile: the same greedy outputs as the growing cache, every architecture and k; compile
 time, graphs and recompiles recorded; a platform where compile fails runs eager and says why."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Configs to flags: one path for every command, typed, documented from the field comments."""
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,23 @@ def test_no_flags_give_the_dataclass_defaults():
 
 
 def test_every_field_becomes_a_typed_flag_with_nested_and_negated_forms():
-    cfg = parse(Outer, "--name", "y", "--ratio", "0.25", "--limit", "none", "--ks", "4, 8", "--no-loud",
-                "--inner", "--inner-size", "7", "--poll", "0.2")
+    cfg = parse(
+        Outer,
+        "--name",
+        "y",
+        "--ratio",
+        "0.25",
+        "--limit",
+        "none",
+        "--ks",
+        "4, 8",
+        "--no-loud",
+        "--inner",
+        "--inner-size",
+        "7",
+        "--poll",
+        "0.2",
+    )
     assert cfg == Outer("y", 0.25, None, [4, 8], False, Inner(True, 7), 0.2)
 
 
@@ -53,11 +69,14 @@ def test_help_text_comes_from_the_field_comments():
     assert "at most this many (default 10)" in p.format_help() and "switch it on" in p.format_help()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--ratio", "half"], "--ratio expects a number, got 'half'"),
-    (["--ks", "1,two"], "--ks must be comma-separated whole numbers"),
-    (["--inner-size", "big"], "--inner-size expects a number"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--ratio", "half"], "--ratio expects a number, got 'half'"),
+        (["--ks", "1,two"], "--ks must be comma-separated whole numbers"),
+        (["--inner-size", "big"], "--inner-size expects a number"),
+    ],
+)
 def test_a_bad_value_names_its_flag(argv, message):
     with pytest.raises(PhoenixError, match=message):
         parse(Outer, *argv)
@@ -85,7 +104,13 @@ def test_bench_flags_cover_every_field_and_the_fallback():
 
 
 def test_a_run_stored_before_fallback_was_one_dataclass_still_loads():
-    old = {**asdict(BenchConfig()), "fallback": True, "fallback_window": 3, "fallback_margin": 0.1, "fallback_probe_every": 2}
+    old = {
+        **asdict(BenchConfig()),
+        "fallback": True,
+        "fallback_window": 3,
+        "fallback_margin": 0.1,
+        "fallback_probe_every": 2,
+    }
     del old["prompt_format"]
     assert stored({"bench": old}).fallback == FallbackConfig(enabled=True, window=3, margin=0.1, probe_every=2)
     assert stored({"bench": old}).prompt_format == "raw"  # how it was encoded then

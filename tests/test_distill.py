@@ -1,4 +1,5 @@
 """Draft distillation on tiny models: end to end, merge exactness, no test leakage, resume."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,24 @@ from engine.train.job import run
 
 def cfg_for(tiny_dirs, prompt_file, tmp_path, **kw):
     d = tiny_dirs["qwen3"]
-    base = dict(target=d["target"], draft=d["draft"], prompts=prompt_file, max_new_tokens=12, batch_size=2,
-                epochs=2, lora_r=4, lora_alpha=8, lr=5e-3, checkpoint_every=1, save_dtype="float32",
-                out=str(tmp_path / "distilled"), eval_prompts=prompt_file, eval_limit=2, eval_max_new_tokens=10,
-                eval_ks="2")
+    base = dict(
+        target=d["target"],
+        draft=d["draft"],
+        prompts=prompt_file,
+        max_new_tokens=12,
+        batch_size=2,
+        epochs=2,
+        lora_r=4,
+        lora_alpha=8,
+        lr=5e-3,
+        checkpoint_every=1,
+        save_dtype="float32",
+        out=str(tmp_path / "distilled"),
+        eval_prompts=prompt_file,
+        eval_limit=2,
+        eval_max_new_tokens=10,
+        eval_ks="2",
+    )
     base.update(kw)
     return DistillConfig(**base)
 
@@ -35,8 +50,9 @@ def distilled(tiny_dirs, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("distilled")
     prompt_file = root / "prompts.jsonl"
-    prompt_file.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n"
-                                   for i in range(4)))
+    prompt_file.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(4))
+    )
     url = f"sqlite:///{root / 'phoenix.db'}"
     migrated(url)
     store = Store(url)
@@ -111,7 +127,9 @@ def test_teacher_answers_are_the_targets_greedy_output(tiny_dirs, prompt_file, t
     pair = load_pair(cfg.target, None, "cpu", "float32")
     for row in Work(tmp_path / "distilled").read_answers():
         with torch.inference_mode():
-            expected = generate(pair.target, None, row["prompt_ids"], 0, cfg.max_new_tokens, pair.tokenizer.eos_token_id)
+            expected = generate(
+                pair.target, None, row["prompt_ids"], 0, cfg.max_new_tokens, pair.tokenizer.eos_token_id
+            )
         assert row["answer_ids"] == expected.output_ids
 
 
@@ -121,8 +139,9 @@ class Stop(Exception):
 
 @pytest.mark.train
 @pytest.mark.parametrize("where", ["answers", "lora"])
-def test_an_interrupted_job_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(tiny_dirs, prompt_file, tmp_path,
-                                                                                     store, where):
+def test_an_interrupted_job_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(
+    tiny_dirs, prompt_file, tmp_path, store, where
+):
     full = run(cfg_for(tiny_dirs, prompt_file, tmp_path / "a"), None, progress=False)
     cfg = cfg_for(tiny_dirs, prompt_file, tmp_path / "b")
     hook = {"on_answer" if where == "answers" else "on_step": interrupt_after(2)}
@@ -143,8 +162,10 @@ def test_chat_templates_are_applied_with_thinking_disabled(tiny_tokenizer):
     tok = tiny_tokenizer
     plain = format_prompt(tok, "def f():")
     assert plain == tok("def f():", add_special_tokens=False)["input_ids"]
-    tok.chat_template = ("{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>"
-                         "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>"
+        "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
+    )
     try:
         ids = format_prompt(tok, "def f():")
         assert tok.decode(ids).endswith("<|assistant|><think></think>")
@@ -152,14 +173,17 @@ def test_chat_templates_are_applied_with_thinking_disabled(tiny_tokenizer):
         tok.chat_template = None
 
 
-@pytest.mark.parametrize("flag,value,pattern", [
-    ("--lora-r", "big", "--lora-r expects a number"),
-    ("--lora-r", "0", "--lora-r must be >= 1"),
-    ("--epochs", "0", "--epochs must be >= 1"),
-    ("--batch-size", "0", "--batch-size must be >= 1"),
-    ("--eval-ks", "2,x", "--eval-ks must be comma-separated"),
-    ("--draft", "none", "needs a draft model"),
-])
+@pytest.mark.parametrize(
+    "flag,value,pattern",
+    [
+        ("--lora-r", "big", "--lora-r expects a number"),
+        ("--lora-r", "0", "--lora-r must be >= 1"),
+        ("--epochs", "0", "--epochs must be >= 1"),
+        ("--batch-size", "0", "--batch-size must be >= 1"),
+        ("--eval-ks", "2,x", "--eval-ks must be comma-separated"),
+        ("--draft", "none", "needs a draft model"),
+    ],
+)
 def test_bad_distill_options_are_one_line_before_any_work(tmp_path, capsys, flag, value, pattern):
     from engine.cli import main
 

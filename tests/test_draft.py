@@ -1,4 +1,5 @@
 """The real target's draft, built at toy size on a tiny target: it loads, decodes exactly, never sees test prompts."""
+
 from __future__ import annotations
 
 import ast
@@ -15,16 +16,37 @@ from engine.train.draft import DraftConfig, build_draft, corpus_ids
 
 
 def toy(target: str, out) -> DraftConfig:
-    return DraftConfig(target=target, out=str(out), hidden=32, heads=2, kv_heads=1, ffn=64, layers=1, steps=2, batch=2,
-                       seq_len=32, warmup_steps=1, teacher_dtype="float32", answer_prompts=3, answer_tokens=6, answer_batch=2,
-                       seq_steps=2, seq_batch=2)
+    return DraftConfig(
+        target=target,
+        out=str(out),
+        hidden=32,
+        heads=2,
+        kv_heads=1,
+        ffn=64,
+        layers=1,
+        steps=2,
+        batch=2,
+        seq_len=32,
+        warmup_steps=1,
+        teacher_dtype="float32",
+        answer_prompts=3,
+        answer_tokens=6,
+        answer_batch=2,
+        seq_steps=2,
+        seq_batch=2,
+    )
 
 
 @pytest.mark.train
 def test_a_toy_draft_loads_beside_its_target_and_decodes_exactly(tiny_dirs, tmp_path):
     target = tiny_dirs["llama"]["target"]
     result = build_draft(toy(target, tmp_path / "draft"))
-    assert result["parameters"] > 0 and set(result["stage_seconds"]) == {"prepare", "distill", "answers", "answers_training"}
+    assert result["parameters"] > 0 and set(result["stage_seconds"]) == {
+        "prepare",
+        "distill",
+        "answers",
+        "answers_training",
+    }
     card = json.loads((tmp_path / "draft" / "phoenix_card.json").read_text())
     assert card["data"]["held_out_checked"] == 50 and card["data"]["humaneval_train_prompts"] == 114
     assert len(card["kl_loss"]) == 2 and len(card["answers_loss"]) == 2 and card["draft_config"]["hidden"] == 32
@@ -51,11 +73,14 @@ def test_the_corpus_holds_train_prompts_and_no_test_prompt(tiny_tokenizer, monke
     assert not any(p.text.strip()[:200] in text for p in test)
 
 
-@pytest.mark.parametrize("argv,pattern", [
-    (["--steps", "0"], "--steps must be >= 1"),
-    (["--hidden", "100", "--heads", "3"], "--hidden must be a multiple of --heads"),
-    (["--steps", "abc"], "--steps expects a number"),
-])
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--hidden", "100", "--heads", "3"], "--hidden must be a multiple of --heads"),
+        (["--steps", "abc"], "--steps expects a number"),
+    ],
+)
 def test_bad_draft_options_are_one_line_before_the_target_loads(capsys, tmp_path, argv, pattern):
     from helpers import assert_one_line_error, run_cli
 
@@ -70,8 +95,8 @@ def test_the_answer_prompts_are_train_prompts_then_stdlib_functions_and_never_a_
 
     train, test = split(humaneval())
     prompts = answer_prompts(300)
-    assert prompts[:len(train)] == [p.text for p in train] and len(prompts) == 300
+    assert prompts[: len(train)] == [p.text for p in train] and len(prompts) == 300
     assert not any(t.text.strip() in p for t in test for p in prompts)
-    for p in prompts[len(train):]:  # a function cut after its docstring, HumanEval's shape
+    for p in prompts[len(train) :]:  # a function cut after its docstring, HumanEval's shape
         fn = ast.parse(p + "    pass\n").body[0]
         assert isinstance(fn, ast.FunctionDef) and ast.get_docstring(fn)

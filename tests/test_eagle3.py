@@ -1,4 +1,5 @@
 """The EAGLE-3 head: exact drafting through Phoenix's loop, the vLLM/SGLang checkpoint format both ways, and training."""
+
 from __future__ import annotations
 
 import json
@@ -15,15 +16,28 @@ from engine.errors import PhoenixError
 from engine.modes import Mode
 from engine.train.head import HeadBuildConfig, Sample, pick_vocab
 
-PROMPTS = ["def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n",
-           "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n"]
+PROMPTS = [
+    'def add(a, b):\n    """Return a + b."""\n',
+    "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n",
+]
 KS = [1, 2, 4, 8]
-EXPECTED_KEYS = {"fc.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
-                 "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight",
-                 "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
-                 "midlayer.post_attention_layernorm.weight", "midlayer.mlp.gate_proj.weight",
-                 "midlayer.mlp.up_proj.weight", "midlayer.mlp.down_proj.weight", "norm.weight", "lm_head.weight",
-                 "d2t", "t2d"}
+EXPECTED_KEYS = {
+    "fc.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+}
 
 
 def random_head(target, vocab_ids, seed: int = 3, scale: float = 4.0) -> Eagle3Head:
@@ -106,12 +120,12 @@ def test_incremental_drafts_equal_the_training_unroll_on_the_same_tokens(heads):
         feats = torch.cat([hs[i][0] for i in head.config.taps], -1)
         for L in (len(ids) + 3, len(full) - 6):
             drafter = dec.drafter("eagle3")
-            drafter.reset(full[:L - 1], feats[:L - 1])
+            drafter.reset(full[: L - 1], feats[: L - 1])
             drafted = drafter.draft(full[:L], 4)
             tokens = torch.tensor([full[:L] + drafted])
             a, J = L - 2, L + 2
-            f = torch.cat([feats[:L - 1], torch.zeros(J - (L - 1), feats.shape[1])])[None, :J]
-            emb, hidden, pos = target.get_input_embeddings()(tokens[:, 1:J + 1]), head.fc(f), torch.arange(J)[None]
+            f = torch.cat([feats[: L - 1], torch.zeros(J - (L - 1), feats.shape[1])])[None, :J]
+            emb, hidden, pos = target.get_input_embeddings()(tokens[:, 1 : J + 1]), head.fc(f), torch.arange(J)[None]
             keys, values, unrolled = [], [], []
             for s in range(4):
                 q, k, v = head.qkv(emb, hidden, pos)
@@ -128,7 +142,9 @@ def test_the_taps_come_from_the_passes_the_target_runs_anyway(heads, monkeypatch
     dec = Decoder(pair)
     calls = []
     original = pair.target.forward
-    monkeypatch.setattr(pair.target, "forward", lambda *a, **kw: calls.append(kw.get("output_hidden_states")) or original(*a, **kw))
+    monkeypatch.setattr(
+        pair.target, "forward", lambda *a, **kw: calls.append(kw.get("output_hidden_states")) or original(*a, **kw)
+    )
     stats = dec.run(dec.encode(PROMPTS[0]), 4, 30, "eagle3")
     assert len(calls) == stats.passes + 1  # prefill + one verify per pass: no extra target forward
     assert all(calls)
@@ -165,8 +181,11 @@ def test_a_head_from_another_exporter_loads_unchanged(tiny_dirs, tmp_path):
     pair = target_of(tiny_dirs["llama"]["target"])
     head = random_head(pair.target, [1, 2, 3, 50])
     save_head(head, tmp_path / "h", torch.float32)
-    tensors = {k.replace("midlayer.", "layers.0."): v for k, v in load_file(str(tmp_path / "h" / "model.safetensors")).items()
-               if k != "t2d"}
+    tensors = {
+        k.replace("midlayer.", "layers.0."): v
+        for k, v in load_file(str(tmp_path / "h" / "model.safetensors")).items()
+        if k != "t2d"
+    }
     tensors["embed_tokens.weight"] = pair.target.get_input_embeddings().weight.detach().clone()
     (tmp_path / "h" / "model.safetensors").unlink()
     save_file(tensors, str(tmp_path / "h" / "model.safetensors"))
@@ -179,24 +198,33 @@ def test_a_head_from_another_exporter_loads_unchanged(tiny_dirs, tmp_path):
     assert torch.equal(loaded.midlayer.mlp.up_proj.weight, head.midlayer.mlp.up_proj.weight)
 
 
-@pytest.mark.parametrize("field,value,words", [
-    ("target_hidden_size", 32, "hidden size"), ("hidden_size", 32, "hidden size"),
-    ("vocab_size", 999, "vocabulary"), ("eagle_config", {"eagle_aux_hidden_state_layer_ids": [0, 1, 9]}, "taps")])
+@pytest.mark.parametrize(
+    "field,value,words",
+    [
+        ("target_hidden_size", 32, "hidden size"),
+        ("hidden_size", 32, "hidden size"),
+        ("vocab_size", 999, "vocabulary"),
+        ("eagle_config", {"eagle_aux_hidden_state_layer_ids": [0, 1, 9]}, "taps"),
+    ],
+)
 def test_a_head_made_for_another_target_is_one_clear_error(tiny_dirs, tmp_path, field, value, words):
     target = target_of(tiny_dirs["llama"]["target"]).target
     save_head(random_head(target, [1, 2]), tmp_path / "h")
     cfg = json.loads((tmp_path / "h" / "config.json").read_text())
     cfg[field] = value
     (tmp_path / "h" / "config.json").write_text(json.dumps(cfg))
-    for check in (lambda: load_pair(tiny_dirs["llama"]["target"], str(tmp_path / "h"), "cpu", "float32"),
-                  lambda: check_same_tokenizer_files(Path(tiny_dirs["llama"]["target"]), tmp_path / "h", "t", "h")):
+    for check in (
+        lambda: load_pair(tiny_dirs["llama"]["target"], str(tmp_path / "h"), "cpu", "float32"),
+        lambda: check_same_tokenizer_files(Path(tiny_dirs["llama"]["target"]), tmp_path / "h", "t", "h"),
+    ):
         with pytest.raises(PhoenixError) as err:
             check()
         assert words in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("drafter,engine,words", [("model", "phoenix", "--drafter eagle3"),
-                                                  ("eagle3", "hf", "eagle3_<k>")])
+@pytest.mark.parametrize(
+    "drafter,engine,words", [("model", "phoenix", "--drafter eagle3"), ("eagle3", "hf", "eagle3_<k>")]
+)
 def test_a_head_used_as_a_draft_model_is_one_clear_error(heads, drafter, engine, words):
     dec = Decoder(load_pair(*heads["llama"], "cpu", "float32"))
     with pytest.raises(PhoenixError, match=words.replace("<", ".").replace(">", ".")):
@@ -249,9 +277,21 @@ def test_training_prompts_never_hold_a_held_out_prompt(monkeypatch):
 def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path):
     from engine.train.head_build import build_head
 
-    cfg = HeadBuildConfig(target="embedded", out=str(tmp_path / "head"), humaneval_prompts=12, spec_bench_prompts=0,
-                          stdlib_prompts=6, max_new_tokens=32, epochs=8, draft_vocab_size=256, eval_prompts=4,
-                          gen_batch=6, ttt_steps=2, answers_dir=str(tmp_path / "answers"), fixed_text_tokens=2000)
+    cfg = HeadBuildConfig(
+        target="embedded",
+        out=str(tmp_path / "head"),
+        humaneval_prompts=12,
+        spec_bench_prompts=0,
+        stdlib_prompts=6,
+        max_new_tokens=32,
+        epochs=8,
+        draft_vocab_size=256,
+        eval_prompts=4,
+        gen_batch=6,
+        ttt_steps=2,
+        answers_dir=str(tmp_path / "answers"),
+        fixed_text_tokens=2000,
+    )
     result = build_head(cfg)
     assert result["held_out_top1_after"][0] > result["held_out_top1_before"][0] + 0.2
     card = json.loads((tmp_path / "head" / "phoenix_card.json").read_text())

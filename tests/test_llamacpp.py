@@ -1,5 +1,6 @@
 """A real serving engine in the loop: llama.cpp's llama-server (requirements-engines.txt) serving SmolLM2's Q4_1
 GGUF on the CPU, started by `python -m engine llamacpp start`, swept by `python -m engine serve sweep`."""
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,28 @@ def _installed() -> bool:
         return False
 
 
-pytestmark = [pytest.mark.services,  # starts real llama-server processes
-              pytest.mark.skipif(not _installed() and not os.environ.get("PHOENIX_REQUIRE_LLAMACPP"),
-                                 reason=f"llama-server is not installed ({llamacpp.INSTALL}; .ci/run does it)")]
+pytestmark = [
+    pytest.mark.services,  # starts real llama-server processes
+    pytest.mark.skipif(
+        not _installed() and not os.environ.get("PHOENIX_REQUIRE_LLAMACPP"),
+        reason=f"llama-server is not installed ({llamacpp.INSTALL}; .ci/run does it)",
+    ),
+]
 
 # Code that repeats what the prompt holds, so prompt-lookup drafting has something to find.
 PROMPTS = [
-    ("add3", 'def add(a, b):\n    """Return a + b."""\n    return a + b\n\n\ndef add3(a, b, c):\n    """Return a + b + c."""\n'),
-    ("repeat", "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."),
-    ("mul", 'def mul(a, b):\n    """Return a * b."""\n    return a * b\n\n\ndef mul3(a, b, c):\n    """Return a * b * c."""\n'),
+    (
+        "add3",
+        'def add(a, b):\n    """Return a + b."""\n    return a + b\n\n\ndef add3(a, b, c):\n    """Return a + b + c."""\n',
+    ),
+    (
+        "repeat",
+        "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog.",
+    ),
+    (
+        "mul",
+        'def mul(a, b):\n    """Return a * b."""\n    return a * b\n\n\ndef mul3(a, b, c):\n    """Return a * b * c."""\n',
+    ),
 ]
 
 
@@ -56,13 +70,35 @@ def _sweep(db_url: str, prompts: str, spec_type: str) -> tuple[int, str]:
     assert started.returncode == 0, started.stderr
     log = re.search(r"log (\S+)\)", started.stdout).group(1)
     try:
-        swept = subprocess.run(cli + ["serve", "sweep", "--url", f"http://127.0.0.1:{port}", "--model", "smollm2",
-                                      "--prompts", prompts, "--concurrency", "1,2", "--max-new-tokens", "64",
-                                      "--db", db_url], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        swept = subprocess.run(
+            cli
+            + [
+                "serve",
+                "sweep",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--model",
+                "smollm2",
+                "--prompts",
+                prompts,
+                "--concurrency",
+                "1,2",
+                "--max-new-tokens",
+                "64",
+                "--db",
+                db_url,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert swept.returncode == 0, swept.stderr
         text = Path(log).read_text(errors="replace")
     finally:
-        stopped = subprocess.run(cli + ["llamacpp", "stop", *flags], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        stopped = subprocess.run(
+            cli + ["llamacpp", "stop", *flags], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
     assert "stopped" in stopped.stdout and llamacpp.running_pid(LlamaCppConfig(spec_type=spec_type, port=port)) is None
     return int(re.search(r"run (\d+) recorded", swept.stdout).group(1)), text
 
@@ -93,7 +129,10 @@ def test_per_request_draft_counts_sum_to_the_counters_and_to_the_servers_own_log
         assert sum(r.proposed for r in mine) == level["request_draft_tokens"] == level["draft_tokens"] > 0
         assert sum(r.accepted for r in mine) == level["request_accepted"] == level["accepted"]
     # llama.cpp's own line per request: "draft acceptance = r (  A accepted /  G generated)"
-    logged = [(int(a), int(g)) for a, g in re.findall(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)", log)]
+    logged = [
+        (int(a), int(g))
+        for a, g in re.findall(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)", log)
+    ]
     assert sum(a for a, _ in logged) == sum(r.accepted for r in rows)
     assert sum(g for _, g in logged) == sum(r.proposed for r in rows)
 
@@ -109,7 +148,11 @@ def test_the_per_position_curve_is_the_per_position_counters_and_adds_up_to_the_
 def test_the_run_records_the_engine_its_version_and_the_exact_command_line(swept):
     store, _, plain, spec, _ = swept
     served = store.get_run(spec).config["engine"]
-    assert served["engine"] == "llamacpp" and served["version"].startswith("b") and "--spec-type ngram-simple" in served["command"]
+    assert (
+        served["engine"] == "llamacpp"
+        and served["version"].startswith("b")
+        and "--spec-type ngram-simple" in served["command"]
+    )
     assert "--spec-type" not in store.get_run(plain).config["engine"]["command"]
 
 
@@ -124,14 +167,16 @@ def test_the_run_page_renders_the_real_sweep(swept, monkeypatch):
     assert any("Per request, from each response's timings" in c.value for c in at.caption)
 
 
-
 def test_servers_side_by_side_give_identical_text_paired_speedups_and_their_own_counters(prompts, tmp_path):
     from engine.bench import report
     from engine.vllm.engines import EnginesConfig, engines
 
     store = Store(migrated(f"sqlite:///{tmp_path / 'engines.db'}"))
-    run_id = engines(store, EnginesConfig(spec_types="none,ngram-simple", prompts=prompts, limit=3, max_new_tokens=32,
-                                          port=free_port()), say=lambda _line: None)
+    run_id = engines(
+        store,
+        EnginesConfig(spec_types="none,ngram-simple", prompts=prompts, limit=3, max_new_tokens=32, port=free_port()),
+        say=lambda _line: None,
+    )
     rows = store.requests(run_id)
     assert sorted({r.mode for r in rows}) == ["llamacpp-ngram-simple_c1", "llamacpp-none_c1"] and len(rows) == 6
     assert all(r.identical for r in rows if r.mode == "llamacpp-ngram-simple_c1")

@@ -1,4 +1,5 @@
 """Prometheus /metrics in vLLM's shape, scraped from a live worker process."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ def scrape(port: int) -> dict:
 
 
 def total(samples: dict, name: str, **labels) -> float:
-    return sum(v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == v2 for k, v2 in labels.items()))
+    return sum(
+        v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == v2 for k, v2 in labels.items())
+    )
 
 
 @pytest.mark.subprocess
@@ -68,20 +71,36 @@ def test_a_live_worker_serves_vllm_shaped_counters_that_match_the_database(store
 
 def test_per_position_counters_follow_vllms_unconditional_definition():
     m = Metrics()
-    rec = type("R", (), {"mode": "fixed_3", "k": 3, "latency_s": 1.0, "tokens_per_s": 10.0, "proposed": 12,
-                         "accepted": 7, "positions": [PositionCount(0, 4, 4), PositionCount(1, 4, 2), PositionCount(2, 4, 1)]})()
+    rec = type(
+        "R",
+        (),
+        {
+            "mode": "fixed_3",
+            "k": 3,
+            "latency_s": 1.0,
+            "tokens_per_s": 10.0,
+            "proposed": 12,
+            "accepted": 7,
+            "positions": [PositionCount(0, 4, 4), PositionCount(1, 4, 2), PositionCount(2, 4, 1)],
+        },
+    )()
     m.observe(rec, "t")
     assert m.drafts.labels("t", "0")._value.get() == 4  # four passes drafted
     assert [m.per_pos.labels("t", "0", str(i))._value.get() for i in range(3)] == [4, 2, 1]
     # vLLM's derived figures: acceptance 7/12, mean acceptance length 1 + 7/4
-    assert m.accepted.labels("t", "0")._value.get() / m.draft_tokens.labels("t", "0")._value.get() == pytest.approx(7 / 12)
+    assert m.accepted.labels("t", "0")._value.get() / m.draft_tokens.labels("t", "0")._value.get() == pytest.approx(
+        7 / 12
+    )
 
 
-@pytest.mark.parametrize("how,value,pattern", [
-    ("env", "http", "PHOENIX_METRICS_PORT must be a port number"),
-    ("flag", "70000", "--metrics-port must be a port number"),
-    ("flag", "busy", "cannot serve metrics on 127.0.0.1"),
-])
+@pytest.mark.parametrize(
+    "how,value,pattern",
+    [
+        ("env", "http", "PHOENIX_METRICS_PORT must be a port number"),
+        ("flag", "70000", "--metrics-port must be a port number"),
+        ("flag", "busy", "cannot serve metrics on 127.0.0.1"),
+    ],
+)
 def test_a_bad_metrics_port_is_one_clear_line(monkeypatch, tmp_path, capsys, how, value, pattern):
     from engine.cli import main
 
@@ -102,9 +121,15 @@ def test_a_bad_metrics_port_is_one_clear_line(monkeypatch, tmp_path, capsys, how
 def test_the_grafana_dashboard_file_is_the_one_the_code_builds():
     from engine.observe.grafana import FILE, PANELS, render
 
-    assert FILE.read_text() == render(), "run: python -c 'from engine.observe.grafana import FILE, render; FILE.write_text(render())'"
-    assert {t for t, _, _ in PANELS} >= {"Draft acceptance rate", "Mean acceptance length", "Acceptance by draft position",
-                                         "Tokens/sec by mode and arm (mean per request)"}
+    assert FILE.read_text() == render(), (
+        "run: python -c 'from engine.observe.grafana import FILE, render; FILE.write_text(render())'"
+    )
+    assert {t for t, _, _ in PANELS} >= {
+        "Draft acceptance rate",
+        "Mean acceptance length",
+        "Acceptance by draft position",
+        "Tokens/sec by mode and arm (mean per request)",
+    }
 
 
 def test_a_new_run_precreates_every_child_at_zero_as_vllm_does():
@@ -112,7 +137,10 @@ def test_a_new_run_precreates_every_child_at_zero_as_vllm_does():
     m.prepare("tgt", 4, [("target", 0), ("bandit", 2), ("bandit", 4)])
     body = generate_latest(m.registry).decode()
     for pos in range(4):
-        assert f'phoenix:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tgt",position="{pos}"}} 0.0' in body
+        assert (
+            f'phoenix:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tgt",position="{pos}"}} 0.0'
+            in body
+        )
     assert 'position="4"' not in body
     assert 'phoenix:spec_decode_num_drafts_total{engine="0",model_name="tgt"} 0.0' in body
     assert 'phoenix:request_tokens_per_second_count{arm="4",mode="bandit"} 0.0' in body
@@ -142,19 +170,31 @@ def scalar(base: str, expr: str) -> str | None:
 
 
 @pytest.mark.services
-@pytest.mark.skipif(PROMETHEUS is None and not os.environ.get("PHOENIX_REQUIRE_PROMETHEUS"),
-                    reason="Debian's prometheus is not installed (.ci/run installs it)")
+@pytest.mark.skipif(
+    PROMETHEUS is None and not os.environ.get("PHOENIX_REQUIRE_PROMETHEUS"),
+    reason="Debian's prometheus is not installed (.ci/run installs it)",
+)
 def test_every_dashboard_expression_returns_what_the_database_implies_through_a_real_prometheus(
-        store, db_url, tiny_dirs, prompt_file, tmp_path):
+    store, db_url, tiny_dirs, prompt_file, tmp_path
+):
     from engine.observe.grafana import PANELS
 
     assert PROMETHEUS, "PHOENIX_REQUIRE_PROMETHEUS is set but no prometheus binary is on PATH"
     port, prom_port = free_port(), free_port()
     (tmp_path / "prometheus.yml").write_text(
         f"global: {{scrape_interval: 100ms, scrape_timeout: 90ms}}\n"
-        f"scrape_configs: [{{job_name: phoenix, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        f"scrape_configs: [{{job_name: phoenix, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n"
+    )
+    prom = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{prom_port}"
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "bandit"], arms=[0, 2, 4], max_new_tokens=16)
     worker = None
@@ -166,12 +206,26 @@ def test_every_dashboard_expression_returns_what_the_database_implies_through_a_
         wait_for(lambda: store.get_run(run.id).status == "done", what="the run to finish")
         rows = store.requests(run.id)
         spec = [r for r in rows if r.proposed]
-        drafts, proposed, accepted = sum(r.positions[0].proposed for r in spec), sum(r.proposed for r in spec), sum(r.accepted for r in spec)
-        wait_for(lambda: scalar(base, "sum(phoenix:spec_decode_num_drafts_total)") == str(drafts)
-                 and scalar(base, "sum(phoenix:num_requests_running)") == "0", timeout=30, what="the last scrape")
-        got = {title: [(r["metric"], float(r["value"][1])) for r in
-                       promql(base, targets[0][0].replace("$__rate_interval", "10m").replace("$model_name", ".*"))]
-               for title, _, targets in PANELS}
+        drafts, proposed, accepted = (
+            sum(r.positions[0].proposed for r in spec),
+            sum(r.proposed for r in spec),
+            sum(r.accepted for r in spec),
+        )
+        wait_for(
+            lambda: (
+                scalar(base, "sum(phoenix:spec_decode_num_drafts_total)") == str(drafts)
+                and scalar(base, "sum(phoenix:num_requests_running)") == "0"
+            ),
+            timeout=30,
+            what="the last scrape",
+        )
+        got = {
+            title: [
+                (r["metric"], float(r["value"][1]))
+                for r in promql(base, targets[0][0].replace("$__rate_interval", "10m").replace("$model_name", ".*"))
+            ]
+            for title, _, targets in PANELS
+        }
     finally:
         stop(prom)
         if worker is not None:

@@ -1,4 +1,5 @@
 """`export RUN --to mlflow`: a run in a local SQLite MLflow tracking store, read back with MlflowClient."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,9 +12,13 @@ from db import tracker
 from engine.bench import report
 from engine.bench.to_mlflow import MlflowTarget, export_run
 
-pytestmark = [pytest.mark.extras,  # an MLflow tracking store takes ~2 s to create: outside the working loop
-              pytest.mark.skipif(importlib.util.find_spec("mlflow") is None and not os.environ.get("PHOENIX_REQUIRE_MLFLOW"),
-                                 reason="mlflow-skinny is not installed (requirements-mlflow.txt; .ci/run installs it)")]
+pytestmark = [
+    pytest.mark.extras,  # an MLflow tracking store takes ~2 s to create: outside the working loop
+    pytest.mark.skipif(
+        importlib.util.find_spec("mlflow") is None and not os.environ.get("PHOENIX_REQUIRE_MLFLOW"),
+        reason="mlflow-skinny is not installed (requirements-mlflow.txt; .ci/run installs it)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +41,21 @@ def test_a_run_lands_in_mlflow_with_params_metrics_per_position_steps_tags_note_
     store, target, done = exported
     client = _client(target)
     run = client.get_run(done["run_id"])
-    assert run.data.params["bench.modes"] == str(["target", "fixed_4", "bandit"]) and run.data.params["target"] == "embedded"
+    assert (
+        run.data.params["bench.modes"] == str(["target", "fixed_4", "bandit"])
+        and run.data.params["target"] == "embedded"
+    )
     fixed = next(m for m in report.summaries(store, 1) if m.mode == "fixed_4")
     assert run.data.metrics["fixed_4/tokens_per_s"] == pytest.approx(fixed.tokens_per_s)
     assert run.data.metrics["fixed_4/speedup"] == pytest.approx(fixed.speedup.median)
     history = client.get_metric_history(done["run_id"], "fixed_4/k4/acceptance_per_position")
     # every fixed_4 request proposes 12 per position and accepts 12, 9, 6, 3
-    assert [(m.step, round(m.value, 6)) for m in sorted(history, key=lambda m: m.step)] == [(1, 1.0), (2, 0.75), (3, 0.5), (4, 0.25)]
+    assert [(m.step, round(m.value, 6)) for m in sorted(history, key=lambda m: m.step)] == [
+        (1, 1.0),
+        (2, 0.75),
+        (3, 0.5),
+        (4, 0.25),
+    ]
     assert run.data.tags["phoenix.tags"] == "baseline,smollm2" and run.data.tags["phoenix.tag.baseline"] == "true"
     assert run.data.tags["mlflow.note.content"] == "why this run: the draft at k=4" and run.info.status == "FINISHED"
     assert sorted(a.path for a in client.list_artifacts(done["run_id"])) == ["run1-report.md", "run1-requests.csv"]

@@ -1,5 +1,6 @@
 """An exported run opens in MLflow's own UI (`mlflow ui` from requirements-mlflow-ui.txt, in its own venv), in
 Chromium: its name, note, tags, params, per-mode metrics and per-position steps."""
+
 from __future__ import annotations
 
 import os
@@ -16,11 +17,15 @@ from test_browser import ARTIFACTS, CHROMIUM, ROOT, free_port
 from db import tracker
 
 MLFLOW = os.environ.get("PHOENIX_MLFLOW_UI") or str(ROOT / ".venv-mlflow" / "bin" / "mlflow")
-pytestmark = [pytest.mark.browser, pytest.mark.extras,
-              pytest.mark.skipif((not os.path.exists(MLFLOW) or not shutil.which(CHROMIUM))
-                                 and not os.environ.get("PHOENIX_REQUIRE_MLFLOW_UI"),
-                                 reason="MLflow's UI is not installed (.ci/run makes .venv-mlflow from "
-                                        "requirements-mlflow-ui.txt) or chromium is missing")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.extras,
+    pytest.mark.skipif(
+        (not os.path.exists(MLFLOW) or not shutil.which(CHROMIUM)) and not os.environ.get("PHOENIX_REQUIRE_MLFLOW_UI"),
+        reason="MLflow's UI is not installed (.ci/run makes .venv-mlflow from "
+        "requirements-mlflow-ui.txt) or chromium is missing",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +39,12 @@ def ui(tmp_path_factory):
     target = MlflowTarget(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}", experiment="phoenix-ui")
     done = export_run(store, 1, target)
     port = free_port()
-    proc = subprocess.Popen([MLFLOW, "ui", "--backend-store-uri", target.tracking_uri, "--host", "127.0.0.1", "--port",
-                             str(port)], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [MLFLOW, "ui", "--backend-store-uri", target.tracking_uri, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 120
     while time.monotonic() < end:
@@ -66,6 +75,12 @@ def test_an_exported_run_opens_in_mlflows_own_ui_with_its_note_tags_params_and_m
         page.screenshot(path=str(Path(ARTIFACTS) / "mlflow-run.png"), full_page=True)
         body = page.inner_text("body")
         browser.close()
-    for text in ("why this run: the draft at k=4", "phoenix.tag.baseline", "bench.modes", "fixed_4/tokens_per_s",
-                 "fixed_4/k4/acceptance_per_position", "Finished"):
+    for text in (
+        "why this run: the draft at k=4",
+        "phoenix.tag.baseline",
+        "bench.modes",
+        "fixed_4/tokens_per_s",
+        "fixed_4/k4/acceptance_per_position",
+        "Finished",
+    ):
         assert text in body, f"{text!r} is not on MLflow's run page"

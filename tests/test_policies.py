@@ -5,6 +5,7 @@ costing v0 + v1*k seconds and drafting d seconds per token, with 5% timing noise
 At a=0.8, v0=16 ms, v1=1.5 ms, d=2 ms the expected tokens/sec by arm are
 k=0: 62.5, 2: 105.6, 4: 111.7, 6: 106.8, 8: 98.4, so arm 4 is best.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,17 @@ from engine.policies.wrappers import Fallback, FallbackConfig, PassAdaptive
 ARMS = (0, 2, 4, 6, 8)
 
 
-def simulate(k: int, rng: random.Random, a: float = 0.8, v0: float = 0.016, v1: float = 0.0015, d: float = 0.002,
-             tokens: int = 96, prompt_tokens: int = 100, spread: float = 0.0) -> Observation:
+def simulate(
+    k: int,
+    rng: random.Random,
+    a: float = 0.8,
+    v0: float = 0.016,
+    v1: float = 0.0015,
+    d: float = 0.002,
+    tokens: int = 96,
+    prompt_tokens: int = 100,
+    spread: float = 0.0,
+) -> Observation:
     """One request; ``spread`` gives each prompt its own acceptance, a +- spread, as real prompts have."""
     a = min(0.97, max(0.05, a + rng.uniform(-spread, spread))) if spread else a
     out = passes = proposed = accepted = 0
@@ -45,7 +55,9 @@ def simulate(k: int, rng: random.Random, a: float = 0.8, v0: float = 0.016, v1: 
         draft += d * k
     prefill = 0.02  # in the request's latency, not in its decode-pass times
     latency = prefill + verify + draft
-    return Observation(k, out / latency, prompt_tokens, out, passes, proposed, accepted, latency, draft, verify, prop, acc)
+    return Observation(
+        k, out / latency, prompt_tokens, out, passes, proposed, accepted, latency, draft, verify, prop, acc
+    )
 
 
 def play(policy, n: int, seed: int = 0, **env) -> list[int]:
@@ -60,7 +72,7 @@ def play(policy, n: int, seed: int = 0, **env) -> list[int]:
 
 
 def expected_tps(k: int, a=0.8, v0=0.016, v1=0.0015, d=0.002) -> float:
-    return sum(a ** i for i in range(k + 1)) / (v0 + (v1 + d) * k)
+    return sum(a**i for i in range(k + 1)) / (v0 + (v1 + d) * k)
 
 
 BEST = max(ARMS, key=expected_tps)  # arm 4 on this workload: an interior optimum
@@ -125,8 +137,10 @@ def test_thompson_is_seeded_and_reaches_most_of_the_best_arm():
 @pytest.mark.parametrize("seed", range(5))
 def test_model_based_loses_less_than_the_reward_only_bandits_over_60_requests(seed):
     # prompts differ in acceptance (0.8 +- 0.12), so passes of one request are not independent evidence
-    share = {name: share_of_best(play(make_policy(name, ARMS, seed), 60, seed=seed, spread=0.12))
-             for name in ("model_based", "epsilon_greedy", "ucb1", "thompson")}
+    share = {
+        name: share_of_best(play(make_policy(name, ARMS, seed), 60, seed=seed, spread=0.12))
+        for name in ("model_based", "epsilon_greedy", "ucb1", "thompson")
+    }
     assert share["model_based"] >= 0.97
     assert share["model_based"] > max(share["epsilon_greedy"], share["ucb1"], share["thompson"])
 
@@ -193,7 +207,9 @@ def test_pass_granularity_lowers_k_after_rejections_and_keeps_it_after_acceptanc
 
 
 def test_fallback_drops_to_k0_when_speculation_is_slower_and_recovers_when_it_pays():
-    policy = make_policy("epsilon_greedy", (2, 4), seed=0, fallback=FallbackConfig(enabled=True, window=4, margin=0.05, probe_every=3))
+    policy = make_policy(
+        "epsilon_greedy", (2, 4), seed=0, fallback=FallbackConfig(enabled=True, window=4, margin=0.05, probe_every=3)
+    )
     assert isinstance(policy, Fallback)
     policy.observe_reference(100.0)  # target-only runs at 100 tok/s
     decisions = []
@@ -239,8 +255,11 @@ def test_replaying_recorded_observations_makes_the_same_next_choices(name, granu
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.sampled_from(policy_names()), st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40),
-       st.integers(0, 2**31))
+@given(
+    st.sampled_from(policy_names()),
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40),
+    st.integers(0, 2**31),
+)
 def test_any_reward_stream_keeps_every_policy_inside_its_arms(name, rewards, seed):
     policy = make_policy(name, ARMS, seed=seed)
     for r in rewards:
@@ -282,8 +301,22 @@ def test_a_request_granularity_policy_keeps_one_k_per_request_and_only_pass_gran
     for policy in (per_request, per_pass):
         for _ in range(3):  # enough for the per-pass wrapper's model to be ready
             d = policy.choose(100)
-            policy.update(d.k, 50.0, Observation(d.k, 50.0, prompt_tokens=100, passes=10, proposed=10 * d.k,
-                                                 accepted=2 * d.k, latency_s=1.0, draft_s=0.1, verify_s=0.8,
-                                                 per_position_proposed=[10] * d.k, per_position_accepted=[2] * d.k))
+            policy.update(
+                d.k,
+                50.0,
+                Observation(
+                    d.k,
+                    50.0,
+                    prompt_tokens=100,
+                    passes=10,
+                    proposed=10 * d.k,
+                    accepted=2 * d.k,
+                    latency_s=1.0,
+                    draft_s=0.1,
+                    verify_s=0.8,
+                    per_position_proposed=[10] * d.k,
+                    per_position_accepted=[2] * d.k,
+                ),
+            )
     assert per_request.pass_controller(per_request.choose(100)) is None
     assert per_pass.pass_controller(per_pass.choose(100)) is not None

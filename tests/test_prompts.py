@@ -1,4 +1,5 @@
 """Named prompt sets: HumanEval's seeded split and the humaneval-edit sets built on it."""
+
 from __future__ import annotations
 
 import pytest

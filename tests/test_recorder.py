@@ -1,4 +1,5 @@
 """The batched recorder: a batch's rows and the run's progress are one transaction."""
+
 from __future__ import annotations
 
 import sqlite3

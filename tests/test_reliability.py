@@ -1,4 +1,5 @@
 """Bad input, faults and untrusted files: one clear line, a truthful status, nothing lost."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,22 @@ def test_pickle_only_weights_are_refused_unless_allowed(capsys, tiny_dirs, tmp_p
     torch.save(weights, path / "pytorch_model.bin")
     code, _, err = run_cli(capsys, "generate", "--target", str(path), "--draft", "none", "--drafter", "ngram")
     assert_one_line_error(code, err, "pickle format.*--allow-pickle")
-    code, out, err = run_cli(capsys, "generate", "--target", str(path), "--draft", "none", "--drafter", "ngram",
-                             "--allow-pickle", "--device", "cpu", "--max-new-tokens", "4", "--json")
+    code, out, err = run_cli(
+        capsys,
+        "generate",
+        "--target",
+        str(path),
+        "--draft",
+        "none",
+        "--drafter",
+        "ngram",
+        "--allow-pickle",
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    )
     assert code == 0, err
     assert json.loads(out)["output_tokens"] == 4
 
@@ -61,8 +76,22 @@ def test_a_prompt_longer_than_the_context_is_refused_before_any_write(capsys, ti
     prompts.write_text(json.dumps({"id": "long", "prompt": "x = 1\n" * 2000}) + "\n")
     db = tmp_path / "p.db"
     d = tiny_dirs["qwen3"]
-    code, _, err = run_cli(capsys, "bench", "--db", str(db), "--target", d["target"], "--draft", d["near"], "--device", "cpu",
-                           "--prompts", str(prompts), "--modes", "target")
+    code, _, err = run_cli(
+        capsys,
+        "bench",
+        "--db",
+        str(db),
+        "--target",
+        d["target"],
+        "--draft",
+        d["near"],
+        "--device",
+        "cpu",
+        "--prompts",
+        str(prompts),
+        "--modes",
+        "target",
+    )
     assert_one_line_error(code, err, "exceed the target's context of 512")
     assert not db.exists() or not Store(f"sqlite:///{db}").list_runs()
 
@@ -78,6 +107,7 @@ def _limit_file_size(limit: int):
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes fail with EFBIG instead of killing the process
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -90,10 +120,35 @@ def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, p
     d = tiny_dirs["qwen3"]
     prompts = tmp_path / "many.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n"}) + "\n" for i in range(40)))
-    proc = subprocess.run([sys.executable, "-m", "engine", "bench", "--db", str(db), "--target", d["target"], "--draft", d["near"],
-                           "--device", "cpu", "--prompts", str(prompts), "--limit", "40", "--max-new-tokens", "24",
-                           "--modes", "target,fixed_2"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_limit_file_size(size + 48 * 1024))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "bench",
+            "--db",
+            str(db),
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--device",
+            "cpu",
+            "--prompts",
+            str(prompts),
+            "--limit",
+            "40",
+            "--max-new-tokens",
+            "24",
+            "--modes",
+            "target,fixed_2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_file_size(size + 48 * 1024),
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -105,9 +160,34 @@ def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, p
     assert store.get_run(run.id).status in ("failed", "interrupted")
     assert 0 < kept < 80
     # the next run works once there is room again
-    code = subprocess.run([sys.executable, "-m", "engine", "bench", "--db", str(db), "--target", d["target"], "--draft", d["near"],
-                           "--device", "cpu", "--prompts", prompt_file, "--limit", "1", "--max-new-tokens", "4", "--modes", "target"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300).returncode
+    code = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "bench",
+            "--db",
+            str(db),
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--device",
+            "cpu",
+            "--prompts",
+            prompt_file,
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--modes",
+            "target",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).returncode
     assert code == 0
     assert store.count_requests(run.id) == kept
 
@@ -124,8 +204,19 @@ def test_the_dashboard_reads_while_two_workers_write(tiny_dirs, prompt_file, tmp
     store = Store(url)
     d = tiny_dirs["qwen3"]
     for _ in range(2):
-        create_run(store, BenchConfig(target=d["target"], draft=d["near"], prompts=prompt_file, limit=4, max_new_tokens=16,
-                                      modes=["target", "fixed_2"], device="cpu"), status="queued")
+        create_run(
+            store,
+            BenchConfig(
+                target=d["target"],
+                draft=d["near"],
+                prompts=prompt_file,
+                limit=4,
+                max_new_tokens=16,
+                modes=["target", "fixed_2"],
+                device="cpu",
+            ),
+            status="queued",
+        )
     monkeypatch.setenv("PHOENIX_DB", url)
     monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
     procs = [start_worker(url, "--once") for _ in range(2)]
@@ -189,8 +280,18 @@ def test_the_app_folder_carries_the_same_config_so_any_working_directory_binds_l
     assert (ROOT / "app" / ".streamlit" / "config.toml").resolve() == (ROOT / ".streamlit" / "config.toml").resolve()
 
 
-@pytest.mark.parametrize("address, allowed", [("127.0.0.1", True), ("localhost", True), ("::1", True),
-                                              (None, False), ("", False), ("0.0.0.0", False), ("10.0.0.5", False)])
+@pytest.mark.parametrize(
+    "address, allowed",
+    [
+        ("127.0.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        (None, False),
+        ("", False),
+        ("0.0.0.0", False),
+        ("10.0.0.5", False),
+    ],
+)
 def test_runs_start_without_a_token_only_when_the_app_listens_on_loopback(address, allowed, monkeypatch):
     import app.actions as actions
 
@@ -231,10 +332,35 @@ def test_a_locked_database_fails_the_bench_with_one_line(tiny_dirs, prompt_file,
     blocker.execute("BEGIN EXCLUSIVE")
     try:
         d = tiny_dirs["qwen3"]
-        proc = subprocess.run([sys.executable, "-m", "engine", "bench", "--db", str(db), "--target", d["target"], "--draft",
-                               d["near"], "--device", "cpu", "--prompts", prompt_file, "--limit", "1", "--max-new-tokens", "4",
-                               "--modes", "target"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PHOENIX_BUSY_TIMEOUT_MS": "300"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "engine",
+                "bench",
+                "--db",
+                str(db),
+                "--target",
+                d["target"],
+                "--draft",
+                d["near"],
+                "--device",
+                "cpu",
+                "--prompts",
+                prompt_file,
+                "--limit",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--modes",
+                "target",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PHOENIX_BUSY_TIMEOUT_MS": "300"},
+        )
     finally:
         blocker.rollback()
         blocker.close()

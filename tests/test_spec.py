@@ -1,4 +1,5 @@
 """The speculative loop: exact equality with target-only output, and its accounting."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from engine.decode.loading import load_pair
 from engine.decode.spec import generate
 
 PROMPTS = [
-    "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n",
+    'def add(a, b):\n    """Return a + b."""\n',
     "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n",
 ]
 KS = [0, 1, 2, 4, 8]
@@ -51,8 +52,9 @@ def decoders(tiny_dirs):
 
 
 # Every pair with the draft model; the model-free drafters never touch the draft, so once per distinct target.
-EXACTNESS = ([("model", n) for n in ("embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near")]
-             + [(d, n) for d in ("ngram", "suffix") for n in ("embedded", "qwen3", "llama", "mistral-near")])
+EXACTNESS = [("model", n) for n in ("embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near")] + [
+    (d, n) for d in ("ngram", "suffix") for n in ("embedded", "qwen3", "llama", "mistral-near")
+]
 
 
 @pytest.mark.parametrize("drafter,name", EXACTNESS)
@@ -152,7 +154,7 @@ class ScriptedDrafter:
 
     def draft(self, seq, k):
         done = len(seq) - self.prompt_len
-        out = list(self.reference[done:done + k])
+        out = list(self.reference[done : done + k])
         bad = self.corrupt.get(self.pass_no)
         if bad is not None:
             out[bad] = (out[bad] + 1) % 512
@@ -200,9 +202,9 @@ def padded_pair(tiny_dirs, tmp_path_factory):
         model.resize_token_embeddings(len(tok) + extra, mean_resizing=False)
         with torch.no_grad():
             head = model.get_output_embeddings().weight
-            head[len(tok):] = 0.0
+            head[len(tok) :] = 0.0
             if role == "draft":  # rows past the target's would win every argmax: proposing one would crash the target
-                head[len(tok) + 8:] = 50.0 * head[:len(tok)].abs().max()
+                head[len(tok) + 8 :] = 50.0 * head[: len(tok)].abs().max()
         model.save_pretrained(root / role)
         tok.save_pretrained(root / role)
     return str(root / "target"), str(root / "draft"), len(tok)
@@ -245,12 +247,16 @@ def test_a_draft_that_lacks_rows_for_real_tokens_is_refused(tiny_dirs, tmp_path)
         check_same_tokenizer_files(Path(d["target"]), tmp_path / "short", "target", "short")
 
 
-@pytest.mark.parametrize("wanted,template,expected", [
-    ("auto", False, "raw"), ("auto", True, "chat"), ("raw", True, "raw"), ("chat", True, "chat")])
+@pytest.mark.parametrize(
+    "wanted,template,expected",
+    [("auto", False, "raw"), ("auto", True, "chat"), ("raw", True, "raw"), ("chat", True, "chat")],
+)
 def test_prompt_format_follows_the_targets_chat_template(decoders, wanted, template, expected):
     dec = decoders["qwen3-near"]
     tok = dec.pair.tokenizer
-    tok.chat_template = "{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>" if template else None
+    tok.chat_template = (
+        "{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>" if template else None
+    )
     try:
         assert dec.prompt_format(wanted) == expected
         ids = dec.encode("def f(x):", wanted)
@@ -271,8 +277,10 @@ REAL = "smollm2"
 
 
 @pytest.mark.real  # loads the 135M-parameter target
-@pytest.mark.skipif(not __import__("engine.catalog", fromlist=["present"]).present(REAL),
-                    reason="the real pair is not fetched here (python -m engine zoo fetch smollm2); CI does not need it")
+@pytest.mark.skipif(
+    not __import__("engine.catalog", fromlist=["present"]).present(REAL),
+    reason="the real pair is not fetched here (python -m engine zoo fetch smollm2); CI does not need it",
+)
 @pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
 def test_the_real_pair_decodes_exactly_in_fp32(drafter):
     from engine.catalog import SMOLLM2_DRAFT, present

@@ -1,5 +1,6 @@
 """Spec-Bench as a workload: a seeded half held out per column, second turns with the target's own first answer in
 context, and the leaderboard's per-column table with n and Welch's p in every cell."""
+
 from __future__ import annotations
 
 import re
@@ -46,9 +47,14 @@ def test_a_limit_takes_every_column_in_turn():
     assert {spec_bench_column_of(p.id) for p in first} == {"math", "multiturn", "qa", "rag", "summarization"}
 
 
-@pytest.mark.parametrize("name,n,category", [("spec-bench-writing", 20, "writing"),
-                                             ("spec-bench-translation", 80, "translation"),
-                                             ("spec-bench-math_reasoning", 80, "math_reasoning")])
+@pytest.mark.parametrize(
+    "name,n,category",
+    [
+        ("spec-bench-writing", 20, "writing"),
+        ("spec-bench-translation", 80, "translation"),
+        ("spec-bench-math_reasoning", 80, "math_reasoning"),
+    ],
+)
 def test_a_category_set_holds_only_that_category(name, n, category):
     prompts = load(name)
     assert len(prompts) == n and {p.category for p in prompts} == {category}
@@ -63,9 +69,17 @@ def test_the_split_is_the_same_on_every_call():
     assert [p.id for p in load("spec-bench-test")] == [p.id for p in load("spec-bench-test")]
 
 
-@pytest.mark.parametrize("prompt_id,column", [("rag-487", "rag"), ("multiturn-81", "multiturn"),
-                                              ("multiturn-81-t2", "multiturn"), ("HumanEval/3", None),
-                                              ("rag-x", None), ("other-12", None)])
+@pytest.mark.parametrize(
+    "prompt_id,column",
+    [
+        ("rag-487", "rag"),
+        ("multiturn-81", "multiturn"),
+        ("multiturn-81-t2", "multiturn"),
+        ("HumanEval/3", None),
+        ("rag-x", None),
+        ("other-12", None),
+    ],
+)
 def test_a_prompt_id_names_its_column_only_when_it_is_a_spec_bench_id(prompt_id, column):
     assert spec_bench_column_of(prompt_id) == column
 
@@ -110,10 +124,13 @@ def test_the_store_feeds_the_leaderboard_with_turns_and_categories(tmp_path):
     migrated(url)
     store = Store(url)
     run = store.create_run("sb", {"bench": {"modes": ["target", "fixed_4"]}}, "t", "d", 4, status="done")
-    recs = [replace(request_record(run.id, i * 2 + j, mode=mode, k=k, latency=lat), prompt_id=pid, turn=turn,
-                    category="writing")
-            for i, (pid, turn) in enumerate((("multiturn-81", 1), ("multiturn-81-t2", 2)))
-            for j, (mode, k, lat) in enumerate((("target", 0, 1.0), ("fixed_4", 4, 0.5)))]
+    recs = [
+        replace(
+            request_record(run.id, i * 2 + j, mode=mode, k=k, latency=lat), prompt_id=pid, turn=turn, category="writing"
+        )
+        for i, (pid, turn) in enumerate((("multiturn-81", 1), ("multiturn-81-t2", 2)))
+        for j, (mode, k, lat) in enumerate((("target", 0, 1.0), ("fixed_4", 4, 0.5)))
+    ]
     store.add_requests(recs)
     table = spec_bench(store, run.id).set_index(["mode", "column"])
     assert table.loc[("fixed_4", "multiturn"), "speedup"] == pytest.approx(2.0)

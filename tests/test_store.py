@@ -1,4 +1,5 @@
 """The tracking store: migrations, round trips, aggregates, and clear errors."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -62,28 +63,70 @@ def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(sqlite_store):
 
 def test_requests_round_trip_with_positions_and_bandit_steps(store):
     run = store.create_run("r", {"bench": {"seed": 1}}, "t", "d", total=2)
-    rec = request_record(run.id, 0, mode="bandit", positions=[PositionCount(0, 3, 2), PositionCount(1, 3, 1)],
-                 bandit=BanditRecord(t=0, epsilon=1.0, explored=True, chosen_k=4, arm_means={"4": 10.0}, arm_counts={"4": 1}, reward=10.0,
-                              policy="ucb1", fallback=True))
+    rec = request_record(
+        run.id,
+        0,
+        mode="bandit",
+        positions=[PositionCount(0, 3, 2), PositionCount(1, 3, 1)],
+        bandit=BanditRecord(
+            t=0,
+            epsilon=1.0,
+            explored=True,
+            chosen_k=4,
+            arm_means={"4": 10.0},
+            arm_counts={"4": 1},
+            reward=10.0,
+            policy="ucb1",
+            fallback=True,
+        ),
+    )
     store.add_requests([rec, request_record(run.id, 1)])
     got = store.requests(run.id)
     assert [r.seq for r in got] == [0, 1]
     assert got[0].positions == [PositionCount(0, 3, 2), PositionCount(1, 3, 1)]
     assert got[0].latency_s == rec.latency_s and got[0].trace_id == rec.trace_id
     steps = store.bandit_steps(run.id)
-    assert steps == [(0, BanditRecord(t=0, epsilon=1.0, explored=True, chosen_k=4, arm_means={"4": 10.0}, arm_counts={"4": 1}, reward=10.0,
-                              policy="ucb1", fallback=True))]
+    assert steps == [
+        (
+            0,
+            BanditRecord(
+                t=0,
+                epsilon=1.0,
+                explored=True,
+                chosen_k=4,
+                arm_means={"4": 10.0},
+                arm_counts={"4": 1},
+                reward=10.0,
+                policy="ucb1",
+                fallback=True,
+            ),
+        )
+    ]
     assert type(got[0]).__module__ == "db.entities"  # plain entities, not ORM rows
 
 
 def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
     run = store.create_run("r", {}, "t", "d", total=4)
-    store.add_requests([
-        request_record(run.id, 0, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, warmup=True),
-        request_record(run.id, 1, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, identical=True),
-        request_record(run.id, 2, mode="fixed_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
-        request_record(run.id, 3, mode="fixed_4", latency=3.0, tokens=20, proposed=8, accepted=2, identical=False, diverged_at=5),
-    ])
+    store.add_requests(
+        [
+            request_record(run.id, 0, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, warmup=True),
+            request_record(
+                run.id, 1, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, identical=True
+            ),
+            request_record(run.id, 2, mode="fixed_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
+            request_record(
+                run.id,
+                3,
+                mode="fixed_4",
+                latency=3.0,
+                tokens=20,
+                proposed=8,
+                accepted=2,
+                identical=False,
+                diverged_at=5,
+            ),
+        ]
+    )
     by = {m.mode: m for m in mode_summaries(store, run.id)}
     assert by["target"].n == 1 and by["target"].tokens_per_s == 10.0
     assert by["fixed_4"].tokens_per_s == pytest.approx((20 / 1.0 + 20 / 3.0) / 2)  # the mean of per-request tokens/s
@@ -95,13 +138,19 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
 
 def test_positions_sum_per_mode_and_arm(store):
     run = store.create_run("r", {}, "t", "d", total=2)
-    store.add_requests([request_record(run.id, i, positions=[PositionCount(0, 2, 2, 2), PositionCount(1, 2, 1, 2)]) for i in range(2)])
+    store.add_requests(
+        [request_record(run.id, i, positions=[PositionCount(0, 2, 2, 2), PositionCount(1, 2, 1, 2)]) for i in range(2)]
+    )
     rows = positions(store, run.id).to_dict(orient="records")
-    assert rows == [{"mode": "fixed_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4, "reached": 4},
-                    {"mode": "fixed_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2, "reached": 4}]
+    assert rows == [
+        {"mode": "fixed_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4, "reached": 4},
+        {"mode": "fixed_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2, "reached": 4},
+    ]
 
 
-@pytest.mark.parametrize("latencies", [[1.0], [3.0, 1.0], [5.0, 1.0, 2.0, 4.0, 3.0], [0.1 * i for i in range(37, 0, -1)]])
+@pytest.mark.parametrize(
+    "latencies", [[1.0], [3.0, 1.0], [5.0, 1.0, 2.0, 4.0, 3.0], [0.1 * i for i in range(37, 0, -1)]]
+)
 def test_latency_percentiles_in_sql_equal_numpys(store, latencies):
     import numpy as np
 
@@ -119,8 +168,15 @@ def test_the_bandit_history_is_aggregated_into_windows_of_decisions(any_store, p
     recs = []
     for t in range(10):
         rec = request_record(run.id, t, mode="bandit", k=[0, 2, 4][t % 3], trace_id=f"{t:032x}")
-        rec.bandit = BanditRecord(t=t, explored=t < 3, chosen_k=rec.k, arm_means={"2": float(t)}, arm_counts={"2": t},
-                                  reward=float(t), epsilon=0.1 * t)
+        rec.bandit = BanditRecord(
+            t=t,
+            explored=t < 3,
+            chosen_k=rec.k,
+            arm_means={"2": float(t)},
+            arm_counts={"2": t},
+            reward=float(t),
+            epsilon=0.1 * t,
+        )
         recs.append(rec)
     store.add_requests(recs)
     h = queries.bandit_history(store, run.id, points=points)
@@ -133,11 +189,14 @@ def test_the_bandit_history_is_aggregated_into_windows_of_decisions(any_store, p
     assert h["choices"]["n"].sum() == 10 and set(h["choices"]["chosen_k"]) == {0, 2, 4}
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("x.db", "sqlite:///x.db"),
-    ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
-    ("postgresql+psycopg://u:p@h/db", "postgresql+psycopg://u:p@h/db"),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("x.db", "sqlite:///x.db"),
+        ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
+        ("postgresql+psycopg://u:p@h/db", "postgresql+psycopg://u:p@h/db"),
+    ],
+)
 def test_db_location_is_a_url_or_a_path(value, expected):
     assert resolve_url(value) == expected
 
@@ -155,10 +214,15 @@ def test_empty_database_is_created_at_head(url):
 
 
 def test_a_schema_behind_head_names_the_exact_upgrade_command(url):
-    previous = migrate.ScriptDirectory.from_config(migrate.alembic_config(url)).get_revision(migrate.head()).down_revision
+    previous = (
+        migrate.ScriptDirectory.from_config(migrate.alembic_config(url)).get_revision(migrate.head()).down_revision
+    )
     migrate.upgrade(url, previous)
-    with pytest.raises(StoreError, match=rf"is at schema {previous}, behind {migrate.head()}; "
-                                         r"run `python -m engine db upgrade --db '.*'`"):
+    with pytest.raises(
+        StoreError,
+        match=rf"is at schema {previous}, behind {migrate.head()}; "
+        r"run `python -m engine db upgrade --db '.*'`",
+    ):
         migrate.ensure_schema(url)
 
 
@@ -225,13 +289,13 @@ def test_exported_csv_neutralises_cells_a_spreadsheet_would_run_and_json_stays_e
 
     run = sqlite_store.create_run("r", {}, "t", "d", total=2)
     rows = [request_record(run.id, 0), request_record(run.id, 1)]
-    rows[0].output_text, rows[1].output_text, rows[1].prompt_id = "=HYPERLINK(\"http://x\")", "@SUM(A1)", "+cmd"
+    rows[0].output_text, rows[1].output_text, rows[1].prompt_id = '=HYPERLINK("http://x")', "@SUM(A1)", "+cmd"
     sqlite_store.add_requests(rows)
     cells = list(csv.DictReader(io.StringIO(export(sqlite_store, run.id, "csv"))))
-    assert [c["output_text"] for c in cells] == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)"]
+    assert [c["output_text"] for c in cells] == ['\'=HYPERLINK("http://x")', "'@SUM(A1)"]
     assert cells[1]["prompt_id"] == "'+cmd" and cells[0]["latency_s"] == "1.0"
     exact = json.loads(export(sqlite_store, run.id, "json"))["requests"]
-    assert [r["output_text"] for r in exact] == ["=HYPERLINK(\"http://x\")", "@SUM(A1)"]
+    assert [r["output_text"] for r in exact] == ['=HYPERLINK("http://x")', "@SUM(A1)"]
 
 
 def test_a_database_this_process_cannot_write_is_read_and_only_writes_are_refused(capsys, tmp_path, monkeypatch):
@@ -247,8 +311,11 @@ def test_a_database_this_process_cannot_write_is_read_and_only_writes_are_refuse
     store.engine.dispose()
     before = db.read_bytes()
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).startswith(str(db.parent)) and mode == os.W_OK
-                        else real_access(p, mode))
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda p, mode: False if str(p).startswith(str(db.parent)) and mode == os.W_OK else real_access(p, mode),
+    )
     for argv in (["runs"], ["show", "1"], ["report", "1", "--format", "md"], ["export", "1", "--format", "json"]):
         code, out, err = run_cli(capsys, *argv, "--db", str(db))
         assert code == 0 and ("frozen" in out + err or "fixed_4" in out), (argv, err)

@@ -1,5 +1,6 @@
 """The suffix drafter: its trees, its speculation rules, the run's global tree, and accounting when the draft
 length varies pass by pass (a hand-checked case through decode, the store, the fit and Prometheus)."""
+
 from __future__ import annotations
 
 import math
@@ -54,15 +55,36 @@ def test_growing_a_tree_token_by_token_equals_adding_the_whole_sequence():
 CFG = SuffixConfig(max_tree_depth=8, min_prob=0.1)
 
 
-@pytest.mark.parametrize("text, pattern, k, cfg, expected", [
-    ([1, 2, 3, 4, 5, 9, 1, 2, 3], [1, 2, 3], 4, CFG, [4, 5, 9]),  # match of 3 allows 3 tokens (factor 1.0)
-    ([1, 2, 3, 4, 5, 9, 1, 2, 3], [1, 2, 3], 2, CFG, [4, 5]),  # capped by k
-    ([1, 2, 3, 4, 5, 9, 7, 2, 3], [7, 2, 3], 8, SuffixConfig(max_tree_depth=8, max_spec_factor=0.5), [4]),  # 2 * 0.5
-    ([1, 2, 3, 4, 5, 9, 1, 2, 3], [1, 2, 3], 8, SuffixConfig(max_tree_depth=8, max_spec_offset=2), [4, 5, 9, 1, 2]),
-    ([1, 7, 1, 8, 1, 9, 1, 7], [1], 4, SuffixConfig(max_tree_depth=8, min_prob=0.6), []),  # 1 -> 7 in 2 of 4: 0.5 < 0.6
-    ([1, 7, 1, 7, 1, 9, 1], [1], 4, SuffixConfig(max_tree_depth=8, min_prob=0.5), [7]),  # 1 -> 7 in 2 of 3 continuations
-    ([4, 4, 4], [6], 4, CFG, []),  # nothing matches
-])
+@pytest.mark.parametrize(
+    "text, pattern, k, cfg, expected",
+    [
+        ([1, 2, 3, 4, 5, 9, 1, 2, 3], [1, 2, 3], 4, CFG, [4, 5, 9]),  # match of 3 allows 3 tokens (factor 1.0)
+        ([1, 2, 3, 4, 5, 9, 1, 2, 3], [1, 2, 3], 2, CFG, [4, 5]),  # capped by k
+        (
+            [1, 2, 3, 4, 5, 9, 7, 2, 3],
+            [7, 2, 3],
+            8,
+            SuffixConfig(max_tree_depth=8, max_spec_factor=0.5),
+            [4],
+        ),  # 2 * 0.5
+        ([1, 2, 3, 4, 5, 9, 1, 2, 3], [1, 2, 3], 8, SuffixConfig(max_tree_depth=8, max_spec_offset=2), [4, 5, 9, 1, 2]),
+        (
+            [1, 7, 1, 8, 1, 9, 1, 7],
+            [1],
+            4,
+            SuffixConfig(max_tree_depth=8, min_prob=0.6),
+            [],
+        ),  # 1 -> 7 in 2 of 4: 0.5 < 0.6
+        (
+            [1, 7, 1, 7, 1, 9, 1],
+            [1],
+            4,
+            SuffixConfig(max_tree_depth=8, min_prob=0.5),
+            [7],
+        ),  # 1 -> 7 in 2 of 3 continuations
+        ([4, 4, 4], [6], 4, CFG, []),  # nothing matches
+    ],
+)
 def test_speculation_follows_the_most_frequent_continuation_within_its_budget(text, pattern, k, cfg, expected):
     tree = SuffixTree(cfg.max_tree_depth)
     tree.add(text)
@@ -103,10 +125,15 @@ def test_without_the_global_tree_only_the_requests_own_text_is_used():
     assert d.draft([7, 7, 10, 11, 7, 7, 10], 2) == [11, 7]  # its own prompt and output
 
 
-@pytest.mark.parametrize("field, value, flag", [("max_tree_depth", 0, "--suffix-max-tree-depth"),
-                                                 ("min_prob", 1.5, "--suffix-min-prob"),
-                                                 ("max_spec_factor", -1.0, "--suffix-max-spec-factor"),
-                                                 ("max_cached_requests", -1, "--suffix-max-cached-requests")])
+@pytest.mark.parametrize(
+    "field, value, flag",
+    [
+        ("max_tree_depth", 0, "--suffix-max-tree-depth"),
+        ("min_prob", 1.5, "--suffix-min-prob"),
+        ("max_spec_factor", -1.0, "--suffix-max-spec-factor"),
+        ("max_cached_requests", -1, "--suffix-max-cached-requests"),
+    ],
+)
 def test_bad_suffix_settings_name_their_flag(field, value, flag):
     with pytest.raises(PhoenixError, match=flag):
         SuffixConfig(**{field: value}).validate()
@@ -130,7 +157,7 @@ class Scripted:
         length = min(length, k)
         self.passes += 1
         start = len(seq) - self.prompt_len
-        out = list(self.reference[start:start + length])
+        out = list(self.reference[start : start + length])
         if wrong is not None and wrong < len(out):
             out[wrong] = (out[wrong] + 1) % 50  # any other id is rejected by greedy verification
         return out
@@ -175,7 +202,10 @@ def test_varying_draft_lengths_keep_counts_fit_and_prometheus_exact_on_a_hand_ch
     assert 'phoenix:spec_decode_num_draft_tokens_total{engine="0",model_name="tgt"} 24.0' in body
     assert 'phoenix:spec_decode_num_accepted_tokens_total{engine="0",model_name="tgt"} 16.0' in body
     for i, n in enumerate([12, 4, 0]):
-        assert f'phoenix:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tgt",position="{i}"}} {float(n)}' in body
+        assert (
+            f'phoenix:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tgt",position="{i}"}} {float(n)}'
+            in body
+        )
     assert fit_a([12, 8, 4], [12, 4, 0], [12, 8, 0]) == pytest.approx(fit_a([12, 8], [12, 4], [12, 8]))
 
 

@@ -1,4 +1,5 @@
 """Sentry through the real SDK over real HTTP to a local envelope receiver."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,6 @@ def receiver():
     r.stop()
 
 
-
-
 def wait_until(cond, timeout=15.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end and not cond():
@@ -45,16 +44,27 @@ def test_every_request_is_a_transaction_matching_its_database_row(receiver, stor
     for row in rows:
         txn = by_trace[row.trace_id]
         assert txn["transaction"] == row.mode
-        assert txn["tags"] == {"arm": str(row.k), "mode": row.mode, "draft_model": cfg.draft, "target_model": cfg.target,
-                               "run_id": str(run.id)}
+        assert txn["tags"] == {
+            "arm": str(row.k),
+            "mode": row.mode,
+            "draft_model": cfg.draft,
+            "target_model": cfg.target,
+            "run_id": str(run.id),
+        }
         data = txn["contexts"]["trace"]["data"]
         assert data["latency_seconds"] == pytest.approx(row.latency_s)
-        assert (data["output_tokens"], data["draft_proposed"], data["draft_accepted"]) == (row.output_tokens, row.proposed, row.accepted)
+        assert (data["output_tokens"], data["draft_proposed"], data["draft_accepted"]) == (
+            row.output_tokens,
+            row.proposed,
+            row.accepted,
+        )
         assert data["tokens_per_s"] == pytest.approx(row.tokens_per_s)
         spans = {s["op"]: s for s in txn["spans"]}
         assert list(spans) == ["prefill", "draft.prefill", "draft", "verify"]
         for op, secs in (("prefill", row.prefill_s), ("draft", row.draft_s), ("verify", row.verify_s)):
-            start, end = (datetime.fromisoformat(spans[op][k].replace("Z", "+00:00")) for k in ("start_timestamp", "timestamp"))
+            start, end = (
+                datetime.fromisoformat(spans[op][k].replace("Z", "+00:00")) for k in ("start_timestamp", "timestamp")
+            )
             assert (end - start).total_seconds() == pytest.approx(secs or 0.0, abs=1e-5)
     assert wait_until(lambda: len(receiver.logs()) >= len(rows))
     bodies = [log["body"] for log in receiver.logs()]
@@ -82,7 +92,9 @@ def test_low_acceptance_sends_a_floor_warning(receiver, store, tiny_dirs, prompt
     assert wait_until(lambda: any("below the floor" in (e.get("message") or "") for e in receiver.events()))
 
 
-def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver, store, tiny_dirs, prompt_file, decoder):
+def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(
+    receiver, store, tiny_dirs, prompt_file, decoder
+):
     from engine.decode.decoder import Decoder
 
     class SlowSpeculation(Decoder):
@@ -95,8 +107,15 @@ def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver
             return stats
 
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "bandit"], arms=[2, 4], limit=4, max_new_tokens=10,
-                  fallback=FallbackConfig(enabled=True, window=2))
+    cfg = bench_cfg(
+        tiny_dirs,
+        prompt_file,
+        modes=["target", "bandit"],
+        arms=[2, 4],
+        limit=4,
+        max_new_tokens=10,
+        fallback=FallbackConfig(enabled=True, window=2),
+    )
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=SlowSpeculation(decoder.pair), progress=False, telemetry=telemetry)
     steps = [s for _, s in store.bandit_steps(run.id)]
@@ -107,11 +126,14 @@ def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(receiver
     assert event["level"] == "warning" and event["tags"]["mode"] == "bandit"
 
 
-@pytest.mark.parametrize("dsn,pattern", [
-    ("not a dsn", "malformed"),
-    ("https://secretkey@", "malformed"),
-    ("http://secretkey@127.0.0.1:1/1", "cannot be reached"),
-])
+@pytest.mark.parametrize(
+    "dsn,pattern",
+    [
+        ("not a dsn", "malformed"),
+        ("https://secretkey@", "malformed"),
+        ("http://secretkey@127.0.0.1:1/1", "cannot be reached"),
+    ],
+)
 def test_a_bad_dsn_fails_at_start_with_one_line_that_hides_the_key(dsn, pattern):
     with pytest.raises(PhoenixError, match=pattern) as err:
         init(SentryConfig(dsn=dsn, connect_timeout_s=1.0))
@@ -127,7 +149,9 @@ def test_without_a_dsn_sentry_is_off_and_trace_ids_are_still_made(store, tiny_di
     assert all(len(r.trace_id) == 32 for r in store.requests(run.id))
 
 
-def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(receiver, store, tiny_dirs, prompt_file, decoder):
+def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(
+    receiver, store, tiny_dirs, prompt_file, decoder
+):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
     cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=4, max_new_tokens=10)
     run = create_run(store, cfg)
@@ -138,8 +162,12 @@ def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(receiver,
         if len(seen) == 2:
             receiver.stop()
 
-    assert execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry,
-                   on_request=kill_receiver_after_two) == "done"
+    assert (
+        execute(
+            store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry, on_request=kill_receiver_after_two
+        )
+        == "done"
+    )
     assert len(store.requests(run.id)) == 8
 
 

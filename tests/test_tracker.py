@@ -1,4 +1,5 @@
 """Tags, notes, archive, delete and baselines: the store functions and their CLI, on tmp_path databases."""
+
 from __future__ import annotations
 
 import random
@@ -33,7 +34,11 @@ def any_runs(any_store):
 def test_tags_are_added_once_removed_and_listed_sorted(any_runs):
     assert tracker.add_tags(any_runs, 1, ["draft-v2", " baseline ", "draft-v2"]) == ["baseline", "draft-v2"]
     assert tracker.add_tags(any_runs, 3, ["x"]) == ["x"]
-    assert any_runs.get_run(1).tags == ["baseline", "draft-v2"] and [r.tags for r in any_runs.list_runs()] == [["x"], [], ["baseline", "draft-v2"]]
+    assert any_runs.get_run(1).tags == ["baseline", "draft-v2"] and [r.tags for r in any_runs.list_runs()] == [
+        ["x"],
+        [],
+        ["baseline", "draft-v2"],
+    ]
     assert tracker.remove_tags(any_runs, 1, ["baseline"]) == ["draft-v2"]
     assert tracker.all_tags(any_runs) == ["draft-v2", "x"]
 
@@ -86,19 +91,25 @@ def test_the_cli_tags_notes_archives_and_deletes(capsys, runs, db_url):
     assert run_cli(capsys, "delete", "1", "--yes", "--db", db_url)[1].strip() == "run 1 deleted with its 3 requests"
 
 
-@pytest.mark.parametrize("argv, pattern", [
-    ("tag 9 x", "no run 9"),
-    ("tag 1 ", "the following arguments are required: tags"),
-    ("untag 1 \t", "tags are 1..100 visible, printable characters"),
-    ("delete 2 --yes", "run 2 is running; cancel it first"),
-    ("delete 1", r"removes it and its 3 requests for good; pass --yes"),
-    ("note 9 --text hi", "no run 9"),
-    ("archive 0", "run ids are whole numbers"),
-    ("baseline 9", "no run 9"),
-])
+@pytest.mark.parametrize(
+    "argv, pattern",
+    [
+        ("tag 9 x", "no run 9"),
+        ("tag 1 ", "the following arguments are required: tags"),
+        ("untag 1 \t", "tags are 1..100 visible, printable characters"),
+        ("delete 2 --yes", "run 2 is running; cancel it first"),
+        ("delete 1", r"removes it and its 3 requests for good; pass --yes"),
+        ("note 9 --text hi", "no run 9"),
+        ("archive 0", "run ids are whole numbers"),
+        ("baseline 9", "no run 9"),
+    ],
+)
 def test_bad_tracker_input_is_one_line_and_exit_2(capsys, runs, db_url, argv, pattern):
-    code, _, err = run_cli(capsys, *[a for a in argv.split(" ") if a], "--db", db_url) if "\t" not in argv else \
-        run_cli(capsys, "untag", "1", "\t", "--db", db_url)
+    code, _, err = (
+        run_cli(capsys, *[a for a in argv.split(" ") if a], "--db", db_url)
+        if "\t" not in argv
+        else run_cli(capsys, "untag", "1", "\t", "--db", db_url)
+    )
     assert_one_line_error(code, err, pattern)
     assert runs.get_run(1) is not None and runs.count_requests(1) == 3
 
@@ -123,6 +134,7 @@ def test_a_run_whose_worker_still_lives_here_is_not_deleted_even_when_it_reads_a
     with pytest.raises(tracker.TrackerError, match="its worker host:1 is still alive on this host"):
         with any_runs.session_scope() as s:
             from db.models import Run
+
             s.get(Run, 2).worker_id = "host:1"
         tracker.delete_run(any_runs, 2, worker_alive=lambda worker: worker == "host:1")
     assert any_runs.get_run(2) is not None
@@ -162,8 +174,10 @@ def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_stor
         assert tracker.baseline_of(any_store, "tgt") in (1, 3)
 
 
-@pytest.mark.parametrize("text, ok", [("line one\n\n- a list\twith a tab", True), ("ring \x07 the bell", False),
-                                      ("\x1b[2J clear the screen", False)])
+@pytest.mark.parametrize(
+    "text, ok",
+    [("line one\n\n- a list\twith a tab", True), ("ring \x07 the bell", False), ("\x1b[2J clear the screen", False)],
+)
 def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(any_runs, text, ok):
     if ok:
         tracker.set_note(any_runs, 1, text)
@@ -172,7 +186,6 @@ def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(a
         with pytest.raises(tracker.TrackerError, match="other control characters are not"):
             tracker.set_note(any_runs, 1, text)
         assert any_runs.get_run(1).note is None
-
 
 
 def _delete_or_requeue(args) -> tuple[str, bool]:
@@ -205,8 +218,9 @@ def test_delete_and_resume_racing_from_two_processes_never_both_win(any_store):
         for trial in range(12):
             run = any_store.create_run(f"r{trial}", {"bench": {}}, "tgt", "drf", 0, status="interrupted")
             barrier = manager.Barrier(2)
-            outcome = dict(pool.map(_delete_or_requeue, [(any_store.url, op, run.id, barrier)
-                                                         for op in ("requeue", "delete")]))
+            outcome = dict(
+                pool.map(_delete_or_requeue, [(any_store.url, op, run.id, barrier) for op in ("requeue", "delete")])
+            )
             assert not (outcome["requeue"] and outcome["delete"]), f"trial {trial}: both won"
             assert outcome["requeue"] or outcome["delete"], f"trial {trial}: neither won"
             exists = any_store.get_run(run.id) is not None

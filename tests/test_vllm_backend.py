@@ -1,4 +1,5 @@
 """The vLLM backend against a local stand-in server (see tests/fixtures/vllm/PROVENANCE.md)."""
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,13 @@ def test_the_metrics_parser_reads_vllms_counters_and_ignores_the_rest(server):
 
 def test_a_concurrency_sweep_records_every_request_and_the_counters_of_each_level(store, server, prompt_file):
     levels = []
-    run_id = sweep(store, SweepConfig(url=server.url, model=server.model, prompts=prompt_file, limit=4,
-                                      max_new_tokens=16, concurrency="1,4"), on_level=levels.append)
+    run_id = sweep(
+        store,
+        SweepConfig(
+            url=server.url, model=server.model, prompts=prompt_file, limit=4, max_new_tokens=16, concurrency="1,4"
+        ),
+        on_level=levels.append,
+    )
     info = store.get_run(run_id)
     assert info.status == "done" and info.progress_done == 8
     rows = store.requests(run_id)
@@ -62,11 +68,14 @@ def test_watch_turns_counter_deltas_into_per_position_rows(store, server):
     assert all(p.proposed == 20 for p in rows[1].positions)
 
 
-@pytest.mark.parametrize("cfg,match", [
-    (SweepConfig(url="http://127.0.0.1:1", model="m"), "cannot reach the server at"),
-    (SweepConfig(model=""), "--model is required"),
-    (SweepConfig(model="m", concurrency="1,zero"), "comma-separated whole numbers"),
-])
+@pytest.mark.parametrize(
+    "cfg,match",
+    [
+        (SweepConfig(url="http://127.0.0.1:1", model="m"), "cannot reach the server at"),
+        (SweepConfig(model=""), "--model is required"),
+        (SweepConfig(model="m", concurrency="1,zero"), "comma-separated whole numbers"),
+    ],
+)
 def test_bad_sweep_input_is_one_clear_line_and_writes_nothing(store, cfg, match):
     with pytest.raises(PhoenixError, match=match):
         sweep(store, cfg)
@@ -86,8 +95,11 @@ def test_a_failed_request_is_recorded_with_the_servers_answer_and_its_level_carr
         dst.write(src.read() + '{"id": "long", "prompt": "' + "word " * 30 + '"}\n')
     try:
         levels = []
-        run_id = sweep(store, SweepConfig(url=s.url, model=s.model, prompts=long_prompts, limit=5, max_new_tokens=12,
-                                          concurrency="1,4"), on_level=levels.append)
+        run_id = sweep(
+            store,
+            SweepConfig(url=s.url, model=s.model, prompts=long_prompts, limit=5, max_new_tokens=12, concurrency="1,4"),
+            on_level=levels.append,
+        )
     finally:
         s.stop()
     assert store.get_run(run_id).status == "done" and [lv["failed"] for lv in levels] == [1, 1]
@@ -127,8 +139,12 @@ def test_a_counter_that_goes_down_is_a_restart_and_the_increase_starts_from_zero
 def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(store, server, prompt_file):
     from engine.vllm.client import GREEDY
 
-    run_id = sweep(store, SweepConfig(url=server.url + "/v1/", model=server.model, prompts=prompt_file, limit=2,
-                                      max_new_tokens=8, concurrency="1"))
+    run_id = sweep(
+        store,
+        SweepConfig(
+            url=server.url + "/v1/", model=server.model, prompts=prompt_file, limit=2, max_new_tokens=8, concurrency="1"
+        ),
+    )
     assert all({k: b[k] for k in GREEDY} == GREEDY for b in server.bodies) and len(server.bodies) == 2
     assert GREEDY["repetition_penalty"] == 1.0 and GREEDY["temperature"] == 0.0
     assert store.get_run(run_id).config["sampling"] == GREEDY
@@ -145,11 +161,13 @@ def test_a_missing_llama_server_is_one_line_naming_the_install_command(monkeypat
 
 def _body(prefix: str) -> str:
     p = prefix + "spec_decode_"
-    return (f"# TYPE {p}num_drafts_total counter\n{p}num_drafts_total 4\n"
-            f"# TYPE {p}num_draft_tokens_total counter\n{p}num_draft_tokens_total 16\n"
-            f"# TYPE {p}num_accepted_tokens_total counter\n{p}num_accepted_tokens_total 6\n"
-            f"# TYPE {p}num_accepted_tokens_per_pos_total counter\n"
-            + "".join(f'{p}num_accepted_tokens_per_pos_total{{position="{i}"}} {v}\n' for i, v in enumerate([3, 2, 1, 0])))
+    return (
+        f"# TYPE {p}num_drafts_total counter\n{p}num_drafts_total 4\n"
+        f"# TYPE {p}num_draft_tokens_total counter\n{p}num_draft_tokens_total 16\n"
+        f"# TYPE {p}num_accepted_tokens_total counter\n{p}num_accepted_tokens_total 6\n"
+        f"# TYPE {p}num_accepted_tokens_per_pos_total counter\n"
+        + "".join(f'{p}num_accepted_tokens_per_pos_total{{position="{i}"}} {v}\n' for i, v in enumerate([3, 2, 1, 0]))
+    )
 
 
 @pytest.mark.parametrize("prefix, engine", [("vllm:", "vllm"), ("ray_vllm:", "vllm"), ("llamacpp:", "llamacpp")])
@@ -161,12 +179,19 @@ def test_one_parser_reads_every_engines_counters_with_vllms_meanings(prefix, eng
 
 
 def test_sglangs_acceptance_gauges_are_read_as_gauges_and_said_to_be():
-    body = ("# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{model_name=\"m\"} 0.6\n"
-            "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.8\n"
-            "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name=\"m\"} 100\n")
+    body = (
+        '# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{model_name="m"} 0.6\n'
+        '# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name="m"} 2.8\n'
+        '# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name="m"} 100\n'
+    )
     before, after = parse_metrics(body), parse_metrics(body.replace(" 100", " 160").replace("0.6", "0.7"))
     s = after.minus(before).summary()
-    assert (s["engine"], s["acceptance"], s["mean_acceptance_length"], s["generation_tokens"]) == ("sglang", 0.7, 2.8, 60)
+    assert (s["engine"], s["acceptance"], s["mean_acceptance_length"], s["generation_tokens"]) == (
+        "sglang",
+        0.7,
+        2.8,
+        60,
+    )
     assert s["per_position"] == [] and any("gauges" in n for n in level_notes(s))
 
 

@@ -1,4 +1,5 @@
 """The background worker, with real processes: submit, cancel, SIGKILL and resume, races."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,6 @@ from engine.bench.setup import create_run
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.subprocess  # every test here starts worker processes
-
 
 
 def test_a_queued_run_is_executed_by_a_worker_process(store, db_url, tiny_dirs, prompt_file):
@@ -48,8 +48,11 @@ def test_a_model_that_fails_to_load_fails_its_run_and_the_worker_moves_on(store,
 
 def test_cancel_stops_a_running_run_at_a_request_boundary_and_keeps_rows(store, db_url, tiny_dirs, prompt_file):
     # long enough requests that the once-a-second cancel check meets the run still going
-    run = create_run(store, bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=200, modes=["target", "fixed_2", "hf_2"]),
-                     status="queued")
+    run = create_run(
+        store,
+        bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=200, modes=["target", "fixed_2", "hf_2"]),
+        status="queued",
+    )
     proc = start_worker(db_url, "--once")
     try:
         wait_for(lambda: store.count_requests(run.id) >= 4, what="first rows")
@@ -65,7 +68,9 @@ def test_cancel_stops_a_running_run_at_a_request_boundary_and_keeps_rows(store, 
 
 
 def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(store, db_url, tiny_dirs, prompt_file):
-    cfg = bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=40, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2])
+    cfg = bench_cfg(
+        tiny_dirs, prompt_file, limit=4, max_new_tokens=40, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2]
+    )
     run = create_run(store, cfg, status="queued")
     proc = start_worker(db_url, "--once")
     try:
@@ -78,8 +83,13 @@ def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(
     assert store.get_run(run.id).status == "running"
     assert store.mark_stale(0.0) == [run.id]
     assert store.get_run(run.id).status == "interrupted"
-    done = subprocess.run([sys.executable, "-m", "engine", "resume", str(run.id), "--db", db_url], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "resume", str(run.id), "--db", db_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     after = store.requests(run.id, include_warmup=True)
     assert {r.id: r.output_sha256 for r in after if r.id in before} == before  # nothing written was lost
@@ -92,7 +102,10 @@ def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(
 
 def test_two_workers_racing_never_take_the_same_run(any_store, any_db_url, tiny_dirs, prompt_file):
     store, db_url = any_store, any_db_url
-    runs = [create_run(store, bench_cfg(tiny_dirs, prompt_file, limit=1, modes=["target"]), status="queued") for _ in range(3)]
+    runs = [
+        create_run(store, bench_cfg(tiny_dirs, prompt_file, limit=1, modes=["target"]), status="queued")
+        for _ in range(3)
+    ]
     procs = [start_worker(db_url, "--max-idle", "2") for _ in range(2)]
     try:
         for p in procs:
@@ -132,8 +145,23 @@ def test_submit_cli_queues_without_loading_models(db_url, tiny_dirs, prompt_file
     from engine.cli import main
 
     d = tiny_dirs["qwen3"]
-    code = main(["submit", "--db", db_url, "--target", d["target"], "--draft", d["near"], "--prompts", prompt_file,
-                 "--limit", "2", "--modes", "target,fixed_2"])
+    code = main(
+        [
+            "submit",
+            "--db",
+            db_url,
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--prompts",
+            prompt_file,
+            "--limit",
+            "2",
+            "--modes",
+            "target,fixed_2",
+        ]
+    )
     assert code == 0 and "queued" in capsys.readouterr().out
     run = Store(db_url).list_runs()[0]
     assert run.status == "queued" and run.config["bench"]["limit"] == 2
@@ -179,7 +207,9 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
     assert store.get_run(run.id).status == "done"
 
 
-def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run(store, tiny_dirs, prompt_file, monkeypatch):
+def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run(
+    store, tiny_dirs, prompt_file, monkeypatch
+):
     import engine.bench.worker as worker_mod
     from engine.bench.worker import Worker
 
@@ -202,9 +232,32 @@ def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run
 
 def start_bench(db_url, tiny_dirs, prompt_file):
     d = tiny_dirs["qwen3"]
-    return subprocess.Popen([sys.executable, "-m", "engine", "bench", "--target", d["target"], "--draft", d["near"],
-                             "--prompts", prompt_file, "--max-new-tokens", "48", "--modes", "target,fixed_2,fixed_4",
-                             "--device", "cpu", "--db", db_url], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "bench",
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--prompts",
+            prompt_file,
+            "--max-new-tokens",
+            "48",
+            "--modes",
+            "target,fixed_2,fixed_4",
+            "--device",
+            "cpu",
+            "--db",
+            db_url,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_sigterm_ends_a_foreground_bench_as_interrupted_with_its_rows(store, db_url, tiny_dirs, prompt_file):
@@ -229,8 +282,13 @@ def test_resume_takes_a_run_whose_foreground_process_died_on_this_host_at_once(s
     finally:
         stop(proc)
     assert store.get_run(1).status == "running"  # its heartbeat is seconds old
-    done = subprocess.run([sys.executable, "-m", "engine", "resume", "1", "--db", db_url], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "resume", "1", "--db", db_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert store.get_run(1).status == "done" and len(store.requests(1)) == 12  # 4 prompts x 3 modes, none twice
 
@@ -248,7 +306,9 @@ def test_the_dashboard_starts_one_worker_per_database(tmp_path, monkeypatch):
         pids = {worker_pid(tmp_path, first), worker_pid(tmp_path, second)}
         assert None not in pids and len(pids) == 2
         for pid in pids:  # each leaves once this process, its dashboard, has exited
-            assert f"--parent-pid {os.getpid()}" in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            assert (
+                f"--parent-pid {os.getpid()}" in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            )
     finally:
         for url in (first, second):
             pid = worker_pid(tmp_path, url)
@@ -257,14 +317,23 @@ def test_the_dashboard_starts_one_worker_per_database(tmp_path, monkeypatch):
 
 
 def _stop_cli(db_url):
-    return subprocess.run([sys.executable, "-m", "engine", "worker", "--stop", "--db", db_url], cwd=ROOT,
-                          capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "worker", "--stop", "--db", db_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
-def test_worker_stop_interrupts_a_busy_workers_run_keeping_its_rows_and_ends_an_idle_one(store, db_url, tiny_dirs, prompt_file):
+def test_worker_stop_interrupts_a_busy_workers_run_keeping_its_rows_and_ends_an_idle_one(
+    store, db_url, tiny_dirs, prompt_file
+):
     from engine.bench.autostart import live_workers
 
-    cfg = bench_cfg(tiny_dirs, prompt_file, max_new_tokens=200, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2])
+    cfg = bench_cfg(
+        tiny_dirs, prompt_file, max_new_tokens=200, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2]
+    )
     run = create_run(store, cfg, status="queued")
     proc = start_worker(db_url)
     try:
@@ -289,9 +358,16 @@ def test_worker_stop_interrupts_a_busy_workers_run_keeping_its_rows_and_ends_an_
 def test_an_autostarted_worker_leaves_once_idle_after_the_dashboard_that_started_it_exits(tmp_path, db_url):
     """Before, the autostarted worker outlived the dashboard under PID 1 and had to be found and killed by pid."""
     log = tmp_path / "worker.log"
-    dashboard = ("import os, subprocess, sys; subprocess.Popen([sys.executable, '-m', 'engine', 'worker', '--poll', "
-                 "'0.2', '--parent-pid', str(os.getpid())], stdout=open(sys.argv[1], 'w'), stderr=subprocess.STDOUT, "
-                 "start_new_session=True)")
-    subprocess.run([sys.executable, "-c", dashboard, str(log)], cwd=ROOT, env={**os.environ, "PHOENIX_DB": db_url},
-                   check=True, timeout=60)
+    dashboard = (
+        "import os, subprocess, sys; subprocess.Popen([sys.executable, '-m', 'engine', 'worker', '--poll', "
+        "'0.2', '--parent-pid', str(os.getpid())], stdout=open(sys.argv[1], 'w'), stderr=subprocess.STDOUT, "
+        "start_new_session=True)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", dashboard, str(log)],
+        cwd=ROOT,
+        env={**os.environ, "PHOENIX_DB": db_url},
+        check=True,
+        timeout=60,
+    )
     wait_for(lambda: "has exited and no run is in progress; stopping" in log.read_text(), what="the worker leaving")

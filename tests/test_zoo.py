@@ -1,4 +1,5 @@
 """The embedded-pair builder, at toy sizes: every stage runs and the result loads like any model."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,10 +10,28 @@ from engine.train.zoo import ZooConfig, build, distill_draft_on_answers, teacher
 
 
 def toy(out) -> ZooConfig:
-    return ZooConfig(out=str(out), target_hidden=64, target_layers=1, target_ffn=128, target_heads=4, target_kv_heads=2,
-                     target_steps=2, draft_hidden=32, draft_layers=1, draft_ffn=64, draft_heads=2, draft_kv_heads=1,
-                     draft_steps=2, seq_prompts=3, seq_new_tokens=4, seq_steps=2, warmup_steps=1, target_batch=2,
-                     draft_batch=2, seq_batch=2)
+    return ZooConfig(
+        out=str(out),
+        target_hidden=64,
+        target_layers=1,
+        target_ffn=128,
+        target_heads=4,
+        target_kv_heads=2,
+        target_steps=2,
+        draft_hidden=32,
+        draft_layers=1,
+        draft_ffn=64,
+        draft_heads=2,
+        draft_kv_heads=1,
+        draft_steps=2,
+        seq_prompts=3,
+        seq_new_tokens=4,
+        seq_steps=2,
+        warmup_steps=1,
+        target_batch=2,
+        draft_batch=2,
+        seq_batch=2,
+    )
 
 
 @pytest.mark.train

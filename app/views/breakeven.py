@@ -1,4 +1,5 @@
 """Break-even: speedup = E(a,k) / (1 + c k), by hand or fitted to a run."""
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,10 @@ def _float_qp(name: str, default: float) -> float:
 def render() -> None:
     url = data.db_url()
     st.title("Break-even")
-    st.markdown("Expected tokens per verification pass: **E(a,k) = 1 + a + … + a^k**. A pass costs **1 + c·k** target "
-                "steps, so **speedup = E / (1 + c·k)**. The optimum k is interior: more drafts add less and less.")
+    st.markdown(
+        "Expected tokens per verification pass: **E(a,k) = 1 + a + … + a^k**. A pass costs **1 + c·k** target "
+        "steps, so **speedup = E / (1 + c·k)**. The optimum k is interior: more drafts add less and less."
+    )
     use_run = st.toggle("Fit from a run", value="run" in st.query_params, key="fit_toggle")
     measured, fit = None, None
     a, c = _float_qp("a", 0.7), _float_qp("c", 0.1)
@@ -31,20 +34,29 @@ def render() -> None:
         run_id = widgets.run_picker(url)
         if run_id is not None:
             bench = data.run(url, run_id).bench
-            fit = fit_run(data.positions(url, run_id), data.arm_totals(url, run_id),
-                          drafter_arms=bool(bench and bench.drafter_arms))
+            fit = fit_run(
+                data.positions(url, run_id),
+                data.arm_totals(url, run_id),
+                drafter_arms=bool(bench and bench.drafter_arms),
+            )
             if fit.a is None or fit.c is None:
-                st.warning("This run has no model-drafter data and target-only timing to fit (it needs `target` "
-                           "and a fixed_<k> or bandit mode).")
+                st.warning(
+                    "This run has no model-drafter data and target-only timing to fit (it needs `target` "
+                    "and a fixed_<k> or bandit mode)."
+                )
             else:
                 a, c, measured = fit.a, fit.c, fit.measured
-                st.caption(f"Fitted a = {a:.3f} from per-position counts; c = {c:.3f} from draft seconds per drafted "
-                           f"token over one target step ({fit.target_step_s * 1000:.1f} ms).")
+                st.caption(
+                    f"Fitted a = {a:.3f} from per-position counts; c = {c:.3f} from draft seconds per drafted "
+                    f"token over one target step ({fit.target_step_s * 1000:.1f} ms)."
+                )
     else:
         urlstate.set_qp(run=None)
     col1, col2, col3 = st.columns(3)
     a = col1.slider("a: per-token acceptance", 0.0, 1.0, float(round(a, 3)), 0.01, disabled=measured is not None)
-    c = col2.slider("c: draft cost per token / target step", 0.0, 1.0, float(round(c, 3)), 0.01, disabled=measured is not None)
+    c = col2.slider(
+        "c: draft cost per token / target step", 0.0, 1.0, float(round(c, 3)), 0.01, disabled=measured is not None
+    )
     k = col3.slider("k: draft length", 1, K_MAX, urlstate.whole(urlstate.qp("k", "4"), 1, K_MAX) or 4)
     if measured is None:
         urlstate.set_qp(a=f"{a:.2f}", c=f"{c:.2f}", k=k)
@@ -57,10 +69,12 @@ def render() -> None:
     st.altair_chart(charts.breakeven_chart(a, c, K_MAX, measured), width="stretch")
     if fit is not None and fit.a is not None:
         st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
-        st.caption("Diamonds: measured speedup per arm (tokens/sec over target-only, same run). The solid curve "
-                   "counts a k+1-token verification as one target step; the dashed one uses the verify cost V(k+1) "
-                   "this run measured per arm (verify seconds per pass over the target-only step; column 'verify "
-                   "cost'). Where diamonds sit below the dashed curve too, the rest is drafting or Python overhead.")
+        st.caption(
+            "Diamonds: measured speedup per arm (tokens/sec over target-only, same run). The solid curve "
+            "counts a k+1-token verification as one target step; the dashed one uses the verify cost V(k+1) "
+            "this run measured per arm (verify seconds per pass over the target-only step; column 'verify "
+            "cost'). Where diamonds sit below the dashed curve too, the rest is drafting or Python overhead."
+        )
         st.dataframe(fit.measured, hide_index=True)
         widgets.csv_download(fit.measured, "breakeven-measured", key="dl_be")
     urlstate.show_share_link("breakeven")

@@ -1,4 +1,5 @@
 """Compare: runs or modes side by side, with Welch's t-test and a plain verdict."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -48,10 +49,19 @@ def render() -> None:
     if not wanted:
         first = options[:1] + [o for o in options if o.startswith(options[0].split(":")[0] + ":")][1:2]
         wanted = first
-    series = st.multiselect("Series (run:mode, or run:mode@column for one Spec-Bench column group); the first is "
-                            "the baseline", options, default=wanted, key="series", max_selections=MAX_SERIES,
-                            format_func=lambda s: label(url, s))
-    alpha = st.select_slider("alpha", [0.01, 0.05, 0.1], value=float(urlstate.qp("alpha", "0.05")) if urlstate.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05)
+    series = st.multiselect(
+        "Series (run:mode, or run:mode@column for one Spec-Bench column group); the first is the baseline",
+        options,
+        default=wanted,
+        key="series",
+        max_selections=MAX_SERIES,
+        format_func=lambda s: label(url, s),
+    )
+    alpha = st.select_slider(
+        "alpha",
+        [0.01, 0.05, 0.1],
+        value=float(urlstate.qp("alpha", "0.05")) if urlstate.qp("alpha", "0.05") in ("0.01", "0.05", "0.1") else 0.05,
+    )
     urlstate.set_qp(series=",".join(series), alpha=alpha)
     if len(series) < 2:
         st.info("Pick at least two series.")
@@ -122,12 +132,23 @@ def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
             if metric == "acceptance" and not (base[metric].notna().any() and other[metric].notna().any()):
                 continue  # acceptance compares two drafters; target-only drafts nothing
             c = compare(base[metric].dropna().tolist(), other[metric].dropna().tolist(), alpha)
-            rows.append({"baseline": base["series"].iloc[0] if len(base) else "",
-                         "series": other["series"].iloc[0] if len(other) else "", "metric": metric,
-                         "n baseline": c.n_base, "n series": c.n, "mean baseline": c.mean_base, "mean series": c.mean,
-                         "ratio": c.ratio, f"ratio CI low ({level})": c.ratio_low,
-                         f"ratio CI high ({level})": c.ratio_high, "difference": c.difference,
-                         "p-value": c.p_value, "verdict": c.verdict})
+            rows.append(
+                {
+                    "baseline": base["series"].iloc[0] if len(base) else "",
+                    "series": other["series"].iloc[0] if len(other) else "",
+                    "metric": metric,
+                    "n baseline": c.n_base,
+                    "n series": c.n,
+                    "mean baseline": c.mean_base,
+                    "mean series": c.mean,
+                    "ratio": c.ratio,
+                    f"ratio CI low ({level})": c.ratio_low,
+                    f"ratio CI high ({level})": c.ratio_high,
+                    "difference": c.difference,
+                    "p-value": c.p_value,
+                    "verdict": c.verdict,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -1,4 +1,5 @@
 """New run: a validated form that queues a run for the background worker."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -13,9 +14,30 @@ from engine.modes import RUN_DRAFTERS
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
 
-MODE_CHOICES = ["target", "fixed_2", "fixed_4", "fixed_6", "fixed_8", "ngram_4", "suffix_4", "suffix_16", "eagle3_4", "hf_4", "bandit"] + [
-    f"bandit:{p}" for p in ("epsilon_greedy", "model_based", "model_based:pass", "ucb1", "thompson", "ema_hysteresis",
-                            "contextual_model_based")]
+MODE_CHOICES = [
+    "target",
+    "fixed_2",
+    "fixed_4",
+    "fixed_6",
+    "fixed_8",
+    "ngram_4",
+    "suffix_4",
+    "suffix_16",
+    "eagle3_4",
+    "hf_4",
+    "bandit",
+] + [
+    f"bandit:{p}"
+    for p in (
+        "epsilon_greedy",
+        "model_based",
+        "model_based:pass",
+        "ucb1",
+        "thompson",
+        "ema_hysteresis",
+        "contextual_model_based",
+    )
+]
 
 
 def label(choice: str) -> str:
@@ -23,8 +45,15 @@ def label(choice: str) -> str:
     if choice not in NAMED:
         return choice
     named = NAMED[choice]
-    state = "" if present(choice) else (" · not here yet: the worker fetches it first" if choice in FETCHERS
-                                        else f" · not here yet: run {named.get}")
+    state = (
+        ""
+        if present(choice)
+        else (
+            " · not here yet: the worker fetches it first"
+            if choice in FETCHERS
+            else f" · not here yet: run {named.get}"
+        )
+    )
     return f"{choice} ({named.what}, {named.size_mb} MB){state}"
 
 
@@ -37,14 +66,23 @@ def render() -> None:
         target = c1.selectbox("Target", [EMBEDDED, SMOLLM2] + local + ["other…"], format_func=label, key="n_target")
         target_typed = c1.text_input("Target path or Hugging Face id (for other…)", key="n_target_typed")
         slots["target"] = c1.empty()
-        draft = c2.selectbox("Draft", [EMBEDDED, SMOLLM2_DRAFT, SMOLLM2_EAGLE3] + local + ["none", "other…"], format_func=label,
-                             key="n_draft")
+        draft = c2.selectbox(
+            "Draft",
+            [EMBEDDED, SMOLLM2_DRAFT, SMOLLM2_EAGLE3] + local + ["none", "other…"],
+            format_func=label,
+            key="n_draft",
+        )
         draft_typed = c2.text_input("Draft path or Hugging Face id (for other…)", key="n_draft_typed")
         slots["draft"] = c2.empty()
-        drafter = st.radio("Drafter for fixed_<k> and bandit", list(RUN_DRAFTERS), horizontal=True, key="n_drafter",
-                           help="model: the draft model; ngram: prompt lookup; suffix: suffix trees over this request "
-                                "and earlier outputs of the run (model-free, adaptive length); eagle3: an EAGLE-3 head "
-                                "(pick smollm2-eagle3 or your head's folder as the draft)")
+        drafter = st.radio(
+            "Drafter for fixed_<k> and bandit",
+            list(RUN_DRAFTERS),
+            horizontal=True,
+            key="n_drafter",
+            help="model: the draft model; ngram: prompt lookup; suffix: suffix trees over this request "
+            "and earlier outputs of the run (model-free, adaptive length); eagle3: an EAGLE-3 head "
+            "(pick smollm2-eagle3 or your head's folder as the draft)",
+        )
         modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "fixed_4", "bandit"], key="n_modes")
         slots["modes"] = st.empty()
         b1, b2, b3 = st.columns([2, 1, 1])
@@ -52,8 +90,12 @@ def render() -> None:
         slots["arms"] = b1.empty()
         policy = b2.selectbox("Policy of plain 'bandit'", policy_names(), key="n_policy")
         granularity = b3.radio("k chosen per", ["request", "pass"], horizontal=True, key="n_granularity")
-        drafter_arms = st.text_input("Drafter arms: a bandit chooses the drafter as well as k (empty: k of the drafter above)",
-                                     "", placeholder="target,ngram_4,suffix_16,eagle3_3", key="n_drafter_arms")
+        drafter_arms = st.text_input(
+            "Drafter arms: a bandit chooses the drafter as well as k (empty: k of the drafter above)",
+            "",
+            placeholder="target,ngram_4,suffix_16,eagle3_3",
+            key="n_drafter_arms",
+        )
         slots["drafter_arms"] = st.empty()
         fallback = st.checkbox("Fall back to k=0 while speculation runs slower than target-only", key="n_fallback")
         c3, c4 = st.columns(2)
@@ -61,8 +103,9 @@ def render() -> None:
         prompts_file = c3.text_input("…or a JSONL file path", key="n_prompts_file")
         slots["prompts"] = c3.empty()
         limit = c4.number_input("Prompt limit", 1, FORM_LIMITS["max_prompts"], 5, key="n_limit")
-        per_column = c4.number_input("Spec-Bench: questions per column (0: all)", 0, FORM_LIMITS["max_prompts"], 0,
-                                     key="n_per_column")
+        per_column = c4.number_input(
+            "Spec-Bench: questions per column (0: all)", 0, FORM_LIMITS["max_prompts"], 0, key="n_per_column"
+        )
         slots["limit"] = c4.empty()
         slots["limit_per_category"] = c4.empty()
         c5, c6, c7 = st.columns(3)
@@ -85,12 +128,22 @@ def render() -> None:
     cfg = BenchConfig(
         target=target_typed.strip() if target == "other…" else target,
         draft=None if draft == "none" else (draft_typed.strip() if draft == "other…" else draft),
-        drafter=drafter, prompts=prompts_file.strip() or prompts, limit=int(limit), max_new_tokens=int(max_new),
+        drafter=drafter,
+        prompts=prompts_file.strip() or prompts,
+        limit=int(limit),
+        max_new_tokens=int(max_new),
         limit_per_category=int(per_column) or None,
         drafter_arms=[a.strip() for a in drafter_arms.split(",") if a.strip()],
-        modes=list(modes), policy=policy, granularity=granularity, fallback=FallbackConfig(enabled=bool(fallback)),
-        seed=int(seed), name=name.strip(), shadow_rate=float(shadow),
-        max_new_tokens_cap=FORM_LIMITS["max_new_tokens"], max_prompts=FORM_LIMITS["max_prompts"])
+        modes=list(modes),
+        policy=policy,
+        granularity=granularity,
+        fallback=FallbackConfig(enabled=bool(fallback)),
+        seed=int(seed),
+        name=name.strip(),
+        shadow_rate=float(shadow),
+        max_new_tokens_cap=FORM_LIMITS["max_new_tokens"],
+        max_prompts=FORM_LIMITS["max_prompts"],
+    )
     errors = actions.field_checks(cfg, arms)
     if errors:
         for field, message in errors.items():

@@ -1,4 +1,5 @@
 """Policies: each draft-length policy against the best fixed arm in hindsight, from one run."""
+
 from __future__ import annotations
 
 import altair as alt
@@ -8,11 +9,13 @@ import streamlit as st
 from app import data, urlstate, widgets
 from engine.analysis.regret import best_fixed, is_bandit, policy_table, regret_curves
 
-HOW = ("Run several policies and fixed arms over the same prompts, for example\n"
-       "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"
-       "bandit:epsilon_greedy,bandit:model_based,bandit:model_based:pass,bandit:ucb1,bandit:thompson,bandit:ema_hysteresis\n"
-       "A policy that picks the drafter as well as k: --modes target,ngram_4,suffix_16,bandit "
-       "--drafter-arms target,ngram_4,suffix_16")
+HOW = (
+    "Run several policies and fixed arms over the same prompts, for example\n"
+    "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"
+    "bandit:epsilon_greedy,bandit:model_based,bandit:model_based:pass,bandit:ucb1,bandit:thompson,bandit:ema_hysteresis\n"
+    "A policy that picks the drafter as well as k: --modes target,ngram_4,suffix_16,bandit "
+    "--drafter-arms target,ngram_4,suffix_16"
+)
 
 
 def render() -> None:
@@ -29,21 +32,31 @@ def render() -> None:
         return
     best = best_fixed(frame)
     if best is None:
-        st.warning("Regret needs the single arms in the same run (target, fixed_<k>, ngram_<k>, suffix_<k> or "
-                   "eagle3_<k> modes): without them the best arm in hindsight is unknown.")
+        st.warning(
+            "Regret needs the single arms in the same run (target, fixed_<k>, ngram_<k>, suffix_<k> or "
+            "eagle3_<k> modes): without them the best arm in hindsight is unknown."
+        )
         st.code(HOW.split("\n")[1], language="bash")
         return
     alpha = 0.05
     table = policy_table(frame, best, alpha)
     n_prompts = frame["prompt_id"].nunique()
-    st.caption(f"Best fixed arm in hindsight: {best} · {n_prompts} prompts · Welch's t-test of tokens/sec against "
-               f"{best}, alpha {alpha}. NOT_SIGNIFICANT means the run cannot tell the two apart. tokens/s here is the mean "
-               "of per-request tokens/sec, the policies' reward; the Run page's tokens/sec is total tokens over total "
-               "seconds, which weights long requests more.")
-    st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={"share of best fixed": st.column_config.NumberColumn(format="%.3f"),
-                                "p-value": st.column_config.NumberColumn(format="%.4f"),
-                                "tokens/s": st.column_config.NumberColumn(format="%.2f")})
+    st.caption(
+        f"Best fixed arm in hindsight: {best} · {n_prompts} prompts · Welch's t-test of tokens/sec against "
+        f"{best}, alpha {alpha}. NOT_SIGNIFICANT means the run cannot tell the two apart. tokens/s here is the mean "
+        "of per-request tokens/sec, the policies' reward; the Run page's tokens/sec is total tokens over total "
+        "seconds, which weights long requests more."
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "share of best fixed": st.column_config.NumberColumn(format="%.3f"),
+            "p-value": st.column_config.NumberColumn(format="%.4f"),
+            "tokens/s": st.column_config.NumberColumn(format="%.2f"),
+        },
+    )
     widgets.csv_download(table, f"run{run_id}-policies", key="dl_pol")
     curves = regret_curves(frame, best)
     st.subheader("Cumulative regret")
@@ -57,37 +70,64 @@ def render() -> None:
 
 
 def regret_chart(curves: pd.DataFrame) -> alt.Chart:
-    return alt.Chart(curves).mark_line().encode(
-        x=alt.X("decision:Q", title="decision", axis=alt.Axis(tickMinStep=1, format="d")),
-        y=alt.Y("cumulative regret:Q", title="cumulative regret (tok/s x requests)"),
-        color="mode:N", tooltip=["mode", "decision", "k", alt.Tooltip("regret:Q", format=".2f")],
-    ).properties(height=300)
+    return (
+        alt.Chart(curves)
+        .mark_line()
+        .encode(
+            x=alt.X("decision:Q", title="decision", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("cumulative regret:Q", title="cumulative regret (tok/s x requests)"),
+            color="mode:N",
+            tooltip=["mode", "decision", "k", alt.Tooltip("regret:Q", format=".2f")],
+        )
+        .properties(height=300)
+    )
 
 
 def k_chart(curves: pd.DataFrame) -> alt.FacetChart:
     """One strip per policy, so eight policies do not hide each other."""
-    return alt.Chart(curves).mark_point(filled=True, size=30).encode(
-        x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")),
-        y=alt.Y("k:Q", title="k", scale=alt.Scale(domain=[0, int(curves["k"].max() or 1)]), axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
-        tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
-    ).properties(height=90, width=700).facet(
-        row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+    return (
+        alt.Chart(curves)
+        .mark_point(filled=True, size=30)
+        .encode(
+            x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y(
+                "k:Q", title="k", scale=alt.Scale(domain=[0, int(curves["k"].max() or 1)]), axis=alt.Axis(tickMinStep=1)
+            ),
+            color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
+            tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
+        )
+        .properties(height=90, width=700)
+        .facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+    )
 
 
 def arm_chart(curves: pd.DataFrame) -> alt.FacetChart:
     """A drafter-choosing policy: which (drafter, k) arm each decision took."""
-    return alt.Chart(curves).mark_point(filled=True, size=30).encode(
-        x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")), y=alt.Y("arm:N", title="arm"),
-        color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
-        tooltip=["mode", "decision", "arm", "k", "explored", "prompt_id"],
-    ).properties(width=700).facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+    return (
+        alt.Chart(curves)
+        .mark_point(filled=True, size=30)
+        .encode(
+            x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("arm:N", title="arm"),
+            color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
+            tooltip=["mode", "decision", "arm", "k", "explored", "prompt_id"],
+        )
+        .properties(width=700)
+        .facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+    )
 
 
 def tps_chart(frame: pd.DataFrame) -> alt.Chart:
-    return alt.Chart(frame).mark_boxplot(extent="min-max").encode(
-        x=alt.X("mode:N", sort="-y"), y=alt.Y("tokens_per_s:Q", title="tokens/sec"), color="mode:N",
-    ).properties(height=300)
+    return (
+        alt.Chart(frame)
+        .mark_boxplot(extent="min-max")
+        .encode(
+            x=alt.X("mode:N", sort="-y"),
+            y=alt.Y("tokens_per_s:Q", title="tokens/sec"),
+            color="mode:N",
+        )
+        .properties(height=300)
+    )
 
 
 render()

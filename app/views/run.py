@@ -1,4 +1,5 @@
 """Run: KPIs per mode and the charts that explain them."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -58,19 +59,28 @@ def run_actions(info) -> None:
                 st.info(f"Run #{info.id}: {actions.cancel_run(info.id)}; rows already written are kept.")
             else:
                 ok = actions.resume_run(info.id)
-                st.info(f"Run #{info.id} queued to resume; done prompts are skipped." if ok else "This run cannot be resumed.")
+                st.info(
+                    f"Run #{info.id} queued to resume; done prompts are skipped."
+                    if ok
+                    else "This run cannot be resumed."
+                )
 
 
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
     b = info.bench
     # st.text: model paths and names are user text, and st.text never interprets Markdown.
-    setting = (f" · drafter {b.drafter} · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
-               if b is not None else "")
+    setting = (
+        f" · drafter {b.drafter} · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
+        if b is not None
+        else ""
+    )
     warm = data.warmup_count(url, run_id)
-    st.text(f"#{info.id} · {info.status} · target {info.target} · draft {info.draft or 'none'}{setting} · "
-            f"{info.progress_done}/{info.progress_total} requests"
-            + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else ""))
+    st.text(
+        f"#{info.id} · {info.status} · target {info.target} · draft {info.draft or 'none'}{setting} · "
+        f"{info.progress_done}/{info.progress_total} requests"
+        + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else "")
+    )
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.status == "queued":
@@ -122,7 +132,8 @@ ACCEPTANCE_NOTE = (
     "accepted at i given accepted up to i-1. Bars are Wilson 95% intervals over n, the passes a point is a share of; "
     f"hollow points rest on fewer than {FEW} passes. The fitted a is a per-token acceptance: the model says the first "
     "i drafts all survive with probability a^i. The KPI acceptance (accepted / proposed) averages every drafted "
-    "position, so at draft length k it is about (a + a^2 + ... + a^k) / k, lower than a: a = 0.6 at k = 4 gives 33%.")
+    "position, so at draft length k it is about (a + a^2 + ... + a^k) / k, lower than a: a = 0.6 at k = 4 gives 33%."
+)
 
 
 ADD_WORKER = "PHOENIX_DB=<this database> .venv/bin/python -m engine worker"
@@ -133,22 +144,29 @@ def queue_panel(url: str, info) -> None:
     target's own measured requests."""
     q, serving = data.queue_state(url, info.id), data.workers(url)
     ahead = q.position - 1
-    st.info(f"Queued: number {q.position} in the queue ({ahead} run{'s' * (ahead != 1)} ahead, "
-            f"{q.queued_ahead_requests:,} requests); {q.running} run{'s' * (q.running != 1)} in progress "
-            f"({q.running_left_requests:,} requests left). Live workers: {len(serving)}"
-            + (f" ({', '.join(serving)})" if serving else "") + ".")
+    st.info(
+        f"Queued: number {q.position} in the queue ({ahead} run{'s' * (ahead != 1)} ahead, "
+        f"{q.queued_ahead_requests:,} requests); {q.running} run{'s' * (q.running != 1)} in progress "
+        f"({q.running_left_requests:,} requests left). Live workers: {len(serving)}"
+        + (f" ({', '.join(serving)})" if serving else "")
+        + "."
+    )
     eta = q.eta_s(info.progress_total, len(serving))
     if eta is not None:
-        st.caption(f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s): every request ahead and its own, at "
-                   f"{q.mean_request_s:.2f} s each (the mean of this target's latest {q.measured_n} measured requests), "
-                   f"shared among {len(serving)} worker{'s' * (len(serving) != 1)}.")
+        st.caption(
+            f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s): every request ahead and its own, at "
+            f"{q.mean_request_s:.2f} s each (the mean of this target's latest {q.measured_n} measured requests), "
+            f"shared among {len(serving)} worker{'s' * (len(serving) != 1)}."
+        )
     elif q.mean_request_s is None:
         st.caption("No ETA yet: no request of this target has been measured in this database.")
     if not serving:
         st.warning("No worker serves this database now, so nothing will run. Start one in a terminal:")
     else:
-        st.caption("Another worker adds capacity (workers share one queue; on a machine with few cores two workers "
-                   "slow each other and each other's timings, so add them on other machines with PostgreSQL):")
+        st.caption(
+            "Another worker adds capacity (workers share one queue; on a machine with few cores two workers "
+            "slow each other and each other's timings, so add them on other machines with PostgreSQL):"
+        )
     st.code(ADD_WORKER, language="bash")
 
 
@@ -162,8 +180,13 @@ def draft_lengths(info, pos, split) -> None:
     st.subheader("Draft length per pass")
     st.altair_chart(charts.draft_length_chart(frame), width="stretch")
     none = frame[frame["draft length"] == 0]
-    st.caption("Share of passes that proposed nothing: " + ", ".join(
-        f"{r.arm} {r.share:.1%} ({r.passes:,} of {int(frame[frame['arm'] == r.arm]['passes'].sum()):,})" for r in none.itertuples()))
+    st.caption(
+        "Share of passes that proposed nothing: "
+        + ", ".join(
+            f"{r.arm} {r.share:.1%} ({r.passes:,} of {int(frame[frame['arm'] == r.arm]['passes'].sum()):,})"
+            for r in none.itertuples()
+        )
+    )
 
 
 def bandit(history: dict) -> None:
@@ -178,11 +201,15 @@ def bandit(history: dict) -> None:
     shown = {name: frame[frame["mode"] == mode] for name, frame in history.items()}
     decisions = int(shown["signals"]["n"].sum())
     if decisions and int(shown["choices"]["explored_n"].sum()) == decisions:
-        st.info(f"All {decisions} decisions so far explored: a policy first tries every arm (epsilon-greedy twice "
-                "each) before it chooses, so the exploration signal sits at its start and each running estimate rests "
-                "on a request or two. Runs with more prompts than that show the policy choosing.")
+        st.info(
+            f"All {decisions} decisions so far explored: a policy first tries every arm (epsilon-greedy twice "
+            "each) before it chooses, so the exploration signal sits at its start and each running estimate rests "
+            "on a request or two. Runs with more prompts than that show the policy choosing."
+        )
     if decisions > len(shown["signals"]):
-        st.caption(f"{decisions:,} decisions drawn as {len(shown['signals']):,} windows; point size is decisions per window.")
+        st.caption(
+            f"{decisions:,} decisions drawn as {len(shown['signals']):,} windows; point size is decisions per window."
+        )
     st.altair_chart(charts.bandit_charts(shown, urlstate.trace_url), width="stretch")
 
 
@@ -195,16 +222,25 @@ def kpis(summaries) -> None:
         st.text(f"{m.mode} · n = {m.n} requests{few}")
         top, low = st.columns(4), st.columns(4)
         top[0].metric("tokens/sec", f"{m.tokens_per_s:.2f}")
-        top[1].metric("x target", "n/a" if m.speedup is None or m.speedup.median is None else f"{m.speedup.median:.2f}x",
-                      help="median of per-prompt ratios against target-only in this run, with its 95% interval")
-        top[2].metric("acceptance", "n/a" if m.acceptance is None else f"{m.acceptance:.1%}",
-                      help="accepted / proposed drafted tokens, with Wilson's 95% interval")
+        top[1].metric(
+            "x target",
+            "n/a" if m.speedup is None or m.speedup.median is None else f"{m.speedup.median:.2f}x",
+            help="median of per-prompt ratios against target-only in this run, with its 95% interval",
+        )
+        top[2].metric(
+            "acceptance",
+            "n/a" if m.acceptance is None else f"{m.acceptance:.1%}",
+            help="accepted / proposed drafted tokens, with Wilson's 95% interval",
+        )
         top[3].metric("identical", f"{m.identical_n}/{m.checked_n}" if m.checked_n else "unchecked")
         low[0].metric("mean latency", f"{m.mean_latency_s:.3f} s")
         low[1].metric("p50 latency", f"{m.p50_latency_s:.3f} s")
         low[2].metric("p95 latency", f"{m.p95_latency_s:.3f} s")
-        low[3].metric("mean accepted", "n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
-                      help="tokens per verify pass, the bonus token included (1.00 for target-only)")
+        low[3].metric(
+            "mean accepted",
+            "n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
+            help="tokens per verify pass, the bonus token included (1.00 for target-only)",
+        )
         st.caption(kpi_intervals(m, base))
 
 
@@ -230,20 +266,26 @@ def diagnosis(fit, summaries) -> str:
     others = [m for m in summaries if m.proposed and not Mode.of(m.mode).uses_drafter]
     if not others:
         return diagnose(None, None, None, None)
-    parts = [f"{m.mode}: acceptance {m.acceptance:.0%}, {m.mean_accepted_length:.2f} tokens per pass"
-             + (f", {m.speedup.median:.2f}x target-only (n={m.speedup.n})" if m.speedup and m.speedup.median else "")
-             for m in others]
-    return ("Drafting without a --drafter mode: " + "; ".join(parts) + ". The break-even fit (a, c) covers "
-            "fixed_<k> and bandit modes; for these the per-mode table and the per-position curves are the evidence.")
+    parts = [
+        f"{m.mode}: acceptance {m.acceptance:.0%}, {m.mean_accepted_length:.2f} tokens per pass"
+        + (f", {m.speedup.median:.2f}x target-only (n={m.speedup.n})" if m.speedup and m.speedup.median else "")
+        for m in others
+    ]
+    return (
+        "Drafting without a --drafter mode: " + "; ".join(parts) + ". The break-even fit (a, c) covers "
+        "fixed_<k> and bandit modes; for these the per-mode table and the per-position curves are the evidence."
+    )
 
 
 def drift_warning(url: str, run_id: int) -> None:
     drift = load_drift(data.rewards(url, run_id, ("target",))["tokens_per_s"].tolist())
     if drift is not None and drift.busy:
-        st.warning(f"The machine was busy during this run: target-only took {drift.later_p50_ms:.1f} ms per token at "
-                   f"the median and {drift.later_p95_ms:.1f} ms at p95 after its first {drift.early_n} requests, "
-                   f"against {drift.early_ms:.1f} ms in them. Absolute tokens/s here are unreliable; speedups pair "
-                   "each prompt's requests, which ran close together, so they suffer less. Rerun on a quiet machine.")
+        st.warning(
+            f"The machine was busy during this run: target-only took {drift.later_p50_ms:.1f} ms per token at "
+            f"the median and {drift.later_p95_ms:.1f} ms at p95 after its first {drift.early_n} requests, "
+            f"against {drift.early_ms:.1f} ms in them. Absolute tokens/s here are unreliable; speedups pair "
+            "each prompt's requests, which ran close together, so they suffer less. Rerun on a quiet machine."
+        )
 
 
 def compile_line(stats: dict | None) -> None:
@@ -255,8 +297,10 @@ def compile_line(stats: dict | None) -> None:
         st.warning("Compile failed on this platform; the run went on eager:")
         st.text(str(stats.get("error")))
         return
-    text = (f"Compiled (static cache): warm-up {stats['warmup_s']:.1f} s before any clock, {stats['graphs']} graphs, "
-            f"{stats['graph_breaks']} graph breaks, {stats['recompiles']} recompiles after the warm-up.")
+    text = (
+        f"Compiled (static cache): warm-up {stats['warmup_s']:.1f} s before any clock, {stats['graphs']} graphs, "
+        f"{stats['graph_breaks']} graph breaks, {stats['recompiles']} recompiles after the warm-up."
+    )
     (st.error if stats["recompiles"] else st.caption)(text)
 
 
@@ -267,21 +311,29 @@ def spec_bench_columns(url: str, run_id: int) -> None:
         return
     st.subheader("Spec-Bench: per column group")
     shown = table.assign(column=table["column"].map(COLUMN_TITLES))
-    st.dataframe(shown, hide_index=True, width="stretch",
-                 column_config={"speedup": st.column_config.NumberColumn("x target (median)", format="%.2f"),
-                                "ci_low": st.column_config.NumberColumn("95% CI low", format="%.2f"),
-                                "ci_high": st.column_config.NumberColumn("95% CI high", format="%.2f"),
-                                "p25": st.column_config.NumberColumn(format="%.2f"),
-                                "p75": st.column_config.NumberColumn(format="%.2f"),
-                                "mean_accepted": st.column_config.NumberColumn("mean accepted tokens", format="%.2f"),
-                                "tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
-                                "target_tokens_per_s": st.column_config.NumberColumn("target tok/s", format="%.1f"),
-                                "p_value": st.column_config.NumberColumn("Welch p", format="%.4f")})
-    st.caption("Median per-prompt speedup against target-only in this run, with its 95% interval (bootstrap), its "
-               "IQR and n requests; Welch's "
-               "t-test of tokens/s against target-only on the same prompts; mean accepted tokens per verify step, "
-               "bonus included (1.00 for target-only). `python -m engine report RUN --by column --format md` prints "
-               "the same table in the leaderboard's shape.")
+    st.dataframe(
+        shown,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "speedup": st.column_config.NumberColumn("x target (median)", format="%.2f"),
+            "ci_low": st.column_config.NumberColumn("95% CI low", format="%.2f"),
+            "ci_high": st.column_config.NumberColumn("95% CI high", format="%.2f"),
+            "p25": st.column_config.NumberColumn(format="%.2f"),
+            "p75": st.column_config.NumberColumn(format="%.2f"),
+            "mean_accepted": st.column_config.NumberColumn("mean accepted tokens", format="%.2f"),
+            "tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
+            "target_tokens_per_s": st.column_config.NumberColumn("target tok/s", format="%.1f"),
+            "p_value": st.column_config.NumberColumn("Welch p", format="%.4f"),
+        },
+    )
+    st.caption(
+        "Median per-prompt speedup against target-only in this run, with its 95% interval (bootstrap), its "
+        "IQR and n requests; Welch's "
+        "t-test of tokens/s against target-only on the same prompts; mean accepted tokens per verify step, "
+        "bonus included (1.00 for target-only). `python -m engine report RUN --by column --format md` prints "
+        "the same table in the leaderboard's shape."
+    )
     widgets.csv_download(table, f"run{run_id}-spec-bench", key="dl_sb")
     curves = data.spec_bench_positions(url, run_id)
     if not curves.empty:
@@ -294,14 +346,25 @@ def server_counters(info) -> None:
     if not levels:
         return
     st.subheader("Each server's own counters")
-    table = pd.DataFrame([{"server": lv["spec_type"], "drafts": lv["drafts"], "draft tokens": lv["draft_tokens"],
-                           "accepted": lv["accepted"], "acceptance": lv["acceptance"],
-                           "mean acceptance length": lv["mean_acceptance_length"],
-                           "per position (accepted / drafts)": " ".join(f"{r:.2f}" for r in lv["per_position"][:16])}
-                          for lv in levels])
+    table = pd.DataFrame(
+        [
+            {
+                "server": lv["spec_type"],
+                "drafts": lv["drafts"],
+                "draft tokens": lv["draft_tokens"],
+                "accepted": lv["accepted"],
+                "acceptance": lv["acceptance"],
+                "mean acceptance length": lv["mean_acceptance_length"],
+                "per position (accepted / drafts)": " ".join(f"{r:.2f}" for r in lv["per_position"][:16]),
+            }
+            for lv in levels
+        ]
+    )
     st.dataframe(table, hide_index=True, width="stretch")
-    st.caption("From each llama-server's /metrics before and after the run (vLLM's definitions). The per-request "
-               "rows above carry each response's own draft_n and draft_n_accepted.")
+    st.caption(
+        "From each llama-server's /metrics before and after the run (vLLM's definitions). The per-request "
+        "rows above carry each response's own draft_n and draft_n_accepted."
+    )
 
 
 def vllm_sweep(info) -> None:
@@ -312,19 +375,30 @@ def vllm_sweep(info) -> None:
     served = info.config.get("engine") or {"engine": "vllm"}
     st.subheader(f"Concurrency sweep ({served['engine']} server counters)")
     # st.text: the version and command line come from the server and the user's flags
-    st.text(f"engine {served['engine']} · version {served.get('version') or 'not reported'}"
-            + (f" · started as: {served['command']}" if served.get("command") else ""))
+    st.text(
+        f"engine {served['engine']} · version {served.get('version') or 'not reported'}"
+        + (f" · started as: {served['command']}" if served.get("command") else "")
+    )
     st.altair_chart(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
     per_request = [lv for lv in levels if lv.get("requests_with_draft_counts")]
     if per_request:
-        st.caption("Per request, from each response's timings (draft_n, draft_n_accepted), against the counters: "
-                   + "; ".join(f"concurrency {lv['concurrency']}: {lv['request_draft_tokens']} drafted and "
-                               f"{lv['request_accepted']} accepted, counters {lv['draft_tokens']:.0f} and "
-                               f"{lv['accepted']:.0f}" for lv in per_request))
-    st.caption("Acceptance per level from the server's spec-decode counters scraped before and after the level: "
-               "accepted / draft tokens; mean acceptance length 1 + accepted / drafts. Requests per level: "
-               + ", ".join(f"{lv['concurrency']}: {lv['requests']}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
-                           for lv in levels))
+        st.caption(
+            "Per request, from each response's timings (draft_n, draft_n_accepted), against the counters: "
+            + "; ".join(
+                f"concurrency {lv['concurrency']}: {lv['request_draft_tokens']} drafted and "
+                f"{lv['request_accepted']} accepted, counters {lv['draft_tokens']:.0f} and "
+                f"{lv['accepted']:.0f}"
+                for lv in per_request
+            )
+        )
+    st.caption(
+        "Acceptance per level from the server's spec-decode counters scraped before and after the level: "
+        "accepted / draft tokens; mean acceptance length 1 + accepted / drafts. Requests per level: "
+        + ", ".join(
+            f"{lv['concurrency']}: {lv['requests']}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
+            for lv in levels
+        )
+    )
     for lv in levels:
         for note in level_notes(lv):
             st.warning(f"Concurrency {int(lv['concurrency'])}: {note}")
@@ -336,11 +410,15 @@ def distill_link(url: str, run_id: int) -> None:
     if job is None:
         return
     role, other = ("before", job.after_run_id) if job.before_run_id == run_id else ("after", job.before_run_id)
-    st.text(f"This run is the {role} evaluation of distillation #{job.id} "
-            f"({job.config.get('distill', {}).get('draft', '?')} → {job.out_dir}).")
+    st.text(
+        f"This run is the {role} evaluation of distillation #{job.id} "
+        f"({job.config.get('distill', {}).get('draft', '?')} → {job.out_dir})."
+    )
     links = []
     if other:  # only our own integers go into these links
-        links.append(f"[Open the {'after' if role == 'before' else 'before'} run #{other}]({urlstate.link('run', run=other)})")
+        links.append(
+            f"[Open the {'after' if role == 'before' else 'before'} run #{other}]({urlstate.link('run', run=other)})"
+        )
         first = str(job.config.get("distill", {}).get("eval_ks", "4")).split(",")[0].strip()
         k = int(first) if first.isdecimal() and first.isascii() else 4
         if job.before_run_id and job.after_run_id:

@@ -1,4 +1,5 @@
 """Runs: every benchmark run, filtered, sorted and paged in SQL, with live progress for running ones."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,9 @@ def render() -> None:
     st.title("Runs")
     c1, c2, c3, c4 = st.columns(4)
     name = c1.text_input("Name contains", value=urlstate.qp_filter("name"), key="f_name", max_chars=urlstate.FILTER_MAX)
-    model = c2.text_input("Model contains", value=urlstate.qp_filter("model"), key="f_model",
-                          max_chars=urlstate.FILTER_MAX)
+    model = c2.text_input(
+        "Model contains", value=urlstate.qp_filter("model"), key="f_model", max_chars=urlstate.FILTER_MAX
+    )
     status = c3.selectbox("Status", STATUSES, index=_choice(STATUSES, urlstate.qp("status")), key="f_status")
     tags = [""] + data.tags(url)
     tag = c4.selectbox("Tag", tags, index=_choice(tags, urlstate.qp("tag")), key="f_tag")
@@ -34,9 +36,19 @@ def render() -> None:
     filters = dict(name=name, model=model, status=status, tag=tag, archived=archived)
     total = data.runs_total(url, **filters)
     pages = max(1, math.ceil(total / PAGE_SIZE))
-    page = st.number_input(f"Page (of {pages}; {total:,} runs)", 1, pages, min(urlstate.qp_int("page") or 1, pages), key="f_page")
-    urlstate.set_qp(name=name, model=model, status=status, tag=tag, archived="1" if archived else None,
-                    sort=None if sort == "id" else sort, asc=None if descending else "1", page=None if page == 1 else page)
+    page = st.number_input(
+        f"Page (of {pages}; {total:,} runs)", 1, pages, min(urlstate.qp_int("page") or 1, pages), key="f_page"
+    )
+    urlstate.set_qp(
+        name=name,
+        model=model,
+        status=status,
+        tag=tag,
+        archived="1" if archived else None,
+        sort=None if sort == "id" else sort,
+        asc=None if descending else "1",
+        page=None if page == 1 else page,
+    )
     if total == 0 and not any((name, model, status, tag)) and data.runs_total(url, archived=True) == 0:
         widgets.empty_state()
         return
@@ -55,13 +67,33 @@ def table(url: str, filters: dict, sort: str, descending: bool, page: int) -> No
     for r in df[df["status"].isin(["running", "queued"])].itertuples():
         frac = r.progress_done / r.progress_total if r.progress_total else 0.0
         st.progress(min(frac, 1.0), text=f"run #{r.id}: {r.status}, {r.progress_done}/{r.progress_total} requests")
-    view = df[["id", "name", "tags", "status", "target", "draft", "modes", "prompts", "best_speedup", "progress_done",
-               "progress_total", "created_at", "archived"]].copy()
+    view = df[
+        [
+            "id",
+            "name",
+            "tags",
+            "status",
+            "target",
+            "draft",
+            "modes",
+            "prompts",
+            "best_speedup",
+            "progress_done",
+            "progress_total",
+            "created_at",
+            "archived",
+        ]
+    ].copy()
     view.insert(1, "open", [urlstate.link("run", run=i) for i in view["id"]])
-    st.dataframe(view, hide_index=True, width="stretch", column_config={
-        "open": st.column_config.LinkColumn("open", display_text="Run page"),
-        "best_speedup": st.column_config.NumberColumn("best speedup", format="%.2fx"),
-    })
+    st.dataframe(
+        view,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "open": st.column_config.LinkColumn("open", display_text="Run page"),
+            "best_speedup": st.column_config.NumberColumn("best speedup", format="%.2fx"),
+        },
+    )
     widgets.csv_download(view.drop(columns=["open"]), "runs", key="dl_runs")
 
 

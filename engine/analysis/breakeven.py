@@ -4,6 +4,7 @@ Expected tokens per verification pass with per-token acceptance a and k drafts:
 E(a, k) = 1 + a + ... + a^k. A pass costs 1 + c*k target steps, where c is the
 draft's cost per token relative to one target step. Speedup = E / (1 + c*k).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from engine.modes import K_MAX
 
 
 def expected_tokens(a: float, k: int) -> float:
-    return float(sum(a ** i for i in range(k + 1)))
+    return float(sum(a**i for i in range(k + 1)))
 
 
 def predicted_speedup(a: float, c: float, k: int, verify: float = 1.0) -> float:
@@ -32,7 +33,9 @@ def breakeven_c(a: float, k: int) -> float:
     return (expected_tokens(a, k) - 1.0) / k if k else float("inf")
 
 
-def rates(proposed: list[int], accepted: list[int], reached: list[int] | None = None) -> tuple[list[float], list[float]]:
+def rates(
+    proposed: list[int], accepted: list[int], reached: list[int] | None = None
+) -> tuple[list[float], list[float]]:
     """Unconditional (vLLM: accepted_i / drafts) and conditional rates. Position i's conditional rate is accepted_i
     over the passes that reached it (proposed it with every earlier position accepted). Without those counts
     (rows before 0015) it is accepted_i / min(accepted_{i-1}, proposed_i), exact when the draft length is fixed."""
@@ -48,7 +51,9 @@ def trials(proposed: list[int], accepted: list[int], reached: list[int] | None =
     drafts = proposed[0] if proposed else 0
     bases, prev = [], drafts
     for i, (acc, prop) in enumerate(zip(accepted, proposed)):
-        bases.append(reached[i] if reached is not None and i < len(reached) and reached[i] is not None else min(prev, prop))
+        bases.append(
+            reached[i] if reached is not None and i < len(reached) and reached[i] is not None else min(prev, prop)
+        )
         prev = acc
     return drafts, bases
 
@@ -93,12 +98,18 @@ def diagnose(a: float | None, best_speedup: float | None, c: float | None, k_bes
     if a is None:
         return "No drafting data yet: run a fixed_<k> or bandit mode."
     if a < 0.5:
-        return (f"Low acceptance (a = {a:.2f}): the drafter does not predict this target on this workload. "
-                "Distil the draft on the target's outputs, or try the n-gram drafter on repetitive text.")
+        return (
+            f"Low acceptance (a = {a:.2f}): the drafter does not predict this target on this workload. "
+            "Distil the draft on the target's outputs, or try the n-gram drafter on repetitive text."
+        )
     if best_speedup is not None and best_speedup < 1.0:
         if c is not None and k_best is not None and c > breakeven_c(a, max(k_best, 1)):
-            return (f"High acceptance (a = {a:.2f}) but no win: the draft is too expensive (c = {c:.2f} is above "
-                    f"the break-even c = {breakeven_c(a, max(k_best, 1)):.2f} at k = {k_best}). Use a cheaper draft.")
-        return (f"High acceptance (a = {a:.2f}) but no win: verification or overhead costs more than the model "
-                "assumes, or k is past the peak. Try a smaller k.")
+            return (
+                f"High acceptance (a = {a:.2f}) but no win: the draft is too expensive (c = {c:.2f} is above "
+                f"the break-even c = {breakeven_c(a, max(k_best, 1)):.2f} at k = {k_best}). Use a cheaper draft."
+            )
+        return (
+            f"High acceptance (a = {a:.2f}) but no win: verification or overhead costs more than the model "
+            "assumes, or k is past the peak. Try a smaller k."
+        )
     return f"Speculation pays here (a = {a:.2f})."

@@ -10,6 +10,7 @@ mode's tokens/s is the mean over its requests. Two figures are built from it:
 - ``speedups``: the median and IQR of per-prompt ratios against target-only in the same run, where prompt
   difficulty cancels; the Run page's KPI row and the docs' tables show it.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -19,8 +20,10 @@ import pandas as pd
 
 from engine.analysis.stats import FEW, median_interval, welch
 
-TOKENS_PER_S = ("tokens/s: a request's output tokens over its wall time (prefill included); a mode's tokens/s is "
-                "the mean over its requests")
+TOKENS_PER_S = (
+    "tokens/s: a request's output tokens over its wall time (prefill included); a mode's tokens/s is "
+    "the mean over its requests"
+)
 TOO_FEW = "too few requests (need 2+ each)"
 
 

@@ -6,6 +6,7 @@ run's prompts. Regret of a policy's request is the best
 fixed arm's tokens/sec on the same prompt minus the policy's, so prompt
 difficulty cancels; cumulative regret sums it in decision order.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -41,8 +42,19 @@ def regret_curves(frame: pd.DataFrame, best: str) -> pd.DataFrame:
         g["cumulative regret"] = g["regret"].cumsum()
         g["arm"] = arm_labels(g)
         out.append(g)
-    cols = ["mode", "decision", "seq", "k", "arm", "prompt_id", "tokens_per_s", "regret", "cumulative regret", "explored",
-            "fallback"]
+    cols = [
+        "mode",
+        "decision",
+        "seq",
+        "k",
+        "arm",
+        "prompt_id",
+        "tokens_per_s",
+        "regret",
+        "cumulative regret",
+        "explored",
+        "fallback",
+    ]
     return pd.concat(out)[cols] if out else pd.DataFrame(columns=cols)
 
 
@@ -65,14 +77,21 @@ def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.Data
         if not (is_bandit(mode) or is_fixed(mode)):
             continue
         c = compare(ref, g["tokens_per_s"].tolist(), alpha)
-        row = {"mode": mode, "n": len(g), "tokens/s": c.mean, "share of best fixed": c.ratio,
-               "share CI low": c.ratio_low if mode != best else None,
-               "share CI high": c.ratio_high if mode != best else None,
-               "mean k": g["k"].mean(), "explored": g["explored"].mean() if is_bandit(mode) else None,
-               "fallback": g["fallback"].mean() if is_bandit(mode) else None,
-               "arms chosen": arm_shares(g) if is_bandit(mode) else "",
-               "difference": c.difference if mode != best else None, "p-value": c.p_value if mode != best else None,
-               "verdict": "best fixed arm" if mode == best else c.verdict}
+        row = {
+            "mode": mode,
+            "n": len(g),
+            "tokens/s": c.mean,
+            "share of best fixed": c.ratio,
+            "share CI low": c.ratio_low if mode != best else None,
+            "share CI high": c.ratio_high if mode != best else None,
+            "mean k": g["k"].mean(),
+            "explored": g["explored"].mean() if is_bandit(mode) else None,
+            "fallback": g["fallback"].mean() if is_bandit(mode) else None,
+            "arms chosen": arm_shares(g) if is_bandit(mode) else "",
+            "difference": c.difference if mode != best else None,
+            "p-value": c.p_value if mode != best else None,
+            "verdict": "best fixed arm" if mode == best else c.verdict,
+        }
         rows.append(row)
     table = pd.DataFrame(rows)
     return table.sort_values("tokens/s", ascending=False).reset_index(drop=True) if not table.empty else table

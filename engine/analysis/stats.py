@@ -1,4 +1,5 @@
 """Welch's t-test, the significance every comparison in Phoenix reports."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,17 @@ def welch(a: list[float], b: list[float], alpha: float = 0.05) -> Welch | None:
     ci = res.confidence_interval(confidence_level=1 - alpha)
     p = float(res.pvalue)
     verdict = "significant" if p < alpha else "NOT_SIGNIFICANT"
-    return Welch(float(xa.mean()), float(xb.mean()), float(xb.mean() - xa.mean()), p, float(ci.low), float(ci.high),
-                 len(xa), len(xb), verdict)
+    return Welch(
+        float(xa.mean()),
+        float(xb.mean()),
+        float(xb.mean() - xa.mean()),
+        p,
+        float(ci.low),
+        float(ci.high),
+        len(xa),
+        len(xb),
+        verdict,
+    )
 
 
 FEW = 5  # below this many observations a point or a ratio is drawn hollow and read as a hint, not a finding
@@ -57,8 +67,15 @@ def median_interval(values: list[float], alpha: float = 0.05) -> tuple[float, fl
         return None
     if np.all(xs == xs[0]):
         return float(xs[0]), float(xs[0])
-    res = stats.bootstrap((xs,), np.median, confidence_level=1 - alpha, n_resamples=2000, method="percentile",
-                          random_state=np.random.default_rng(0), vectorized=True)
+    res = stats.bootstrap(
+        (xs,),
+        np.median,
+        confidence_level=1 - alpha,
+        n_resamples=2000,
+        method="percentile",
+        random_state=np.random.default_rng(0),
+        vectorized=True,
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 

@@ -1,4 +1,5 @@
 """Start one detached background worker per database for the dashboard, never two for the same one."""
+
 from __future__ import annotations
 
 import fcntl
@@ -107,8 +108,15 @@ def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]
         env = {**os.environ, "PHOENIX_DB": db_url}
         # --parent-pid: the worker leaves once idle after this dashboard exits, instead of living on under PID 1
         command = [sys.executable, "-m", "engine", "worker", "--parent-pid", str(os.getpid())]
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         files["pid"].write_text(str(proc.pid))
         # until the child has exec'd, /proc shows our own command line and a second call would start another
         for _ in range(100):

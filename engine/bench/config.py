@@ -1,4 +1,5 @@
 """A benchmark run's configuration and its one validation, before anything loads or is written."""
+
 from __future__ import annotations
 
 import re
@@ -19,12 +20,20 @@ class BenchConfig(PairConfig):
     drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix | eagle3
     prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train | spec-bench | FILE.jsonl
     limit: int | None = 20  # first N prompts of the set
-    limit_per_category: int | None = None  # Spec-Bench: first N questions of each column, with their second turns; replaces --limit
+    limit_per_category: int | None = (
+        None  # Spec-Bench: first N questions of each column, with their second turns; replaces --limit
+    )
     max_new_tokens: int = 128  # tokens generated per request
-    prompt_format: PromptFormat = "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
-    modes: list[str] = field(default_factory=lambda: ["target", "fixed_4", "bandit"])  # target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
+    prompt_format: PromptFormat = (
+        "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
+    )
+    modes: list[str] = field(
+        default_factory=lambda: ["target", "fixed_4", "bandit"]
+    )  # target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
-    drafter_arms: list[str] = field(default_factory=list)  # (drafter, k) arms a bandit chooses from instead, e.g. target,ngram_4,suffix_16,eagle3_3
+    drafter_arms: list[str] = field(
+        default_factory=list
+    )  # (drafter, k) arms a bandit chooses from instead, e.g. target,ngram_4,suffix_16,eagle3_3
     policy: str = "epsilon_greedy"  # what plain 'bandit' runs; 'bandit:<policy>[:pass]' modes name their own
     granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
@@ -76,27 +85,34 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         raise PhoenixError(str(exc), field="modes") from None
     for mode in modes:
         if mode.kind == "served":
-            raise PhoenixError(f"mode {mode.text!r} is recorded by `python -m engine serve`, not run by bench",
-                               field="modes")
+            raise PhoenixError(
+                f"mode {mode.text!r} is recorded by `python -m engine serve`, not run by bench", field="modes"
+            )
         if mode.needs_draft_model(cfg.drafter) and not cfg.draft and not (mode.is_bandit and cfg.drafter_arms):
-            raise PhoenixError(f"mode {mode.text!r} needs a draft model: pass --draft, or use ngram_<k> modes",
-                               field="modes")
+            raise PhoenixError(
+                f"mode {mode.text!r} needs a draft model: pass --draft, or use ngram_<k> modes", field="modes"
+            )
     _check_arms(cfg.arms)
     _check_drafter_arms(cfg, modes)
     for mode in [m for m in modes if m.is_bandit] or [Mode.parse("bandit")]:
         policy, _ = cfg.bandit_spec(mode)
         if policy not in policy_names():
             where = mode.text if mode.text != "bandit" else "--policy"
-            raise PhoenixError(f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}",
-                               field="modes" if mode.text != "bandit" else "policy")
+            raise PhoenixError(
+                f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}",
+                field="modes" if mode.text != "bandit" else "policy",
+            )
     cfg.fallback.validate()
     cfg.suffix.validate()
     if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
-        raise PhoenixError(f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}",
-                           field="max_new_tokens")
+        raise PhoenixError(
+            f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}", field="max_new_tokens"
+        )
     if cfg.limit_per_category is not None and not 1 <= cfg.limit_per_category <= cfg.max_prompts:
-        raise PhoenixError(f"--limit-per-category must be in 1..{cfg.max_prompts}, got {cfg.limit_per_category}",
-                           field="limit_per_category")
+        raise PhoenixError(
+            f"--limit-per-category must be in 1..{cfg.max_prompts}, got {cfg.limit_per_category}",
+            field="limit_per_category",
+        )
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
         raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}", field="limit")
     if not 0.0 <= cfg.shadow_rate <= 1.0:  # NaN fails this too
@@ -122,8 +138,9 @@ def check_name(name: str) -> None:
     if len(name) > NAME_MAX:
         raise PhoenixError(f"--name is {len(name)} characters; at most {NAME_MAX}", field="name")
     if any(not ch.isprintable() for ch in name):
-        raise PhoenixError("--name must be printable text on one line (no newlines, tabs or escape sequences)",
-                           field="name")
+        raise PhoenixError(
+            "--name must be printable text on one line (no newlines, tabs or escape sequences)", field="name"
+        )
 
 
 def _check_arms(arms: list[int]) -> None:
@@ -143,24 +160,36 @@ def _check_drafter_arms(cfg: BenchConfig, modes: list[Mode]) -> None:
     if not arms:
         return
     if len(arms) < 2 or len({a.text for a in arms}) != len(arms):
-        raise PhoenixError("--drafter-arms needs two or more different arms, e.g. target,ngram_4,suffix_16",
-                           field="drafter_arms")
+        raise PhoenixError(
+            "--drafter-arms needs two or more different arms, e.g. target,ngram_4,suffix_16", field="drafter_arms"
+        )
     for arm in arms:
         if arm.needs_draft_model(cfg.drafter) and not cfg.draft:
-            raise PhoenixError(f"drafter arm {arm.text!r} needs --draft (a draft model or an EAGLE-3 head)",
-                               field="drafter_arms")
+            raise PhoenixError(
+                f"drafter arm {arm.text!r} needs --draft (a draft model or an EAGLE-3 head)", field="drafter_arms"
+            )
     for mode in [m for m in modes if m.is_bandit]:
         policy, granularity = cfg.bandit_spec(mode)
         if policy.removeprefix("contextual_").removeprefix("category_") not in REWARD_ONLY:
-            raise PhoenixError(f"{mode.text}: policy {policy!r} models k of one drafter; with --drafter-arms use "
-                               f"{', '.join(REWARD_ONLY)} (or their contextual_ and category_ copies)", field="drafter_arms")
+            raise PhoenixError(
+                f"{mode.text}: policy {policy!r} models k of one drafter; with --drafter-arms use "
+                f"{', '.join(REWARD_ONLY)} (or their contextual_ and category_ copies)",
+                field="drafter_arms",
+            )
         if granularity != "request" or cfg.fallback.enabled:
-            raise PhoenixError(f"{mode.text}: --drafter-arms chooses per request; drop pass granularity and "
-                               "--fallback (put target among the arms instead)", field="drafter_arms")
+            raise PhoenixError(
+                f"{mode.text}: --drafter-arms chooses per request; drop pass granularity and "
+                "--fallback (put target among the arms instead)",
+                field="drafter_arms",
+            )
 
 
-_OLD_FALLBACK = {"fallback": "enabled", "fallback_window": "window", "fallback_margin": "margin",
-                 "fallback_probe_every": "probe_every"}
+_OLD_FALLBACK = {
+    "fallback": "enabled",
+    "fallback_window": "window",
+    "fallback_margin": "margin",
+    "fallback_probe_every": "probe_every",
+}
 
 
 def stored(config: dict) -> BenchConfig:

@@ -6,6 +6,7 @@ cell is the median per-prompt speedup against target-only in the same run (Phoen
 and Welch's test of the mode's tokens/s against target-only's on the same prompts. Mean accepted tokens counts
 the bonus token: 1 + accepted / passes, so 1.00 for target-only.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -14,10 +15,30 @@ from engine.analysis.compare import compare, speedups
 from engine.decode.prompts import SPEC_BENCH_ORDER, spec_bench_column, spec_bench_column_of
 
 OVERALL = "overall"
-COLUMN_TITLES = {"multiturn": "Multi-turn conversation", "translation": "Translation", "summarization": "Summarization",
-                 "qa": "QA", "math": "Math reasoning", "rag": "RAG", OVERALL: "Overall"}
-COLUMNS = ["mode", "column", "speedup", "ci_low", "ci_high", "p25", "p75", "n", "mean_accepted", "tokens_per_s",
-           "target_tokens_per_s", "p_value", "verdict"]  # ci_*: the median's 95% interval (percentile bootstrap)
+COLUMN_TITLES = {
+    "multiturn": "Multi-turn conversation",
+    "translation": "Translation",
+    "summarization": "Summarization",
+    "qa": "QA",
+    "math": "Math reasoning",
+    "rag": "RAG",
+    OVERALL: "Overall",
+}
+COLUMNS = [
+    "mode",
+    "column",
+    "speedup",
+    "ci_low",
+    "ci_high",
+    "p25",
+    "p75",
+    "n",
+    "mean_accepted",
+    "tokens_per_s",
+    "target_tokens_per_s",
+    "p_value",
+    "verdict",
+]  # ci_*: the median's 95% interval (percentile bootstrap)
 
 
 def in_column(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -56,13 +77,21 @@ def _row(mode: str, column: str, g: pd.DataFrame, base: pd.DataFrame, spread, al
     passes = float(g["passes"].sum())
     same = base[base["prompt_id"].isin(g["prompt_id"])]
     test = compare(same["tokens_per_s"].tolist(), g["tokens_per_s"].tolist(), alpha) if mode != "target" else None
-    return {"mode": mode, "column": column,
-            "speedup": 1.0 if mode == "target" else (spread.median if spread else None),
-            "ci_low": spread.low if spread else None, "ci_high": spread.high if spread else None,
-            "p25": spread.p25 if spread else None, "p75": spread.p75 if spread else None, "n": len(g),
-            "mean_accepted": 1 + float(g["accepted"].sum()) / passes if passes else None,
-            "tokens_per_s": float(g["tokens_per_s"].mean()), "target_tokens_per_s": float(same["tokens_per_s"].mean()),
-            "p_value": test.p_value if test else None, "verdict": test.verdict if test else "reference"}
+    return {
+        "mode": mode,
+        "column": column,
+        "speedup": 1.0 if mode == "target" else (spread.median if spread else None),
+        "ci_low": spread.low if spread else None,
+        "ci_high": spread.high if spread else None,
+        "p25": spread.p25 if spread else None,
+        "p75": spread.p75 if spread else None,
+        "n": len(g),
+        "mean_accepted": 1 + float(g["accepted"].sum()) / passes if passes else None,
+        "tokens_per_s": float(g["tokens_per_s"].mean()),
+        "target_tokens_per_s": float(same["tokens_per_s"].mean()),
+        "p_value": test.p_value if test else None,
+        "verdict": test.verdict if test else "reference",
+    }
 
 
 def _cell(row: pd.Series) -> str:
@@ -95,9 +124,12 @@ def markdown(table: pd.DataFrame) -> str:
         row = [_cell(cells[c]) if c in cells else "" for c in columns]
         row += ["n/a" if acc is None or acc != acc else f"{acc:.2f}", _cell(overall)]
         lines.append(f"| {mode} | " + " | ".join(row) + " |")
-    lines += ["", "Each cell: median per-prompt speedup against target-only in the same run; n requests; p, Welch's "
-              "t-test of tokens/s against target-only on the same prompts (* below 0.05). Mean accepted tokens per "
-              "verify step counts the bonus token (1.00 for target-only)."]
+    lines += [
+        "",
+        "Each cell: median per-prompt speedup against target-only in the same run; n requests; p, Welch's "
+        "t-test of tokens/s against target-only on the same prompts (* below 0.05). Mean accepted tokens per "
+        "verify step counts the bonus token (1.00 for target-only).",
+    ]
     return "\n".join(lines)
 
 

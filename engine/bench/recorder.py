@@ -6,6 +6,7 @@ fails is written whole or not at all and its retry never duplicates a row.
 ``close()`` drains everything, so a run that ends, fails or is interrupted keeps
 every row it produced.
 """
+
 from __future__ import annotations
 
 import queue

@@ -3,6 +3,7 @@
 Speedups are paired: each request's tokens/s over target-only's on the same prompt in the same run, summarised
 as the median with its IQR and n (``engine.analysis.compare``).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -41,33 +42,48 @@ def _speed(s: Spread | None, iqr: bool = True) -> str:
 
 
 def format_table(rows: list[ModeSummary]) -> str:
-    head = (f"{'mode':<14}{'n':>5}{'p50 (s)':>9}{'p95 (s)':>9}{'tok/s':>8}{'accept':>8}{'acc len':>8}{'draft %':>8}"
-            f"{'identical':>11}  x target (IQR)")
+    head = (
+        f"{'mode':<14}{'n':>5}{'p50 (s)':>9}{'p95 (s)':>9}{'tok/s':>8}{'accept':>8}{'acc len':>8}{'draft %':>8}"
+        f"{'identical':>11}  x target (IQR)"
+    )
     lines = [head, "-" * len(head)]
     for m in rows:
         share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
-        lines.append(f"{m.mode:<14}{m.n:>5}{m.p50_latency_s:>9.3f}{m.p95_latency_s:>9.3f}{m.tokens_per_s:>8.2f}"
-                     f"{_f(m.acceptance, '.1%'):>8}{_f(m.mean_accepted_length, '.2f'):>8}{share:>8.0%}{ident:>11}"
-                     f"  {_speed(m.speedup)}")
+        lines.append(
+            f"{m.mode:<14}{m.n:>5}{m.p50_latency_s:>9.3f}{m.p95_latency_s:>9.3f}{m.tokens_per_s:>8.2f}"
+            f"{_f(m.acceptance, '.1%'):>8}{_f(m.mean_accepted_length, '.2f'):>8}{share:>8.0%}{ident:>11}"
+            f"  {_speed(m.speedup)}"
+        )
     return "\n".join(lines)
 
 
 def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) -> str:
     """The run as a Markdown table with its settings line; ``link`` is the Run page's address."""
     b = info.bench
-    setting = (f"target {info.target}, draft {info.draft or 'none'}, drafter {b.drafter}, {b.dtype} on {b.device}, "
-               f"prompts {b.prompts} ({b.prompt_format}), {b.max_new_tokens} new tokens") if b else served_setting(info)
+    setting = (
+        (
+            f"target {info.target}, draft {info.draft or 'none'}, drafter {b.drafter}, {b.dtype} on {b.device}, "
+            f"prompts {b.prompts} ({b.prompt_format}), {b.max_new_tokens} new tokens"
+        )
+        if b
+        else served_setting(info)
+    )
     title = f"[run #{info.id}]({link})" if link else f"run #{info.id}"
     date = info.created_at.strftime("%Y-%m-%d") if info.created_at else "?"
-    lines = [f"**{info.name}**, {title}, {date}: {setting}.", "",
-             "| mode | n | tok/s | x target, median (IQR) | acceptance | mean accepted length | draft share | identical |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"**{info.name}**, {title}, {date}: {setting}.",
+        "",
+        "| mode | n | tok/s | x target, median (IQR) | acceptance | mean accepted length | draft share | identical |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for m in rows:
         share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
-        lines.append(f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "
-                     f"| {_f(m.mean_accepted_length, '.2f', '')} | {share:.0%} | {ident} |")
+        lines.append(
+            f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "
+            f"| {_f(m.mean_accepted_length, '.2f', '')} | {share:.0%} | {ident} |"
+        )
     return "\n".join(lines)
 
 
@@ -79,8 +95,10 @@ def served_setting(info: RunInfo) -> str:
         return ""
     parts = [f"engine {served.get('engine')} {served.get('version') or ''}".strip(), f"model {info.target}"]
     if cfg:
-        parts.append(f"prompts {cfg.get('prompts')} ({'chat' if cfg.get('chat') else 'raw'}), "
-                     f"{cfg.get('max_new_tokens')} new tokens")
+        parts.append(
+            f"prompts {cfg.get('prompts')} ({'chat' if cfg.get('chat') else 'raw'}), "
+            f"{cfg.get('max_new_tokens')} new tokens"
+        )
     return ", ".join(parts)
 
 
@@ -94,12 +112,23 @@ def spec_bench_positions(store: Store, run_id: int) -> pd.DataFrame:
 
 
 def csv_rows(rows: list[ModeSummary]) -> list[dict]:
-    return [{"mode": m.mode, "n": m.n, "tokens_per_s": m.tokens_per_s,
-             "speedup_median": m.speedup.median if m.speedup else None,
-             "speedup_p25": m.speedup.p25 if m.speedup else None, "speedup_p75": m.speedup.p75 if m.speedup else None,
-             "acceptance": m.acceptance, "mean_accepted_length": m.mean_accepted_length,
-             "p50_latency_s": m.p50_latency_s, "p95_latency_s": m.p95_latency_s,
-             "identical": m.identical_n, "checked": m.checked_n} for m in rows]
+    return [
+        {
+            "mode": m.mode,
+            "n": m.n,
+            "tokens_per_s": m.tokens_per_s,
+            "speedup_median": m.speedup.median if m.speedup else None,
+            "speedup_p25": m.speedup.p25 if m.speedup else None,
+            "speedup_p75": m.speedup.p75 if m.speedup else None,
+            "acceptance": m.acceptance,
+            "mean_accepted_length": m.mean_accepted_length,
+            "p50_latency_s": m.p50_latency_s,
+            "p95_latency_s": m.p95_latency_s,
+            "identical": m.identical_n,
+            "checked": m.checked_n,
+        }
+        for m in rows
+    ]
 
 
 def report(store: Store, run_id: int) -> str:

@@ -3,6 +3,7 @@
 Database-free: records go to the caller (the run's Recorder); telemetry wraps each
 request outside the decode loop.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,19 +54,39 @@ class RunState:
         return {self.arm_labels[int(a)]: v for a, v in per_arm.items()} if self.arm_labels else per_arm
 
 
-def make_record(run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool,
-                trace_id: str) -> RequestRecord:
+def make_record(
+    run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool, trace_id: str
+) -> RequestRecord:
     return RequestRecord(
-        run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=prompt.id, prompt_tokens=stats.prompt_tokens,
-        turn=prompt.turn, category=prompt.category,
-        output_tokens=stats.output_tokens, latency_s=stats.latency_s,
-        ttft_s=finite(stats.ttft_s), tokens_per_s=stats.tokens_per_s,
-        proposed=stats.proposed, accepted=stats.accepted, passes=stats.passes, draft_s=stats.draft_s,
-        verify_s=stats.verify_s, output_text=text, output_sha256=sha256_text(text),
-        trace_id=trace_id, warmup=warmup, prefill_s=finite(stats.prefill_s),
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=k,
+        prompt_id=prompt.id,
+        prompt_tokens=stats.prompt_tokens,
+        turn=prompt.turn,
+        category=prompt.category,
+        output_tokens=stats.output_tokens,
+        latency_s=stats.latency_s,
+        ttft_s=finite(stats.ttft_s),
+        tokens_per_s=stats.tokens_per_s,
+        proposed=stats.proposed,
+        accepted=stats.accepted,
+        passes=stats.passes,
+        draft_s=stats.draft_s,
+        verify_s=stats.verify_s,
+        output_text=text,
+        output_sha256=sha256_text(text),
+        trace_id=trace_id,
+        warmup=warmup,
+        prefill_s=finite(stats.prefill_s),
         draft_prefill_s=finite(stats.draft_prefill_s) if stats.draft_prefill_s else None,
-        positions=[PositionCount(i, p, a, r) for i, (p, a, r) in
-                   enumerate(zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached))],
+        positions=[
+            PositionCount(i, p, a, r)
+            for i, (p, a, r) in enumerate(
+                zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached)
+            )
+        ],
     )
 
 
@@ -81,8 +102,16 @@ def check_identity(rec: RequestRecord, output_ids: list[int], reference) -> None
     rec.diverged_at = pos
 
 
-def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids: list[int], mode: str,
-            warmup: bool, shadow_rng: random.Random | None) -> tuple[RequestRecord, object]:
+def run_one(
+    state: RunState,
+    run_id: int,
+    cfg: BenchConfig,
+    prompt: Prompt,
+    ids: list[int],
+    mode: str,
+    warmup: bool,
+    shadow_rng: random.Random | None,
+) -> tuple[RequestRecord, object]:
     """Decode one (prompt, mode) and build its record; updates the policy."""
     parsed = Mode.parse(mode)
     drafter, k = parsed.drafter(cfg.drafter, state.decoder.pair.draft is not None), parsed.k or 0
@@ -110,8 +139,17 @@ def run_one(state: RunState, run_id: int, cfg: BenchConfig, prompt: Prompt, ids:
     return rec, stats
 
 
-def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: Prompt, ids: list[int], mode: str,
-          decision, shadow_rng: random.Random | None) -> None:
+def judge(
+    state: RunState,
+    cfg: BenchConfig,
+    rec: RequestRecord,
+    stats,
+    prompt: Prompt,
+    ids: list[int],
+    mode: str,
+    decision,
+    shadow_rng: random.Random | None,
+) -> None:
     """Identity against target-only, and the policy update with its recorded step."""
     if mode == "target":
         state.reference[prompt.id] = stats.output_ids
@@ -128,21 +166,38 @@ def judge(state: RunState, cfg: BenchConfig, rec: RequestRecord, stats, prompt: 
         policy = state.policies[mode]
         policy.update(decision.k if state.arm_labels else rec.k, rec.tokens_per_s, observation(rec))
         means, counts = policy.snapshot()
-        rec.bandit = BanditRecord(t=decision.t, epsilon=decision.epsilon, p_not_best=decision.p_not_best,
-                                  explored=decision.explored, chosen_k=rec.k, arm_means=state.labelled(means),
-                                  arm_counts=state.labelled(counts), reward=rec.tokens_per_s,
-                                  policy=cfg.bandit_spec(Mode.parse(mode))[0], fallback=decision.fallback,
-                                  arm=state.arm_labels[decision.k] if state.arm_labels else None)
+        rec.bandit = BanditRecord(
+            t=decision.t,
+            epsilon=decision.epsilon,
+            p_not_best=decision.p_not_best,
+            explored=decision.explored,
+            chosen_k=rec.k,
+            arm_means=state.labelled(means),
+            arm_counts=state.labelled(counts),
+            reward=rec.tokens_per_s,
+            policy=cfg.bandit_spec(Mode.parse(mode))[0],
+            fallback=decision.fallback,
+            arm=state.arm_labels[decision.k] if state.arm_labels else None,
+        )
 
 
 def observation(rec: RequestRecord) -> Observation:
     """What a policy learns from a request, built from the stored record so a replay sees the same numbers."""
-    return Observation(k=rec.k, reward=rec.tokens_per_s, prompt_tokens=rec.prompt_tokens, output_tokens=rec.output_tokens,
-                       category=category_group(rec.category),
-                       passes=rec.passes, proposed=rec.proposed, accepted=rec.accepted, latency_s=rec.latency_s,
-                       draft_s=rec.draft_s, verify_s=rec.verify_s,
-                       per_position_proposed=[p.proposed for p in rec.positions],
-                       per_position_accepted=[p.accepted for p in rec.positions])
+    return Observation(
+        k=rec.k,
+        reward=rec.tokens_per_s,
+        prompt_tokens=rec.prompt_tokens,
+        output_tokens=rec.output_tokens,
+        category=category_group(rec.category),
+        passes=rec.passes,
+        proposed=rec.proposed,
+        accepted=rec.accepted,
+        latency_s=rec.latency_s,
+        draft_s=rec.draft_s,
+        verify_s=rec.verify_s,
+        per_position_proposed=[p.proposed for p in rec.positions],
+        per_position_accepted=[p.accepted for p in rec.positions],
+    )
 
 
 def replay_policies(steps: dict[int, BanditRecord], state: RunState, records: list[RequestRecord]) -> None:
@@ -156,7 +211,9 @@ def replay_policies(steps: dict[int, BanditRecord], state: RunState, records: li
                 policy.observe_reference(rec.tokens_per_s)
         elif rec.mode in state.policies and rec.seq in steps:
             step = steps[rec.seq]
-            arm = state.arm_labels.index(step.arm) if state.arm_labels and step.arm in state.arm_labels else step.chosen_k
+            arm = (
+                state.arm_labels.index(step.arm) if state.arm_labels and step.arm in state.arm_labels else step.chosen_k
+            )
             state.policies[rec.mode].update(arm, step.reward, observation(rec))
 
 
@@ -166,5 +223,9 @@ def make_state(decoder: Decoder, cfg: BenchConfig, telemetry: Telemetry | None =
         if mode.is_bandit:
             name, granularity = cfg.bandit_spec(mode)
             policies[mode.text] = make_policy(name, cfg.policy_arms(), cfg.seed, granularity, cfg.fallback)
-    return RunState(decoder=decoder, policies=policies, telemetry=telemetry or Telemetry.off(),
-                    arm_labels=[a.text for a in cfg.arm_modes()])
+    return RunState(
+        decoder=decoder,
+        policies=policies,
+        telemetry=telemetry or Telemetry.off(),
+        arm_labels=[a.text for a in cfg.arm_modes()],
+    )

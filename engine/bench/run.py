@@ -4,6 +4,7 @@ Modes run interleaved per prompt (target first, the others in alternating order)
 machine hits all modes alike. One warm-up request per mode is stored with warmup=1 and left out of every figure.
 Every output is checked against target-only on the same prompt in the same dtype; a divergence keeps its position.
 """
+
 from __future__ import annotations
 
 import random
@@ -88,9 +89,16 @@ def interleaved(modes: list[str], i: int) -> list[str]:
     return head + (rest if i % 2 == 0 else rest[::-1])
 
 
-def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None = None,
-            should_stop: Callable[[], bool] | None = None, progress: bool = True,
-            on_request: Callable | None = None, telemetry=None) -> str:
+def execute(
+    store: Store,
+    run_id: int,
+    cfg: BenchConfig,
+    decoder: Decoder | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    progress: bool = True,
+    on_request: Callable | None = None,
+    telemetry=None,
+) -> str:
     """Run (or continue) a run; returns its final status. Rows written are never lost. ``cfg`` was validated
     where it entered (the CLI, the form, or ``config.stored`` for a queued or resumed run)."""
     prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)
@@ -105,8 +113,11 @@ def execute(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder | None
         raise
     decoder.start_run(cfg.suffix)
     # The stored config says what ran: auto resolved to the device, dtype and prompt format actually used.
-    resolved = {"device": decoder.pair.device, "dtype": decoder.pair.dtype,
-                "prompt_format": decoder.prompt_format(cfg.prompt_format)}
+    resolved = {
+        "device": decoder.pair.device,
+        "dtype": decoder.pair.dtype,
+        "prompt_format": decoder.prompt_format(cfg.prompt_format),
+    }
     store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}})
     state = make_state(decoder, cfg, telemetry)
     state.prompts = {p.id: p for p in prompts}

@@ -2,6 +2,7 @@
 
 Light on purpose (no torch import), so the dashboard and `submit` can queue runs.
 """
+
 from __future__ import annotations
 
 import platform
@@ -33,8 +34,13 @@ def environment() -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    return {**versions, "python": platform.python_version(), "machine": platform.machine(),
-            "processor": platform.processor(), "git_sha": git_sha()}
+    return {
+        **versions,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "git_sha": git_sha(),
+    }
 
 
 def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunInfo:

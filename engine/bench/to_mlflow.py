@@ -4,6 +4,7 @@ as metrics, per-position acceptance as step-indexed metrics, tags and the note, 
 Re-export is idempotent: the MLflow run id is stored in the Phoenix run's config, every metric carries a timestamp
 fixed by the run, and a param already logged with the same value is not logged again.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,19 +67,32 @@ def metrics_of(store: Store, run_id: int) -> list[tuple[str, float, int]]:
     """(name, value, step): per mode its figures (step 0), per arm its unconditional acceptance per position."""
     out: list[tuple[str, float, int]] = []
     for m in report.summaries(store, run_id):
-        figures = {"n": m.n, "tokens_per_s": m.tokens_per_s, "p50_latency_s": m.p50_latency_s,
-                   "p95_latency_s": m.p95_latency_s, "acceptance": m.acceptance, "mean_accepted": m.mean_accepted_length,
-                   "identical": m.identical_n, "checked": m.checked_n}
+        figures = {
+            "n": m.n,
+            "tokens_per_s": m.tokens_per_s,
+            "p50_latency_s": m.p50_latency_s,
+            "p95_latency_s": m.p95_latency_s,
+            "acceptance": m.acceptance,
+            "mean_accepted": m.mean_accepted_length,
+            "identical": m.identical_n,
+            "checked": m.checked_n,
+        }
         if m.speedup is not None and m.speedup.median is not None:
-            figures.update(speedup=m.speedup.median, speedup_p25=m.speedup.p25, speedup_p75=m.speedup.p75,
-                           speedup_ci_low=m.speedup.low, speedup_ci_high=m.speedup.high)
+            figures.update(
+                speedup=m.speedup.median,
+                speedup_p25=m.speedup.p25,
+                speedup_p75=m.speedup.p75,
+                speedup_ci_low=m.speedup.low,
+                speedup_ci_high=m.speedup.high,
+            )
         out += [(key(f"{m.mode}/{name}"), float(v), 0) for name, v in figures.items() if v is not None]
     pos = queries.positions(store, run_id)
     for (mode, k), g in pos.groupby(["mode", "k"], sort=True) if not pos.empty else []:
         g = g.sort_values("position")
         uncond, _ = rates(g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist(), reached_of(g))
-        out += [(key(f"{mode}/k{int(k)}/acceptance_per_position"), float(u), i + 1) for i, u in enumerate(uncond)
-                if u == u]
+        out += [
+            (key(f"{mode}/k{int(k)}/acceptance_per_position"), float(u), i + 1) for i, u in enumerate(uncond) if u == u
+        ]
     return out
 
 
@@ -89,7 +103,8 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
         raise PhoenixError(f"run {run_id} does not exist")
     client = _client(target.tracking_uri)
     from mlflow.entities import Metric, Param, RunTag  # importable once _client found mlflow
-    previous = (info.config.get("mlflow") or {})
+
+    previous = info.config.get("mlflow") or {}
     mlflow_run = None
     if previous.get("tracking_uri") == target.tracking_uri and previous.get("run_id"):
         try:
@@ -97,8 +112,11 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
         except Exception:  # deleted on the MLflow side: log a new one
             mlflow_run = None
     if mlflow_run is None:
-        mlflow_run = client.create_run(_experiment(client, target), run_name=f"phoenix #{info.id} {info.name}"[:250],
-                                       start_time=int(info.created_at.timestamp() * 1000))
+        mlflow_run = client.create_run(
+            _experiment(client, target),
+            run_name=f"phoenix #{info.id} {info.name}"[:250],
+            start_time=int(info.created_at.timestamp() * 1000),
+        )
     mid = mlflow_run.info.run_id
     logged = mlflow_run.data.params
     params = {key(k): v for k, v in _flat({k: v for k, v in info.config.items() if k != "mlflow"}).items()}
@@ -108,20 +126,30 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
     metrics = [Metric(name, value, stamp, step) for name, value, step in metrics_of(store, run_id)]
     sha = str(info.config.get("environment", {}).get("git_sha") or "")
     tags = [RunTag("phoenix.run_id", str(info.id)), RunTag("phoenix.status", info.status)]
-    tags += [RunTag(name, value) for name, value in (("phoenix.tags", ",".join(info.tags)),
-                                                     ("mlflow.note.content", info.note or ""),
-                                                     ("mlflow.source.git.commit", sha)) if value]
+    tags += [
+        RunTag(name, value)
+        for name, value in (
+            ("phoenix.tags", ",".join(info.tags)),
+            ("mlflow.note.content", info.note or ""),
+            ("mlflow.source.git.commit", sha),
+        )
+        if value
+    ]
     tags += [RunTag(key(f"phoenix.tag.{t}"), "true") for t in info.tags]
     for i in range(0, max(len(new), 1), 100):  # MLflow takes at most 100 params and 1000 metrics a batch
-        client.log_batch(mid, params=new[i:i + 100], tags=tags if i == 0 else [])
+        client.log_batch(mid, params=new[i : i + 100], tags=tags if i == 0 else [])
     for i in range(0, len(metrics), 1000):
-        client.log_batch(mid, metrics=metrics[i:i + 1000])
+        client.log_batch(mid, metrics=metrics[i : i + 1000])
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / f"run{run_id}-requests.csv").write_text(export(store, run_id, "csv"), encoding="utf-8")
         (Path(tmp) / f"run{run_id}-report.md").write_text(report.report(store, run_id), encoding="utf-8")
         client.log_artifacts(mid, tmp)
-    client.set_terminated(mid, "FINISHED" if info.status == "done" else "KILLED",
-                          end_time=int((info.finished_at or info.created_at).timestamp() * 1000))
-    store.merge_config(run_id, {"mlflow": {"tracking_uri": target.tracking_uri, "run_id": mid,
-                                           "experiment": target.experiment}})
+    client.set_terminated(
+        mid,
+        "FINISHED" if info.status == "done" else "KILLED",
+        end_time=int((info.finished_at or info.created_at).timestamp() * 1000),
+    )
+    store.merge_config(
+        run_id, {"mlflow": {"tracking_uri": target.tracking_uri, "run_id": mid, "experiment": target.experiment}}
+    )
     return {"run_id": mid, "params": len(new), "metrics": len(metrics), "updated": bool(previous.get("run_id") == mid)}

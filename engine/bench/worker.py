@@ -3,6 +3,7 @@
 Model work never runs in the Streamlit script thread. A run survives the browser
 tab closing because it lives in this process and in the database.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,13 +31,19 @@ class WorkerConfig:
     once: bool = False  # process one run and exit
     stale_after_s: float = STALE_AFTER_S  # a running run without a heartbeat this long is 'interrupted'
     max_idle_s: float | None = field(default=None, metadata={"flag": "--max-idle"})  # exit after this many idle seconds
-    metrics_port: int | None = None  # serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)
+    metrics_port: int | None = (
+        None  # serve Prometheus /metrics on 127.0.0.1:PORT (default: $PHOENIX_METRICS_PORT, else off)
+    )
     metrics_addr: str = "127.0.0.1"  # localhost by default: counters say what models you run
     parent_pid: int | None = None  # leave once no run is in progress after this process (the dashboard) has exited
     stop: bool = False  # stop every worker of this database on this host (a busy one interrupts its run), then exit
 
     def validate(self) -> WorkerConfig:
-        for flag, value in (("--poll", self.poll_s), ("--stale-after-s", self.stale_after_s), ("--max-idle", self.max_idle_s)):
+        for flag, value in (
+            ("--poll", self.poll_s),
+            ("--stale-after-s", self.stale_after_s),
+            ("--max-idle", self.max_idle_s),
+        ):
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise PhoenixError(f"{flag} must be a finite number of seconds >= 0, got {value}")
         return self
@@ -104,8 +111,10 @@ class Worker:
         if self.cfg.metrics_port is not None:
             self.metrics = Metrics()
             self.metrics_server, _ = self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_addr)
-            self.log(f"worker {self.id}: Prometheus metrics on http://{self.cfg.metrics_addr}:"
-                     f"{self.metrics_server.server_address[1]}/metrics")
+            self.log(
+                f"worker {self.id}: Prometheus metrics on http://{self.cfg.metrics_addr}:"
+                f"{self.metrics_server.server_address[1]}/metrics"
+            )
 
     def decoder_for(self, bench: BenchConfig):
         """Models stay loaded between runs that use the same pair."""
@@ -118,6 +127,7 @@ class Worker:
 
     def prepare(self, run_id: int, bench: BenchConfig) -> None:
         """Fetch a named model the run needs and this machine lacks, saying each stage on the run's page."""
+
         def say(text: str) -> None:
             self.store.merge_config(run_id, {"preparing": text})
             self.log(f"worker {self.id}: run {run_id}: {text}")
@@ -137,16 +147,26 @@ class Worker:
             bench = validate(stored(run.config))
             with Heartbeat(self.store, run.id):
                 if self.metrics:
-                    self.metrics.prepare(bench.target, max(bench.arms + [m.k or 0 for m in map(Mode.of, bench.modes)]),
-                                         mode_arms(bench))
+                    self.metrics.prepare(
+                        bench.target, max(bench.arms + [m.k or 0 for m in map(Mode.of, bench.modes)]), mode_arms(bench)
+                    )
                 self.prepare(run.id, bench)
                 decoder = self.decoder_for(bench)
                 metrics = self.metrics
                 observe = (lambda rec, _stats: metrics.observe(rec, bench.target)) if metrics else None
-                with self.metrics.running.labels(bench.target, "0").track_inprogress() if self.metrics else nullcontext():
-                    status = execute(self.store, run.id, bench, decoder=decoder, progress=False,
-                                     should_stop=CancelCheck(self.store, run.id), on_request=observe,
-                                     telemetry=self.telemetry)
+                with (
+                    self.metrics.running.labels(bench.target, "0").track_inprogress() if self.metrics else nullcontext()
+                ):
+                    status = execute(
+                        self.store,
+                        run.id,
+                        bench,
+                        decoder=decoder,
+                        progress=False,
+                        should_stop=CancelCheck(self.store, run.id),
+                        on_request=observe,
+                        telemetry=self.telemetry,
+                    )
             self.log(f"worker {self.id}: run {run.id} {status}")
         except PhoenixError as exc:
             self.store.set_status(run.id, "failed", str(exc))
@@ -164,8 +184,11 @@ class Worker:
         while True:
             if self.orphaned():
                 left = self.store.queued_count()
-                self.log(f"worker {self.id}: the dashboard that started it (pid {self.cfg.parent_pid}) has exited and "
-                         f"no run is in progress; stopping" + (f" ({left} queued runs wait for the next worker)" if left else ""))
+                self.log(
+                    f"worker {self.id}: the dashboard that started it (pid {self.cfg.parent_pid}) has exited and "
+                    f"no run is in progress; stopping"
+                    + (f" ({left} queued runs wait for the next worker)" if left else "")
+                )
                 return
             done = self.take_next()
             if done is not None:

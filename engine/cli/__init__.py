@@ -3,6 +3,7 @@
 Each command's flags come from its config dataclass (engine.config); errors the user
 can fix are one line and exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,9 @@ def check_text_args(argv: list[str]) -> None:
         try:
             arg.encode("utf-8")
         except UnicodeEncodeError:
-            raise PhoenixError(f"argument {i} ({arg.encode('utf-8', 'replace').decode()!r}) is not valid UTF-8 "
-                               "text; pass it in UTF-8") from None
+            raise PhoenixError(
+                f"argument {i} ({arg.encode('utf-8', 'replace').decode()!r}) is not valid UTF-8 text; pass it in UTF-8"
+            ) from None
 
 
 def main(argv: list[str] | None = None) -> int:

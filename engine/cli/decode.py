@@ -1,4 +1,5 @@
 """`generate` (one prompt, printed) and `zoo` (rebuild the embedded pair)."""
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,13 @@ from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
 
 @dataclass
 class GenerateConfig(PairConfig):
-    drafter: Drafter = "model"  # none | model | ngram | suffix | eagle3 (--draft is then an EAGLE-3 head): what proposes the k tokens
+    drafter: Drafter = (
+        "model"  # none | model | ngram | suffix | eagle3 (--draft is then an EAGLE-3 head): what proposes the k tokens
+    )
     engine: Engine = "phoenix"  # phoenix (this loop) | hf (transformers' assisted generation: drafter model or ngram)
     k: int = 4  # draft length; 0 is target-only
     max_new_tokens: int = 64  # tokens to generate
-    prompt: str = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # the text to continue
+    prompt: str = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'  # the text to continue
     json: bool = False  # print exactly one JSON object
     prompt_format: PromptFormat = "raw"  # raw continues the text; chat sends it as the user's turn of the chat template
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter's settings
@@ -35,8 +38,10 @@ class GenerateConfig(PairConfig):
         check_prompt(self.prompt)
         check_k(self.k)
         if self.engine == "hf" and self.drafter not in ("model", "ngram"):
-            raise PhoenixError("--engine hf drafts with the draft model or prompt lookup: use --drafter model or ngram",
-                               field="drafter")
+            raise PhoenixError(
+                "--engine hf drafts with the draft model or prompt lookup: use --drafter model or ngram",
+                field="drafter",
+            )
         self.suffix.validate()
         return self
 
@@ -56,10 +61,12 @@ def cmd_generate(args) -> int:
     print(out["output_text"])
     print("---")
     acc = "n/a" if out["acceptance"] is None else f"{out['acceptance']:.1%}"
-    print(f"k={cfg.k} drafter={cfg.drafter} engine={cfg.engine} tokens={out['output_tokens']} passes={out['passes']} "
-          f"accepted/proposed={out['accepted']}/{out['proposed']} ({acc}) "
-          f"latency={out['latency_s']:.3f}s tok/s={out['tokens_per_s']:.1f} "
-          f"prefill={out['prefill_s'] or 0:.3f}s draft={out['draft_s']:.3f}s verify={out['verify_s']:.3f}s")
+    print(
+        f"k={cfg.k} drafter={cfg.drafter} engine={cfg.engine} tokens={out['output_tokens']} passes={out['passes']} "
+        f"accepted/proposed={out['accepted']}/{out['proposed']} ({acc}) "
+        f"latency={out['latency_s']:.3f}s tok/s={out['tokens_per_s']:.1f} "
+        f"prefill={out['prefill_s'] or 0:.3f}s draft={out['draft_s']:.3f}s verify={out['verify_s']:.3f}s"
+    )
     for row in out["per_position"]:
         rate = row["accepted"] / row["proposed"] if row["proposed"] else 0
         print(f"  position {row['position']}: {row['accepted']}/{row['proposed']} ({rate:.1%})")
@@ -79,8 +86,10 @@ def cmd_zoo_distill_draft(args) -> int:
 def cmd_zoo_fetch(args) -> int:
     cfg = from_args(FetchConfig, args)
     result = fetch(cfg)
-    print(f"{args.name}: {result['status']} at {cfg.out} ({result['parameters']:,} parameters, "
-          f"{result['license']}, {result['weights']})")
+    print(
+        f"{args.name}: {result['status']} at {cfg.out} ({result['parameters']:,} parameters, "
+        f"{result['license']}, {result['weights']})"
+    )
     return 0
 
 
@@ -110,11 +119,15 @@ def add_commands(sub) -> None:
     zf.add_argument("name", choices=[SMOLLM2], help="the model to fetch")
     add_options(zf, FetchConfig)
     zf.set_defaults(func=cmd_zoo_fetch)
-    zd2 = zsub.add_parser("build-draft", help="train a small draft of a real target (KL to its next-token distribution)")
+    zd2 = zsub.add_parser(
+        "build-draft", help="train a small draft of a real target (KL to its next-token distribution)"
+    )
     zd2.add_argument("name", choices=[SMOLLM2], help="the target whose draft to build")
     add_options(zd2, DraftConfig)
     zd2.set_defaults(func=cmd_zoo_build_draft)
-    zh = zsub.add_parser("build-head", help="train an EAGLE-3 head for a real target on its own answers (vLLM's format)")
+    zh = zsub.add_parser(
+        "build-head", help="train an EAGLE-3 head for a real target on its own answers (vLLM's format)"
+    )
     zh.add_argument("name", choices=[SMOLLM2], help="the target whose head to build")
     add_options(zh, HeadBuildConfig)
     zh.set_defaults(func=cmd_zoo_build_head)

@@ -1,4 +1,5 @@
 """`distill`, `serve` (alias `vllm`) and `llamacpp`: thin layers over the training and serving-engine functions."""
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,21 @@ def cmd_distill(args) -> int:
 
 def show_level(level: dict) -> None:
     acc = "n/a" if level["acceptance"] is None else f"{level['acceptance']:.1%}"
-    print(f"concurrency {level['concurrency']:>4}: {level['throughput_tokens_per_s']:8.1f} tok/s, acceptance {acc}, "
-          f"per position " + " ".join("n/a" if r is None else f"{r:.3f}" for r in level["per_position"])
-          + (f", {level['failed']} of {level['requests']} requests failed (see the Requests page)" if level.get("failed") else ""))
+    print(
+        f"concurrency {level['concurrency']:>4}: {level['throughput_tokens_per_s']:8.1f} tok/s, acceptance {acc}, "
+        f"per position "
+        + " ".join("n/a" if r is None else f"{r:.3f}" for r in level["per_position"])
+        + (
+            f", {level['failed']} of {level['requests']} requests failed (see the Requests page)"
+            if level.get("failed")
+            else ""
+        )
+    )
     if level.get("requests_with_draft_counts"):
-        print(f"  per request (the server's timings): {level['request_draft_tokens']} drafted, "
-              f"{level['request_accepted']} accepted; counters: {level['draft_tokens']:.0f} and {level['accepted']:.0f}")
+        print(
+            f"  per request (the server's timings): {level['request_draft_tokens']} drafted, "
+            f"{level['request_accepted']} accepted; counters: {level['draft_tokens']:.0f} and {level['accepted']:.0f}"
+        )
     for note in level_notes(level):
         print(f"  note: {note}")
 
@@ -60,24 +70,60 @@ def _command(parent, name: str, help_text: str, config, func, db: bool = True):
 
 
 def add_commands(sub) -> None:
-    _command(sub, "distill", "distil the draft on the target's answers (LoRA), merge, optionally evaluate",
-             DistillConfig, cmd_distill)
-    for name, help_text in (("serve", "a serving engine (vLLM, SGLang, llama.cpp): concurrency sweep or live counter watch"),
-                            ("vllm", "the same as `serve` (its name before other engines)")):
+    _command(
+        sub,
+        "distill",
+        "distil the draft on the target's answers (LoRA), merge, optionally evaluate",
+        DistillConfig,
+        cmd_distill,
+    )
+    for name, help_text in (
+        ("serve", "a serving engine (vLLM, SGLang, llama.cpp): concurrency sweep or live counter watch"),
+        ("vllm", "the same as `serve` (its name before other engines)"),
+    ):
         vsub = sub.add_parser(name, help=help_text).add_subparsers(dest="serve_command", required=True)
-        _command(vsub, "sweep", "send the prompts at each concurrency level; scrape the spec-decode counters around each",
-                 SweepConfig, cmd_vllm_sweep)
-        _command(vsub, "watch", "record a live server's spec-decode counters over time as a run (Ctrl-C ends it)",
-                 WatchConfig, cmd_vllm_watch)
+        _command(
+            vsub,
+            "sweep",
+            "send the prompts at each concurrency level; scrape the spec-decode counters around each",
+            SweepConfig,
+            cmd_vllm_sweep,
+        )
+        _command(
+            vsub,
+            "watch",
+            "record a live server's spec-decode counters over time as a run (Ctrl-C ends it)",
+            WatchConfig,
+            cmd_vllm_watch,
+        )
         if name == "serve":
-            _command(vsub, "engines", "llama.cpp side by side: one local llama-server per --spec-types, every prompt "
-                                      "through each in turn, ratios against the none server", EnginesConfig, cmd_serve_engines)
-    lsub = sub.add_parser("llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on "
-                                           "127.0.0.1").add_subparsers(dest="llamacpp_command", required=True)
-    _command(lsub, "start", "start (or find running) the server for these settings; prints its URL", LlamaCppConfig,
-             cmd_llamacpp_start, db=False)
-    stop = _command(lsub, "stop", "stop the server for these settings, or every one with --all", LlamaCppConfig,
-                    cmd_llamacpp_stop, db=False)
+            _command(
+                vsub,
+                "engines",
+                "llama.cpp side by side: one local llama-server per --spec-types, every prompt "
+                "through each in turn, ratios against the none server",
+                EnginesConfig,
+                cmd_serve_engines,
+            )
+    lsub = sub.add_parser(
+        "llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on 127.0.0.1"
+    ).add_subparsers(dest="llamacpp_command", required=True)
+    _command(
+        lsub,
+        "start",
+        "start (or find running) the server for these settings; prints its URL",
+        LlamaCppConfig,
+        cmd_llamacpp_start,
+        db=False,
+    )
+    stop = _command(
+        lsub,
+        "stop",
+        "stop the server for these settings, or every one with --all",
+        LlamaCppConfig,
+        cmd_llamacpp_stop,
+        db=False,
+    )
     stop.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
 
 

@@ -1,4 +1,5 @@
 """What several commands share: the database, Sentry, and reading a run by id."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """`submit`, `worker`, `resume` and `cancel`: runs through the queue and the background engine."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,11 @@ def cmd_worker(args) -> int:
     cfg = from_args(WorkerConfig, args).validate()
     if cfg.stop:
         return stop(resolve_url(args.db))
-    cfg.metrics_port = (parse_port(cfg.metrics_port, "--metrics-port") if cfg.metrics_port is not None
-                        else parse_port(os.environ.get("PHOENIX_METRICS_PORT"), "PHOENIX_METRICS_PORT"))
+    cfg.metrics_port = (
+        parse_port(cfg.metrics_port, "--metrics-port")
+        if cfg.metrics_port is not None
+        else parse_port(os.environ.get("PHOENIX_METRICS_PORT"), "PHOENIX_METRICS_PORT")
+    )
     telemetry = start_telemetry(args)
     store = open_store(args.db)
     worker = Worker(store, cfg, log=log_line, telemetry=telemetry)
@@ -48,8 +52,14 @@ def cmd_worker(args) -> int:
     try:
         worker.serve()
     except KeyboardInterrupt:  # `worker --stop`, SIGTERM or Ctrl-C: a run in progress is interrupted, rows kept
-        log_line(f"worker {worker.id}: stopped" + (f"; run {worker.current} interrupted, `python -m engine resume "
-                                                  f"{worker.current}` continues it" if worker.current else ""))
+        log_line(
+            f"worker {worker.id}: stopped"
+            + (
+                f"; run {worker.current} interrupted, `python -m engine resume {worker.current}` continues it"
+                if worker.current
+                else ""
+            )
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
         entry.unlink(missing_ok=True)
@@ -67,8 +77,12 @@ def stop(url: str) -> int:
     if not results:
         print("no worker serves this database on this host")
     for pid, stopped in results:
-        print(f"worker {pid} stopped" if stopped else f"worker {pid} did not stop within 30 s; `kill -9 {pid}` ends it "
-              "(its run then reads as interrupted once its heartbeat is stale)")
+        print(
+            f"worker {pid} stopped"
+            if stopped
+            else f"worker {pid} did not stop within 30 s; `kill -9 {pid}` ends it "
+            "(its run then reads as interrupted once its heartbeat is stale)"
+        )
     return 0 if all(stopped for _, stopped in results) else 1
 
 
@@ -95,8 +109,10 @@ def take_over(store, run):
         return get_run(store, run.id)
     age = (utcnow() - run.heartbeat_at).total_seconds() if run.heartbeat_at else 0.0
     wait = max(1, math.ceil(STALE_AFTER_S - age))
-    raise PhoenixError(f"run {run.id} is running (worker {run.worker_id or '?'}, last heartbeat {age:.0f} s ago); "
-                       f"cancel it, or retry in {wait} s if its worker died")
+    raise PhoenixError(
+        f"run {run.id} is running (worker {run.worker_id or '?'}, last heartbeat {age:.0f} s ago); "
+        f"cancel it, or retry in {wait} s if its worker died"
+    )
 
 
 def cmd_cancel(args) -> int:
@@ -116,5 +132,7 @@ def add_commands(sub) -> None:
     add_db(w)
     add_sentry(w)
     w.set_defaults(func=cmd_worker)
-    add_sentry(add_run_command(sub, "resume", "continue an interrupted, failed or cancelled run in this process", cmd_resume))
+    add_sentry(
+        add_run_command(sub, "resume", "continue an interrupted, failed or cancelled run in this process", cmd_resume)
+    )
     add_run_command(sub, "cancel", "cancel a queued or running run (rows are kept)", cmd_cancel)

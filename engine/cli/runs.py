@@ -1,4 +1,5 @@
 """`bench`, `runs`, `show`, `export` and `db upgrade`: runs in the foreground and what the store holds."""
+
 from __future__ import annotations
 
 import csv
@@ -40,7 +41,9 @@ def add_bench_options(p) -> None:
 
 def cmd_bench(args) -> int:
     cfg = validate(from_args(BenchConfig, args))
-    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)  # every input is checked before anything is written
+    prompts = load_prompts(
+        cfg.prompts, cfg.limit, cfg.limit_per_category
+    )  # every input is checked before anything is written
     decoder = load_decoder(cfg)
     encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
     telemetry = start_telemetry(args)
@@ -61,7 +64,10 @@ def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) ->
         with Heartbeat(store, run_id):
             status = execute(store, run_id, cfg, **kwargs)
     except KeyboardInterrupt:
-        print(f"run {run_id} interrupted; its rows are kept (`python -m engine resume {run_id}` continues it)", file=sys.stderr)
+        print(
+            f"run {run_id} interrupted; its rows are kept (`python -m engine resume {run_id}` continues it)",
+            file=sys.stderr,
+        )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -72,9 +78,12 @@ def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) ->
     info = store.get_run(run_id)
     compiled = info.config.get("compile") if info is not None else None
     if compiled:
-        print(f"compile: {'on' if compiled['compiled'] else 'failed, ran eager: ' + str(compiled['error'])}; "
-              f"warm-up {compiled['warmup_s']:.1f} s, {compiled['graphs']} graphs, {compiled['recompiles']} "
-              f"recompiles after the warm-up, {compiled['graph_breaks']} graph breaks", file=sys.stderr)
+        print(
+            f"compile: {'on' if compiled['compiled'] else 'failed, ran eager: ' + str(compiled['error'])}; "
+            f"warm-up {compiled['warmup_s']:.1f} s, {compiled['graphs']} graphs, {compiled['recompiles']} "
+            f"recompiles after the warm-up, {compiled['graph_breaks']} graph breaks",
+            file=sys.stderr,
+        )
     print(f"run {run_id}: {status}", file=sys.stderr)
     return 0
 
@@ -83,9 +92,12 @@ def cmd_runs(args) -> int:
     for r in open_store(args.db).list_runs():
         if (r.archived and not args.archived) or (args.tag and args.tag not in r.tags):
             continue
-        print(f"{r.id:>5}  {r.status:<12} {r.progress_done:>5}/{r.progress_total:<5} {r.created_at:%Y-%m-%d %H:%M}  "
-              f"{r.name}  [{r.target} / {r.draft}]" + (f"  #{' #'.join(r.tags)}" if r.tags else "")
-              + ("  (archived)" if r.archived else ""))
+        print(
+            f"{r.id:>5}  {r.status:<12} {r.progress_done:>5}/{r.progress_total:<5} {r.created_at:%Y-%m-%d %H:%M}  "
+            f"{r.name}  [{r.target} / {r.draft}]"
+            + (f"  #{' #'.join(r.tags)}" if r.tags else "")
+            + ("  (archived)" if r.archived else "")
+        )
     return 0
 
 
@@ -105,9 +117,11 @@ def cmd_export(args) -> int:
     if args.to == "mlflow":
         target = MlflowTarget(tracking_uri=args.tracking_uri or MlflowTarget.tracking_uri, experiment=args.experiment)
         done = export_run(store, args.run, target)
-        print(f"run {args.run} {'updated in' if done['updated'] else 'exported to'} MLflow run {done['run_id']} "
-              f"(experiment {target.experiment!r}, {done['params']} new params, {done['metrics']} metric points)",
-              file=sys.stderr)
+        print(
+            f"run {args.run} {'updated in' if done['updated'] else 'exported to'} MLflow run {done['run_id']} "
+            f"(experiment {target.experiment!r}, {done['params']} new params, {done['metrics']} metric points)",
+            file=sys.stderr,
+        )
         return 0
     if args.format == "sqlite":
         if not args.out:
@@ -162,8 +176,9 @@ def cmd_report(args) -> int:
 def _report_columns(store, run_id: int, fmt: str) -> int:
     table = spec_bench(store, run_id)
     if table.empty:
-        raise PhoenixError(f"run {run_id} has no per-column table: it needs Spec-Bench prompts and a target mode; "
-                           "use --by mode")
+        raise PhoenixError(
+            f"run {run_id} has no per-column table: it needs Spec-Bench prompts and a target mode; use --by mode"
+        )
     if fmt == "md":
         print(leaderboard_markdown(table))
     elif fmt == "csv":
@@ -190,24 +205,39 @@ def add_commands(sub) -> None:
     r.add_argument("--archived", action="store_true", help="include archived runs")
     r.set_defaults(func=cmd_runs)
     add_run_command(sub, "show", "print a stored run's results table", cmd_show)
-    rp = add_run_command(sub, "report", "a run's results: per mode, tokens/s, paired speedup (median, IQR), "
-                         "acceptance and identity", cmd_report)
+    rp = add_run_command(
+        sub,
+        "report",
+        "a run's results: per mode, tokens/s, paired speedup (median, IQR), acceptance and identity",
+        cmd_report,
+    )
     rp.add_argument("--format", choices=REPORT_FORMATS, default="table", help="table (terminal), md or csv")
-    rp.add_argument("--by", choices=REPORT_BY, default="mode",
-                    help="mode: the results table; column: Spec-Bench's leaderboard (speedup, n and Welch's p per "
-                         "column group, mean accepted tokens)")
+    rp.add_argument(
+        "--by",
+        choices=REPORT_BY,
+        default="mode",
+        help="mode: the results table; column: Spec-Bench's leaderboard (speedup, n and Welch's p per "
+        "column group, mean accepted tokens)",
+    )
     e = add_run_command(sub, "export", "write a run's requests as CSV or JSON, or the run as a SQLite file", cmd_export)
     e.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
     e.add_argument("--out", default=None, help="file to write (required for sqlite; never replaced)")
-    e.add_argument("--to", choices=("file", "mlflow"), default="file",
-                   help="file: --format to stdout or --out; mlflow: the run into an MLflow tracking store "
-                        "(requirements-mlflow.txt)")
+    e.add_argument(
+        "--to",
+        choices=("file", "mlflow"),
+        default="file",
+        help="file: --format to stdout or --out; mlflow: the run into an MLflow tracking store "
+        "(requirements-mlflow.txt)",
+    )
     e.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under data/mlflow.db)")
     e.add_argument("--experiment", default="phoenix", help="MLflow experiment name")
     d = sub.add_parser("db", help="database schema")
     dsub = d.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head")
     add_db(u)
-    u.add_argument("--allow-foreign-tables", action="store_true",
-                   help="add Phoenix's tables to a database that already holds other tables")
+    u.add_argument(
+        "--allow-foreign-tables",
+        action="store_true",
+        help="add Phoenix's tables to a database that already holds other tables",
+    )
     u.set_defaults(func=cmd_db_upgrade)

@@ -1,4 +1,5 @@
 """`tag`, `untag`, `note`, `archive`, `unarchive`, `delete` and `baseline`: a thin layer over db.tracker."""
+
 from __future__ import annotations
 
 from db import tracker
@@ -33,8 +34,10 @@ def cmd_delete(args) -> int:
     store = open_store(args.db)
     n = tracker.request_count(store, args.run)
     if not args.yes:
-        raise tracker.TrackerError(f"deleting run {args.run} removes it and its {n} requests for good; "
-                                   f"pass --yes to confirm, or `archive {args.run}` to hide it instead")
+        raise tracker.TrackerError(
+            f"deleting run {args.run} removes it and its {n} requests for good; "
+            f"pass --yes to confirm, or `archive {args.run}` to hide it instead"
+        )
     tracker.delete_run(store, args.run, worker_alive=worker_alive_here)
     print(f"run {args.run} deleted with its {n} requests")
     return 0
@@ -54,13 +57,19 @@ def cmd_baseline(args) -> int:
 
 
 def add_commands(sub) -> None:
-    for name, func, help_text in (("tag", cmd_tag, "add tags to a run"), ("untag", cmd_untag, "remove tags from a run")):
+    for name, func, help_text in (
+        ("tag", cmd_tag, "add tags to a run"),
+        ("untag", cmd_untag, "remove tags from a run"),
+    ):
         add_run_command(sub, name, help_text, func).add_argument("tags", nargs="+")
     add_run_command(sub, "note", "write why a run was made (Markdown; empty text clears it)", cmd_note).add_argument(
-        "--text", required=True)
+        "--text", required=True
+    )
     add_run_command(sub, "archive", "hide a run from the default lists; every row and link is kept", cmd_archive)
     add_run_command(sub, "unarchive", "bring an archived run back into the lists", cmd_archive)
     add_run_command(sub, "delete", "delete a run and all its rows (not a running one)", cmd_delete).add_argument(
-        "--yes", action="store_true", help="confirm: the run and its requests are gone for good")
+        "--yes", action="store_true", help="confirm: the run and its requests are gone for good"
+    )
     add_run_command(sub, "baseline", "pin a run as the baseline of its target model", cmd_baseline).add_argument(
-        "--clear", action="store_true", help="unpin the baseline of this run's target")
+        "--clear", action="store_true", help="unpin the baseline of this run's target"
+    )

@@ -7,6 +7,7 @@ for that exact length, and longer ones (prefills) run eager, so prompt lengths n
 lengths are compiled and run once in ``warm`` before any clock starts; graphs added later are counted as
 recompiles, which inside a measured request is a bug.
 """
+
 from __future__ import annotations
 
 import math
@@ -72,16 +73,34 @@ class Compiled:
         # mode "reduce-overhead" adds CUDA graphs on a GPU (benchmarks/gpu.py); on a CPU the default is the one
         self.fn = torch.compile(model.forward, dynamic=None, mode=mode)
 
-    def __call__(self, input_ids: torch.Tensor, cache=None, use_cache: bool = True, logits_to_keep: int = 0,
-                 output_hidden_states: bool = False, **rest):
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        cache=None,
+        use_cache: bool = True,
+        logits_to_keep: int = 0,
+        output_hidden_states: bool = False,
+        **rest,
+    ):
         n = input_ids.shape[1]
         if n > self.max_len or rest:
-            return self.model(input_ids=input_ids, cache=cache, use_cache=use_cache, logits_to_keep=logits_to_keep,
-                              output_hidden_states=output_hidden_states, **rest)
+            return self.model(
+                input_ids=input_ids,
+                cache=cache,
+                use_cache=use_cache,
+                logits_to_keep=logits_to_keep,
+                output_hidden_states=output_hidden_states,
+                **rest,
+            )
         # One call form per length: every position's logits, then the ones asked for. A varying logits_to_keep
         # (1 for a draft model's catch-up, n for a verify) would otherwise be a guard, and a recompile.
-        out = self.fn(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=n,
-                      output_hidden_states=bool(output_hidden_states))
+        out = self.fn(
+            input_ids=input_ids,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=n,
+            output_hidden_states=bool(output_hidden_states),
+        )
         if 0 < logits_to_keep < n:
             out.logits = out.logits[:, -logits_to_keep:]
         return out
@@ -108,8 +127,14 @@ def warm(models: list, caches: StaticCaches, max_len: int, positions: int, taps:
     return time.perf_counter() - start
 
 
-def compile_models(models: list, caches: StaticCaches, max_len: int, positions: int,
-                   taps: tuple[int, ...] = (), mode: str | None = None) -> tuple[list, CompileStats]:
+def compile_models(
+    models: list,
+    caches: StaticCaches,
+    max_len: int,
+    positions: int,
+    taps: tuple[int, ...] = (),
+    mode: str | None = None,
+) -> tuple[list, CompileStats]:
     """The models wrapped and warmed, or (where compile fails on this platform) the models as they were, with
     the reason in the stats."""
     before = graph_count()

@@ -1,4 +1,5 @@
 """One request on either engine with any drafter: tokenize, check, decode, and return plain stats."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,10 +35,17 @@ def format_prompt(tokenizer, text: str, earlier: tuple[tuple[str, str], ...] = (
     disabled where the template supports it (Qwen3's enable_thinking). ``earlier`` holds the conversation's
     previous (user, assistant) turns. Without a template, the raw text."""
     if getattr(tokenizer, "chat_template", None):
-        messages = [m for user, answer in earlier for m in ({"role": "user", "content": user},
-                                                            {"role": "assistant", "content": answer})]
-        ids = tokenizer.apply_chat_template(messages + [{"role": "user", "content": text}], add_generation_prompt=True,
-                                            enable_thinking=False, tokenize=True)
+        messages = [
+            m
+            for user, answer in earlier
+            for m in ({"role": "user", "content": user}, {"role": "assistant", "content": answer})
+        ]
+        ids = tokenizer.apply_chat_template(
+            messages + [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            enable_thinking=False,
+            tokenize=True,
+        )
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     return tokenizer(raw_conversation(text, earlier), add_special_tokens=False)["input_ids"]
 
@@ -73,9 +81,14 @@ class Decoder:
         self._target = self.pair.target  # what runs the target's forwards: the model, or its compiled wrapper
         draft = self.pair.draft
         self._head = draft if isinstance(draft, Eagle3Head) else None
-        self._model_drafter = ModelDrafter(draft, self.pair.shared_vocab) if draft is not None and self._head is None else None
-        self._eagle3 = (Eagle3Drafter(self._head, self.pair.target.get_input_embeddings(), self._head.config.taps)
-                        if self._head is not None else None)
+        self._model_drafter = (
+            ModelDrafter(draft, self.pair.shared_vocab) if draft is not None and self._head is None else None
+        )
+        self._eagle3 = (
+            Eagle3Drafter(self._head, self.pair.target.get_input_embeddings(), self._head.config.taps)
+            if self._head is not None
+            else None
+        )
         self._ngram = NgramDrafter()
         self._suffix = SuffixDrafter()
         self.eos_id = self.pair.tokenizer.eos_token_id
@@ -85,8 +98,9 @@ class Decoder:
         value itself was checked with its config; only what depends on the loaded target is judged here."""
         has_template = bool(getattr(self.pair.tokenizer, "chat_template", None))
         if wanted == "chat" and not has_template:
-            raise PhoenixError(f"--prompt-format chat: {self.pair.target_name!r} has no chat template; use raw",
-                               field="prompt_format")
+            raise PhoenixError(
+                f"--prompt-format chat: {self.pair.target_name!r} has no chat template; use raw", field="prompt_format"
+            )
         return "chat" if wanted == "chat" or (wanted == "auto" and has_template) else "raw"
 
     def encode(self, text: str, prompt_format: str = "raw", earlier: tuple[tuple[str, str], ...] = ()) -> list[int]:
@@ -103,7 +117,9 @@ class Decoder:
     def check_fits(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         ctx = getattr(self.pair.target.config, "max_position_embeddings", None)
         if ctx and len(prompt_ids) + max_new_tokens > ctx:
-            raise PhoenixError(f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceed the target's context of {ctx}; shorten the prompt or lower --max-new-tokens")
+            raise PhoenixError(
+                f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceed the target's context of {ctx}; shorten the prompt or lower --max-new-tokens"
+            )
 
     def start_run(self, suffix: SuffixConfig) -> None:
         """A new run: the suffix drafter's global tree starts empty, with the run's settings."""
@@ -118,29 +134,45 @@ class Decoder:
             return self._suffix
         if kind == "eagle3":
             if self._eagle3 is None:
-                raise PhoenixError("drafter 'eagle3' needs an EAGLE-3 head: pass --draft smollm2-eagle3 (or your head's "
-                                   "folder)", field="draft")
+                raise PhoenixError(
+                    "drafter 'eagle3' needs an EAGLE-3 head: pass --draft smollm2-eagle3 (or your head's folder)",
+                    field="draft",
+                )
             return self._eagle3
         if kind != "model":
             raise PhoenixError(f"unknown drafter {kind!r}: use {', '.join(DRAFTERS)}", field="drafter")
         if self._head is not None:
-            raise PhoenixError(f"draft {self.pair.draft_name!r} is an EAGLE-3 head, not a draft model: use --drafter "
-                               "eagle3 (or eagle3_<k> modes)", field="drafter")
+            raise PhoenixError(
+                f"draft {self.pair.draft_name!r} is an EAGLE-3 head, not a draft model: use --drafter "
+                "eagle3 (or eagle3_<k> modes)",
+                field="drafter",
+            )
         if self._model_drafter is None:
-            raise PhoenixError("drafter 'model' needs a draft model: pass --draft, or use --drafter ngram or suffix",
-                               field="draft")
+            raise PhoenixError(
+                "drafter 'model' needs a draft model: pass --draft, or use --drafter ngram or suffix", field="draft"
+            )
         return self._model_drafter
 
     def check_drafter(self, kind: str, engine: str = "phoenix") -> None:
         """The drafter can run with this pair on this engine; one line that says what to pass otherwise."""
         if engine == "hf" and self._head is not None:
-            raise PhoenixError("transformers' assisted generation cannot draft with an EAGLE-3 head: use "
-                               "eagle3_<k> (Phoenix's loop) instead of hf_<k>", field="modes")
+            raise PhoenixError(
+                "transformers' assisted generation cannot draft with an EAGLE-3 head: use "
+                "eagle3_<k> (Phoenix's loop) instead of hf_<k>",
+                field="modes",
+            )
         if engine == "phoenix":
             self.drafter(kind)
 
-    def run(self, prompt_ids: list[int], k: int, max_new_tokens: int, drafter: str = "none", engine: str = "phoenix",
-            choose_k=None) -> RequestStats:
+    def run(
+        self,
+        prompt_ids: list[int],
+        k: int,
+        max_new_tokens: int,
+        drafter: str = "none",
+        engine: str = "phoenix",
+        choose_k=None,
+    ) -> RequestStats:
         """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter."""
         check_k(k)
         if (k > 0 or choose_k) and drafter == "none":
@@ -150,14 +182,17 @@ class Decoder:
         with torch.inference_mode():
             if engine == "hf":
                 self.check_drafter(drafter, engine)
-                return generate_hf(self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id)
+                return generate_hf(
+                    self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id
+                )
             used = self.drafter(drafter) if (k > 0 or choose_k) else None
             positions = max(self.cache_positions, len(prompt_ids) + max_new_tokens + K_MAX + 1)
             cache = self._caches.get(self._target, positions) if self.cache == "static" else None
             if self._model_drafter is not None:
                 draft_model = self._model_drafter.model
-                self._model_drafter.new_cache = ((lambda: self._caches.get(draft_model, positions))
-                                                 if self.cache == "static" else None)
+                self._model_drafter.new_cache = (
+                    (lambda: self._caches.get(draft_model, positions)) if self.cache == "static" else None
+                )
             return generate(self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache)
 
     def compile(self, k_max: int, positions: int) -> CompileStats:
@@ -167,8 +202,9 @@ class Decoder:
         self.cache = "static"
         draft = self._model_drafter.model if self._model_drafter is not None else None
         taps = self._eagle3.taps if self._eagle3 is not None else ()
-        models, self.compile_stats = compile_models([self.pair.target] + ([draft] if draft is not None else []),
-                                                    self._caches, k_max + 1, positions, taps)
+        models, self.compile_stats = compile_models(
+            [self.pair.target] + ([draft] if draft is not None else []), self._caches, k_max + 1, positions, taps
+        )
         self._target = models[0]
         if self._model_drafter is not None:
             self._model_drafter.model = models[-1]
@@ -180,13 +216,25 @@ class Decoder:
 
 def stats_dict(stats: RequestStats, text: str) -> dict:
     return {
-        "prompt_tokens": stats.prompt_tokens, "output_tokens": stats.output_tokens, "k": stats.k,
-        "output_ids": stats.output_ids, "output_text": text, "output_sha256": sha256_text(text),
-        "proposed": stats.proposed, "accepted": stats.accepted, "passes": stats.passes,
+        "prompt_tokens": stats.prompt_tokens,
+        "output_tokens": stats.output_tokens,
+        "k": stats.k,
+        "output_ids": stats.output_ids,
+        "output_text": text,
+        "output_sha256": sha256_text(text),
+        "proposed": stats.proposed,
+        "accepted": stats.accepted,
+        "passes": stats.passes,
         "acceptance": stats.acceptance,
-        "per_position": [{"position": i, "proposed": p, "accepted": a} for i, (p, a) in
-                         enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))],
-        "prefill_s": finite(stats.prefill_s), "draft_prefill_s": finite(stats.draft_prefill_s),
-        "draft_s": stats.draft_s, "verify_s": stats.verify_s, "ttft_s": finite(stats.ttft_s),
-        "latency_s": stats.latency_s, "tokens_per_s": stats.tokens_per_s,
+        "per_position": [
+            {"position": i, "proposed": p, "accepted": a}
+            for i, (p, a) in enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))
+        ],
+        "prefill_s": finite(stats.prefill_s),
+        "draft_prefill_s": finite(stats.draft_prefill_s),
+        "draft_s": stats.draft_s,
+        "verify_s": stats.verify_s,
+        "ttft_s": finite(stats.ttft_s),
+        "latency_s": stats.latency_s,
+        "tokens_per_s": stats.tokens_per_s,
     }

@@ -4,6 +4,7 @@
 whose KV is not cached yet. ``commit(valid_len)`` says how many leading tokens of
 ``seq`` are now final, so a drafter can drop whatever it cached beyond them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -37,17 +38,17 @@ class ModelDrafter:
         x = torch.tensor([ids], device=self.model.device)
         logits = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=1).logits
         self.cache_len += len(ids)
-        return logits[0, -1, :self.vocab_limit].argmax()
+        return logits[0, -1, : self.vocab_limit].argmax()
 
     def draft(self, seq: list[int], k: int) -> list[int]:
         # After a full accept the cache lags by one drafted token; feeding every
         # uncached token of seq in the first call catches it up in the same pass.
-        tok = self._feed(seq[self.cache_len:])
+        tok = self._feed(seq[self.cache_len :])
         out = [tok]
         for _ in range(k - 1):
             logits = self.model(input_ids=tok.view(1, 1), cache=self.cache, use_cache=True).logits
             self.cache_len += 1
-            tok = logits[0, -1, :self.vocab_limit].argmax()
+            tok = logits[0, -1, : self.vocab_limit].argmax()
             out.append(tok)
         return torch.stack(out).tolist()
 
@@ -79,11 +80,11 @@ class NgramDrafter:
     def draft(self, seq: list[int], k: int) -> list[int]:
         L = len(seq)
         for n in range(min(self.max_n, L - 1), self.min_n - 1, -1):
-            tail = seq[L - n:]
+            tail = seq[L - n :]
             first = tail[0]
             for start in range(L - n - 1, -1, -1):
-                if seq[start] == first and seq[start:start + n] == tail:
-                    follow = seq[start + n:start + n + k]
+                if seq[start] == first and seq[start : start + n] == tail:
+                    follow = seq[start + n : start + n + k]
                     if follow:
                         return follow
         return []
@@ -93,7 +94,6 @@ class NgramDrafter:
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
         pass
-
 
 
 class Eagle3Drafter:
@@ -126,7 +126,7 @@ class Eagle3Drafter:
         assert self.pending is not None
         n = self.pending.shape[0] if upto is None else upto - self.real
         feats, self.pending = self.pending[:n], self.pending[n:]
-        tokens = torch.tensor([seq[self.real + 1:self.real + 1 + n]], device=feats.device)
+        tokens = torch.tensor([seq[self.real + 1 : self.real + 1 + n]], device=feats.device)
         positions = torch.arange(self.real, self.real + n, device=feats.device).unsqueeze(0)
         hidden = self.head.fc(feats.unsqueeze(0).to(self.head.fc.weight.dtype))
         out = self.head.step(self.embed(tokens), hidden, positions, self.cache)

@@ -9,6 +9,7 @@ Layer arithmetic follows vLLM's ``llama_eagle3.py``: the three taps go through `
 ``input_layernorm(embed(token))`` with ``hidden_norm(h)`` so q/k/v take 2H inputs; the residual is ``h``; the final
 ``norm`` gives the state the output layer reads, and the pre-norm state is fed back as the next step's ``h``.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,14 +64,26 @@ class HeadConfig:
         return self.hidden_size // self.num_attention_heads
 
     def to_json(self, dtype: str) -> dict:
-        out = {**self.extra, "architectures": [ARCHITECTURE], "model_type": "llama", "num_hidden_layers": 1,
-               "hidden_size": self.hidden_size, "num_attention_heads": self.num_attention_heads,
-               "num_key_value_heads": self.num_key_value_heads, "intermediate_size": self.intermediate_size,
-               "vocab_size": self.vocab_size, "draft_vocab_size": self.draft_vocab_size,
-               "target_hidden_size": self.target_hidden_size, "rms_norm_eps": self.rms_norm_eps,
-               "rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings,
-               "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": dtype,
-               "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.taps), "use_aux_hidden_state": True}}
+        out = {
+            **self.extra,
+            "architectures": [ARCHITECTURE],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_hidden_size": self.target_hidden_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.max_position_embeddings,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "torch_dtype": dtype,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.taps), "use_aux_hidden_state": True},
+        }
         if self.rope_scaling:
             out["rope_scaling"] = self.rope_scaling
         return out
@@ -78,20 +91,46 @@ class HeadConfig:
     @classmethod
     def from_json(cls, cfg: dict, where: str) -> HeadConfig:
         if cfg.get("num_hidden_layers", 1) != 1:
-            raise PhoenixError(f"{where}: an EAGLE-3 head has one layer, config.json says {cfg.get('num_hidden_layers')}")
+            raise PhoenixError(
+                f"{where}: an EAGLE-3 head has one layer, config.json says {cfg.get('num_hidden_layers')}"
+            )
         known = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
         missing = [k for k in known if not isinstance(cfg.get(k), int)]
         if missing:
             raise PhoenixError(f"{where}: config.json lacks {', '.join(missing)}; it is not an EAGLE-3 head")
         taps = tuple((cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ())
-        named = {"num_hidden_layers", "architectures", "model_type", "eagle_config", "torch_dtype", "hidden_act",
-                 "tie_word_embeddings", "num_key_value_heads", "draft_vocab_size", "target_hidden_size", "rms_norm_eps",
-                 "rope_theta", "max_position_embeddings", "rope_scaling", *known}
-        return cls(cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-                   cfg["intermediate_size"], cfg["vocab_size"], cfg.get("draft_vocab_size") or cfg["vocab_size"],
-                   cfg.get("target_hidden_size") or cfg["hidden_size"], taps, float(cfg.get("rms_norm_eps", 1e-5)),
-                   float(cfg.get("rope_theta", 10000.0)), int(cfg.get("max_position_embeddings", 8192)),
-                   cfg.get("rope_scaling"), {k: v for k, v in cfg.items() if k not in named})
+        named = {
+            "num_hidden_layers",
+            "architectures",
+            "model_type",
+            "eagle_config",
+            "torch_dtype",
+            "hidden_act",
+            "tie_word_embeddings",
+            "num_key_value_heads",
+            "draft_vocab_size",
+            "target_hidden_size",
+            "rms_norm_eps",
+            "rope_theta",
+            "max_position_embeddings",
+            "rope_scaling",
+            *known,
+        }
+        return cls(
+            cfg["hidden_size"],
+            cfg["num_attention_heads"],
+            cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+            cfg["intermediate_size"],
+            cfg["vocab_size"],
+            cfg.get("draft_vocab_size") or cfg["vocab_size"],
+            cfg.get("target_hidden_size") or cfg["hidden_size"],
+            taps,
+            float(cfg.get("rms_norm_eps", 1e-5)),
+            float(cfg.get("rope_theta", 10000.0)),
+            int(cfg.get("max_position_embeddings", 8192)),
+            cfg.get("rope_scaling"),
+            {k: v for k, v in cfg.items() if k not in named},
+        )
 
 
 class RMSNorm(nn.Module):
@@ -145,8 +184,12 @@ class Eagle3Head(nn.Module):
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
-        self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool) if c.draft_vocab_size == c.vocab_size
-                             else torch.zeros(c.vocab_size, dtype=torch.bool))
+        self.register_buffer(
+            "t2d",
+            torch.ones(c.vocab_size, dtype=torch.bool)
+            if c.draft_vocab_size == c.vocab_size
+            else torch.zeros(c.vocab_size, dtype=torch.bool),
+        )
         self.rotary = _rotary(c)
 
     def qkv(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
@@ -177,8 +220,9 @@ class Eagle3Head(nn.Module):
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.get_buffer("d2t")[draft_ids]
 
-    def step(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-             cache: HeadCache) -> torch.Tensor:
+    def step(
+        self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache: HeadCache
+    ) -> torch.Tensor:
         """New positions on top of ``cache`` (batch 1): their pre-norm states. ``hidden`` is H wide (fc already
         applied to taps, or fed back)."""
         q, k, v = self.qkv(embeds, hidden, positions)
@@ -217,9 +261,16 @@ def _rotary(c: HeadConfig):
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     # transformers 5 reads rope_parameters; a checkpoint's rope_scaling (llama3, yarn, ...) goes in the same dict
-    kw: dict[str, Any] = {"rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta, **(c.rope_scaling or {})}}
-    llama = LlamaConfig(hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads,
-                        num_key_value_heads=c.num_key_value_heads, max_position_embeddings=c.max_position_embeddings, **kw)
+    kw: dict[str, Any] = {
+        "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta, **(c.rope_scaling or {})}
+    }
+    llama = LlamaConfig(
+        hidden_size=c.hidden_size,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        max_position_embeddings=c.max_position_embeddings,
+        **kw,
+    )
     return LlamaRotaryEmbedding(config=llama)
 
 
@@ -228,10 +279,19 @@ def head_config_for(target_config, draft_vocab_size: int, taps: tuple[int, ...] 
     c = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
     rope = getattr(c, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") or getattr(c, "rope_theta", None) or 10000.0
-    return HeadConfig(c.hidden_size, c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads,
-                      c.intermediate_size, c.vocab_size, draft_vocab_size, c.hidden_size,
-                      tuple(taps or default_taps(c.num_hidden_layers)), float(getattr(c, "rms_norm_eps", 1e-5)),
-                      float(theta), int(getattr(c, "max_position_embeddings", 8192)))
+    return HeadConfig(
+        c.hidden_size,
+        c.num_attention_heads,
+        c.num_key_value_heads or c.num_attention_heads,
+        c.intermediate_size,
+        c.vocab_size,
+        draft_vocab_size,
+        c.hidden_size,
+        tuple(taps or default_taps(c.num_hidden_layers)),
+        float(getattr(c, "rms_norm_eps", 1e-5)),
+        float(theta),
+        int(getattr(c, "max_position_embeddings", 8192)),
+    )
 
 
 def save_head(head: Eagle3Head, path: Path, dtype: torch.dtype = torch.float16, card: dict | None = None) -> None:
@@ -240,10 +300,15 @@ def save_head(head: Eagle3Head, path: Path, dtype: torch.dtype = torch.float16, 
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {name: (t.to(dtype) if t.is_floating_point() else t).detach().cpu().contiguous()
-               for name, t in head.state_dict().items() if not name.startswith("rotary")}
+    tensors = {
+        name: (t.to(dtype) if t.is_floating_point() else t).detach().cpu().contiguous()
+        for name, t in head.state_dict().items()
+        if not name.startswith("rotary")
+    }
     save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(head.config.to_json(str(dtype).removeprefix("torch.")), indent=2) + "\n")
+    (path / "config.json").write_text(
+        json.dumps(head.config.to_json(str(dtype).removeprefix("torch.")), indent=2) + "\n"
+    )
     if card is not None:
         (path / "phoenix_card.json").write_text(json.dumps(card, indent=2) + "\n")
 
@@ -272,8 +337,10 @@ def load_head(path: Path, where: str, dtype: torch.dtype, device: str = "cpu") -
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.startswith("rotary")]
     if missing or unexpected:
-        raise PhoenixError(f"{where}: weights do not match an EAGLE-3 head (missing {missing[:3]}, unexpected "
-                           f"{unexpected[:3]}); re-export it in the vLLM format")
+        raise PhoenixError(
+            f"{where}: weights do not match an EAGLE-3 head (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}); re-export it in the vLLM format"
+        )
     return head.to(device=device, dtype=dtype).eval()
 
 

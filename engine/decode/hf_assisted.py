@@ -5,6 +5,7 @@ over: ``update_candidate_strategy(input_ids, scores, num_matches)`` runs once pe
 verification pass with ``scores`` holding candidate_length + 1 positions.
 Draft time is the time spent inside ``get_candidates``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,6 +31,7 @@ def _counting(stats: RequestStats, device):
         def update(self, input_ids, scores, num_matches):
             stats.count_pass(int(scores.shape[1]) - 1, int(num_matches))
             return orig(self, input_ids, scores, num_matches)
+
         return update
 
     def wrap_get(orig):
@@ -39,11 +41,14 @@ def _counting(stats: RequestStats, device):
             sync(device)
             stats.draft_s += time.perf_counter() - t
             return out
+
         return get
 
     with _PATCH_LOCK, contextlib.ExitStack() as stack:
         for cls in (AssistedCandidateGenerator, PromptLookupCandidateGenerator):
-            stack.enter_context(mock.patch.object(cls, "update_candidate_strategy", wrap_update(cls.update_candidate_strategy)))
+            stack.enter_context(
+                mock.patch.object(cls, "update_candidate_strategy", wrap_update(cls.update_candidate_strategy))
+            )
             stack.enter_context(mock.patch.object(cls, "get_candidates", wrap_get(cls.get_candidates)))
         yield
 
@@ -57,12 +62,19 @@ def _fix_k(draft, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
-def generate_hf(target, draft, drafter: str, prompt_ids: list[int], k: int, max_new_tokens: int, eos_id: int | None) -> RequestStats:
+def generate_hf(
+    target, draft, drafter: str, prompt_ids: list[int], k: int, max_new_tokens: int, eos_id: int | None
+) -> RequestStats:
     device = target.device
     stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
     x = torch.tensor([prompt_ids], device=device)
-    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=eos_id,
-                  attention_mask=torch.ones_like(x))
+    kwargs = dict(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        attention_mask=torch.ones_like(x),
+    )
     if k > 0 and drafter == "model":
         _fix_k(draft, k)
         kwargs["assistant_model"] = draft
@@ -75,7 +87,7 @@ def generate_hf(target, draft, drafter: str, prompt_ids: list[int], k: int, max_
             out = target.generate(x, **kwargs)
         sync(device)
         stats.latency_s = time.perf_counter() - start
-    stats.output_ids = out[0, len(prompt_ids):].tolist()
+    stats.output_ids = out[0, len(prompt_ids) :].tolist()
     # generate() exposes neither the prefill nor the first token's time: verify_s keeps the prefill here, and the
     # NaNs say so (stored as NULL), which keeps hf_<k> rows out of the decode-pass fit.
     stats.verify_s = stats.latency_s - stats.draft_s

@@ -1,5 +1,6 @@
 """Model loading: the embedded pair, local directories and cached Hugging Face ids
 all go through one path. Nothing is downloaded and no model code from disk runs."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,9 @@ class PairConfig:
     target: str = EMBEDDED  # a name (embedded, smollm2), a model directory or a cached Hugging Face id
     draft: str | None = EMBEDDED  # a name (embedded, smollm2-draft), a directory, a cached id, or 'none' (model-free)
     device: str = "auto"  # auto | cpu | cuda
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = (
+        "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
+    )
     allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
 
 
@@ -68,11 +71,15 @@ def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
     if path.is_dir():
         return check_model_dir(path, spec, allow_pickle)
     if path.exists():
-        raise PhoenixError(f"{spec!r} is a file, not a model directory: pass a directory holding config.json and weights")
+        raise PhoenixError(
+            f"{spec!r} is a file, not a model directory: pass a directory holding config.json and weights"
+        )
     if spec.count("/") == 1 and not spec.startswith((".", "/")):
         return check_model_dir(_from_hub_cache(spec), spec, allow_pickle)
-    raise PhoenixError(f"model {spec!r} not found: pass {', '.join(repr(n) for n in NAMED)}, a local model directory, "
-                       "or a Hugging Face id already in the local cache")
+    raise PhoenixError(
+        f"model {spec!r} not found: pass {', '.join(repr(n) for n in NAMED)}, a local model directory, "
+        "or a Hugging Face id already in the local cache"
+    )
 
 
 def _from_hub_cache(repo_id: str) -> Path:
@@ -93,18 +100,24 @@ def _from_hub_cache(repo_id: str) -> Path:
 def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
     cfg_file = path / "config.json"
     if not cfg_file.exists():
-        raise PhoenixError(f"{spec!r} is a directory but not a model (no config.json): pass a Hugging Face model directory")
+        raise PhoenixError(
+            f"{spec!r} is a directory but not a model (no config.json): pass a Hugging Face model directory"
+        )
     try:
         cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise PhoenixError(f"{spec!r}: config.json is not valid JSON; re-export the model") from None
     if "auto_map" in cfg:
-        raise PhoenixError(f"{spec!r} needs trust_remote_code (custom model code); Phoenix never runs model code from disk")
+        raise PhoenixError(
+            f"{spec!r} needs trust_remote_code (custom model code); Phoenix never runs model code from disk"
+        )
     has_safe = any(path.glob("*.safetensors"))
     has_pickle = any(path.glob("*.bin")) or any(path.glob("*.pt"))
     if not has_safe and not (has_pickle and allow_pickle):
         if has_pickle:
-            raise PhoenixError(f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle if you trust the files")
+            raise PhoenixError(
+                f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle if you trust the files"
+            )
         raise PhoenixError(f"{spec!r} has no weights (*.safetensors): pass a complete model directory")
     return path
 
@@ -128,7 +141,9 @@ def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = Fa
 
 def _same_tokenizer(t_tok, d_tok, target_name: str, draft_name: str) -> None:
     if t_tok.get_vocab() != d_tok.get_vocab():
-        raise PhoenixError(f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family")
+        raise PhoenixError(
+            f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family"
+        )
 
 
 def shared_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: str) -> int:
@@ -143,8 +158,10 @@ def shared_vocab(t_tok, d_tok, target, draft, target_name: str, draft_name: str)
 def _rows_cover(rows: int, tokens: int, target_name: str, draft_name: str) -> int:
     """The one rule, whether rows come from loaded weights or from config.json."""
     if rows < tokens:
-        raise PhoenixError(f"the output layer of {draft_name!r} or {target_name!r} has {rows} rows but the tokenizer has "
-                           f"{tokens} tokens; re-export the model with its full vocabulary")
+        raise PhoenixError(
+            f"the output layer of {draft_name!r} or {target_name!r} has {rows} rows but the tokenizer has "
+            f"{tokens} tokens; re-export the model with its full vocabulary"
+        )
     return rows
 
 
@@ -166,15 +183,21 @@ def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name:
     except PhoenixError:
         raise
     except Exception as exc:
-        raise PhoenixError(f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise PhoenixError(
+            f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
 
 
 def _check_pair_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
     from transformers import AutoTokenizer
 
     if is_head_dir(draft_path):  # an EAGLE-3 head ships no tokenizer: it must be shaped for the target
-        _head_matches(json.loads((draft_path / "config.json").read_text(encoding="utf-8")),
-                      json.loads((target_path / "config.json").read_text(encoding="utf-8")), target_name, draft_name)
+        _head_matches(
+            json.loads((draft_path / "config.json").read_text(encoding="utf-8")),
+            json.loads((target_path / "config.json").read_text(encoding="utf-8")),
+            target_name,
+            draft_name,
+        )
         return
     t_tok = AutoTokenizer.from_pretrained(target_path, trust_remote_code=False)
     d_tok = AutoTokenizer.from_pretrained(draft_path, trust_remote_code=False)
@@ -184,8 +207,13 @@ def _check_pair_files(target_path: Path, draft_path: Path, target_name: str, dra
         _rows_cover(min(rows), len(t_tok), target_name, draft_name)
 
 
-def load_pair(target: str = EMBEDDED, draft: str | None = EMBEDDED, device: str = "auto",
-              dtype: str = "auto", allow_pickle: bool = False) -> LoadedPair:
+def load_pair(
+    target: str = EMBEDDED,
+    draft: str | None = EMBEDDED,
+    device: str = "auto",
+    dtype: str = "auto",
+    allow_pickle: bool = False,
+) -> LoadedPair:
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
     t_model, t_tok = load_model(target, "target", dev, torch_dtype, allow_pickle)
@@ -208,22 +236,29 @@ def _head_matches(head: dict, target: dict, target_name: str, draft_name: str) -
     t = _text_config(target)
     width, layers = t.get("hidden_size"), int(t.get("num_hidden_layers") or 0)
     if head.get("target_hidden_size", head.get("hidden_size")) != width or head.get("hidden_size") != width:
-        raise PhoenixError(f"EAGLE-3 head {draft_name!r} was built for hidden size {head.get('target_hidden_size', head.get('hidden_size'))}, "
-                           f"target {target_name!r} has {width}; pick the head made for this target")
+        raise PhoenixError(
+            f"EAGLE-3 head {draft_name!r} was built for hidden size {head.get('target_hidden_size', head.get('hidden_size'))}, "
+            f"target {target_name!r} has {width}; pick the head made for this target"
+        )
     if head.get("vocab_size") != t.get("vocab_size"):
-        raise PhoenixError(f"EAGLE-3 head {draft_name!r} maps into a vocabulary of {head.get('vocab_size')} tokens, target "
-                           f"{target_name!r} has {t.get('vocab_size')}; pick the head made for this target")
+        raise PhoenixError(
+            f"EAGLE-3 head {draft_name!r} maps into a vocabulary of {head.get('vocab_size')} tokens, target "
+            f"{target_name!r} has {t.get('vocab_size')}; pick the head made for this target"
+        )
     taps = tuple((head.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or default_taps(layers))
     if len(taps) != 3 or not all(isinstance(i, int) and 0 <= i <= layers for i in taps):
-        raise PhoenixError(f"EAGLE-3 head {draft_name!r} taps layers {list(taps)}; target {target_name!r} has {layers} "
-                           "layers; pick the head made for this target")
+        raise PhoenixError(
+            f"EAGLE-3 head {draft_name!r} taps layers {list(taps)}; target {target_name!r} has {layers} "
+            "layers; pick the head made for this target"
+        )
     return taps
 
 
 def load_head_for(path: Path, target, target_name: str, draft_name: str, device: str, dtype):
     """An EAGLE-3 head checked against the loaded target; its taps are set from the config or vLLM's default."""
-    taps = _head_matches(json.loads((path / "config.json").read_text(encoding="utf-8")), target.config.to_dict(),
-                         target_name, draft_name)
+    taps = _head_matches(
+        json.loads((path / "config.json").read_text(encoding="utf-8")), target.config.to_dict(), target_name, draft_name
+    )
     head = load_head(path, draft_name, dtype, device)
     head.config.taps = taps
     return head

@@ -3,6 +3,7 @@
 Splits are deterministic: sorted ids shuffled with a seeded RNG, the last
 ``test_size`` are the held-out test set, the rest train. No id is in both.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,18 +16,42 @@ from engine.errors import PhoenixError
 
 SPLIT_SEED = 42
 TEST_SIZE = 50
-EDIT_SETS = ("humaneval-edit-train", "humaneval-edit-test", "humaneval-edit-multiturn-train", "humaneval-edit-multiturn-test")
-SPEC_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
-                         "translation", "summarization", "qa", "math_reasoning", "rag")  # the file's 13, in its order
+EDIT_SETS = (
+    "humaneval-edit-train",
+    "humaneval-edit-test",
+    "humaneval-edit-multiturn-train",
+    "humaneval-edit-multiturn-test",
+)
+SPEC_BENCH_CATEGORIES = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+    "translation",
+    "summarization",
+    "qa",
+    "math_reasoning",
+    "rag",
+)  # the file's 13, in its order
 # spec-bench-multiturn is MT-bench's 80 two-turn questions; spec-bench-<category> one of the 13 categories
-SPEC_BENCH_SETS = (("spec-bench", "spec-bench-train", "spec-bench-test", "spec-bench-multiturn")
-                   + tuple(f"spec-bench-{c}" for c in SPEC_BENCH_CATEGORIES))
+SPEC_BENCH_SETS = ("spec-bench", "spec-bench-train", "spec-bench-test", "spec-bench-multiturn") + tuple(
+    f"spec-bench-{c}" for c in SPEC_BENCH_CATEGORIES
+)
 # the form lists these last first: Spec-Bench goes at the front so the form's default stays as it was
 NAMED_SETS = SPEC_BENCH_SETS + ("humaneval", "humaneval-train", "humaneval-test") + EDIT_SETS
 SPEC_BENCH = Path(__file__).parent / "data" / "spec-bench" / "question.jsonl"  # hemingkx/Spec-Bench fd2c1cd, Apache-2.0
 # Spec-Bench's leaderboard columns: MT-bench's eight categories are one column, "Multi-turn Conversation"
-SPEC_BENCH_COLUMNS = {"translation": "translation", "summarization": "summarization", "qa": "qa",
-                      "math_reasoning": "math", "rag": "rag"}
+SPEC_BENCH_COLUMNS = {
+    "translation": "translation",
+    "summarization": "summarization",
+    "qa": "qa",
+    "math_reasoning": "math",
+    "rag": "rag",
+}
 
 
 @dataclass(frozen=True)
@@ -149,7 +174,9 @@ def _spec_bench_set(spec: str) -> list[Prompt]:
     return [p for p in every if p.category == part]
 
 
-def split(prompts: list[Prompt], seed: int = SPLIT_SEED, test_size: int = TEST_SIZE) -> tuple[list[Prompt], list[Prompt]]:
+def split(
+    prompts: list[Prompt], seed: int = SPLIT_SEED, test_size: int = TEST_SIZE
+) -> tuple[list[Prompt], list[Prompt]]:
     ordered = sorted(prompts, key=lambda p: p.id)
     random.Random(seed).shuffle(ordered)
     return ordered[:-test_size], ordered[-test_size:]
@@ -172,12 +199,16 @@ def parse_jsonl(data: bytes, source: str) -> list[Prompt]:
         try:
             row = json.loads(line)
         except ValueError:
-            raise PhoenixError(f"{source}: line {lineno} is not valid JSON; each line must be {{\"id\": ..., \"prompt\": ...}}") from None
+            raise PhoenixError(
+                f'{source}: line {lineno} is not valid JSON; each line must be {{"id": ..., "prompt": ...}}'
+            ) from None
         except RecursionError:  # json gives up past Python's recursion limit; a prompt row is one flat object
-            raise PhoenixError(f"{source}: line {lineno} nests too deeply to be a prompt row; each line must be "
-                               "{\"id\": ..., \"prompt\": ...}") from None
+            raise PhoenixError(
+                f"{source}: line {lineno} nests too deeply to be a prompt row; each line must be "
+                '{"id": ..., "prompt": ...}'
+            ) from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise PhoenixError(f"{source}: line {lineno} needs a string field \"prompt\"")
+            raise PhoenixError(f'{source}: line {lineno} needs a string field "prompt"')
         pid = _prompt_id(row, lineno, source)
         if not row["prompt"].strip():
             raise PhoenixError(f"{source}: line {lineno} has an empty prompt")
@@ -187,7 +218,7 @@ def parse_jsonl(data: bytes, source: str) -> list[Prompt]:
         seen.add(pid)
         prompts.append(Prompt(pid, row["prompt"]))
     if not prompts:
-        raise PhoenixError(f"{source}: no prompts in the file; add lines of {{\"id\": ..., \"prompt\": ...}}")
+        raise PhoenixError(f'{source}: no prompts in the file; add lines of {{"id": ..., "prompt": ...}}')
     return prompts
 
 
@@ -209,8 +240,10 @@ def _storable(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise PhoenixError(f"{what} holds an unpaired surrogate (\\u{ord(text[exc.start]):04x}) at character {exc.start}; "
-                           "fix the file's escapes") from None
+        raise PhoenixError(
+            f"{what} holds an unpaired surrogate (\\u{ord(text[exc.start]):04x}) at character {exc.start}; "
+            "fix the file's escapes"
+        ) from None
 
 
 def load(spec: str, limit: int | None = None, per_category: int | None = None) -> list[Prompt]:
@@ -218,8 +251,9 @@ def load(spec: str, limit: int | None = None, per_category: int | None = None) -
     Spec-Bench column, each with its later turns, and replaces ``limit`` (a cut of the whole list would drop
     columns)."""
     if per_category is not None and spec not in SPEC_BENCH_SETS:
-        raise PhoenixError(f"--limit-per-category works on Spec-Bench sets, not {spec!r}; use --limit",
-                           field="limit_per_category")
+        raise PhoenixError(
+            f"--limit-per-category works on Spec-Bench sets, not {spec!r}; use --limit", field="limit_per_category"
+        )
     if spec in EDIT_SETS:
         prompts = humaneval_edit(spec)
     elif spec in SPEC_BENCH_SETS:
@@ -232,7 +266,9 @@ def load(spec: str, limit: int | None = None, per_category: int | None = None) -
     else:
         path = Path(spec)
         if not path.is_file():
-            raise PhoenixError(f"prompt set {spec!r} not found: use one of {', '.join(NAMED_SETS)} or a JSONL file path")
+            raise PhoenixError(
+                f"prompt set {spec!r} not found: use one of {', '.join(NAMED_SETS)} or a JSONL file path"
+            )
         prompts = parse_jsonl(path.read_bytes(), str(path))
     if limit is not None and per_category is None:
         if limit <= 0:

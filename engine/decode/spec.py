@@ -8,6 +8,7 @@ Accounting follows vLLM: for draft position i (0-based) a pass counts as
 ``proposed`` if it drafted a token there, and as ``accepted`` if the first i+1
 drafted tokens were all accepted (the unconditional definition).
 """
+
 from __future__ import annotations
 
 import time
@@ -93,8 +94,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def forward(model, cache: Cache, ids: list[int], keep: int,
-            taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+def forward(
+    model, cache: Cache, ids: list[int], keep: int, taps: tuple[int, ...] = ()
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``ids`` through ``model`` on top of ``cache``: greedy ids of the last ``keep`` positions, and the hidden
     states of the ``taps`` layers at every position, concatenated ([len(ids), len(taps)·H]), from the same pass."""
     x = torch.tensor([ids], device=model.device)
@@ -109,8 +111,9 @@ def prefill(target, cache: Cache, prompt_ids: list[int], taps: tuple[int, ...] =
     return int(greedy[-1]), feats
 
 
-def verify(target, cache: Cache, pending: int, drafted: list[int],
-           taps: tuple[int, ...] = ()) -> tuple[list[int], torch.Tensor | None]:
+def verify(
+    target, cache: Cache, pending: int, drafted: list[int], taps: tuple[int, ...] = ()
+) -> tuple[list[int], torch.Tensor | None]:
     """One target pass over the pending token and the drafts: its greedy pick after each (and their taps)."""
     greedy, feats = forward(target, cache, [pending] + drafted, keep=len(drafted) + 1, taps=taps)
     return greedy.tolist(), feats
@@ -147,8 +150,9 @@ def speculative_step(target, cache: Cache, drafter: Drafter | None, seq: list[in
         cache.crop(-(len(drafted) - n))
     sync(device)
     t2 = time.perf_counter()
-    return Step(drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1,
-                feats[:n + 1] if feats is not None else None)
+    return Step(
+        drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1, feats[: n + 1] if feats is not None else None
+    )
 
 
 def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
@@ -160,9 +164,16 @@ def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_ne
     return False
 
 
-def generate(target, drafter: Drafter | None, prompt_ids: list[int], k: int, max_new_tokens: int,
-             eos_id: int | None, choose_k: Callable[[RequestStats], int] | None = None,
-             cache: Cache | None = None) -> RequestStats:
+def generate(
+    target,
+    drafter: Drafter | None,
+    prompt_ids: list[int],
+    k: int,
+    max_new_tokens: int,
+    eos_id: int | None,
+    choose_k: Callable[[RequestStats], int] | None = None,
+    cache: Cache | None = None,
+) -> RequestStats:
     """Greedy decoding with speculation; k=0 is target-only through the same code.
 
     ``choose_k`` (optional) picks k before each pass from the stats so far, for

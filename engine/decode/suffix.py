@@ -12,6 +12,7 @@ The trees here are plain tries of depth ``max_tree_depth`` (ArcticInference comp
 counts and so the drafts are the same). A request never sees its own text: earlier outputs of the same prompt
 leave the global tree when that prompt is decoded again, and a request's output joins it only when it ends.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,18 +25,25 @@ from engine.errors import PhoenixError
 @dataclass
 class SuffixConfig:
     max_tree_depth: int = 24  # longest suffix the trees hold, and so the longest match (ArcticInference: 24)
-    max_cached_requests: int = 10000  # earlier outputs kept in the global tree, first in first out (ArcticInference: 10000)
+    max_cached_requests: int = (
+        10000  # earlier outputs kept in the global tree, first in first out (ArcticInference: 10000)
+    )
     max_spec_factor: float = 1.0  # draft at most this many tokens per matched token (ArcticInference: 1.0)
     max_spec_offset: float = 0.0  # plus this many (ArcticInference: 0)
     min_prob: float = 0.1  # stop drafting when the path's empirical probability falls under this (ArcticInference: 0.1)
     global_tree: bool = True  # the tree over earlier outputs of the run (off: --no-suffix-global-tree)
 
     def validate(self) -> SuffixConfig:
-        checks = [(self.max_tree_depth >= 1, "max_tree_depth", "--suffix-max-tree-depth must be >= 1"),
-                  (self.max_cached_requests >= 0, "max_cached_requests", "--suffix-max-cached-requests must be >= 0"),
-                  (0 <= self.max_spec_factor < math.inf and 0 <= self.max_spec_offset < math.inf, "max_spec_factor",
-                   "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0"),
-                  (0.0 <= self.min_prob <= 1.0, "min_prob", "--suffix-min-prob must be in 0..1")]
+        checks = [
+            (self.max_tree_depth >= 1, "max_tree_depth", "--suffix-max-tree-depth must be >= 1"),
+            (self.max_cached_requests >= 0, "max_cached_requests", "--suffix-max-cached-requests must be >= 0"),
+            (
+                0 <= self.max_spec_factor < math.inf and 0 <= self.max_spec_offset < math.inf,
+                "max_spec_factor",
+                "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0",
+            ),
+            (0.0 <= self.min_prob <= 1.0, "min_prob", "--suffix-min-prob must be in 0..1"),
+        ]
         for ok, name, message in checks:
             if not ok:
                 raise PhoenixError(message, field=f"suffix.{name}")
@@ -62,7 +70,7 @@ class SuffixTree:
         """Extend the sequence this tree is growing by one token (the request's own tree)."""
         self.root.count += 1
         grown = []
-        for node in [*self.active[-(self.depth - 1):], self.root] if self.depth > 1 else [self.root]:
+        for node in [*self.active[-(self.depth - 1) :], self.root] if self.depth > 1 else [self.root]:
             child = node.children.get(token)
             if child is None:
                 child = node.children[token] = _Node()
@@ -75,7 +83,7 @@ class SuffixTree:
         for start in range(len(tokens)):
             node = self.root
             node.count += sign
-            for token in tokens[start:start + self.depth]:
+            for token in tokens[start : start + self.depth]:
                 child = node.children.get(token)
                 if child is None:
                     child = node.children[token] = _Node()
@@ -104,7 +112,9 @@ class SuffixTree:
 
     def step(self, matched: list[tuple[_Node, int]], token: int) -> list[tuple[_Node, int]]:
         """The matches after one more token of the text, from the matches before it: O(depth), no walk from the root."""
-        out = [(child, n + 1) for node, n in matched if n < self.depth and (child := node.children.get(token)) is not None]
+        out = [
+            (child, n + 1) for node, n in matched if n < self.depth and (child := node.children.get(token)) is not None
+        ]
         child = self.root.children.get(token)
         return out + [(child, 1)] if child is not None else out
 
@@ -168,7 +178,7 @@ class SuffixDrafter:
         self._fed = len(prompt_ids)
         # matches depend only on the last max_tree_depth tokens, so the global tree is walked for those alone
         use_global = self.cfg.global_tree and self._cached
-        self._global_matches = self.global_tree.matches(prompt_ids[-self.cfg.max_tree_depth:]) if use_global else []
+        self._global_matches = self.global_tree.matches(prompt_ids[-self.cfg.max_tree_depth :]) if use_global else []
 
     def _feed(self, tokens: list[int]) -> None:
         use_global = self.cfg.global_tree and self._cached
@@ -179,7 +189,7 @@ class SuffixDrafter:
         self._fed += len(tokens)
 
     def draft(self, seq: list[int], k: int) -> list[int]:
-        self._feed(seq[self._fed:])
+        self._feed(seq[self._fed :])
         # the request tree's active nodes are exactly the matches of the text's suffixes, longest first
         depth = len(self.local.active)
         tokens, score = best_draft([(node, depth - i) for i, node in enumerate(self.local.active)], k, self.cfg)

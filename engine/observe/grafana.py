@@ -5,6 +5,7 @@ worker's ``phoenix:`` metrics, plus tokens/sec by mode and arm.
 and another runs every expression through a real Prometheus). Import the file in Grafana and pick the Prometheus
 data source that scrapes the worker's /metrics.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,42 +25,91 @@ DRAFTS = _rate("phoenix:spec_decode_num_drafts_total")
 # (title, unit, [(PromQL, legend)]) in vLLM's definitions: acceptance = accepted / draft tokens,
 # mean acceptance length = 1 + accepted / drafts, position i = passes whose first i+1 drafts were accepted / drafts.
 PANELS = [
-    ("Draft acceptance rate", "percentunit",
-     [(f"{_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {_rate('phoenix:spec_decode_num_draft_tokens_total')}",
-       "accepted / drafted")]),
-    ("Mean acceptance length", "short",
-     [(f"1 + {_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {DRAFTS}", "tokens per verification pass")]),
-    ("Acceptance by draft position", "percentunit",
-     [(f"{_rate('phoenix:spec_decode_num_accepted_tokens_per_pos_total', 'position')} / scalar({DRAFTS})",
-       "position {{position}}")]),
-    ("Tokens/sec by mode and arm (mean per request)", "short",
-     [(f"{_rate('phoenix:request_tokens_per_second_sum', 'mode, arm', '')} / "
-       f"{_rate('phoenix:request_tokens_per_second_count', 'mode, arm', '')}", "{{mode}} k={{arm}}")]),
-    ("Requests per second by mode and arm", "reqps",
-     [(_rate("phoenix:requests_total", "mode, arm", ""), "{{mode}} k={{arm}}")]),
+    (
+        "Draft acceptance rate",
+        "percentunit",
+        [
+            (
+                f"{_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {_rate('phoenix:spec_decode_num_draft_tokens_total')}",
+                "accepted / drafted",
+            )
+        ],
+    ),
+    (
+        "Mean acceptance length",
+        "short",
+        [(f"1 + {_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {DRAFTS}", "tokens per verification pass")],
+    ),
+    (
+        "Acceptance by draft position",
+        "percentunit",
+        [
+            (
+                f"{_rate('phoenix:spec_decode_num_accepted_tokens_per_pos_total', 'position')} / scalar({DRAFTS})",
+                "position {{position}}",
+            )
+        ],
+    ),
+    (
+        "Tokens/sec by mode and arm (mean per request)",
+        "short",
+        [
+            (
+                f"{_rate('phoenix:request_tokens_per_second_sum', 'mode, arm', '')} / "
+                f"{_rate('phoenix:request_tokens_per_second_count', 'mode, arm', '')}",
+                "{{mode}} k={{arm}}",
+            )
+        ],
+    ),
+    (
+        "Requests per second by mode and arm",
+        "reqps",
+        [(_rate("phoenix:requests_total", "mode, arm", ""), "{{mode}} k={{arm}}")],
+    ),
     ("Requests running", "short", [(f"sum(phoenix:num_requests_running{{{MODEL}}})", "running")]),
 ]
 
 
 def _panel(i: int, title: str, unit: str, targets: list[tuple[str, str]]) -> dict:
-    return {"id": i + 1, "type": "timeseries", "title": title, "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "targets": [{"refId": chr(65 + j), "expr": expr, "legendFormat": legend}
-                        for j, (expr, legend) in enumerate(targets)]}
+    return {
+        "id": i + 1,
+        "type": "timeseries",
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": [
+            {"refId": chr(65 + j), "expr": expr, "legendFormat": legend} for j, (expr, legend) in enumerate(targets)
+        ],
+    }
 
 
 def dashboard() -> dict:
     return {
-        "title": "Phoenix speculative decoding", "uid": "phoenix-spec-decode", "schemaVersion": 39, "version": 1,
-        "tags": ["phoenix", "speculative-decoding"], "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
-        "templating": {"list": [
-            {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
-            {"name": "model_name", "type": "query", "label": "Model", "datasource": {"type": "prometheus", "uid": "${datasource}"},
-             "query": {"query": "label_values(phoenix:num_requests_running, model_name)", "refId": "models"},
-             "definition": "label_values(phoenix:num_requests_running, model_name)", "refresh": 2, "includeAll": True,
-             "multi": True, "allValue": ".*"},
-        ]},
+        "title": "Phoenix speculative decoding",
+        "uid": "phoenix-spec-decode",
+        "schemaVersion": 39,
+        "version": 1,
+        "tags": ["phoenix", "speculative-decoding"],
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "10s",
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
+                {
+                    "name": "model_name",
+                    "type": "query",
+                    "label": "Model",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": {"query": "label_values(phoenix:num_requests_running, model_name)", "refId": "models"},
+                    "definition": "label_values(phoenix:num_requests_running, model_name)",
+                    "refresh": 2,
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                },
+            ]
+        },
         "panels": [_panel(i, *p) for i, p in enumerate(PANELS)],
     }
 

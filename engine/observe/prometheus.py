@@ -14,6 +14,7 @@ As vLLM does, every child a run will touch is created at 0 when the run starts (
 ``rate()`` needs a sample before the first increment, or it never sees that increment.
 ``phoenix:num_requests_running`` mirrors vLLM's gauge, which Grafana dashboards use to list models.
 """
+
 from __future__ import annotations
 
 import socket
@@ -35,19 +36,36 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r, model = self.registry, ["model_name", "engine"]  # vLLM's label names; one engine here
         self.drafts = Counter("phoenix:spec_decode_num_drafts", "Number of spec decoding drafts.", model, registry=r)
-        self.draft_tokens = Counter("phoenix:spec_decode_num_draft_tokens", "Number of draft tokens.", model, registry=r)
-        self.accepted = Counter("phoenix:spec_decode_num_accepted_tokens", "Number of accepted tokens.", model, registry=r)
-        self.per_pos = Counter("phoenix:spec_decode_num_accepted_tokens_per_pos",
-                               "Accepted tokens per draft position.",
-                               model + ["position"], registry=r)
+        self.draft_tokens = Counter(
+            "phoenix:spec_decode_num_draft_tokens", "Number of draft tokens.", model, registry=r
+        )
+        self.accepted = Counter(
+            "phoenix:spec_decode_num_accepted_tokens", "Number of accepted tokens.", model, registry=r
+        )
+        self.per_pos = Counter(
+            "phoenix:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            model + ["position"],
+            registry=r,
+        )
         arm = ["mode", "arm"]
-        self.latency = Histogram("phoenix:request_latency_seconds", "End-to-end request latency.", arm,
-                                 buckets=LATENCY_BUCKETS, registry=r)
-        self.tokens_per_s = Histogram("phoenix:request_tokens_per_second", "Output tokens per second of a request.", arm,
-                                      buckets=TPS_BUCKETS, registry=r)
+        self.latency = Histogram(
+            "phoenix:request_latency_seconds", "End-to-end request latency.", arm, buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.tokens_per_s = Histogram(
+            "phoenix:request_tokens_per_second",
+            "Output tokens per second of a request.",
+            arm,
+            buckets=TPS_BUCKETS,
+            registry=r,
+        )
         self.requests = Counter("phoenix:requests", "Recorded requests (warm-up excluded).", arm, registry=r)
-        self.running = Gauge("phoenix:num_requests_running", "Number of requests being decoded (this worker decodes "
-                             "one at a time: 1 while a run executes).", model, registry=r)
+        self.running = Gauge(
+            "phoenix:num_requests_running",
+            "Number of requests being decoded (this worker decodes one at a time: 1 while a run executes).",
+            model,
+            registry=r,
+        )
 
     def prepare(self, model_name: str, k_max: int, mode_arms: list[tuple[str, int]]) -> None:
         """Create at 0 every child a run will touch: spec-decode counters for positions 0..k_max-1 and the
@@ -78,9 +96,13 @@ class Metrics:
 
     def serve(self, port: int, addr: str = "127.0.0.1"):
         """Start /metrics on addr:port in a daemon thread; returns (server, thread)."""
-        server_class = type("MetricsServer", (_Server,), {"address_family": socket.AF_INET6 if ":" in addr else socket.AF_INET})
+        server_class = type(
+            "MetricsServer", (_Server,), {"address_family": socket.AF_INET6 if ":" in addr else socket.AF_INET}
+        )
         try:
-            httpd: Any = make_server(addr, port, text_format(make_wsgi_app(self.registry)), server_class, handler_class=_Quiet)
+            httpd: Any = make_server(
+                addr, port, text_format(make_wsgi_app(self.registry)), server_class, handler_class=_Quiet
+            )
         except (OSError, OverflowError) as exc:
             raise PhoenixError(f"cannot serve metrics on {addr}:{port} ({exc}); pick another --metrics-port") from None
         thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="phoenix-metrics")
@@ -92,9 +114,11 @@ def text_format(app):
     """Always the Prometheus text format. prometheus_client 0.26's OpenMetrics output rewrites the ':' of sample
     names to '_' (its HELP lines keep it), so a Prometheus that negotiates OpenMetrics, as 2.x does, would store
     phoenix_spec_decode_* and no panel written for vLLM-style names would match. Found by the real-Prometheus test."""
+
     def serve(environ, start_response):
         environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
         return app(environ, start_response)
+
     return serve
 
 

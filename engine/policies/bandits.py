@@ -1,4 +1,5 @@
 """The reward-only bandits: epsilon-greedy (Phoenix's published policy), UCB1, Thompson."""
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,7 @@ class EpsilonGreedy(ArmStats):
     name: str = "epsilon_greedy"
 
     def epsilon(self, t: int) -> float:
-        return max(self.eps_floor, self.eps_start * self.eps_decay ** t)
+        return max(self.eps_floor, self.eps_start * self.eps_decay**t)
 
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         t = self.t

@@ -1,4 +1,5 @@
 """One independent copy of a base policy per context: a prompt-length bucket, or the prompt's category."""
+
 from __future__ import annotations
 
 import bisect

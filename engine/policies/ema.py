@@ -1,4 +1,5 @@
 """The acceptance-threshold controller of serving stacks, as a baseline policy."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,12 +45,15 @@ class EmaHysteresis(PolicyDefaults):
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
         self.tally(k)
         if obs is not None and obs.proposed:
-            self.ema, self.idx = self.step(self.ema, self.idx, obs.accepted / obs.proposed, self.alpha, self.up,
-                                           self.down, len(self.ladder) - 1)
+            self.ema, self.idx = self.step(
+                self.ema, self.idx, obs.accepted / obs.proposed, self.alpha, self.up, self.down, len(self.ladder) - 1
+            )
 
     def snapshot(self) -> tuple[dict, dict]:
-        return ({str(a): (self.ema or 0.0) if a == self.ladder[self.idx] else 0.0 for a in self.arms},
-                {str(a): self.counts[a] for a in self.arms})
+        return (
+            {str(a): (self.ema or 0.0) if a == self.ladder[self.idx] else 0.0 for a in self.arms},
+            {str(a): self.counts[a] for a in self.arms},
+        )
 
     def pass_rule(self, decision: Decision) -> PassController:
         """Within a request, a private copy of the EMA steps k after every pass. Used only at pass granularity
@@ -60,8 +64,9 @@ class EmaHysteresis(PolicyDefaults):
             if stats.passes:
                 p, a = state.advance(stats)
                 if p:
-                    state.ema, state.idx = self.step(state.ema, state.idx, a / p, self.alpha, self.up, self.down,
-                                                     len(self.ladder) - 1)
+                    state.ema, state.idx = self.step(
+                        state.ema, state.idx, a / p, self.alpha, self.up, self.down, len(self.ladder) - 1
+                    )
             return self.ladder[state.idx]
 
         return choose_k

@@ -1,4 +1,5 @@
 """The model-based policy: the break-even model fitted online, explored only where unsure."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

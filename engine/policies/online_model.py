@@ -12,6 +12,7 @@ fitted by weighted least squares on each request's mean drafts per pass
 against its verify seconds per pass (arm 0 included: it pins v0).
 Predicted tokens/sec at k: E(k) / tau(k).
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Every policy by name: the base policies, their contextual copies, and the wrappers."""
+
 from __future__ import annotations
 
 from engine.modes import GRANULARITIES
@@ -9,8 +10,13 @@ from engine.policies.model_based import ModelBased
 from engine.policies.types import Policy
 from engine.policies.wrappers import Fallback, FallbackConfig, PassAdaptive
 
-BASE_POLICIES = {"epsilon_greedy": EpsilonGreedy, "ucb1": UCB1, "thompson": Thompson, "model_based": ModelBased,
-                 "ema_hysteresis": EmaHysteresis}
+BASE_POLICIES = {
+    "epsilon_greedy": EpsilonGreedy,
+    "ucb1": UCB1,
+    "thompson": Thompson,
+    "model_based": ModelBased,
+    "ema_hysteresis": EmaHysteresis,
+}
 CONTEXTUAL = "contextual_"  # one copy per prompt-length bucket
 CATEGORY = "category_"  # one copy per category (Spec-Bench's column group)
 REWARD_ONLY = ("epsilon_greedy", "ucb1", "thompson")  # learn from tokens/s alone, so any arm labels work
@@ -20,8 +26,9 @@ def policy_names() -> list[str]:
     return list(BASE_POLICIES) + [f"{prefix}{b}" for prefix in (CONTEXTUAL, CATEGORY) for b in BASE_POLICIES]
 
 
-def make_policy(name: str, arms, seed: int, granularity: str = "request",
-                fallback: FallbackConfig | None = None) -> Policy:
+def make_policy(
+    name: str, arms, seed: int, granularity: str = "request", fallback: FallbackConfig | None = None
+) -> Policy:
     """The named policy, wrapped per pass and in the safety fallback when asked."""
     base = name.removeprefix(CONTEXTUAL).removeprefix(CATEGORY)
     if base not in BASE_POLICIES:

@@ -5,6 +5,7 @@ and wrapper implements.
 requests excluded). Decision t draws from its own RNG seeded with (seed, t), so a resumed
 run, which replays the recorded observations, chooses exactly as an uninterrupted one.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """Policy wrappers: per-pass k within a request, and the safety fallback to k=0.
 Each wraps any Policy and is one itself."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -20,8 +21,11 @@ class FallbackConfig:
 
     def validate(self) -> FallbackConfig:
         if self.window < 1 or self.probe_every < 1 or self.recover_probes < 1 or not 0 <= self.margin < 1:
-            raise PhoenixError("--fallback-window, --fallback-probe-every and --fallback-recover-probes must be >= 1 "
-                               "and --fallback-margin in [0, 1)", field="fallback")
+            raise PhoenixError(
+                "--fallback-window, --fallback-probe-every and --fallback-recover-probes must be >= 1 "
+                "and --fallback-margin in [0, 1)",
+                field="fallback",
+            )
         return self
 
 
@@ -140,13 +144,18 @@ class Fallback:
             self.observe_reference(reward)
         elif self.engaged:
             self.probes.append(reward)
-            if (len(self.probes) == self.cfg.recover_probes and self.baseline is not None
-                    and min(self.probes) > self.baseline * (1 + self.cfg.margin)):
+            if (
+                len(self.probes) == self.cfg.recover_probes
+                and self.baseline is not None
+                and min(self.probes) > self.baseline * (1 + self.cfg.margin)
+            ):
                 self.engaged, self.pending = False, "fallback_recovered"
                 self.recent.clear()
         elif self.baseline is not None:
             self.recent.append(reward)
-            if len(self.recent) == self.cfg.window and sum(self.recent) / self.cfg.window < self.baseline * (1 - self.cfg.margin):
+            if len(self.recent) == self.cfg.window and sum(self.recent) / self.cfg.window < self.baseline * (
+                1 - self.cfg.margin
+            ):
                 self.engaged, self.pending, self.since = True, "fallback_engaged", -1
                 self.probes.clear()
         if self.engaged:

@@ -9,6 +9,7 @@ Three stages, each resumable from files under ``<out>/work``:
                 Face model directory with a model card.
 No held-out test prompt (engine.prompts' test split) may be in the teacher data.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,13 +53,18 @@ class DistillConfig:
 
 def validate(cfg: DistillConfig) -> DistillConfig:
     """Every number checked before any model loads, each with the flag to fix."""
-    checks = [(cfg.epochs >= 1, "--epochs must be >= 1"), (cfg.lora_r >= 1, "--lora-r must be >= 1"),
-              (cfg.lora_alpha > 0, "--lora-alpha must be > 0"), (0 <= cfg.lora_dropout < 1, "--lora-dropout must be in [0, 1)"),
-              (cfg.lr > 0, "--lr must be > 0"), (cfg.batch_size >= 1, "--batch-size must be >= 1"),
-              (cfg.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
-              (1 <= cfg.max_new_tokens <= 4096, "--max-new-tokens must be in 1..4096"),
-              (cfg.limit is None or cfg.limit >= 1, "--limit must be >= 1"),
-              (cfg.save_dtype in ("float16", "bfloat16", "float32"), "--save-dtype must be float16, bfloat16 or float32")]
+    checks = [
+        (cfg.epochs >= 1, "--epochs must be >= 1"),
+        (cfg.lora_r >= 1, "--lora-r must be >= 1"),
+        (cfg.lora_alpha > 0, "--lora-alpha must be > 0"),
+        (0 <= cfg.lora_dropout < 1, "--lora-dropout must be in [0, 1)"),
+        (cfg.lr > 0, "--lr must be > 0"),
+        (cfg.batch_size >= 1, "--batch-size must be >= 1"),
+        (cfg.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
+        (1 <= cfg.max_new_tokens <= 4096, "--max-new-tokens must be in 1..4096"),
+        (cfg.limit is None or cfg.limit >= 1, "--limit must be >= 1"),
+        (cfg.save_dtype in ("float16", "bfloat16", "float32"), "--save-dtype must be float16, bfloat16 or float32"),
+    ]
     for ok, message in checks:
         if not ok:
             raise PhoenixError(message)
@@ -85,13 +91,17 @@ def default_out(cfg: DistillConfig) -> str:
 
 def training_prompts(cfg: DistillConfig):
     if cfg.prompts in ("humaneval-test", "humaneval"):
-        raise PhoenixError(f"--prompts {cfg.prompts} includes the held-out test split: use humaneval-train or a JSONL file")
+        raise PhoenixError(
+            f"--prompts {cfg.prompts} includes the held-out test split: use humaneval-train or a JSONL file"
+        )
     prompts = load(cfg.prompts, cfg.limit)
     _, test = split(humaneval())
     held_out = {p.id for p in test} | {p.text.strip() for p in test}
     leaked = [p.id for p in prompts if p.id in held_out or p.text.strip() in held_out]
     if leaked:
-        raise PhoenixError(f"{len(leaked)} training prompt(s) are held-out test prompts (first: {leaked[0]}); remove them")
+        raise PhoenixError(
+            f"{len(leaked)} training prompt(s) are held-out test prompts (first: {leaked[0]}); remove them"
+        )
     return prompts
 
 
@@ -127,8 +137,9 @@ class Work:
         return rows
 
 
-def stage_answers(cfg: DistillConfig, pair, work: Work, prompts, on_answer: Callable | None = None,
-                  progress: bool = True) -> list[dict]:
+def stage_answers(
+    cfg: DistillConfig, pair, work: Work, prompts, on_answer: Callable | None = None, progress: bool = True
+) -> list[dict]:
     """Stage 1: greedy teacher answers, appended one JSON line per prompt."""
     from tqdm import tqdm
 

@@ -12,6 +12,7 @@ directions) and shallow. Two stages:
 
 The held-out test split is checked out by id and by text before any training.
 """
+
 from __future__ import annotations
 
 import ast
@@ -56,16 +57,29 @@ class DraftConfig:
 
     def validate(self) -> DraftConfig:
         """Every number checked before the target loads, each with the flag to fix."""
-        checks = [(self.steps >= (0 if self.init_from else 1), "--steps must be >= 1 (0 only with --init-from)"),
-                  (self.seq_steps >= 0 and self.seq_batch >= 1, "--seq-steps must be >= 0 and --seq-batch >= 1"),
-                  (self.answer_prompts >= 0 and self.answer_tokens >= 1 and self.answer_batch >= 1,
-                   "--answer-prompts must be >= 0, --answer-tokens and --answer-batch >= 1"),
-                  (self.seq_lr > 0, "--seq-lr must be > 0"), (self.batch >= 1, "--batch must be >= 1"),
-                  (self.layers >= 1, "--layers must be >= 1"), (self.seq_len >= 8, "--seq-len must be >= 8"),
-                  (self.heads >= 1 and self.hidden % self.heads == 0, "--hidden must be a multiple of --heads"),
-                  (self.kv_heads >= 1 and self.heads % self.kv_heads == 0, "--heads must be a multiple of --kv-heads"),
-                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_steps < max(self.steps, self.seq_steps, 1), "--warmup-steps must be below the step counts"),
-                  (self.save_dtype in ("float16", "bfloat16", "float32"), "--save-dtype must be float16, bfloat16 or float32")]
+        checks = [
+            (self.steps >= (0 if self.init_from else 1), "--steps must be >= 1 (0 only with --init-from)"),
+            (self.seq_steps >= 0 and self.seq_batch >= 1, "--seq-steps must be >= 0 and --seq-batch >= 1"),
+            (
+                self.answer_prompts >= 0 and self.answer_tokens >= 1 and self.answer_batch >= 1,
+                "--answer-prompts must be >= 0, --answer-tokens and --answer-batch >= 1",
+            ),
+            (self.seq_lr > 0, "--seq-lr must be > 0"),
+            (self.batch >= 1, "--batch must be >= 1"),
+            (self.layers >= 1, "--layers must be >= 1"),
+            (self.seq_len >= 8, "--seq-len must be >= 8"),
+            (self.heads >= 1 and self.hidden % self.heads == 0, "--hidden must be a multiple of --heads"),
+            (self.kv_heads >= 1 and self.heads % self.kv_heads == 0, "--heads must be a multiple of --kv-heads"),
+            (self.lr > 0, "--lr must be > 0"),
+            (
+                0 <= self.warmup_steps < max(self.steps, self.seq_steps, 1),
+                "--warmup-steps must be below the step counts",
+            ),
+            (
+                self.save_dtype in ("float16", "bfloat16", "float32"),
+                "--save-dtype must be float16, bfloat16 or float32",
+            ),
+        ]
         for ok, message in checks:
             if not ok:
                 raise PhoenixError(message)
@@ -82,12 +96,18 @@ def corpus_ids(tokenizer) -> tuple[list[int], dict]:
     joined = "\n".join(texts)
     leaked = [p.id for p in test if p.text.strip() in joined]
     if leaked:
-        raise PhoenixError(f"{len(leaked)} held-out HumanEval prompt(s) appear in the stdlib corpus (first: {leaked[0]})")
+        raise PhoenixError(
+            f"{len(leaked)} held-out HumanEval prompt(s) appear in the stdlib corpus (first: {leaked[0]})"
+        )
     ids = tokenizer(joined, add_special_tokens=False)["input_ids"]
     for p in train:
         ids += format_prompt(tokenizer, p.text)
-    return ids, {"stdlib_files": len(texts), "humaneval_train_prompts": len(train), "tokens": len(ids),
-                 "held_out_checked": len(test)}
+    return ids, {
+        "stdlib_files": len(texts),
+        "humaneval_train_prompts": len(train),
+        "tokens": len(ids),
+        "held_out_checked": len(test),
+    }
 
 
 def stdlib_functions(texts: list[str]) -> list[str]:
@@ -104,7 +124,7 @@ def stdlib_functions(texts: list[str]) -> list[str]:
                 continue
             doc = node.body[0]
             if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
-                out.append("\n".join(lines[node.lineno - 1: doc.end_lineno]) + "\n")
+                out.append("\n".join(lines[node.lineno - 1 : doc.end_lineno]) + "\n")
     return out
 
 
@@ -127,23 +147,32 @@ def target_answers(teacher, tokenizer, texts: list[str], cfg: DraftConfig) -> li
     out = []
     with torch.inference_mode():
         for start in tqdm(range(0, len(prompts), cfg.answer_batch), desc="target answers"):
-            chunk = prompts[start:start + cfg.answer_batch]
+            chunk = prompts[start : start + cfg.answer_batch]
             width = max(map(len, chunk))
             x = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
-            gen = teacher.generate(input_ids=x, attention_mask=mask, max_new_tokens=cfg.answer_tokens, do_sample=False,
-                                   pad_token_id=pad)
+            gen = teacher.generate(
+                input_ids=x, attention_mask=mask, max_new_tokens=cfg.answer_tokens, do_sample=False, pad_token_id=pad
+            )
             for p, row in zip(chunk, gen[:, width:].tolist()):
-                answer = row[:row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+                answer = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
                 out.append((p + answer, len(p)))
     return out
 
 
 def draft_config(target_config, cfg: DraftConfig):
-    config = target_config.__class__(**{**target_config.to_dict(), "hidden_size": cfg.hidden, "intermediate_size": cfg.ffn,
-                                        "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
-                                        "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.hidden // cfg.heads,
-                                        "tie_word_embeddings": True})
+    config = target_config.__class__(
+        **{
+            **target_config.to_dict(),
+            "hidden_size": cfg.hidden,
+            "intermediate_size": cfg.ffn,
+            "num_hidden_layers": cfg.layers,
+            "num_attention_heads": cfg.heads,
+            "num_key_value_heads": cfg.kv_heads,
+            "head_dim": cfg.hidden // cfg.heads,
+            "tie_word_embeddings": True,
+        }
+    )
     config.architectures = target_config.architectures
     return config
 
@@ -178,8 +207,17 @@ def build_draft(cfg: DraftConfig) -> dict:
     losses, answer_losses, answers = [], [], []
     if cfg.steps:
         t0 = time.perf_counter()
-        losses = train_lm(draft, torch.tensor(ids, dtype=torch.long), cfg, cfg.steps, cfg.batch, cfg.lr, cfg.seed,
-                          "draft (KL to the target)", teacher=teacher)
+        losses = train_lm(
+            draft,
+            torch.tensor(ids, dtype=torch.long),
+            cfg,
+            cfg.steps,
+            cfg.batch,
+            cfg.lr,
+            cfg.seed,
+            "draft (KL to the target)",
+            teacher=teacher,
+        )
         seconds["distill"] = time.perf_counter() - t0
     if cfg.seq_steps and cfg.answer_prompts:
         t0 = time.perf_counter()
@@ -189,15 +227,29 @@ def build_draft(cfg: DraftConfig) -> dict:
         answer_losses = train_on_sequences(draft, answers, cfg)
         seconds["answers_training"] = time.perf_counter() - t0
     data["answers"] = {"prompts": len(answers), "answer_tokens": sum(len(s) - n for s, n in answers)}
-    card = {"role": "draft", "name": SMOLLM2_DRAFT if cfg.target == SMOLLM2 else Path(cfg.out).name,
-            "teacher": cfg.target, "parameters": sum(p.numel() for p in draft.parameters()), "data": data,
-            "kl_loss": losses, "answers_loss": answer_losses, "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
-            "draft_config": asdict(cfg), "torch": torch.__version__}
+    card = {
+        "role": "draft",
+        "name": SMOLLM2_DRAFT if cfg.target == SMOLLM2 else Path(cfg.out).name,
+        "teacher": cfg.target,
+        "parameters": sum(p.numel() for p in draft.parameters()),
+        "data": data,
+        "kl_loss": losses,
+        "answers_loss": answer_losses,
+        "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "draft_config": asdict(cfg),
+        "torch": torch.__version__,
+    }
     if cfg.init_from:
         card["init_from"] = _card(cfg.init_from)
     save_model(draft, tokenizer, Path(cfg.out), cfg, card)
-    return {"out": cfg.out, "parameters": card["parameters"], "tokens": data["tokens"], "kl_last_loss": losses[-1] if losses else None,
-            "answers_last_loss": answer_losses[-1] if answer_losses else None, "stage_seconds": card["stage_seconds"]}
+    return {
+        "out": cfg.out,
+        "parameters": card["parameters"],
+        "tokens": data["tokens"],
+        "kl_last_loss": losses[-1] if losses else None,
+        "answers_last_loss": answer_losses[-1] if answer_losses else None,
+        "stage_seconds": card["stage_seconds"],
+    }
 
 
 def _card(path: str) -> dict:

@@ -1,5 +1,6 @@
 """--eval: the same held-out prompts through the bench with the original and the
 distilled draft, compared side by side per arm."""
+
 from __future__ import annotations
 
 from db import distills, queries
@@ -17,9 +18,19 @@ def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, pr
     modes = ["target"] + [f"fixed_{k}" for k in ks]
     runs = {}
     for label, draft in (("before", cfg.draft), ("after", out_dir)):
-        bench = BenchConfig(target=cfg.target, draft=draft, prompts=cfg.eval_prompts, limit=cfg.eval_limit,
-                            max_new_tokens=cfg.eval_max_new_tokens, modes=modes, seed=cfg.seed, device=cfg.device,
-                            dtype="float32", allow_pickle=cfg.allow_pickle, name=f"distill #{distill_id} {label}")
+        bench = BenchConfig(
+            target=cfg.target,
+            draft=draft,
+            prompts=cfg.eval_prompts,
+            limit=cfg.eval_limit,
+            max_new_tokens=cfg.eval_max_new_tokens,
+            modes=modes,
+            seed=cfg.seed,
+            device=cfg.device,
+            dtype="float32",
+            allow_pickle=cfg.allow_pickle,
+            name=f"distill #{distill_id} {label}",
+        )
         run = create_run(store, bench)
         distills.set_fields(store, distill_id, **{f"{label}_run_id": run.id})
         execute(store, run.id, bench, progress=progress)
@@ -41,9 +52,13 @@ class RunFigures:
         rows = self.positions[self.positions["mode"] == mode]
         drafts = int(rows["proposed"].iloc[0]) if len(rows) else 0
         m = self.summaries.get(mode)
-        return {"per_position": [int(acc) / drafts if drafts else None for acc in rows["accepted"]],
-                "acceptance": m.acceptance if m else None, "tokens_per_s": m.tokens_per_s if m else None,
-                "speedup": m.speedup.median if (m and m.speedup) else None, "n": m.n if m else 0}
+        return {
+            "per_position": [int(acc) / drafts if drafts else None for acc in rows["accepted"]],
+            "acceptance": m.acceptance if m else None,
+            "tokens_per_s": m.tokens_per_s if m else None,
+            "speedup": m.speedup.median if (m and m.speedup) else None,
+            "n": m.n if m else 0,
+        }
 
     def tokens_per_s(self, mode: str) -> list[float]:
         return self.rewards[self.rewards["mode"] == mode]["tokens_per_s"].tolist()
@@ -61,21 +76,34 @@ def compare(store: Store, before: int, after: int, modes: list[str]) -> dict:
     arms = {}
     for mode in modes:
         w = welch(b.tokens_per_s(mode), a.tokens_per_s(mode))
-        arms[mode] = {"before": b.arm(mode), "after": a.arm(mode), "welch": None if w is None else
-                      {"diff": w.diff, "p_value": w.p_value, "ci": [w.ci_low, w.ci_high], "verdict": w.verdict}}
-    return {"before_run_id": before, "after_run_id": after, "arms": arms,
-            "overall_acceptance": {"before": b.acceptance(modes), "after": a.acceptance(modes)}}
+        arms[mode] = {
+            "before": b.arm(mode),
+            "after": a.arm(mode),
+            "welch": None
+            if w is None
+            else {"diff": w.diff, "p_value": w.p_value, "ci": [w.ci_low, w.ci_high], "verdict": w.verdict},
+        }
+    return {
+        "before_run_id": before,
+        "after_run_id": after,
+        "arms": arms,
+        "overall_acceptance": {"before": b.acceptance(modes), "after": a.acceptance(modes)},
+    }
 
 
 def format_comparison(ev: dict) -> str:
-    lines = [f"held-out evaluation: run #{ev['before_run_id']} (before) vs run #{ev['after_run_id']} (after)",
-             f"{'arm':<10}{'accept before':>15}{'after':>9}{'tok/s before':>14}{'after':>9}{'x target':>10}{'after':>8}"
-             f"{'p (Welch)':>11}  verdict"]
+    lines = [
+        f"held-out evaluation: run #{ev['before_run_id']} (before) vs run #{ev['after_run_id']} (after)",
+        f"{'arm':<10}{'accept before':>15}{'after':>9}{'tok/s before':>14}{'after':>9}{'x target':>10}{'after':>8}"
+        f"{'p (Welch)':>11}  verdict",
+    ]
     for mode, r in ev["arms"].items():
         b, a, w = r["before"], r["after"], r["welch"] or {}
-        lines.append(f"{mode:<10}{_pct(b['acceptance']):>15}{_pct(a['acceptance']):>9}{_num(b['tokens_per_s']):>14}"
-                     f"{_num(a['tokens_per_s']):>9}{_num(b['speedup']):>10}{_num(a['speedup']):>8}"
-                     f"{_num(w.get('p_value'), '.4f'):>11}  {w.get('verdict', 'too few requests')}")
+        lines.append(
+            f"{mode:<10}{_pct(b['acceptance']):>15}{_pct(a['acceptance']):>9}{_num(b['tokens_per_s']):>14}"
+            f"{_num(a['tokens_per_s']):>9}{_num(b['speedup']):>10}{_num(a['speedup']):>8}"
+            f"{_num(w.get('p_value'), '.4f'):>11}  {w.get('verdict', 'too few requests')}"
+        )
         lines.append(f"{'':<10}per position before: " + " ".join(_num(x, ".3f") for x in b["per_position"]))
         lines.append(f"{'':<10}per position after:  " + " ".join(_num(x, ".3f") for x in a["per_position"]))
     o = ev["overall_acceptance"]

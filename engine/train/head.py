@@ -9,6 +9,7 @@ Four stages, each timed into the model card:
 4. evaluation: top-1 agreement per unroll step on the answers of held-out prompts.
 Held-out prompts (HumanEval and Spec-Bench test halves) are never used: checked by id and by text.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,9 @@ from engine.paths import DATA_DIR, MODELS_DIR, check_ours
 class HeadBuildConfig:
     target: str = "smollm2"  # the target the head drafts for (a name, directory or cached id)
     out: str = str(MODELS_DIR / "smollm2-eagle3")  # where the head folder is written
-    draft_vocab_size: int = 4096  # output rows: the most frequent answer tokens (FR-Spec); 4096 covered 98.9% on SmolLM2
+    draft_vocab_size: int = (
+        4096  # output rows: the most frequent answer tokens (FR-Spec); 4096 covered 98.9% on SmolLM2
+    )
     humaneval_prompts: int = 114  # from HumanEval's train split (114 = all of it)
     spec_bench_prompts: int = 240  # from Spec-Bench's train half (240 = all of it)
     stdlib_prompts: int = 60  # windows of standard-library code, continued as raw text
@@ -60,26 +63,43 @@ class Sample:
     greedy: bool = True  # the tokens after the prompt are the target's greedy answer (False: fixed text)
 
 
-def answer_with_taps(target, prompts: list[list[int]], max_new: int, batch: int, taps: tuple[int, ...],
-                     pad_id: int, eos_id: int | None, on_batch=None) -> list[Sample]:
+def answer_with_taps(
+    target,
+    prompts: list[list[int]],
+    max_new: int,
+    batch: int,
+    taps: tuple[int, ...],
+    pad_id: int,
+    eos_id: int | None,
+    on_batch=None,
+) -> list[Sample]:
     """Greedy answers in left-padded batches; taps and final states taken from generate's own passes."""
     samples: list[Sample] = []
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     for start in range(0, len(order), batch):
-        rows = [prompts[i] for i in order[start:start + batch]]
+        rows = [prompts[i] for i in order[start : start + batch]]
         width = max(map(len, rows))
         ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for r, p in enumerate(rows):
-            ids[r, width - len(p):], mask[r, width - len(p):] = torch.tensor(p), 1
+            ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
         with torch.inference_mode():
-            out = target.generate(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                                  max_new_tokens=max_new, do_sample=False, output_hidden_states=True,
-                                  return_dict_in_generate=True, pad_token_id=pad_id, eos_token_id=eos_id)
+            out = target.generate(
+                input_ids=ids.to(target.device),
+                attention_mask=mask.to(target.device),
+                max_new_tokens=max_new,
+                do_sample=False,
+                output_hidden_states=True,
+                return_dict_in_generate=True,
+                pad_token_id=pad_id,
+                eos_token_id=eos_id,
+            )
         layers = [*taps, -1]
         per_layer = [torch.cat([step[i] for step in out.hidden_states], dim=1) for i in layers]
         for r, p in enumerate(rows):
-            samples.append(_sample(out.sequences[r].cpu(), [t[r].cpu() for t in per_layer], width - len(p), width, eos_id))
+            samples.append(
+                _sample(out.sequences[r].cpu(), [t[r].cpu() for t in per_layer], width - len(p), width, eos_id)
+            )
         if on_batch:
             on_batch(len(samples), len(prompts))
     return samples
@@ -92,19 +112,20 @@ def text_with_taps(target, texts: list[list[int]], batch: int, taps: tuple[int, 
     samples: list[Sample] = []
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     for start in range(0, len(order), batch):
-        rows = [texts[i] for i in order[start:start + batch]]
+        rows = [texts[i] for i in order[start : start + batch]]
         width = max(len(ids) for ids in rows)
         x = torch.zeros(len(rows), width, dtype=torch.long)
         mask = torch.zeros_like(x)
         for r, ids in enumerate(rows):
-            x[r, :len(ids)], mask[r, :len(ids)] = torch.tensor(ids), 1
+            x[r, : len(ids)], mask[r, : len(ids)] = torch.tensor(ids), 1
         with torch.inference_mode():
-            hs = target(input_ids=x.to(target.device), attention_mask=mask.to(target.device),
-                        output_hidden_states=True).hidden_states
+            hs = target(
+                input_ids=x.to(target.device), attention_mask=mask.to(target.device), output_hidden_states=True
+            ).hidden_states
         for r, ids in enumerate(rows):
             n = len(ids)
-            feats = torch.cat([hs[i][r, :n - 1] for i in taps], dim=-1).cpu().to(torch.bfloat16)
-            samples.append(Sample(x[r, :n].clone(), feats, hs[-1][r, :n - 1].cpu().to(torch.bfloat16), 0, False))
+            feats = torch.cat([hs[i][r, : n - 1] for i in taps], dim=-1).cpu().to(torch.bfloat16)
+            samples.append(Sample(x[r, :n].clone(), feats, hs[-1][r, : n - 1].cpu().to(torch.bfloat16), 0, False))
         if on_batch:
             on_batch(len(samples), len(texts))
     return samples
@@ -116,8 +137,8 @@ def _sample(seq: torch.Tensor, layers: list[torch.Tensor], pad: int, width: int,
         hits = (seq[width:] == eos_id).nonzero()
         if len(hits):
             end = width + int(hits[0]) + 1
-    feats = torch.cat(layers[:-1], dim=-1)[pad:end - 1].to(torch.bfloat16)
-    return Sample(seq[pad:end].clone(), feats, layers[-1][pad:end - 1].to(torch.bfloat16), width - pad)
+    feats = torch.cat(layers[:-1], dim=-1)[pad : end - 1].to(torch.bfloat16)
+    return Sample(seq[pad:end].clone(), feats, layers[-1][pad : end - 1].to(torch.bfloat16), width - pad)
 
 
 def pick_vocab(samples: list[Sample], size: int, vocab: int) -> tuple[torch.Tensor, dict]:
@@ -126,13 +147,19 @@ def pick_vocab(samples: list[Sample], size: int, vocab: int) -> tuple[torch.Tens
     counts = torch.zeros(vocab, dtype=torch.long)
     for s in samples:
         if s.greedy:
-            counts += torch.bincount(s.tokens[s.prompt_len:], minlength=vocab)[:vocab]
+            counts += torch.bincount(s.tokens[s.prompt_len :], minlength=vocab)[:vocab]
     ranked = counts.argsort(descending=True)
     total = max(int(counts.sum()), 1)
-    coverage = {n: round(float(counts[ranked[:n]].sum()) / total, 4) for n in (1024, 2048, 4096, 8192, 16384, size)
-                if n <= vocab}
-    return ranked[:size].sort().values, {"answer_tokens": total, "distinct": int((counts > 0).sum()),
-                                          "coverage": coverage}
+    coverage = {
+        n: round(float(counts[ranked[:n]].sum()) / total, 4)
+        for n in (1024, 2048, 4096, 8192, 16384, size)
+        if n <= vocab
+    }
+    return ranked[:size].sort().values, {
+        "answer_tokens": total,
+        "distinct": int((counts > 0).sum()),
+        "coverage": coverage,
+    }
 
 
 class Trainer:
@@ -147,9 +174,9 @@ class Trainer:
         f, z, x, valid, answer = _pad(batch)
         J = f.shape[1] - 1  # pairs j = 0..J-1: taps at j, token j+1, label: the target's distribution at j+1
         with torch.no_grad():
-            p = torch.softmax(z[:, 1:J + 1].float() @ self.out_rows.T, dim=-1)
-            greedy = x[:, 2:J + 2]
-            emb = self.embed(x[:, 1:J + 1]).float()
+            p = torch.softmax(z[:, 1 : J + 1].float() @ self.out_rows.T, dim=-1)
+            greedy = x[:, 2 : J + 2]
+            emb = self.embed(x[:, 1 : J + 1]).float()
         hidden = self.head.fc(f[:, :J].float())
         positions = torch.arange(J).expand(len(batch), J)
         keys, values, total, agree = [], [], torch.zeros(()), []
@@ -159,12 +186,12 @@ class Trainer:
             values.append(v)
             prenorm = self.head.after_attention(_ttt_attention(q, keys, values), hidden)
             logits = self.head.logits(prenorm)
-            ok = valid[:, 1:J + 1] & (torch.arange(J) >= s)  # step s needs a real prefix ending at j - s
+            ok = valid[:, 1 : J + 1] & (torch.arange(J) >= s)  # step s needs a real prefix ending at j - s
             ce = -(p * torch.log_softmax(logits.float(), dim=-1)).sum(-1)
-            total = total + self.cfg.step_decay ** s * ce[ok].mean()
+            total = total + self.cfg.step_decay**s * ce[ok].mean()
             with torch.no_grad():
                 hit = self.head.to_target_ids(logits.argmax(-1)) == greedy
-                sel = ok & answer[:, 1:J + 1]
+                sel = ok & answer[:, 1 : J + 1]
                 agree.append(float(hit[sel].float().mean()) if sel.any() else float("nan"))
             hidden = torch.cat([torch.zeros_like(prenorm[:, :1]), prenorm[:, :-1]], dim=1)
         return total, agree
@@ -186,7 +213,7 @@ def _ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch
     w = torch.softmax(torch.cat(scores, dim=-1).nan_to_num(nan=0.0), dim=-1).nan_to_num(nan=0.0)
     out = w[..., :J] @ vs[0]
     for t in range(1, s + 1):
-        out = out + w[..., J + t - 1:J + t] * _shift(vs[t], s - t)
+        out = out + w[..., J + t - 1 : J + t] * _shift(vs[t], s - t)
     return out.transpose(1, 2)
 
 
@@ -206,9 +233,9 @@ def _pad(batch: list[Sample]):
     answer = torch.zeros(B, T, dtype=torch.bool)  # ... and it is the target's greedy answer token
     for r, s in enumerate(batch):
         n = len(s.tokens)
-        f[r, :n - 1], z[r, :n - 1], x[r, :n] = s.feats.float(), s.last.float(), s.tokens
-        valid[r, :n - 1] = True
-        answer[r, max(s.prompt_len - 1, 0):n - 1] = s.greedy
+        f[r, : n - 1], z[r, : n - 1], x[r, :n] = s.feats.float(), s.last.float(), s.tokens
+        valid[r, : n - 1] = True
+        answer[r, max(s.prompt_len - 1, 0) : n - 1] = s.greedy
     return f, z, x, valid, answer
 
 
@@ -234,7 +261,9 @@ def clip_prompt(sample: Sample, keep: int) -> Sample:
     return Sample(sample.tokens[cut:], sample.feats[cut:], sample.last[cut:], sample.prompt_len - cut, sample.greedy)
 
 
-def train(trainer: Trainer, samples: list[Sample], cfg: HeadBuildConfig, on_step=None, held: list[Sample] | None = None) -> dict:
+def train(
+    trainer: Trainer, samples: list[Sample], cfg: HeadBuildConfig, on_step=None, held: list[Sample] | None = None
+) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in trainer.head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -252,8 +281,15 @@ def train(trainer: Trainer, samples: list[Sample], cfg: HeadBuildConfig, on_step
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             step += 1
-            history.append({"step": step, "epoch": epoch, "loss": round(loss.item(), 4),
-                            "top1": [round(a, 4) for a in agree], "s": round(time.perf_counter() - start, 1)})
+            history.append(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": round(loss.item(), 4),
+                    "top1": [round(a, 4) for a in agree],
+                    "s": round(time.perf_counter() - start, 1),
+                }
+            )
             if held and cfg.eval_every and step % cfg.eval_every == 0:
                 history[-1]["held_out_top1"] = evaluate(trainer, held)
                 trainer.head.train()

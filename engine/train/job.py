@@ -1,4 +1,5 @@
 """Running a distillation job end to end, recorded in the store, and its --eval."""
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,13 @@ class Timer:
         self.work.save_state(seconds=self.seconds)
 
 
-def run(cfg: DistillConfig, store: Store | None = None, progress: bool = True,
-        on_answer: Callable | None = None, on_step: Callable | None = None) -> dict:
+def run(
+    cfg: DistillConfig,
+    store: Store | None = None,
+    progress: bool = True,
+    on_answer: Callable | None = None,
+    on_step: Callable | None = None,
+) -> dict:
     """All three stages (resuming whatever an earlier attempt finished), then --eval if asked."""
     validate(cfg)
     cfg.out = cfg.out or default_out(cfg)
@@ -55,14 +61,28 @@ def run(cfg: DistillConfig, store: Store | None = None, progress: bool = True,
         timer.add("merge", t0)
         n_tokens = sum(len(a["answer_ids"]) for a in answers)
         base = "phoenix-tiny/draft (embedded)" if cfg.draft == "embedded" else cfg.draft
-        card = {"role": "draft", "base_model": base, "teacher": cfg.target, "answers": len(answers),
-                "answer_tokens": n_tokens, "losses": losses, "stage_seconds": timer.seconds}
+        card = {
+            "role": "draft",
+            "base_model": base,
+            "teacher": cfg.target,
+            "answers": len(answers),
+            "answer_tokens": n_tokens,
+            "losses": losses,
+            "stage_seconds": timer.seconds,
+        }
         write_cards(cfg, out, card, model_card(cfg, base, len(answers), n_tokens, losses, timer.seconds))
         work.save_state(merged=True)
         _record(store, row, stage_seconds=timer.seconds)
-        result = {"out": str(out), "answers": len(answers), "answer_tokens": n_tokens, "steps": len(losses),
-                  "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-                  "stage_seconds": timer.seconds, "distill_id": row.id if row else None}
+        result = {
+            "out": str(out),
+            "answers": len(answers),
+            "answer_tokens": n_tokens,
+            "steps": len(losses),
+            "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None,
+            "stage_seconds": timer.seconds,
+            "distill_id": row.id if row else None,
+        }
         if cfg.eval:
             if store is None:
                 raise PhoenixError("--eval records its runs in the database: pass --db or set PHOENIX_DB")
@@ -73,7 +93,12 @@ def run(cfg: DistillConfig, store: Store | None = None, progress: bool = True,
         _record(store, row, status="interrupted")
         raise
     except Exception as exc:
-        _record(store, row, status="failed", error=str(exc) if isinstance(exc, PhoenixError) else f"{type(exc).__name__}: {exc}")
+        _record(
+            store,
+            row,
+            status="failed",
+            error=str(exc) if isinstance(exc, PhoenixError) else f"{type(exc).__name__}: {exc}",
+        )
         raise
 
 

@@ -1,4 +1,5 @@
 """Stages 2 and 3 of draft distillation: LoRA fine-tuning with peft, then the merge."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ def lora_model(draft, cfg: DistillConfig, adapter_dir: Path | None):
     if adapter_dir is not None:
         return PeftModel.from_pretrained(draft, adapter_dir, is_trainable=True)
     torch.manual_seed(cfg.seed)  # LoRA's A matrices are random; B starts at zero
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=cfg.target_modules, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.target_modules,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(draft, lora)
 
 
@@ -28,7 +34,7 @@ def plan(n_rows: int, cfg: DistillConfig) -> list[list[int]]:
     batches = []
     for epoch in range(cfg.epochs):
         order = torch.randperm(n_rows, generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch)).tolist()
-        batches += [order[i:i + cfg.batch_size] for i in range(0, n_rows, cfg.batch_size)]
+        batches += [order[i : i + cfg.batch_size] for i in range(0, n_rows, cfg.batch_size)]
     return batches
 
 
@@ -40,10 +46,10 @@ def collate(rows: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     labels = torch.full((len(rows), width), -100, dtype=torch.long)
     for i, (r, s) in enumerate(zip(rows, seqs)):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
         start = len(r["prompt_ids"])
-        labels[i, start:len(s)] = torch.tensor(r["answer_ids"])
+        labels[i, start : len(s)] = torch.tensor(r["answer_ids"])
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
@@ -74,8 +80,15 @@ def latest_checkpoint(work: Work) -> Path | None:
     return None
 
 
-def stage_lora(cfg: DistillConfig, draft, rows: list[dict], work: Work, pad_id: int,
-               on_step: Callable[[int, float], None] | None = None, progress: bool = True):
+def stage_lora(
+    cfg: DistillConfig,
+    draft,
+    rows: list[dict],
+    work: Work,
+    pad_id: int,
+    on_step: Callable[[int, float], None] | None = None,
+    progress: bool = True,
+):
     """Stage 2: returns (peft model, per-step losses)."""
     from tqdm import tqdm
 
@@ -112,27 +125,47 @@ def stage_lora(cfg: DistillConfig, draft, rows: list[dict], work: Work, pad_id: 
     return model, losses
 
 
-def model_card(cfg: DistillConfig, base: str, n_answers: int, answer_tokens: int, losses: list[float],
-               seconds: dict) -> str:
+def model_card(
+    cfg: DistillConfig, base: str, n_answers: int, answer_tokens: int, losses: list[float], seconds: dict
+) -> str:
     per_epoch = max(1, len(losses) // cfg.epochs)
-    epochs = [sum(losses[i:i + per_epoch]) / len(losses[i:i + per_epoch]) for i in range(0, len(losses), per_epoch)]
-    loss_line = (f"- Loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f}; mean per epoch "
-                 + ", ".join(f"{x:.4f}" for x in epochs) + ".") if losses else "- Loss: no steps."
-    lines = ["---", "library_name: transformers", f"base_model: {base}",
-             "tags: [phoenix, speculative-decoding, draft-model, distillation, lora, merged]", "---", "",
-             f"# Distilled draft of `{base}`", "",
-             f"A draft model for speculative decoding, fine-tuned to write like its target `{cfg.target}`.", "",
-             "## Data", "",
-             f"- Teacher: `{cfg.target}`, greedy, up to {cfg.max_new_tokens} new tokens, chat template with thinking "
-             "disabled when the tokenizer has one.",
-             f"- Prompts: `{cfg.prompts}` ({n_answers} prompts, {answer_tokens} answer tokens). The held-out HumanEval "
-             "test split (seed 42, 50 prompts) is excluded and checked.", "",
-             "## Training", "",
-             f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, modules `{cfg.target_modules}`, "
-             f"lr {cfg.lr}, batch {cfg.batch_size}, {cfg.epochs} epoch(s), {len(losses)} steps, seed {cfg.seed}; loss on "
-             "answer tokens only; merged into full weights.",
-             loss_line,
-             "- Wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + ".", ""]
+    epochs = [sum(losses[i : i + per_epoch]) / len(losses[i : i + per_epoch]) for i in range(0, len(losses), per_epoch)]
+    loss_line = (
+        (
+            f"- Loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f}; mean per epoch "
+            + ", ".join(f"{x:.4f}" for x in epochs)
+            + "."
+        )
+        if losses
+        else "- Loss: no steps."
+    )
+    lines = [
+        "---",
+        "library_name: transformers",
+        f"base_model: {base}",
+        "tags: [phoenix, speculative-decoding, draft-model, distillation, lora, merged]",
+        "---",
+        "",
+        f"# Distilled draft of `{base}`",
+        "",
+        f"A draft model for speculative decoding, fine-tuned to write like its target `{cfg.target}`.",
+        "",
+        "## Data",
+        "",
+        f"- Teacher: `{cfg.target}`, greedy, up to {cfg.max_new_tokens} new tokens, chat template with thinking "
+        "disabled when the tokenizer has one.",
+        f"- Prompts: `{cfg.prompts}` ({n_answers} prompts, {answer_tokens} answer tokens). The held-out HumanEval "
+        "test split (seed 42, 50 prompts) is excluded and checked.",
+        "",
+        "## Training",
+        "",
+        f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, modules `{cfg.target_modules}`, "
+        f"lr {cfg.lr}, batch {cfg.batch_size}, {cfg.epochs} epoch(s), {len(losses)} steps, seed {cfg.seed}; loss on "
+        "answer tokens only; merged into full weights.",
+        loss_line,
+        "- Wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + ".",
+        "",
+    ]
     return "\n".join(lines)
 
 

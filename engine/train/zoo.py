@@ -5,6 +5,7 @@ Python standard library of the running interpreter. The draft is distilled from 
 target (KL to the target's next-token distribution), because acceptance is what a
 draft is for. ``python -m engine zoo build`` rebuilds everything from a seed.
 """
+
 from __future__ import annotations
 
 import glob
@@ -85,9 +86,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=EOS
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=EOS)
 
 
 def qwen3_config(vocab_size: int, hidden: int, layers: int, ffn: int, heads: int, kv: int, eos_id: int):
@@ -197,20 +196,38 @@ def build(cfg: ZooConfig) -> dict:
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     ids = torch.tensor(tokenizer(EOS.join(texts))["input_ids"], dtype=torch.long)
     vocab = len(tokenizer)
-    target = Qwen3ForCausalLM(qwen3_config(vocab, cfg.target_hidden, cfg.target_layers, cfg.target_ffn, cfg.target_heads, cfg.target_kv_heads, eos_id))
+    target = Qwen3ForCausalLM(
+        qwen3_config(
+            vocab, cfg.target_hidden, cfg.target_layers, cfg.target_ffn, cfg.target_heads, cfg.target_kv_heads, eos_id
+        )
+    )
     t_losses = train_lm(target, ids, cfg, cfg.target_steps, cfg.target_batch, cfg.target_lr, cfg.seed, "target")
     torch.manual_seed(cfg.seed + 1)
-    draft = Qwen3ForCausalLM(qwen3_config(vocab, cfg.draft_hidden, cfg.draft_layers, cfg.draft_ffn, cfg.draft_heads, cfg.draft_kv_heads, eos_id))
-    d_losses = train_lm(draft, ids, cfg, cfg.draft_steps, cfg.draft_batch, cfg.draft_lr, cfg.seed + 1, "draft (distil)", teacher=target)
+    draft = Qwen3ForCausalLM(
+        qwen3_config(
+            vocab, cfg.draft_hidden, cfg.draft_layers, cfg.draft_ffn, cfg.draft_heads, cfg.draft_kv_heads, eos_id
+        )
+    )
+    d_losses = train_lm(
+        draft, ids, cfg, cfg.draft_steps, cfg.draft_batch, cfg.draft_lr, cfg.seed + 1, "draft (distil)", teacher=target
+    )
     torch.manual_seed(cfg.seed + 2)
     a_losses = train_on_sequences(draft, teacher_sequences(target, tokenizer, ids, cfg), cfg)
     corpus = {"source": "stdlib top-level *.py", "files": len(texts), "tokens": int(len(ids))}
     common = {"zoo_config": asdict(cfg), "corpus": corpus, "torch": torch.__version__}
     out = Path(cfg.out)
     save_model(target, tokenizer, out / "target", cfg, {**common, "role": "target", "loss": t_losses})
-    save_model(draft, tokenizer, out / "draft", cfg, {**common, "role": "draft", "kl_loss": d_losses, "answers_loss": a_losses})
-    return {"out": str(out), "tokens": int(len(ids)), "seconds": round(time.perf_counter() - t0, 1),
-            "target_final_loss": t_losses[-1], "draft_final_kl": d_losses[-1], "draft_final_answers_loss": a_losses[-1]}
+    save_model(
+        draft, tokenizer, out / "draft", cfg, {**common, "role": "draft", "kl_loss": d_losses, "answers_loss": a_losses}
+    )
+    return {
+        "out": str(out),
+        "tokens": int(len(ids)),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "target_final_loss": t_losses[-1],
+        "draft_final_kl": d_losses[-1],
+        "draft_final_answers_loss": a_losses[-1],
+    }
 
 
 def teacher_sequences(target, tokenizer, ids, cfg: ZooConfig) -> list[tuple[list[int], int]]:
@@ -224,7 +241,7 @@ def teacher_sequences(target, tokenizer, ids, cfg: ZooConfig) -> list[tuple[list
     gen = torch.Generator().manual_seed(cfg.seed + 2)
     while len(prompts) < cfg.seq_prompts:
         start = int(torch.randint(0, len(ids) - 64, (1,), generator=gen))
-        prompts.append(ids[start:start + 64].tolist())
+        prompts.append(ids[start : start + 64].tolist())
     out = []
     with torch.inference_mode():
         for p in tqdm(prompts, desc="teacher answers"):
@@ -253,7 +270,7 @@ def train_on_sequences(draft, seqs: list[tuple[list[int], int]], cfg: TrainSetti
         for row, i in enumerate(pick):
             seq, plen = seqs[i]
             x[row, : len(seq)] = torch.tensor(seq)
-            mask[row, plen: len(seq)] = True  # predict continuation tokens
+            mask[row, plen : len(seq)] = True  # predict continuation tokens
         # Output-layer logits only where the loss looks: with a 49k vocabulary, logits at every prompt position
         # cost more than the rest of the step.
         hidden = draft.get_decoder()(input_ids=x).last_hidden_state[:, :-1]
@@ -279,8 +296,15 @@ def distill_draft_on_answers(cfg: ZooConfig) -> dict:
     seqs = teacher_sequences(target, tokenizer, ids, cfg)
     losses = train_on_sequences(draft, seqs, cfg)
     card = json.loads((out / "draft" / "phoenix_card.json").read_text())
-    card.update({"answers_loss": losses, "answers": {"sequences": len(seqs), "new_tokens": cfg.seq_new_tokens,
-                                                     "sources": "HumanEval train split + stdlib windows"}})
+    card.update(
+        {
+            "answers_loss": losses,
+            "answers": {
+                "sequences": len(seqs),
+                "new_tokens": cfg.seq_new_tokens,
+                "sources": "HumanEval train split + stdlib windows",
+            },
+        }
+    )
     save_model(draft, tokenizer, out / "draft", cfg, card)
     return {"sequences": len(seqs), "final_loss": losses[-1]}
-

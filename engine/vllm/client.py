@@ -9,6 +9,7 @@ One parser reads every engine's /metrics. vLLM (``vllm:``, ``ray_vllm:`` under R
 SGLang (``sglang:``) exports acceptance as gauges over its last logging window (``spec_accept_rate``,
 ``spec_accept_length``), which cannot be differenced: a level reports the gauges as they stand at its end.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,16 @@ RAY_PREFIX = "ray_"  # vLLM under Ray Serve exports the same metrics as ray_vllm
 GENERATED = {"generation_tokens", "tokens_predicted"}  # vLLM and SGLang's name, llama.cpp's
 # vLLM fills every sampling field a request leaves out from the model's generation_config (for example
 # repetition_penalty 1.1), so greedy decoding has to say all of them.
-GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
-          "presence_penalty": 0.0, "frequency_penalty": 0.0, "n": 1}
+GREEDY = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "n": 1,
+}
 
 
 @dataclass
@@ -46,27 +55,46 @@ class SpecCounters:
     def minus(self, other: SpecCounters) -> SpecCounters:
         """The increase since ``other``. A counter that went down means a restart; as Prometheus's rate() does,
         the increase is then the new value itself, and the delta says so. Gauges keep their latest value."""
-        pairs = [(self.drafts, other.drafts), (self.draft_tokens, other.draft_tokens), (self.accepted, other.accepted),
-                 (self.generation_tokens, other.generation_tokens)] + [(v, other.per_pos.get(p, 0.0)) for p, v in self.per_pos.items()]
+        pairs = [
+            (self.drafts, other.drafts),
+            (self.draft_tokens, other.draft_tokens),
+            (self.accepted, other.accepted),
+            (self.generation_tokens, other.generation_tokens),
+        ] + [(v, other.per_pos.get(p, 0.0)) for p, v in self.per_pos.items()]
         latest = replace(self, engine=self.engine or other.engine)  # gauges keep their latest values
         if any(now < before for now, before in pairs):
             return replace(latest, per_pos=dict(self.per_pos), reset=True)
-        return replace(latest, drafts=self.drafts - other.drafts, draft_tokens=self.draft_tokens - other.draft_tokens,
-                       accepted=self.accepted - other.accepted,
-                       per_pos={p: v - other.per_pos.get(p, 0.0) for p, v in self.per_pos.items()},
-                       generation_tokens=self.generation_tokens - other.generation_tokens, reset=False)
+        return replace(
+            latest,
+            drafts=self.drafts - other.drafts,
+            draft_tokens=self.draft_tokens - other.draft_tokens,
+            accepted=self.accepted - other.accepted,
+            per_pos={p: v - other.per_pos.get(p, 0.0) for p, v in self.per_pos.items()},
+            generation_tokens=self.generation_tokens - other.generation_tokens,
+            reset=False,
+        )
 
     def summary(self) -> dict:
         n = max(self.per_pos, default=-1) + 1
         counted = self.draft_tokens > 0 or self.drafts > 0
-        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
-                "acceptance": self.accepted / self.draft_tokens if self.draft_tokens else (None if counted else self.gauge_rate),
-                "mean_acceptance_length": 1 + self.accepted / self.drafts if self.drafts else (None if counted else self.gauge_length),
-                "per_position": [self.per_pos.get(i, 0.0) / self.drafts if self.drafts else None for i in range(n)],
-                "per_position_accepted": [self.per_pos.get(i, 0.0) for i in range(n)],
-                "generation_tokens": self.generation_tokens, "spec_decode_counters": self.seen,
-                "counters_reset": self.reset, "engine": self.engine,
-                "acceptance_from": "gauges" if self.gauge_rate is not None and not counted else "counters"}
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted": self.accepted,
+            "acceptance": self.accepted / self.draft_tokens
+            if self.draft_tokens
+            else (None if counted else self.gauge_rate),
+            "mean_acceptance_length": 1 + self.accepted / self.drafts
+            if self.drafts
+            else (None if counted else self.gauge_length),
+            "per_position": [self.per_pos.get(i, 0.0) / self.drafts if self.drafts else None for i in range(n)],
+            "per_position_accepted": [self.per_pos.get(i, 0.0) for i in range(n)],
+            "generation_tokens": self.generation_tokens,
+            "spec_decode_counters": self.seen,
+            "counters_reset": self.reset,
+            "engine": self.engine,
+            "acceptance_from": "gauges" if self.gauge_rate is not None and not counted else "counters",
+        }
 
 
 def split_name(sample_name: str) -> tuple[str | None, str]:
@@ -125,8 +153,9 @@ class ServerClient:
             detail = exc.read(300).decode(errors="replace")
             raise PhoenixError(f"the server {self.base}{path} answered HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
-            raise PhoenixError(f"cannot reach the server at {self.base} ({getattr(exc, 'reason', exc)}); "
-                               "start it or fix --url") from None
+            raise PhoenixError(
+                f"cannot reach the server at {self.base} ({getattr(exc, 'reason', exc)}); start it or fix --url"
+            ) from None
 
     def _json(self, path: str) -> dict | None:
         try:
@@ -139,8 +168,11 @@ class ServerClient:
     def identity(self, engine: str = "auto") -> dict:
         """Which engine answers and its version: vLLM's /version, llama.cpp's /props (build_info), SGLang's
         /get_server_info; with ``auto``, the first that answers, else the prefix of its metrics."""
-        probes = {"vllm": ("/version", "version"), "llamacpp": ("/props", "build_info"),
-                  "sglang": ("/get_server_info", "version")}
+        probes = {
+            "vllm": ("/version", "version"),
+            "llamacpp": ("/props", "build_info"),
+            "sglang": ("/get_server_info", "version"),
+        }
         for name, (path, key) in probes.items():
             if engine not in ("auto", name):
                 continue
@@ -158,8 +190,11 @@ class ServerClient:
         """One greedy completion: latency, prompt and completion token counts from the server's usage. ``chat``:
         the prompt as one user message through the server's own chat template (/v1/chat/completions)."""
         t0 = time.perf_counter()
-        path, payload = (("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}) if chat
-                         else ("/v1/completions", {"prompt": prompt}))
+        path, payload = (
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]})
+            if chat
+            else ("/v1/completions", {"prompt": prompt})
+        )
         with self._open(path, {"model": self.model, **payload, "max_tokens": max_tokens, **GREEDY}) as resp:
             body = json.loads(resp.read())
         latency = time.perf_counter() - t0
@@ -167,9 +202,14 @@ class ServerClient:
         choice = body["choices"][0] if body.get("choices") else {}
         text = (choice.get("message") or {}).get("content", "") if chat else choice.get("text", "")
         timings = body.get("timings") or {}  # llama.cpp: this request's own drafted and accepted tokens
-        return {"latency_s": latency, "prompt_tokens": int(usage.get("prompt_tokens", 0)),
-                "output_tokens": int(usage.get("completion_tokens", 0)), "text": text,
-                "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted")}
+        return {
+            "latency_s": latency,
+            "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+            "output_tokens": int(usage.get("completion_tokens", 0)),
+            "text": text,
+            "draft_n": timings.get("draft_n"),
+            "draft_n_accepted": timings.get("draft_n_accepted"),
+        }
 
 
 VllmClient = ServerClient  # the name before other engines came
@@ -185,13 +225,18 @@ def sweep_level(client: ServerClient, prompts, concurrency: int, max_tokens: int
     delta = client.metrics().minus(before)
     tokens = sum(r["output_tokens"] for r in results)
     drafted = [r for r in results if r.get("draft_n") is not None]
-    level = {"concurrency": concurrency, "requests": len(results), "failed": sum(r["error"] is not None for r in results),
-             "wall_s": wall,
-             "throughput_tokens_per_s": tokens / wall if wall else 0.0, **delta.summary(),
-             # llama.cpp says per response what it drafted: these sums must equal the counters' increase
-             "requests_with_draft_counts": len(drafted),
-             "request_draft_tokens": sum(int(r["draft_n"]) for r in drafted),
-             "request_accepted": sum(int(r["draft_n_accepted"] or 0) for r in drafted)}
+    level = {
+        "concurrency": concurrency,
+        "requests": len(results),
+        "failed": sum(r["error"] is not None for r in results),
+        "wall_s": wall,
+        "throughput_tokens_per_s": tokens / wall if wall else 0.0,
+        **delta.summary(),
+        # llama.cpp says per response what it drafted: these sums must equal the counters' increase
+        "requests_with_draft_counts": len(drafted),
+        "request_draft_tokens": sum(int(r["draft_n"]) for r in drafted),
+        "request_accepted": sum(int(r["draft_n_accepted"] or 0) for r in drafted),
+    }
     return results, level
 
 
@@ -202,20 +247,34 @@ def one_request(client: ServerClient, prompt, max_tokens: int, chat: bool = Fals
     try:
         return {"prompt": prompt, "error": None, **client.complete(prompt.text, max_tokens, chat)}
     except PhoenixError as exc:
-        return {"prompt": prompt, "error": str(exc), "latency_s": time.perf_counter() - t0, "prompt_tokens": 0,
-                "output_tokens": 0, "text": "", "draft_n": None, "draft_n_accepted": None}
+        return {
+            "prompt": prompt,
+            "error": str(exc),
+            "latency_s": time.perf_counter() - t0,
+            "prompt_tokens": 0,
+            "output_tokens": 0,
+            "text": "",
+            "draft_n": None,
+            "draft_n_accepted": None,
+        }
 
 
 def level_notes(level: dict) -> list[str]:
     """What a level's numbers cannot show by themselves."""
     notes = []
     if not level.get("spec_decode_counters", True):
-        notes.append("the server exposes no spec-decode counters (vLLM without --speculative-config, llama.cpp "
-                     "without --spec-type or --metrics?); acceptance is unknown, not zero")
+        notes.append(
+            "the server exposes no spec-decode counters (vLLM without --speculative-config, llama.cpp "
+            "without --spec-type or --metrics?); acceptance is unknown, not zero"
+        )
     if level.get("acceptance_from") == "gauges":
-        notes.append("SGLang reports acceptance as gauges over its last logging window, not counters: this level's "
-                     "acceptance is the gauge at its end, and there is no per-position curve")
+        notes.append(
+            "SGLang reports acceptance as gauges over its last logging window, not counters: this level's "
+            "acceptance is the gauge at its end, and there is no per-position curve"
+        )
     if level.get("counters_reset"):
-        notes.append("the server's counters went down during this level (a restart): its acceptance covers only "
-                     "the time since the restart")
+        notes.append(
+            "the server's counters went down during this level (a restart): its acceptance covers only "
+            "the time since the restart"
+        )
     return notes

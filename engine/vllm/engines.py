@@ -1,6 +1,7 @@
 """llama.cpp side by side with itself: one local llama-server per speculation type, started together, and every
 prompt sent to each in turn (interleaved, concurrency 1), so the ratios against its target-only server come from
 one run on one machine state. Modes are llamacpp-<spec type>_c1; llamacpp-none_c1 is the reference."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -37,10 +38,16 @@ def servers(cfg: EnginesConfig) -> list[LlamaCppConfig]:
         raise PhoenixError("--spec-types must start with none, the target-only reference", field="spec_types")
     bad = [t for t in types if t not in get_args(SpecType) or t.startswith("draft-")]
     if bad:
-        raise PhoenixError(f"--spec-types: unknown {', '.join(bad)}; use none, ngram-simple, ngram-mod, ngram-map-k or "
-                           "ngram-cache", field="spec_types")
-    return [LlamaCppConfig(model=cfg.model, spec_type=cast(SpecType, t), draft_max=cfg.draft_max, port=cfg.port + i,
-                           parallel=1) for i, t in enumerate(types)]
+        raise PhoenixError(
+            f"--spec-types: unknown {', '.join(bad)}; use none, ngram-simple, ngram-mod, ngram-map-k or ngram-cache",
+            field="spec_types",
+        )
+    return [
+        LlamaCppConfig(
+            model=cfg.model, spec_type=cast(SpecType, t), draft_max=cfg.draft_max, port=cfg.port + i, parallel=1
+        )
+        for i, t in enumerate(types)
+    ]
 
 
 def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print) -> int:
@@ -53,16 +60,26 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
         started = [llamacpp.start(c) for c in configs]
         clients = [client_for(info["url"], cfg.model) for info in started]
         identity = clients[0].identity("llamacpp")
-        run_id = store.create_run(cfg.name or f"llama.cpp side by side: {cfg.spec_types}",
-                                  {"serve_engines": asdict(cfg), "engine": identity, "sampling": GREEDY,
-                                   "servers": [{"spec_type": c.spec_type, "command": i["command"]}
-                                               for c, i in zip(configs, started)],
-                                   "environment": environment()}, cfg.model, None, len(prompts) * len(configs)).id
+        run_id = store.create_run(
+            cfg.name or f"llama.cpp side by side: {cfg.spec_types}",
+            {
+                "serve_engines": asdict(cfg),
+                "engine": identity,
+                "sampling": GREEDY,
+                "servers": [{"spec_type": c.spec_type, "command": i["command"]} for c, i in zip(configs, started)],
+                "environment": environment(),
+            },
+            cfg.model,
+            None,
+            len(prompts) * len(configs),
+        ).id
         modes = [f"llamacpp-{c.spec_type}_c1" for c in configs]
         seq = 0
         if cfg.warmup:  # each server's first request loads its caches: stored, left out of every figure
-            warm = [request_row(run_id, seq + i, m, 0, one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat))
-                    for i, (m, cl) in enumerate(zip(modes, clients))]
+            warm = [
+                request_row(run_id, seq + i, m, 0, one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat))
+                for i, (m, cl) in enumerate(zip(modes, clients))
+            ]
             for rec in warm:
                 rec.warmup = True
             store.add_requests(warm)
@@ -71,17 +88,35 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
         for n, prompt in enumerate(prompts, 1):
             recs = []
             for mode, c, cl in zip(modes, configs, clients):
-                recs.append(request_row(run_id, seq, mode, c.draft_max if c.spec_type != "none" else 0,
-                                        one_request(cl, prompt, cfg.max_new_tokens, cfg.chat)))
+                recs.append(
+                    request_row(
+                        run_id,
+                        seq,
+                        mode,
+                        c.draft_max if c.spec_type != "none" else 0,
+                        one_request(cl, prompt, cfg.max_new_tokens, cfg.chat),
+                    )
+                )
                 seq += 1
             for rec in recs[1:]:  # greedy: every server must give the target-only server's text
                 rec.identical = rec.output_text == recs[0].output_text
             store.add_requests(recs, progress=(run_id, n * len(configs)))
-            say(f"prompt {n}/{len(prompts)} {prompt.id}: " + ", ".join(f"{r.mode} {r.tokens_per_s:.1f} tok/s" for r in recs))
-        levels = [{"concurrency": 1, "spec_type": c.spec_type, "requests": len(prompts),
-                   "failed": sum(1 for r in store.requests(run_id) if r.mode == m and r.error), "wall_s": 0.0,
-                   "throughput_tokens_per_s": 0.0, **cl.metrics().minus(b).summary()}
-                  for c, m, cl, b in zip(configs, modes, clients, before)]
+            say(
+                f"prompt {n}/{len(prompts)} {prompt.id}: "
+                + ", ".join(f"{r.mode} {r.tokens_per_s:.1f} tok/s" for r in recs)
+            )
+        levels = [
+            {
+                "concurrency": 1,
+                "spec_type": c.spec_type,
+                "requests": len(prompts),
+                "failed": sum(1 for r in store.requests(run_id) if r.mode == m and r.error),
+                "wall_s": 0.0,
+                "throughput_tokens_per_s": 0.0,
+                **cl.metrics().minus(b).summary(),
+            }
+            for c, m, cl, b in zip(configs, modes, clients, before)
+        ]
         store.merge_config(run_id, {"server_counters": levels})
         store.set_status(run_id, "done")
         return run_id

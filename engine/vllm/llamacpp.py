@@ -5,6 +5,7 @@ One server per configuration: its pid, log and exact command line live in data/l
 worker's files do, so `stop` finds it, a second `start` of the same configuration reuses it, and nothing is left
 running without a file that names it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -79,8 +80,23 @@ def command(cfg: LlamaCppConfig) -> list[str]:
     if not 1 <= cfg.draft_max <= 64:
         raise PhoenixError(f"--draft-max must be in 1..64, got {cfg.draft_max}", field="draft_max")
     model = model_path(cfg.model)  # a wrong path is its own line, whether or not the server is installed
-    argv = [str(binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(cfg.port),
-            "-t", str(cfg.threads), "-c", str(cfg.ctx), "-np", str(cfg.parallel), "--metrics", "--no-webui"]
+    argv = [
+        str(binary()),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(cfg.port),
+        "-t",
+        str(cfg.threads),
+        "-c",
+        str(cfg.ctx),
+        "-np",
+        str(cfg.parallel),
+        "--metrics",
+        "--no-webui",
+    ]
     if cfg.spec_type != "none":  # -md alone does not speculate: the type must be given
         argv += ["--spec-type", cfg.spec_type, "--spec-draft-n-max", str(cfg.draft_max)]
         if cfg.draft_model:
@@ -124,7 +140,9 @@ def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
         raise PhoenixError(f"port {cfg.port} already serves something Phoenix did not start; pass --port")
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(f["log"], "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     url = url_of(cfg)
     info = {"url": url, "pid": proc.pid, "log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
     f["pid"].write_text(str(proc.pid))

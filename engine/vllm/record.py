@@ -1,4 +1,5 @@
 """Recording vLLM sweeps and watches as Phoenix runs (the CLI is a thin layer over these)."""
+
 from __future__ import annotations
 
 import os
@@ -73,9 +74,13 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
     client.metrics()  # fail before writing anything if the server or its /metrics is unreachable
     served = {**client.identity(cfg.engine), **launched(cfg.url)}
     engine = served["engine"]
-    run = store.create_run(cfg.name or f"{engine} sweep {cfg.concurrency}",
-                           {"serve": asdict(cfg), "engine": served, "sampling": GREEDY, "environment": environment()},
-                           cfg.model, None, len(prompts) * len(levels))
+    run = store.create_run(
+        cfg.name or f"{engine} sweep {cfg.concurrency}",
+        {"serve": asdict(cfg), "engine": served, "sampling": GREEDY, "environment": environment()},
+        cfg.model,
+        None,
+        len(prompts) * len(levels),
+    )
     seq, summary = 0, []
     try:
         for c in levels:
@@ -106,11 +111,26 @@ def request_row(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRec
     lat = r["latency_s"]
     proposed, accepted = int(r.get("draft_n") or 0), int(r.get("draft_n_accepted") or 0)
     passes = max(0, r["output_tokens"] - accepted) if r.get("draft_n") is not None else 0
-    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=k, prompt_id=r["prompt"].id, prompt_tokens=r["prompt_tokens"],
-                         output_tokens=r["output_tokens"], latency_s=lat, ttft_s=None,
-                         tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0, proposed=proposed, accepted=accepted,
-                         passes=passes, draft_s=0.0, verify_s=0.0, output_text=r["text"],
-                         output_sha256=sha256_text(r["text"]), error=r.get("error"))
+    return RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=k,
+        prompt_id=r["prompt"].id,
+        prompt_tokens=r["prompt_tokens"],
+        output_tokens=r["output_tokens"],
+        latency_s=lat,
+        ttft_s=None,
+        tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0,
+        proposed=proposed,
+        accepted=accepted,
+        passes=passes,
+        draft_s=0.0,
+        verify_s=0.0,
+        output_text=r["text"],
+        output_sha256=sha256_text(r["text"]),
+        error=r.get("error"),
+    )
 
 
 def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.sleep) -> int:
@@ -121,9 +141,13 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
     prev, t_prev = client.metrics(), time.perf_counter()
     served = {**client.identity(cfg.engine), **launched(cfg.url)}
     mode = f"{served['engine']}_watch"
-    run = store.create_run(cfg.name or f"{served['engine']} watch {cfg.url}",
-                           {"serve_watch": asdict(cfg), "engine": served, "environment": environment()},
-                           cfg.model or cfg.url, None, cfg.samples or 0)
+    run = store.create_run(
+        cfg.name or f"{served['engine']} watch {cfg.url}",
+        {"serve_watch": asdict(cfg), "engine": served, "environment": environment()},
+        cfg.model or cfg.url,
+        None,
+        cfg.samples or 0,
+    )
     n = 0
     try:
         while cfg.samples is None or n < cfg.samples:
@@ -144,8 +168,23 @@ def _interval(run_id: int, seq: int, d: SpecCounters, seconds: float, mode: str 
     drafts = int(round(d.drafts))
     positions = [PositionCount(p, drafts, int(round(v))) for p, v in sorted(d.per_pos.items())]
     gen = int(round(d.generation_tokens))
-    return RequestRecord(run_id=run_id, seq=seq, mode=mode, k=len(positions), prompt_id=f"interval-{seq}",
-                         prompt_tokens=0, output_tokens=gen, latency_s=seconds, ttft_s=None,
-                         tokens_per_s=gen / seconds if seconds > 0 else 0.0, proposed=int(round(d.draft_tokens)),
-                         accepted=int(round(d.accepted)), passes=drafts, draft_s=0.0, verify_s=0.0, output_text="",
-                         output_sha256="", positions=positions)
+    return RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=len(positions),
+        prompt_id=f"interval-{seq}",
+        prompt_tokens=0,
+        output_tokens=gen,
+        latency_s=seconds,
+        ttft_s=None,
+        tokens_per_s=gen / seconds if seconds > 0 else 0.0,
+        proposed=int(round(d.draft_tokens)),
+        accepted=int(round(d.accepted)),
+        passes=drafts,
+        draft_s=0.0,
+        verify_s=0.0,
+        output_text="",
+        output_sha256="",
+        positions=positions,
+    )

@@ -6,6 +6,7 @@ best) in ``epsilon``; those values move here.
 Revision ID: 0007
 Revises: 0006
 """
+
 import sqlalchemy as sa
 from alembic import op
 

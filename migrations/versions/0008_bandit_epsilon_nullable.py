@@ -6,6 +6,7 @@ p_not_best); they become NULL.
 Revision ID: 0008
 Revises: 0007
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -6,6 +6,7 @@ order; this one would walk it in latency order, a poor page locality.
 Revision ID: 0009
 Revises: 0008
 """
+
 from alembic import op
 
 revision = "0009"

@@ -3,6 +3,7 @@
 Revision ID: 0011
 Revises: 0010
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -3,6 +3,7 @@
 Revision ID: 0013
 Revises: 0012
 """
+
 import sqlalchemy as sa
 from alembic import op
 

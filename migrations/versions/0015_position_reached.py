@@ -7,6 +7,7 @@ where the draft length was fixed and accepted_{i-1} is exact.
 Revision ID: 0015
 Revises: 0014
 """
+
 import sqlalchemy as sa
 from alembic import op
 

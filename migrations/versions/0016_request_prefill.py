@@ -9,6 +9,7 @@ there (unknown, still inside draft_s).
 Revision ID: 0016
 Revises: 0015
 """
+
 import sqlalchemy as sa
 from alembic import op
 

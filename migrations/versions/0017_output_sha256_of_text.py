@@ -7,6 +7,7 @@ output_text they stored.
 Revision ID: 0017
 Revises: 0016
 """
+
 import hashlib
 
 import sqlalchemy as sa
@@ -17,18 +18,23 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-_requests = sa.table("requests", sa.column("id", sa.Integer), sa.column("output_text", sa.Text),
-                     sa.column("output_sha256", sa.String))
+_requests = sa.table(
+    "requests", sa.column("id", sa.Integer), sa.column("output_text", sa.Text), sa.column("output_sha256", sa.String)
+)
 
 
 def upgrade() -> None:
     conn = op.get_bind()
     rows = conn.execute(sa.select(_requests.c.id, _requests.c.output_text).where(_requests.c.output_sha256 != "")).all()
-    updates = [{"rid": rid, "sha": hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()}
-               for rid, text in rows]
+    updates = [
+        {"rid": rid, "sha": hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()}
+        for rid, text in rows
+    ]
     if updates:
-        conn.execute(_requests.update().where(_requests.c.id == sa.bindparam("rid"))
-                     .values(output_sha256=sa.bindparam("sha")), updates)
+        conn.execute(
+            _requests.update().where(_requests.c.id == sa.bindparam("rid")).values(output_sha256=sa.bindparam("sha")),
+            updates,
+        )
 
 
 def downgrade() -> None:

@@ -7,6 +7,7 @@ their drafter is the run's --drafter, or none for k=0.
 Revision ID: 0018
 Revises: 0017
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -7,6 +7,7 @@ category. NULL for one-turn prompt sets and older rows.
 Revision ID: 0019
 Revises: 0018
 """
+
 import sqlalchemy as sa
 from alembic import op
 
