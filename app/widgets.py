@@ -108,7 +108,8 @@ def queued(run, worker: str, log) -> None:
         st.caption("Worker autostart is off (PHOENIX_AUTOSTART_WORKER=0): your own workers will pick it up.")
     else:
         st.caption(
-            f"Background worker for this database {worker}; its log is {Path(log).relative_to(ROOT) if Path(log).is_relative_to(ROOT) else log}."
+            f"Background worker for this database {worker}; its log is "
+            f"{Path(log).relative_to(ROOT) if Path(log).is_relative_to(ROOT) else log}."
         )
 
 
@@ -134,7 +135,8 @@ def identity_banner(url: str, run_id: int, info=None) -> None:
     else:
         st.error(
             f"DIVERGENCE: {checked - same} of {checked} checked outputs differ from target-only decoding. "
-            "Greedy speculation should never change the text; in bf16/fp16, and in quantized engines such as llama.cpp's Q4_1, batched verification can flip near-tie argmaxes."
+            "Greedy speculation should never change the text; in bf16/fp16, and in quantized engines such as "
+            "llama.cpp's Q4_1, batched verification can flip near-tie argmaxes."
         )
         # a server returns text, not tokens, and an untraced request has no trace id: blank, not Python's None
         st.dataframe(bad.astype(object).where(bad.notna(), ""), hide_index=True, width="stretch")

@@ -158,7 +158,8 @@ def main(argv=None) -> dict:
     result = {"settings": vars(args), "gpu": gpu, "dtype": str(dtype), "qwen3_random_init": verify_costs(args, dtype)}
     q = result["qwen3_random_init"]
     print(
-        f"{gpu}: target step {q['target_pass_s'][1] * 1e3:.2f} ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, c = {q['c']:.3f}"
+        f"{gpu}: target step {q['target_pass_s'][1] * 1e3:.2f} ms, draft step {q['draft_step_s'] * 1e3:.2f} ms, "
+        f"c = {q['c']:.3f}"
     )
     print("verify cost in target steps: " + ", ".join(f"{n}: {v:.2f}" for n, v in q["verify_in_target_steps"].items()))
     for a, pr in q["predictions"].items():

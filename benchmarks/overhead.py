@@ -118,7 +118,8 @@ def main(argv=None) -> dict:
     for c, t in result["table"].items():
         o, f = t["overhead"], t["overhead_with_flush"]
         print(
-            f"{c:<11}{t['wall_s']['median']:>16.3f}{o['median']:>17.2%}{o['p25']:>10.2%} to {o['p75']:>6.2%}{f['median']:>12.2%}"
+            f"{c:<11}{t['wall_s']['median']:>16.3f}{o['median']:>17.2%}{o['p25']:>10.2%} to {o['p75']:>6.2%}"
+            f"{f['median']:>12.2%}"
         )
     print(f"sentry transactions received by the local receiver: {received}; rows recorded: {result['rows_recorded']}")
     print(f"wrote {path}")

@@ -102,6 +102,7 @@ def ensure_schema(url: str, create_if_empty: bool = True) -> None:
         )
     if not _known(rev):
         raise StoreError(
-            f"the database {safe_url(url)} has schema {rev}, newer than this Phoenix knows (head {want}); upgrade Phoenix"
+            f"the database {safe_url(url)} has schema {rev}, newer than this Phoenix knows (head {want}); "
+            "upgrade Phoenix"
         )
     raise StoreError(f"the database {safe_url(url)} is at schema {rev}, behind {want}; run `{upgrade_command(url)}`")

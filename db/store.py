@@ -397,7 +397,8 @@ def operational_error(exc: DatabaseError, url: str) -> StoreError:
         )
     if "locked" in text or "busy" in text:
         return StoreError(
-            f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; retry when it is free"
+            f"the database {where} is locked by another writer for longer than {BUSY_TIMEOUT_MS} ms; "
+            "retry when it is free"
         )
     if "unable to open" in text or "readonly" in text or "read-only" in text:
         return StoreError(f"cannot write the database {where} ({text}); pass --db with a writable path")

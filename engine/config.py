@@ -1,7 +1,8 @@
 """One flat dataclass per concern (nanoGPT style), and the one path from it to the CLI.
 
 Every command's flags come from its dataclass: one ``--flag`` per field, help from
-the field's trailing comment (continued inside its parentheses when long), values typed from its annotation, unknown keys refused.
+the field's trailing comment (continued inside its parentheses when long), values typed from its
+annotation, unknown keys refused.
 A nested dataclass field (``fallback: FallbackConfig``) becomes ``--fallback-<field>``
 flags, with its ``enabled`` field as plain ``--fallback``. ``field(metadata={"flag":
 "--poll"})`` keeps an established flag name.
@@ -15,7 +16,6 @@ import inspect
 import io
 import math
 import os
-import re
 import textwrap
 import tokenize
 import types

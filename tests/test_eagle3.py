@@ -1,4 +1,5 @@
-"""The EAGLE-3 head: exact drafting through Phoenix's loop, the vLLM/SGLang checkpoint format both ways, and training."""
+"""The EAGLE-3 head: exact drafting through Phoenix's loop, the vLLM/SGLang checkpoint format both ways, and
+training."""
 
 from __future__ import annotations
 

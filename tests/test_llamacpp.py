@@ -41,7 +41,8 @@ pytestmark = [
 PROMPTS = [
     (
         "add3",
-        'def add(a, b):\n    """Return a + b."""\n    return a + b\n\n\ndef add3(a, b, c):\n    """Return a + b + c."""\n',
+        'def add(a, b):\n    """Return a + b."""\n    return a + b\n\n\n'
+        'def add3(a, b, c):\n    """Return a + b + c."""\n',
     ),
     (
         "repeat",
@@ -49,7 +50,8 @@ PROMPTS = [
     ),
     (
         "mul",
-        'def mul(a, b):\n    """Return a * b."""\n    return a * b\n\n\ndef mul3(a, b, c):\n    """Return a * b * c."""\n',
+        'def mul(a, b):\n    """Return a * b."""\n    return a * b\n\n\n'
+        'def mul3(a, b, c):\n    """Return a * b * c."""\n',
     ),
 ]
 

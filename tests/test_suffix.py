@@ -203,8 +203,8 @@ def test_varying_draft_lengths_keep_counts_fit_and_prometheus_exact_on_a_hand_ch
     assert 'phoenix:spec_decode_num_accepted_tokens_total{engine="0",model_name="tgt"} 16.0' in body
     for i, n in enumerate([12, 4, 0]):
         assert (
-            f'phoenix:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tgt",position="{i}"}} {float(n)}'
-            in body
+            "phoenix:spec_decode_num_accepted_tokens_per_pos_total"
+            f'{{engine="0",model_name="tgt",position="{i}"}} {float(n)}' in body
         )
     assert fit_a([12, 8, 4], [12, 4, 0], [12, 8, 0]) == pytest.approx(fit_a([12, 8], [12, 4], [12, 8]))
 

@@ -18,7 +18,10 @@ from engine.policies.wrappers import FallbackConfig
 @dataclass
 class BenchConfig(PairConfig):
     drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix | eagle3
-    prompts: str = "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train | spec-bench | FILE.jsonl
+    prompts: str = (
+        "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train |
+        # spec-bench | FILE.jsonl
+    )
     limit: int | None = 20  # first N prompts of the set
     limit_per_category: int | None = (
         None  # Spec-Bench: first N questions of each column, with their second turns; replaces --limit
@@ -38,8 +41,14 @@ class BenchConfig(PairConfig):
     granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter (suffix_<k>, --drafter suffix)
-    cache: CacheKind = "dynamic"  # dynamic | static: Phoenix's loop on a KV cache preallocated once per run (rejection moves its write position back)
-    compile: bool = False  # torch.compile the target's (and draft model's) forward, static cache implied; compiled and warmed before the clock, compile time and recompiles recorded
+    cache: CacheKind = (
+        "dynamic"  # dynamic | static: Phoenix's loop on a KV cache preallocated once per run (rejection moves
+        # its write position back)
+    )
+    compile: bool = (
+        False  # torch.compile the target's (and draft model's) forward, static cache implied; compiled and
+        # warmed before the clock, compile time and recompiles recorded
+    )
     seed: int = 42  # bandit decisions and shadow sampling
     name: str = ""  # defaults to the modes joined
     shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent

@@ -118,7 +118,8 @@ class Decoder:
         ctx = getattr(self.pair.target.config, "max_position_embeddings", None)
         if ctx and len(prompt_ids) + max_new_tokens > ctx:
             raise PhoenixError(
-                f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceed the target's context of {ctx}; shorten the prompt or lower --max-new-tokens"
+                f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceed the target's "
+                f"context of {ctx}; shorten the prompt or lower --max-new-tokens"
             )
 
     def start_run(self, suffix: SuffixConfig) -> None:

@@ -116,7 +116,8 @@ def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
     if not has_safe and not (has_pickle and allow_pickle):
         if has_pickle:
             raise PhoenixError(
-                f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle if you trust the files"
+                f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle "
+                "if you trust the files"
             )
         raise PhoenixError(f"{spec!r} has no weights (*.safetensors): pass a complete model directory")
     return path
@@ -142,7 +143,8 @@ def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = Fa
 def _same_tokenizer(t_tok, d_tok, target_name: str, draft_name: str) -> None:
     if t_tok.get_vocab() != d_tok.get_vocab():
         raise PhoenixError(
-            f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the target's family"
+            f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the "
+            "target's family"
         )
 
 
@@ -184,7 +186,8 @@ def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name:
         raise
     except Exception as exc:
         raise PhoenixError(
-            f"could not read the tokenizers of {target_name!r} / {draft_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            f"could not read the tokenizers of {target_name!r} / {draft_name!r}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
 
 
@@ -237,7 +240,8 @@ def _head_matches(head: dict, target: dict, target_name: str, draft_name: str) -
     width, layers = t.get("hidden_size"), int(t.get("num_hidden_layers") or 0)
     if head.get("target_hidden_size", head.get("hidden_size")) != width or head.get("hidden_size") != width:
         raise PhoenixError(
-            f"EAGLE-3 head {draft_name!r} was built for hidden size {head.get('target_hidden_size', head.get('hidden_size'))}, "
+            f"EAGLE-3 head {draft_name!r} was built for hidden size "
+            f"{head.get('target_hidden_size', head.get('hidden_size'))}, "
             f"target {target_name!r} has {width}; pick the head made for this target"
         )
     if head.get("vocab_size") != t.get("vocab_size"):

@@ -30,7 +30,8 @@ PANELS = [
         "percentunit",
         [
             (
-                f"{_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {_rate('phoenix:spec_decode_num_draft_tokens_total')}",
+                f"{_rate('phoenix:spec_decode_num_accepted_tokens_total')} / "
+                f"{_rate('phoenix:spec_decode_num_draft_tokens_total')}",
                 "accepted / drafted",
             )
         ],

@@ -211,7 +211,8 @@ def build_head(cfg: HeadBuildConfig) -> dict:
     vocab = target.get_output_embeddings().weight.shape[0]
     vocab_ids, coverage = pick_vocab(samples, min(cfg.draft_vocab_size, vocab), vocab)
     log(
-        f"draft vocabulary: {len(vocab_ids)} tokens cover {coverage['coverage']} of {coverage['answer_tokens']} answer tokens"
+        f"draft vocabulary: {len(vocab_ids)} tokens cover {coverage['coverage']} of {coverage['answer_tokens']} "
+        "answer tokens"
     )
     head = new_head(target, vocab_ids, cfg.seed)
     head.config.taps = taps
