@@ -15,9 +15,11 @@ import streamlit as st
 from db import distills, queries, tracker
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
+from engine.analysis import speedup
 from engine.bench import report
 from engine.bench.autostart import live_workers
 from engine.bench.config import stored
+from engine.modes import reference_mode
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
@@ -46,6 +48,9 @@ def schema_problem() -> str | None:
         return str(exc)
 
 
+SPEEDUP_SORT = "best_speedup"  # the Runs list's one sort that is not a column of runs: computed, then paged
+
+
 @st.cache_data(ttl=TTL, show_spinner=False)
 def runs(
     url: str,
@@ -60,17 +65,52 @@ def runs(
     descending: bool = True,
 ) -> pd.DataFrame:
     """One page of runs, newest first by default; a dead worker's run reads as interrupted (computed in SQL,
-    nothing written). Aggregates are computed for the page's runs only, so 10,000 runs cost one page."""
-    df = queries.runs_frame(_store(url), name, model, status, tag, archived, limit, offset, sort, descending)
+    nothing written). Aggregates are computed for the page's runs only, so 10,000 runs cost one page, except when
+    sorted by best speedup, which ranks every filtered run (medians only) before paging."""
+    by_speedup = sort == SPEEDUP_SORT
+    df = queries.runs_frame(
+        _store(url),
+        name,
+        model,
+        status,
+        tag,
+        archived,
+        None if by_speedup else limit,
+        0 if by_speedup else offset,
+        "id" if by_speedup else sort,
+        descending,
+    )
     if df.empty:
         return df
+    if by_speedup:
+        ranked = speedup.best_per_run(queries.prompt_rewards_of_runs(_store(url), df["id"].tolist()))
+        df = df.merge(ranked, left_on="id", right_on="run_id", how="left").drop(columns=["run_id"])
+        df = df.sort_values("best_speedup", ascending=not descending, na_position="last", kind="stable")
+        df = df.iloc[offset : offset + limit if limit else None].drop(columns=["best_mode", "best_speedup"])
     df["tags"] = df["tags"].fillna("")
     rates = queries.run_mode_rates(_store(url), df["id"].tolist())
     df["modes"] = df["config"].map(lambda c: ",".join((c or {}).get("bench", {}).get("modes", [])))  # no parse per row
     prompts = rates.groupby("run_id")["prompts"].max() if not rates.empty else pd.Series(dtype=float)
     df["prompts"] = df["id"].map(prompts).fillna(0).astype(int)
-    df["best_speedup"] = df["id"].map(_best_speedup(rates))
-    return df.drop(columns=["config"])
+    best = _best_speedups(_store(url), df["id"].tolist())
+    for col in ("best_mode", "best_speedup", "best_interval"):
+        df[col] = df["id"].map({i: row[col] for i, row in best.items()})
+    return df.drop(columns=["config"]).reset_index(drop=True)
+
+
+def _best_speedups(store: Store, run_ids: list[int]) -> dict[int, dict]:
+    """Each run's best mode by speedup, with the figure as the Run page shows it (engine.analysis.speedup)."""
+    rewards = queries.prompt_rewards_of_runs(store, run_ids)
+    out = {}
+    for run_id, g in rewards.groupby("run_id") if not rewards.empty else []:
+        ref = reference_mode(g["mode"].unique())
+        g = g.drop(columns=["run_id"])
+        top = speedup.best(speedup.speedups(g, ref, interval=False), ref)
+        if top is not None:
+            mode = top[0]
+            s = speedup.speedups(g[g["mode"].isin([ref, mode])], ref)[mode]  # the interval for the best mode only
+            out[int(run_id)] = {"best_mode": mode, "best_speedup": s.median, "best_interval": s.interval_text()}
+    return out
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -100,16 +140,6 @@ def baseline(url: str, target: str) -> int | None:
     return tracker.baseline_of(_store(url), target)
 
 
-def _best_speedup(rates: pd.DataFrame) -> dict:
-    out = {}
-    for run_id, g in rates.groupby("run_id") if not rates.empty else []:
-        base = g.loc[g["mode"] == "target", "tokens_per_s"]
-        others = g.loc[g["mode"] != "target", "tokens_per_s"]
-        if len(base) and len(others) and base.iloc[0]:
-            out[run_id] = float(others.max() / base.iloc[0])
-    return out
-
-
 @st.cache_data(ttl=TTL, show_spinner=False)
 def run(url: str, run_id: int):
     return _store(url).get_run(run_id)
@@ -129,6 +159,12 @@ def spec_bench(url: str, run_id: int) -> pd.DataFrame:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def spec_bench_positions(url: str, run_id: int) -> pd.DataFrame:
     return report.spec_bench_positions(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def prompt_rewards(url: str, run_id: int) -> pd.DataFrame:
+    """What every speedup of a run is computed from (engine.analysis.speedup)."""
+    return queries.prompt_rewards(_store(url), run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

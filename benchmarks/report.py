@@ -24,6 +24,7 @@ from db.store import Store, resolve_url
 from engine.analysis.breakeven import predicted_speedup, rates
 from engine.analysis.fit import fit_run, reached_of
 from engine.analysis.regret import best_fixed, policy_table
+from engine.analysis.speedup import speedups
 from engine.bench.config import BenchConfig, stored
 from engine.bench.leaderboard import markdown as leaderboard_md
 from engine.bench.report import markdown, spec_bench, summaries
@@ -86,7 +87,12 @@ def c_with_prefill(totals) -> float | None:
 def fit_md(store: Store, run_id: int) -> str:
     totals = queries.arm_totals(store, run_id)
     bench = store.get_run(run_id).bench
-    fit = fit_run(queries.positions(store, run_id), totals, drafter_arms=bool(bench and bench.drafter_arms))
+    fit = fit_run(
+        queries.positions(store, run_id),
+        totals,
+        queries.prompt_rewards(store, run_id),
+        drafter_arms=bool(bench and bench.drafter_arms),
+    )
     if fit.a is None or fit.c is None or fit.target_step_s is None:
         return ""
     pred = predicted_speedup(fit.a, fit.c, fit.k_opt) if fit.k_opt is not None else None
@@ -97,9 +103,9 @@ def fit_md(store: Store, run_id: int) -> str:
     return (
         f"Break-even fit (draft-model modes, decode passes only): a = {fit.a:.3f}, c = {fit.c:.3f}, target step "
         f"{fit.target_step_s * 1e3:.1f} ms; predicted optimum k = {fit.k_opt}"
-        + (f" ({pred:.2f}x)" if pred else "")
+        + (f" (a model's {pred:.2f}x, a ratio of mean step rates)" if pred else "")
         + f", measured best k = {fit.k_best_measured}"
-        + (f" ({fit.best_speedup:.2f}x of target-only tokens/s)" if fit.best_speedup else "")
+        + (f" ({fit.best_speedup:.2f}x target, the median per-prompt speedup)" if fit.best_speedup else "")
         + (f"; verify cost in target steps, measured per arm: {costs}" if costs else "")
         + (
             f". With both prefills counted inside the pass times, as before migration 0016, c would read {old:.3f}"
@@ -121,20 +127,24 @@ def _pct(v) -> str:
 def policies_md(store: Store, run_id: int) -> str:
     """For runs with policies: each mode against the best fixed arm in hindsight, as the Policies page shows it."""
     frame = queries.policy_frame(store, run_id)
-    best = best_fixed(frame)
+    paired = speedups(queries.prompt_rewards(store, run_id))
+    best = best_fixed(frame, paired)
     if best is None or not frame["mode"].map(lambda m: m.startswith("bandit")).any():
         return ""
     lines = [
-        f"Against the best fixed arm in hindsight ({best}), Welch's test of per-request tokens/s:",
+        f"Against the best fixed arm in hindsight ({best}, the highest speedup): each mode's speedup (x target, "
+        "the median per-prompt ratio) and its share of the best fixed arm's mean tokens/s (a ratio of means, 95% "
+        "interval on the log scale), with Welch's test of per-request tokens/s:",
         "",
-        "| mode | n | share of best fixed (95% CI) | mean k | explored | p-value | verdict | arms chosen |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| mode | n | x target | share of best fixed (95% CI) | mean k | explored | p-value | verdict | arms chosen |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
-    for r in policy_table(frame, best).to_dict("records"):
+    for r in policy_table(frame, best, paired=paired).to_dict("records"):
         low, high = r["share CI low"], r["share CI high"]
         ci = "" if low is None or low != low else f" ({low:.2f}-{high:.2f})"
         lines.append(
-            f"| {r['mode']} | {r['n']} | {r['share of best fixed']:.3f}{ci} | {r['mean k']:.2f} | "
+            f"| {r['mode']} | {r['n']} | {_num(r['x reference'], '.2f')}x | {r['share of best fixed']:.3f}{ci} | "
+            f"{r['mean k']:.2f} | "
             f"{_pct(r['explored'])} | {_num(r['p-value'], '.3f')} | {r['verdict']} | {r['arms chosen']} |"
         )
     return "\n".join(lines)

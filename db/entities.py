@@ -103,7 +103,7 @@ class ModeSummary:
     checked_n: int
     passes: int = 0
     output_tokens: int = 0
-    speedup: Any = None  # the paired per-prompt speedup against target-only (engine.analysis.compare.Spread)
+    speedup: Any = None  # the paired per-prompt speedup against target-only (engine.analysis.speedup.Spread)
     acceptance_ci: tuple[float, float] | None = None  # Wilson's 95% interval for accepted / proposed
 
     @property

@@ -462,12 +462,21 @@ def category_positions(store: Store, run_id: int) -> pd.DataFrame:
 
 
 def prompt_rewards(store: Store, run_id: int) -> pd.DataFrame:
-    """prompt_id, mode and tokens_per_s of every non-warm-up request: what paired speedups are built from."""
+    """prompt_id, mode, k and tokens_per_s of every answered non-warm-up request: what speedups are built from."""
     r = Request
-    return _frame(
-        store,
-        select(r.prompt_id, r.mode, r.tokens_per_s).where(r.run_id == run_id, r.warmup.is_(False), r.error.is_(None)),
+    q = select(r.prompt_id, r.mode, r.k, r.tokens_per_s).where(
+        r.run_id == run_id, r.warmup.is_(False), r.error.is_(None)
     )
+    return _frame(store, q)
+
+
+def prompt_rewards_of_runs(store: Store, run_ids: list[int]) -> pd.DataFrame:
+    """The same rows for several runs, with run_id: the Runs list's best speedup of each."""
+    r = Request
+    q = select(r.run_id, r.prompt_id, r.mode, r.tokens_per_s).where(
+        r.run_id.in_(run_ids), r.warmup.is_(False), r.error.is_(None)
+    )
+    return _frame(store, q)
 
 
 def latency_percentiles(

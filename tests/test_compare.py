@@ -1,21 +1,29 @@
-"""The one comparison builder: ratio of means with Welch's interval, and paired per-prompt speedups."""
+"""The one comparison builder (ratio of means on the log scale, Welch's test) and the one speedup."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from engine.analysis.compare import TOO_FEW, compare, speedups, spread
+from engine.analysis.compare import TOO_FEW, compare
+from engine.analysis.speedup import best, speedups, speedups_by, spread
 from engine.analysis.stats import welch
 
 
-def test_the_ratio_is_of_means_and_its_interval_is_welchs_over_the_baselines_mean():
+def test_the_ratio_is_of_means_and_its_interval_is_symmetric_on_the_log_scale():
     base, faster = [10.0, 11.0, 9.0, 10.0], [20.0, 21.0, 19.0, 20.0]
     c = compare(base, faster)
     assert c.ratio == pytest.approx(2.0) and c.verdict == "significant" and c.p_value < 0.001
-    w = welch(base, faster)
-    assert (c.ratio_low, c.ratio_high) == pytest.approx((1 + w.ci_low / 10.0, 1 + w.ci_high / 10.0))
+    assert welch(base, faster).diff == pytest.approx(c.difference)
     assert c.ratio_low < 2.0 < c.ratio_high
+    assert c.ratio / c.ratio_low == pytest.approx(c.ratio_high / c.ratio)
+
+
+def test_a_ratio_interval_of_positive_numbers_never_reaches_below_zero():
+    # the disturbed demo of issue 34: 13.97 against 234 tok/s; a linear interval went to -0.1055
+    base, noisy = [234.0, 230.0, 238.0, 236.0], [13.97, 240.0, 15.0, 236.0]
+    c = compare(base, noisy)
+    assert c.ratio_low is not None and 0 < c.ratio_low < c.ratio < c.ratio_high
 
 
 @pytest.mark.parametrize("base,values", [([10.0], [11.0, 12.0]), ([], [1.0, 2.0]), ([1.0, 2.0], [3.0])])
@@ -35,6 +43,39 @@ def test_speedups_pair_each_request_with_target_only_on_the_same_prompt():
     s = speedups(frame)["fixed_4"]
     assert (s.median, s.n) == (1.5, 2)  # ratios 2.0 and 1.0; prompt c has no target request and drops out
     assert (s.p25, s.p75) == (1.25, 1.75)
+    assert speedups(frame)["target"].median == 1.0  # the reference against itself
+
+
+def test_a_run_without_a_reference_mode_has_no_speedup():
+    frame = pd.DataFrame({"prompt_id": ["a", "a"], "mode": ["fixed_2", "fixed_4"], "tokens_per_s": [1.0, 2.0]})
+    assert speedups(frame) == {}
+
+
+def test_a_served_runs_speedups_are_against_its_server_without_speculation():
+    frame = pd.DataFrame(
+        {
+            "prompt_id": ["a", "a", "b", "b"],
+            "mode": ["llamacpp-none_c1", "llamacpp-ngram-simple_c1"] * 2,
+            "tokens_per_s": [10.0, 12.0, 10.0, 14.0],
+        }
+    )
+    s = speedups(frame)
+    assert s["llamacpp-ngram-simple_c1"].median == pytest.approx(1.3)
+    assert best(s, "llamacpp-none_c1")[0] == "llamacpp-ngram-simple_c1"
+
+
+def test_speedups_by_k_pool_every_request_that_drafted_k_across_modes():
+    frame = pd.DataFrame(
+        {
+            "prompt_id": ["a", "a", "a", "b", "b", "b"],
+            "mode": ["target", "fixed_4", "bandit"] * 2,
+            "k": [0, 4, 4, 0, 4, 2],
+            "tokens_per_s": [10.0, 20.0, 30.0, 10.0, 10.0, 15.0],
+        }
+    )
+    by_k = speedups_by(frame, "k")
+    assert by_k[4].median == pytest.approx(2.0) and by_k[4].n == 3  # ratios 2.0, 3.0 and 1.0
+    assert by_k[2].median == pytest.approx(1.5) and by_k[0].median == 1.0
 
 
 def test_a_spread_of_one_value_is_that_value_and_of_none_is_empty():

@@ -143,6 +143,15 @@ def test_a_drafter_choosing_bandit_stays_out_of_the_break_even_fit():
             for i in range(4)
         ]
     )
-    mixed, alone = fit_run(pos, split, drafter_arms=False), fit_run(pos, split, drafter_arms=True)
+    rewards = pd.DataFrame(
+        [
+            {"prompt_id": f"p{i}", "mode": m, "k": k, "tokens_per_s": t}
+            for i in range(3)
+            for m, k, t in (("target", 0, 20.0), ("fixed_4", 4, 30.0), ("bandit", 16, 40.0))
+        ]
+    )
+    mixed = fit_run(pos, split, rewards, drafter_arms=False)
+    alone = fit_run(pos, split, rewards, drafter_arms=True)
     assert 16 in set(mixed.measured["k"]) and 16 not in set(alone.measured["k"])
+    assert mixed.measured.set_index("k").loc[16, "measured speedup"] == pytest.approx(2.0)
     assert alone.c == pytest.approx((0.8 / 200) / (4.0 / 100))  # the draft model's own seconds per drafted token

@@ -9,7 +9,13 @@ import streamlit as st
 from app import charts, data, urlstate, widgets
 from engine.analysis.breakeven import breakeven_c, diagnose, expected_tokens, optimum_k, predicted_speedup
 from engine.analysis.fit import fit_run
+from engine.analysis.speedup import SPEEDUP
 from engine.modes import K_MAX
+
+MODEL = (
+    "the break-even model's prediction E / (1 + c·k): a ratio of mean step rates, not the measured speedup "
+    "(the diamonds, when fitted to a run)"
+)
 
 
 def _float_qp(name: str, default: float) -> float:
@@ -37,6 +43,7 @@ def render() -> None:
             fit = fit_run(
                 data.positions(url, run_id),
                 data.arm_totals(url, run_id),
+                data.prompt_rewards(url, run_id),
                 drafter_arms=bool(bench and bench.drafter_arms),
             )
             if fit.a is None or fit.c is None:
@@ -63,14 +70,15 @@ def render() -> None:
     k_opt = optimum_k(a, c, K_MAX)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(f"E(a,{k}), tokens per pass", f"{expected_tokens(a, k):.2f}")
-    m2.metric(f"speedup at k={k}", f"{predicted_speedup(a, c, k):.2f}x")
-    m3.metric(f"optimum k ({predicted_speedup(a, c, k_opt):.2f}x)", f"{k_opt}")
+    m2.metric(f"model's speedup at k={k}", f"{predicted_speedup(a, c, k):.2f}x", help=MODEL)
+    m3.metric(f"optimum k (model: {predicted_speedup(a, c, k_opt):.2f}x)", f"{k_opt}", help=MODEL)
     m4.metric(f"break-even c at k={k}", f"{breakeven_c(a, k):.3f}")
     st.altair_chart(charts.breakeven_chart(a, c, K_MAX, measured), width="stretch")
     if fit is not None and fit.a is not None:
         st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
         st.caption(
-            "Diamonds: measured speedup per arm (tokens/sec over target-only, same run). The solid curve "
+            "Diamonds: the run's speedup per k (" + SPEEDUP.split(": ", 1)[1] + "; every request that "
+            "drafted k). The curves are the model's prediction, a ratio of mean step rates. The solid curve "
             "counts a k+1-token verification as one target step; the dashed one uses the verify cost V(k+1) "
             "this run measured per arm (verify seconds per pass over the target-only step; column 'verify "
             "cost'). Where diamonds sit below the dashed curve too, the rest is drafting or Python overhead."

@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import data, urlstate, widgets
 from engine.analysis.regret import best_fixed, is_bandit, policy_table, regret_curves
+from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 
 HOW = (
     "Run several policies and fixed arms over the same prompts, for example\n"
@@ -30,7 +31,8 @@ def render() -> None:
         st.code(HOW.split("\n")[1], language="bash")
         st.caption(HOW.split("\n")[2])
         return
-    best = best_fixed(frame)
+    paired = speedups(data.prompt_rewards(url, run_id))
+    best = best_fixed(frame, paired)
     if best is None:
         st.warning(
             "Regret needs the single arms in the same run (target, fixed_<k>, ngram_<k>, suffix_<k> or "
@@ -39,20 +41,22 @@ def render() -> None:
         st.code(HOW.split("\n")[1], language="bash")
         return
     alpha = 0.05
-    table = policy_table(frame, best, alpha)
+    table = policy_table(frame, best, alpha, paired)
     n_prompts = frame["prompt_id"].nunique()
     st.caption(
-        f"Best fixed arm in hindsight: {best} · {n_prompts} prompts · Welch's t-test of tokens/sec against "
-        f"{best}, alpha {alpha}. NOT_SIGNIFICANT means the run cannot tell the two apart. tokens/s here is the mean "
-        "of per-request tokens/sec, the policies' reward; the Run page's tokens/sec is total tokens over total "
-        "seconds, which weights long requests more."
+        f"Best fixed arm in hindsight (the highest speedup): {best} · {n_prompts} prompts. {SPEEDUP}. 'share of "
+        f"best fixed' is a {RATIO_OF_MEANS.split(': ', 1)[0]}: the mode's mean tokens/s over {best}'s, with its "
+        f"95% interval on the log scale and Welch's t-test of the difference (alpha {alpha}); NOT_SIGNIFICANT "
+        "means the run cannot tell the two apart. tokens/s is the mean of per-request tokens/sec, the policies' "
+        "reward."
     )
     st.dataframe(
         table,
         hide_index=True,
         width="stretch",
         column_config={
-            "share of best fixed": st.column_config.NumberColumn(format="%.3f"),
+            "x reference": st.column_config.NumberColumn("x reference", format="%.2fx", help=SPEEDUP),
+            "share of best fixed": st.column_config.NumberColumn(format="%.3f", help=RATIO_OF_MEANS),
             "p-value": st.column_config.NumberColumn(format="%.4f"),
             "tokens/s": st.column_config.NumberColumn(format="%.2f"),
         },

@@ -8,6 +8,7 @@ import streamlit as st
 from app import actions, charts, data, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
+from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
 from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode, reference_mode
@@ -105,7 +106,9 @@ def body(url: str, run_id: int) -> None:
     spec_bench_columns(url, run_id)
     vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
-    fit = fit_run(pos, split, drafter_arms=bool(info.bench and info.bench.drafter_arms))
+    fit = fit_run(
+        pos, split, data.prompt_rewards(url, run_id), drafter_arms=bool(info.bench and info.bench.drafter_arms)
+    )
     st.info(diagnosis(fit, summaries))
     st.subheader("Per-position acceptance")
     if pos.empty:
@@ -217,15 +220,16 @@ def kpis(summaries) -> None:
     """Per mode, n first and every figure a decision rests on with its interval. Four short values to a row, so
     none is cut at 1280 px; the unit sits in the label or right after the number."""
     base = reference_mode(m.mode for m in summaries)
+    st.caption(f"{SPEEDUP}. The reference of this run: {base or 'none (no speedup without one)'}.")
     for m in summaries:
         few = f" (fewer than {FEW}: read every figure as a hint)" if m.n < FEW else ""
         st.text(f"{m.mode} · n = {m.n} requests{few}")
         top, low = st.columns(4), st.columns(4)
         top[0].metric("tokens/sec", f"{m.tokens_per_s:.2f}")
         top[1].metric(
-            "x target",
+            "x target" if base == "target" else "x reference",
             "n/a" if m.speedup is None or m.speedup.median is None else f"{m.speedup.median:.2f}x",
-            help="median of per-prompt ratios against target-only in this run, with its 95% interval",
+            help=SPEEDUP,
         )
         top[2].metric(
             "acceptance",

@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import data, urlstate, widgets
 from db.queries import RUN_SORTS
+from engine.analysis.speedup import SPEEDUP
 
 STATUSES = ["", "queued", "running", "done", "failed", "cancelled", "interrupted"]
 PAGE_SIZE = 50
@@ -29,8 +30,14 @@ def render() -> None:
     tags = [""] + data.tags(url)
     tag = c4.selectbox("Tag", tags, index=_choice(tags, urlstate.qp("tag")), key="f_tag")
     s1, s2, s3 = st.columns([2, 1, 1])
-    sorts = list(RUN_SORTS)
-    sort = s1.selectbox("Sort by", sorts, index=_choice(sorts, urlstate.qp("sort", "id")), key="f_sort")
+    sorts = list(RUN_SORTS) + [data.SPEEDUP_SORT]
+    sort = s1.selectbox(
+        "Sort by",
+        sorts,
+        index=_choice(sorts, urlstate.qp("sort", "id")),
+        key="f_sort",
+        format_func=lambda s: s.replace("_", " "),
+    )
     descending = s2.toggle("Descending", value=urlstate.qp("asc") != "1", key="f_desc")
     archived = s3.toggle("Show archived", value=urlstate.qp("archived") == "1", key="f_archived")
     filters = dict(name=name, model=model, status=status, tag=tag, archived=archived)
@@ -77,7 +84,9 @@ def table(url: str, filters: dict, sort: str, descending: bool, page: int) -> No
             "draft",
             "modes",
             "prompts",
+            "best_mode",
             "best_speedup",
+            "best_interval",
             "progress_done",
             "progress_total",
             "created_at",
@@ -91,9 +100,12 @@ def table(url: str, filters: dict, sort: str, descending: bool, page: int) -> No
         width="stretch",
         column_config={
             "open": st.column_config.LinkColumn("open", display_text="Run page"),
-            "best_speedup": st.column_config.NumberColumn("best speedup", format="%.2fx"),
+            "best_mode": st.column_config.TextColumn("best mode"),
+            "best_speedup": st.column_config.NumberColumn("best x reference", format="%.2fx"),
+            "best_interval": st.column_config.TextColumn("best, 95% CI"),
         },
     )
+    st.caption(SPEEDUP + "; each run's best mode other than its reference.")
     widgets.csv_download(view.drop(columns=["open"]), "runs", key="dl_runs")
 
 

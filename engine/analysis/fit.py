@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from engine.analysis.breakeven import fit_a, measured_c, optimum_k
+from engine.analysis.speedup import speedups_by
 from engine.modes import Mode
 
 
@@ -15,7 +16,7 @@ class RunFit:
     a: float | None
     c: float | None
     target_step_s: float | None
-    measured: pd.DataFrame  # k, measured speedup, n, verify cost (model-drafter arms)
+    measured: pd.DataFrame  # k, measured speedup (engine.analysis.speedup, by k), n, verify cost
     k_best_measured: int | None
     best_speedup: float | None
     k_opt: int | None
@@ -28,9 +29,10 @@ def reached_of(pos: pd.DataFrame) -> list[int] | None:
     return pos.groupby("position")["reached"].sum().sort_index().astype(int).tolist()
 
 
-def fit_run(pos: pd.DataFrame, split: pd.DataFrame, drafter_arms: bool = False) -> RunFit:
-    """``drafter_arms``: the run's bandits chose among drafters (--drafter-arms), so their requests mix drafters
-    and stay out of a fit that assumes one."""
+def fit_run(pos: pd.DataFrame, split: pd.DataFrame, rewards: pd.DataFrame, drafter_arms: bool = False) -> RunFit:
+    """``rewards``: the run's prompt_id, mode, k and tokens_per_s per request (db.queries.prompt_rewards), for the
+    measured points, which are the run's speedup by k (the one definition). ``drafter_arms``: the run's bandits
+    chose among drafters (--drafter-arms), so their requests mix drafters and stay out of a fit that assumes one."""
 
     def fitted(mode: str) -> bool:
         m = Mode.of(mode)
@@ -52,23 +54,8 @@ def fit_run(pos: pd.DataFrame, split: pd.DataFrame, drafter_arms: bool = False) 
         else None
     )
     c = measured_c(float(model_modes["draft_s"].sum()), int(model_modes["proposed"].sum()), step) if step else None
-    base = (target["tokens_per_s_sum"].sum() / target["n"].sum()) if not target.empty else None
-    rows = []
-    if base:
-        arms = pd.concat([target, model_modes]).groupby("k")[["tokens_per_s_sum", "n", "verify_s", "passes"]].sum()
-        for k, r in arms.iterrows():  # tokens/s as everywhere: the mean of per-request tokens/s
-            # V(k+1): one verify of the pending token and k drafts, in target steps, as this run measured it
-            verify = float(r.verify_s / r.passes / step) if (step and r.passes) else None
-            rows.append(
-                {
-                    "k": int(k),
-                    "measured speedup": float(r.tokens_per_s_sum / r.n / base),
-                    "n": int(r.n),
-                    "verify cost": verify,
-                }
-            )
-    measured = pd.DataFrame(rows, columns=["k", "measured speedup", "n", "verify cost"])
-    best = measured.loc[measured["measured speedup"].idxmax()] if not measured.empty else None
+    measured = _measured(target, model_modes[model_modes["k"] > 0], rewards, step, fitted)
+    best = measured.loc[measured["measured speedup"].idxmax()] if measured["measured speedup"].notna().any() else None
     k_opt = optimum_k(a, c) if (a is not None and c is not None) else None
     return RunFit(
         a,
@@ -79,3 +66,23 @@ def fit_run(pos: pd.DataFrame, split: pd.DataFrame, drafter_arms: bool = False) 
         None if best is None else float(best["measured speedup"]),
         k_opt,
     )
+
+
+def _measured(target: pd.DataFrame, drafted: pd.DataFrame, rewards: pd.DataFrame, step, fitted) -> pd.DataFrame:
+    """Per k: the speedup of every request that drafted k (k = 0 is target-only itself, 1.0 by definition; a
+    bandit's k = 0 requests are not pooled with it), its n, and V(k+1), one verify of the pending token and k
+    drafts in target steps, as this run measured it."""
+    cols = ["k", "measured speedup", "n", "verify cost"]
+    if target.empty:
+        return pd.DataFrame(columns=cols)
+    keep = rewards[(rewards["mode"] == "target") | (rewards["mode"].map(fitted) & (rewards["k"] > 0))]
+    by_k = speedups_by(keep, "k", "target")
+    arms = pd.concat([target, drafted]).groupby("k")[["verify_s", "passes"]].sum()
+    rows = []
+    for k, r in arms.iterrows():
+        s = by_k.get(k)
+        verify = float(r.verify_s / r.passes / step) if (step and r.passes) else None
+        rows.append(
+            {"k": int(k), "measured speedup": s.median if s else None, "n": s.n if s else 0, "verify cost": verify}
+        )
+    return pd.DataFrame(rows, columns=cols)

@@ -1,8 +1,8 @@
 """Policies against the best fixed arm in hindsight, from one run's requests.
 
 The best fixed arm is the single (drafter, k) mode (target-only, fixed_<k>,
-ngram_<k>, suffix_<k> or eagle3_<k>) with the highest mean tokens/sec over the
-run's prompts. Regret of a policy's request is the best
+ngram_<k>, suffix_<k> or eagle3_<k>) with the highest speedup (``engine.analysis.speedup``, the figure every
+page shows), or, without a reference mode, the highest mean tokens/sec. Regret of a policy's request is the best
 fixed arm's tokens/sec on the same prompt minus the policy's, so prompt
 difficulty cancels; cumulative regret sums it in decision order.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from engine.analysis.compare import compare
+from engine.analysis.speedup import Spread
 from engine.modes import Mode
 
 
@@ -23,10 +24,13 @@ def is_bandit(mode: str) -> bool:
     return Mode.of(mode).is_bandit
 
 
-def best_fixed(frame: pd.DataFrame) -> str | None:
+def best_fixed(frame: pd.DataFrame, paired: dict[str, Spread] | None = None) -> str | None:
     fixed = frame[frame["mode"].map(is_fixed)]
     if fixed.empty:
         return None
+    ranked = {m: s.median for m, s in (paired or {}).items() if is_fixed(m) and s.median is not None}
+    if ranked:
+        return max(ranked, key=lambda m: ranked[m] or 0.0)
     return str(fixed.groupby("mode")["tokens_per_s"].mean().idxmax())
 
 
@@ -69,8 +73,12 @@ def arm_shares(g: pd.DataFrame) -> str:
     return ", ".join(f"{arm} {share:.0%}" for arm, share in shares.items())
 
 
-def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.DataFrame:
-    """One row per bandit mode and fixed mode: tokens/sec, share of the best fixed arm, Welch's test against it."""
+def policy_table(
+    frame: pd.DataFrame, best: str, alpha: float = 0.05, paired: dict[str, Spread] | None = None
+) -> pd.DataFrame:
+    """One row per bandit mode and fixed mode: tokens/sec, the speedup (``paired``: engine.analysis.speedup over
+    the run's requests), the share of the best fixed arm (a ratio of means), Welch's test against it."""
+    paired = paired or {}
     ref = frame[frame["mode"] == best]["tokens_per_s"].tolist()
     rows = []
     for mode, g in frame.groupby("mode", sort=True):
@@ -81,6 +89,8 @@ def policy_table(frame: pd.DataFrame, best: str, alpha: float = 0.05) -> pd.Data
             "mode": mode,
             "n": len(g),
             "tokens/s": c.mean,
+            "x reference": paired[mode].median if mode in paired else None,
+            "x reference, 95% CI": paired[mode].interval_text() if mode in paired else "",
             "share of best fixed": c.ratio,
             "share CI low": c.ratio_low if mode != best else None,
             "share CI high": c.ratio_high if mode != best else None,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.analysis.compare import compare, speedups
+from engine.analysis.compare import compare
+from engine.analysis.speedup import speedups
 from engine.decode.prompts import SPEC_BENCH_ORDER, spec_bench_column, spec_bench_column_of
 
 OVERALL = "overall"

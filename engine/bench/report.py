@@ -1,7 +1,7 @@
 """A run's results, read from the store: every figure the CLI, the Run page and the docs quote.
 
 Speedups are paired: each request's tokens/s over target-only's on the same prompt in the same run, summarised
-as the median with its IQR and n (``engine.analysis.compare``).
+as the median with its IQR and n (``engine.analysis.speedup``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 from db import queries
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
-from engine.analysis.compare import Spread, speedups
+from engine.analysis.speedup import Spread, speedups
 from engine.analysis.stats import wilson
 from engine.bench.leaderboard import leaderboard, per_position
 from engine.modes import reference_mode
@@ -21,12 +21,12 @@ REPORT_BY = ("mode", "column")  # the results table, or Spec-Bench's per-column 
 
 
 def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
-    """The results table's rows, each with its paired speedup against target-only (None without target)."""
+    """The results table's rows, each with its speedup against the run's reference mode (None without one)."""
     rows = queries.mode_summaries(store, run_id, totals=totals)
     base = reference_mode(m.mode for m in rows)
     paired = speedups(queries.prompt_rewards(store, run_id), base) if base else {}
     for m in rows:
-        m.speedup = Spread(1.0, 1.0, 1.0, m.n, 1.0, 1.0) if m.mode == base else paired.get(m.mode)
+        m.speedup = paired.get(m.mode)
         m.acceptance_ci = wilson(m.accepted, m.proposed)
     return rows
 
