@@ -462,9 +462,10 @@ def category_positions(store: Store, run_id: int) -> pd.DataFrame:
 
 
 def prompt_rewards(store: Store, run_id: int) -> pd.DataFrame:
-    """prompt_id, mode, k and tokens_per_s of every answered non-warm-up request: what speedups are built from."""
+    """prompt_id, category, mode, k and tokens_per_s of every answered non-warm-up request: what speedups are
+    built from (category: a Spec-Bench column's share of them)."""
     r = Request
-    q = select(r.prompt_id, r.mode, r.k, r.tokens_per_s).where(
+    q = select(r.prompt_id, r.category, r.mode, r.k, r.tokens_per_s).where(
         r.run_id == run_id, r.warmup.is_(False), r.error.is_(None)
     )
     return _frame(store, q)

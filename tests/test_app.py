@@ -120,7 +120,7 @@ def test_without_sentry_the_trace_id_is_shown_instead_of_a_dead_link(app_db, mon
 
 def test_compare_gives_welch_p_values_and_a_verdict(app_db):
     at = open_page("compare", series="1:target,1:fixed_4", alpha="0.05")
-    table = at.dataframe[0].value
+    table = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(table["metric"]) == {"tokens_per_s", "latency_s"}  # no acceptance row: target-only drafts nothing
     assert table["verdict"].isin(["significant", "NOT_SIGNIFICANT"]).all()
     assert (table["p-value"] < 0.05).all()  # 2.0 s vs 1.4 s latency over 10 requests each
@@ -140,11 +140,14 @@ def test_breakeven_uses_the_verify_cost_each_arm_measured(app_db):
     }  # an arm is a k: the bandit's requests at that k count too
     per_pass = {m: sum(r.verify_s for r in rs) / sum(r.passes for r in rs) for m, rs in arm.items()}
     at = open_page("breakeven", run=1)
-    table = next(d.value for d in at.dataframe if "verify cost" in d.value.columns).set_index("k")
-    assert table.loc[4, "verify cost"] == pytest.approx(per_pass[4] / per_pass["target"])
+    table = next(d.value for d in at.dataframe if "verify cost" in d.value.columns).set_index("arm")
+    assert table.loc["fixed_4", "verify cost"] == pytest.approx(per_pass[4] / per_pass["target"])
+    assert table.loc["bandit k=4", "verify cost"] == table.loc["fixed_4", "verify cost"]  # a cost of the width
     # k = 0 is target-only itself: a verify of one token costs one step by definition, and a bandit's k = 0
     # requests are not pooled into it
-    assert table.loc[0, "verify cost"] == 1.0 and table.loc[0, "measured speedup"] == 1.0
+    assert table.loc["target", "verify cost"] == 1.0 and table.loc["target", "measured speedup"] == 1.0
+    run_page = {m.mode: m.speedup.median for m in summaries(app_db, 1)}
+    assert table.loc["fixed_4", "measured speedup"] == run_page["fixed_4"]  # the one speedup, per arm
     assert "predicted, measured V(k+1)" in json.dumps(charts(at))
 
 

@@ -7,8 +7,9 @@ import streamlit as st
 
 from app import charts, data, likeness, urlstate, widgets
 from engine.analysis.compare import TOKENS_PER_S, compare
+from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 from engine.bench.leaderboard import OVERALL, in_column
-from engine.modes import Mode
+from engine.modes import Mode, reference_mode
 
 MAX_SERIES = 12  # series on one Compare page
 
@@ -75,9 +76,16 @@ def render() -> None:
         frames.append(df)
     all_rows = pd.concat(frames)
     st.altair_chart(charts.compare_chart(all_rows), width="stretch")
+    st.subheader("Each series against its own run's reference")
+    st.dataframe(speedup_table(url, series), hide_index=True, width="stretch")
+    st.caption(SPEEDUP + ". Series from different runs each pair with their own run's reference.")
+    st.subheader("Series against the baseline (the first)")
     table = verdicts(frames, alpha)
     st.dataframe(table, hide_index=True, width="stretch")
-    st.caption(TOKENS_PER_S + ".")
+    st.caption(
+        f"{TOKENS_PER_S}. 'ratio of means' is {RATIO_OF_MEANS.split(': ', 1)[1]}: its interval is computed on the "
+        "log scale, and the verdict is Welch's test of the difference."
+    )
     widgets.csv_download(table, "compare", key="dl_cmp")
     curves(url, series)
     st.subheader("Settings that differ")
@@ -85,7 +93,13 @@ def render() -> None:
     unlike = likeness.unlike(diff)
     if unlike:
         st.warning(likeness.unlike_warning(unlike) + " The table below has the values.")
-    if diff.empty:
+    modes = {parse_series(s)[1] for s in series}
+    if diff.empty and len(modes) == 1:
+        st.warning(
+            "These series are repeats: the same recorded settings and the same mode. A difference between them "
+            "is the machine's noise, not a finding; a 'significant' verdict here says the machine was disturbed."
+        )
+    elif diff.empty:
         st.caption("The runs' recorded settings are identical apart from the mode.")
     else:
         st.dataframe(diff, hide_index=True, width="stretch")
@@ -122,6 +136,26 @@ def curves(url: str, series: list[str]) -> None:
     st.caption("Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
 
 
+def speedup_table(url: str, series: list[str]) -> pd.DataFrame:
+    """Each series' speedup in its own run (on its column group's requests for run:mode@column), the number the
+    Run page shows for run:mode."""
+    rows = []
+    for s in series:
+        run_id, mode, column = parse_series(s)
+        frame = in_column(data.prompt_rewards(url, run_id), column)
+        ref = reference_mode(frame["mode"].unique()) if not frame.empty else None
+        sp = speedups(frame, ref).get(mode) if ref else None
+        rows.append(
+            {
+                "series": label(url, s),
+                "reference": ref or "none",
+                "x reference": sp.median if sp else None,
+                "95% CI and n": sp.interval_text() if sp else "no reference mode in this run",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
     """Each series against the first, per metric, from the one comparison builder."""
     base = frames[0]
@@ -141,7 +175,7 @@ def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
                     "n series": c.n,
                     "mean baseline": c.mean_base,
                     "mean series": c.mean,
-                    "ratio": c.ratio,
+                    "ratio of means": c.ratio,
                     f"ratio CI low ({level})": c.ratio_low,
                     f"ratio CI high ({level})": c.ratio_high,
                     "difference": c.difference,

@@ -69,20 +69,31 @@ def fit_run(pos: pd.DataFrame, split: pd.DataFrame, rewards: pd.DataFrame, draft
 
 
 def _measured(target: pd.DataFrame, drafted: pd.DataFrame, rewards: pd.DataFrame, step, fitted) -> pd.DataFrame:
-    """Per k: the speedup of every request that drafted k (k = 0 is target-only itself, 1.0 by definition; a
-    bandit's k = 0 requests are not pooled with it), its n, and V(k+1), one verify of the pending token and k
-    drafts in target steps, as this run measured it."""
-    cols = ["k", "measured speedup", "n", "verify cost"]
+    """Per arm (a fixed_<k> mode, or one k of a bandit): its speedup, the Run page's number for a fixed mode, and
+    its n; and V(k+1), one verify of the pending token and k drafts in target steps, as this run measured it over
+    every request that drafted k (a cost of the width, whichever mode chose it). k = 0 is target-only itself: 1.0
+    and one step by definition (a bandit's k = 0 requests are not pooled with it)."""
+    cols = ["arm", "k", "measured speedup", "n", "verify cost"]
     if target.empty:
         return pd.DataFrame(columns=cols)
     keep = rewards[(rewards["mode"] == "target") | (rewards["mode"].map(fitted) & (rewards["k"] > 0))]
-    by_k = speedups_by(keep, "k", "target")
-    arms = pd.concat([target, drafted]).groupby("k")[["verify_s", "passes"]].sum()
-    rows = []
-    for k, r in arms.iterrows():
-        s = by_k.get(k)
-        verify = float(r.verify_s / r.passes / step) if (step and r.passes) else None
+    keep = keep.assign(arm=[Mode.of(m).arm_label(int(k)) for m, k in zip(keep["mode"], keep["k"])])
+    by_arm = speedups_by(keep, "arm", "target")
+    widths = pd.concat([target, drafted]).groupby("k")[["verify_s", "passes"]].sum()
+    rows = [
+        {"arm": "target", "k": 0, "measured speedup": 1.0, "n": len(keep[keep["mode"] == "target"]), "verify cost": 1.0}
+    ]
+    for r in drafted.itertuples():
+        arm = Mode.of(r.mode).arm_label(int(r.k))
+        s, w = by_arm.get(arm), widths.loc[r.k]
+        verify = float(w.verify_s / w.passes / step) if (step and w.passes) else None
         rows.append(
-            {"k": int(k), "measured speedup": s.median if s else None, "n": s.n if s else 0, "verify cost": verify}
+            {
+                "arm": arm,
+                "k": int(r.k),
+                "measured speedup": s.median if s else None,
+                "n": s.n if s else 0,
+                "verify cost": verify,
+            }
         )
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=cols).sort_values(["k", "arm"], kind="stable").reset_index(drop=True)
