@@ -36,6 +36,9 @@ def token_field(key: str) -> str:
 
 def permission(given: str) -> str | None:
     """None when the action is allowed, else the reason it is not."""
+    locked = data.read_only()
+    if locked:
+        return locked
     token = os.environ.get("PHOENIX_OPERATOR_TOKEN", "")
     if token:
         if given and hmac.compare_digest(given.encode(), token.encode()):

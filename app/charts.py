@@ -214,7 +214,9 @@ def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatCha
         )
         .properties(height=180)
     )
-    return alt.vconcat(chosen, signal, mean_chart)
+    # each panel colours its own field: one shared scale with the fixed domain explored/exploited left the
+    # signal and running-estimate lines without a colour, so they drew nothing
+    return alt.vconcat(chosen, signal, mean_chart).resolve_scale(color="independent")
 
 
 def latency_chart(sample: pd.DataFrame) -> alt.Chart:

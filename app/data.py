@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -16,16 +17,33 @@ from db import distills, queries, tracker
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
+from engine.analysis.stats import cross_run_drift
 from engine.bench import report
 from engine.bench.autostart import live_workers
 from engine.bench.config import stored
 from engine.modes import reference_mode
+from engine.paths import RESULTS_DB
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
 
 def db_url() -> str:
     return resolve_url(os.environ.get("PHOENIX_DB"))
+
+
+def read_only() -> str | None:
+    """Why this dashboard writes nothing into its database (no demo, form, tracker edit, cancel or resume), or
+    None. The committed results database is read-only here: every run in it stands behind a figure in the docs."""
+    if os.environ.get("PHOENIX_READ_ONLY", "").strip() not in ("", "0"):
+        return "This dashboard is read-only (PHOENIX_READ_ONLY is set): it starts, edits and deletes nothing."
+    url = db_url()
+    if url.startswith("sqlite:///") and Path(url.removeprefix("sqlite:///")).resolve() == RESULTS_DB.resolve():
+        return (
+            "This is the committed results database (benchmarks/results.db): every run in it stands behind a "
+            "figure in the docs, so this dashboard writes nothing into it. Start runs from a dashboard on your own "
+            "database (the default, without PHOENIX_DB)."
+        )
+    return None
 
 
 @st.cache_resource(show_spinner=False)
@@ -165,6 +183,36 @@ def spec_bench_positions(url: str, run_id: int) -> pd.DataFrame:
 def prompt_rewards(url: str, run_id: int) -> pd.DataFrame:
     """What every speedup of a run is computed from (engine.analysis.speedup)."""
     return queries.prompt_rewards(_store(url), run_id)
+
+
+SAME_WORK = ("max_new_tokens", "dtype", "prompt_format", "device")  # settings under which one prompt is one work
+
+
+def same_work(a, b) -> bool:
+    """Two runs whose target-only requests on one prompt measured the same work."""
+    if a.target != b.target or a.bench is None or b.bench is None:
+        return False
+    return all(getattr(a.bench, k) == getattr(b.bench, k) for k in SAME_WORK)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def cross_run(url: str, run_id: int) -> tuple[int, object] | None:
+    """This run's target-only against the newest other run of the same target and work (same settings, shared
+    prompts): (that run's id, engine.analysis.stats.CrossDrift), or None where no such run exists."""
+    info = run(url, run_id)
+    if info is None or info.bench is None:
+        return None
+    mine = rewards(url, run_id, ("target",))
+    for other_id in queries.same_target_runs(_store(url), run_id, info.target):
+        other = run(url, other_id)
+        if other is None or other.bench is None:
+            continue
+        if not same_work(info, other):
+            continue
+        drift = cross_run_drift(mine, rewards(url, other_id, ("target",)))
+        if drift is not None:
+            return other_id, drift
+    return None
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

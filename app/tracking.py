@@ -33,6 +33,8 @@ FLASH = "tracker_flash"  # what the last edit did, shown once after the rerun th
 
 def panel(info) -> None:
     """Tags, note, archive and delete, and the baseline pin; writes need the operator token where one is set."""
+    if data.read_only():
+        return
     flash = st.session_state.pop(FLASH, None)
     if flash:
         st.success(flash)
@@ -141,7 +143,9 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
             "p-value": st.column_config.NumberColumn(format="%.4f"),
         },
     )
-    st.caption(TOKENS_PER_S + "; x baseline is the ratio of means, its interval Welch's, over the baseline's mean.")
+    st.caption(
+        TOKENS_PER_S + "; x baseline is the ratio of means (not the paired speedup), its interval on the log scale."
+    )
     st.markdown(
         f"[Compare with the baseline]({urlstate.link('compare', series=f'{base_id}:{best},{info.id}:{modes[0]}')})"
     )

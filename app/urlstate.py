@@ -48,18 +48,33 @@ def set_qp(**values) -> None:
             st.query_params[key] = str(value)
 
 
-def public_base() -> str:
-    return os.environ.get("PHOENIX_PUBLIC_URL", "http://localhost:8501").rstrip("/")
+def _query(params: dict) -> str:
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "")}, safe=":,")  # readable run:mode lists
+    return f"?{query}" if query else ""
 
 
 def link(page: str, **params) -> str:
-    """An absolute link to a page of this dashboard with the given state."""
-    query = urlencode({k: v for k, v in params.items() if v not in (None, "")}, safe=":,")  # readable run:mode lists
-    return f"{public_base()}/{page}" + (f"?{query}" if query else "")
+    """A link to a page of this dashboard with the given state, relative to the page it is on: every page sits at
+    the app's root (/run, /compare), so it works on any port and behind a proxy's path prefix."""
+    return f"./{page}{_query(params)}"
+
+
+def public_base() -> str | None:
+    """Where people reach this dashboard, for links that leave it (PHOENIX_PUBLIC_URL); None when unset."""
+    base = os.environ.get("PHOENIX_PUBLIC_URL", "").strip().rstrip("/")
+    return base or None
 
 
 def share_link(page: str) -> str:
+    """The URL the browser is on (scheme, host, port and any proxy path, as Streamlit saw it), with this view's
+    state; PHOENIX_PUBLIC_URL where set, so a team shares the address it reaches."""
     params = {k: v for k, v in st.query_params.to_dict().items() if k != "token"}  # links never carry a secret
+    base = public_base()
+    if base:
+        return f"{base}/{page}{_query(params)}"
+    here = st.context.url  # None outside a browser session (AppTest)
+    if here:
+        return f"{here.split('?')[0].split('#')[0]}{_query(params)}"
     return link(page, **params)
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app import actions, data
-from app.urlstate import link, qp_int, set_qp
+from app.urlstate import qp_int, set_qp
 from engine.paths import ROOT
 
 
@@ -80,6 +80,10 @@ def empty_state() -> None:
 
 def demo_buttons(key: str, token: str = "") -> None:
     """The quick demo, and while SmolLM2 is not fetched, the way to it: a demo that fetches it first."""
+    locked = data.read_only()
+    if locked:
+        st.caption(locked)
+        return
     choices = [(actions.demo_config(), f"{key}_demo", "primary", "")]
     if not actions.real_pair_present():
         choices.append(
@@ -103,7 +107,8 @@ def demo_buttons(key: str, token: str = "") -> None:
 
 def queued(run, worker: str, log) -> None:
     st.success(f"Run #{run.id} queued ({run.progress_total} requests).")
-    st.markdown(f"[Watch run #{run.id} live]({link('run', run=run.id)})")
+    # a page link, not a URL: it opens the Run page in this tab, on whatever port and path the dashboard has
+    st.page_link("views/run.py", label=f"Watch run #{run.id} live", query_params={"run": str(run.id)})
     if worker == "disabled":
         st.caption("Worker autostart is off (PHOENIX_AUTOSTART_WORKER=0): your own workers will pick it up.")
     else:

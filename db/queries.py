@@ -471,6 +471,21 @@ def prompt_rewards(store: Store, run_id: int) -> pd.DataFrame:
     return _frame(store, q)
 
 
+def same_target_runs(store: Store, run_id: int, target: str, limit: int = 10) -> list[int]:
+    """The newest other runs of the same target that answered target-only requests: where a run's target-only
+    can be checked against the same work measured another time."""
+    r = Request
+    q = (
+        select(Run.id)
+        .where(Run.target == target, Run.id != run_id)
+        .where(select(r.id).where(r.run_id == Run.id, r.mode == "target", r.warmup.is_(False)).exists())
+        .order_by(Run.id.desc())
+        .limit(limit)
+    )
+    with store.session_scope() as s:
+        return list(s.scalars(q))
+
+
 def prompt_rewards_of_runs(store: Store, run_ids: list[int]) -> pd.DataFrame:
     """The same rows for several runs, with run_id: the Runs list's best speedup of each."""
     r = Request

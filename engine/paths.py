@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / "models"
 EMBEDDED_DIR = MODELS_DIR / "phoenix-tiny"
 DATA_DIR = ROOT / "data"
+RESULTS_DB = ROOT / "benchmarks" / "results.db"  # the committed runs behind every figure in the docs
 
 CARD = "phoenix_card.json"  # every model folder Phoenix writes carries one
 

@@ -57,8 +57,8 @@ def start_dashboard(db_url: str, cwd, autostart: str):
         **os.environ,
         "PHOENIX_DB": db_url,
         "PHOENIX_AUTOSTART_WORKER": autostart,
-        "PHOENIX_PUBLIC_URL": f"http://127.0.0.1:{port}",
     }
+    env.pop("PHOENIX_PUBLIC_URL", None)  # links must work on this port by themselves
     proc = subprocess.Popen(
         [
             sys.executable,

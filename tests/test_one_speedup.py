@@ -107,3 +107,16 @@ def test_every_page_shows_one_speedup_for_the_committed_results(run_id, tmp_path
     url = f"sqlite:///{copy}"
     monkeypatch.setenv("PHOENIX_DB", url)
     assert_one_speedup(Store(url), run_id)
+
+
+def test_the_committed_results_database_opens_read_only_with_no_button_that_writes(monkeypatch):
+    monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{ROOT / 'benchmarks' / 'results.db'}")
+    before = (ROOT / "benchmarks" / "results.db").read_bytes()
+    home = open_page("runs")
+    assert not [b for b in home.button if b.label.startswith("Quick demo")]
+    assert any("committed results database" in c.value for c in home.caption)
+    run = open_page("run", run=9)
+    assert not [b for b in run.button if "Archive" in b.label or "Delete" in b.label]
+    new = open_page("new_run")
+    assert not new.button and any("committed results database" in i.value for i in new.info)
+    assert (ROOT / "benchmarks" / "results.db").read_bytes() == before

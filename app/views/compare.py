@@ -8,6 +8,7 @@ import streamlit as st
 from app import charts, data, likeness, urlstate, widgets
 from engine.analysis.compare import TOKENS_PER_S, compare
 from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
+from engine.analysis.stats import cross_run_drift
 from engine.bench.leaderboard import OVERALL, in_column
 from engine.modes import Mode, reference_mode
 
@@ -93,6 +94,7 @@ def render() -> None:
     unlike = likeness.unlike(diff)
     if unlike:
         st.warning(likeness.unlike_warning(unlike) + " The table below has the values.")
+    disturbed(url, series)
     modes = {parse_series(s)[1] for s in series}
     if diff.empty and len(modes) == 1:
         st.warning(
@@ -134,6 +136,25 @@ def curves(url: str, series: list[str]) -> None:
     st.subheader("Per-position acceptance")
     st.altair_chart(charts.acceptance_chart(pd.concat(parts)), width="stretch")
     st.caption("Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
+
+
+def disturbed(url: str, series: list[str]) -> None:
+    """Series from two runs: the same target on the same prompts must run at about one speed in both, or a
+    'significant' difference is the machine's."""
+    runs = list(dict.fromkeys(parse_series(s)[0] for s in series))
+    base = data.rewards(url, runs[0], ("target",))
+    first = data.run(url, runs[0])
+    for other in runs[1:]:
+        info = data.run(url, other)
+        if first is None or info is None or not data.same_work(first, info):
+            continue  # other work: the settings table says how it differs
+        d = cross_run_drift(base, data.rewards(url, other, ("target",)))
+        if d is not None and d.disturbed:
+            st.warning(
+                f"Run #{runs[0]}'s target-only ran at {d.ratio:.2f}x the speed of run #{other}'s on the same "
+                f"{d.n} prompts: the machine was disturbed in one of them (the slower), so differences between "
+                "their series here are noise, not a finding."
+            )
 
 
 def speedup_table(url: str, series: list[str]) -> pd.DataFrame:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import actions, widgets
+from app import actions, data, widgets
 from app.actions import FORM_LIMITS
 from engine.bench.config import BenchConfig
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, local_models, present
@@ -59,6 +59,10 @@ def label(choice: str) -> str:
 
 def render() -> None:
     st.title("New run")
+    locked = data.read_only()
+    if locked:
+        st.info(locked)
+        return
     local = local_models()  # under models/, the names and a fetch's staging folders left out
     slots = {}
     with st.form("new_run"):

@@ -46,7 +46,7 @@ def run_actions(info) -> None:
     """Cancel a queued or running run; resume an interrupted, failed or cancelled one."""
     can_cancel = info.status in ("queued", "running")
     can_resume = info.status in ("interrupted", "failed", "cancelled")
-    if not (can_cancel or can_resume):
+    if not (can_cancel or can_resume) or data.read_only():
         return
     with st.expander("Cancel" if can_cancel else "Resume"):
         token = actions.token_field("run_token")
@@ -282,6 +282,15 @@ def diagnosis(fit, summaries) -> str:
 
 
 def drift_warning(url: str, run_id: int) -> None:
+    cross = data.cross_run(url, run_id)
+    if cross is not None and cross[1].disturbed:
+        other, d = cross
+        slower = run_id if d.ratio < 1 else other
+        st.warning(
+            f"The machine was busy in run #{slower}: this run's target-only ran at {d.ratio:.2f}x the speed of run "
+            f"#{other}'s on the same {d.n} prompts, with the same target and settings. Absolute tokens/s here "
+            "are unreliable, and a comparison between the two runs measures the machine, not the drafters."
+        )
     drift = load_drift(data.rewards(url, run_id, ("target",))["tokens_per_s"].tolist())
     if drift is not None and drift.busy:
         st.warning(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 
 @dataclass
@@ -102,3 +103,29 @@ def load_drift(tokens_per_s: list[float]) -> Drift | None:
     n = max(3, len(ms) // 4)
     early, later = ms[:n], np.asarray(ms[n:])
     return Drift(n, float(np.median(early)), float(np.percentile(later, 50)), float(np.percentile(later, 95)))
+
+
+CROSS_RUN_FACTOR = 1.5  # one target on the same prompts, two runs: paired, a quiet machine stays well within this
+
+
+@dataclass
+class CrossDrift:
+    ratio: float  # median per-prompt ratio of this run's target-only tokens/s over the other run's
+    n: int  # prompts both runs answered with target-only
+
+    @property
+    def disturbed(self) -> bool:
+        return not (1 / CROSS_RUN_FACTOR <= self.ratio <= CROSS_RUN_FACTOR)
+
+
+def cross_run_drift(this: pd.DataFrame, other: pd.DataFrame) -> CrossDrift | None:
+    """The same target on the same prompts in two runs (frames of prompt_id and tokens_per_s, target-only): how
+    far apart the machine ran them. Within a run every speedup pairs its own prompts, so a disturbed run can look
+    fine alone; against another run of the same work it cannot. None below two shared prompts."""
+    a = this.groupby("prompt_id")["tokens_per_s"].median()
+    b = other.groupby("prompt_id")["tokens_per_s"].median()
+    shared = a.index.intersection(b.index)
+    ratios = (a[shared] / b[shared]).replace([np.inf, -np.inf], np.nan).dropna()
+    if len(ratios) < 2:
+        return None
+    return CrossDrift(float(ratios.median()), len(ratios))
