@@ -49,8 +49,25 @@ def chromium():
         b.close()
 
 
+# Per chart, the panels (a concat's cells, else the chart) that draw no visible mark: a line without a colour,
+# a bar without a fill. Streamlit draws charts in SVG up to 2,000 points, so the marks are in the DOM.
+EMPTY_PANELS = """c => {
+  const drawn = {};
+  const visible = v => v && v !== 'none' && v !== 'transparent';
+  for (const g of c.querySelectorAll('g[class*="role-mark"]')) {
+    const cls = [...g.classList].find(n => n.endsWith('marks')) || 'marks';
+    const key = (cls.match(/^concat_\\d+/) || ['chart'])[0];
+    const some = [...g.children].some(el => (visible(el.getAttribute('stroke')) || visible(el.getAttribute('fill')))
+      && parseFloat(el.getAttribute('opacity') ?? '1') > 0);
+    drawn[key] = drawn[key] || some;
+  }
+  return c.querySelector('canvas') ? [] : Object.keys(drawn).filter(k => !drawn[k]);
+}"""
+
+
 def problems(page) -> list[str]:
-    """What a newcomer would see wrong: a KPI value cut short, a chart squeezed flat, Python's None as text."""
+    """What a newcomer would see wrong: a KPI value cut short, a chart squeezed flat or drawing nothing, Python's
+    None as text."""
     found = []
     for value in page.locator('[data-testid="stMetricValue"]').all():
         cut = value.evaluate("e => [...e.querySelectorAll('*'), e].some(n => n.scrollWidth > n.clientWidth + 1)")
@@ -60,6 +77,8 @@ def problems(page) -> list[str]:
         box = chart.bounding_box()
         if box and box["height"] < MIN_CHART_PX:
             found.append(f"chart {box['height']:.0f} px tall")
+        for panel in chart.evaluate(EMPTY_PANELS):
+            found.append(f"chart {chart.get_attribute('id') or ''} panel {panel} draws no marks")
     if re.search(r"\bNone\b", page.inner_text("body")):
         found.append("'None' in the page text")
     return found
