@@ -29,16 +29,41 @@ def fields(spec) -> set[str]:
     return out
 
 
+TITLES = {
+    "runs": "Runs",
+    "run": "Run",
+    "breakeven": "Break-even",
+    "compare": "Compare",
+    "policies": "Policies",
+    "requests": "Requests",
+    "new_run": "New run",
+}
+
+
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_on_an_empty_database(tmp_path, monkeypatch, page):
+def test_every_page_renders_on_an_empty_database_and_says_what_to_do(tmp_path, monkeypatch, page):
     monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{tmp_path / 'empty.db'}")
     at = open_page(page)
-    assert at.title[0].value
+    assert at.title[0].value == TITLES[page]
+    said = [e.value for e in (*at.info, *at.caption, *at.markdown, *at.warning)]
+    assert page in ("breakeven", "new_run") or any("No runs yet" in s for s in said), said
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_on_a_recorded_database(app_db, page):
-    open_page(page, run=1)
+def test_every_page_renders_run_1_of_a_recorded_database_with_its_data(app_db, page):
+    at = open_page(page, run=1)
+    assert at.title[0].value == TITLES[page]
+    tables = [d.value for d in at.dataframe]
+    shown = {
+        "runs": lambda: sorted(tables[0]["id"]) == [1, 2],
+        "run": lambda: len([m for m in at.metric if m.label == "tokens/sec"]) == 3,  # target, fixed_4, bandit
+        "breakeven": lambda: charts(at) and any("verify cost" in t.columns for t in tables),
+        "compare": lambda: any("metric" in t.columns for t in tables),
+        "policies": lambda: set(tables[0]["mode"]) == {"target", "fixed_4", "bandit"},
+        "requests": lambda: len(tables) > 0 and len(tables[0]) > 0,
+        "new_run": lambda: any(b.label == "Queue run" for b in at.button),
+    }[page]
+    assert shown(), page
 
 
 def test_empty_install_explains_and_its_demo_button_queues_a_run(tmp_path, monkeypatch):

@@ -30,10 +30,13 @@ def test_the_halves_are_disjoint_cover_all_480_questions_and_hold_out_half_of_ea
 
 def test_every_second_turn_follows_its_first_and_names_it():
     prompts = load("spec-bench-test")
-    for before, p in zip(prompts, prompts[1:]):
-        if p.turn == 2:
-            assert p.parent == before.id and p.id == f"{before.id}-t2" and p.earlier == (before.text,)
-            assert p.category == before.category and before.turn == 1
+    seconds = [(before, p) for before, p in zip(prompts, prompts[1:]) if p.turn == 2]
+    # MT-bench's 80 questions have a second turn; the test half holds half of them, each after its first turn
+    assert len(seconds) == 40 and sum(p.turn == 2 for p in prompts) == 40
+    assert prompts[0].turn != 2
+    for before, p in seconds:
+        assert p.parent == before.id and p.id == f"{before.id}-t2" and p.earlier == (before.text,)
+        assert p.category == before.category and before.turn == 1
 
 
 def test_a_limit_per_category_takes_the_first_questions_of_every_column_with_their_second_turns():
