@@ -12,17 +12,17 @@ import streamlit as st
 
 from app import data
 from db import tracker
-from engine.bench.autostart import ensure_worker, worker_alive_here
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
 from engine.decode.fetch import FETCHERS
 from engine.decode.loading import check_same_tokenizer_files, resolve
-from engine.decode.prompts import NAMED_SETS
-from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
 from engine.modes import Mode
 from engine.paths import DATA_DIR, MODELS_DIR, ROOT
+from engine.prompts.sets import NAMED_SETS
+from engine.prompts.sets import load as load_prompts
+from engine.queue.autostart import ensure_worker, worker_alive_here
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
 FORM_LIMITS = {"max_prompts": 50, "max_new_tokens": 512}  # the form is no DoS lever

@@ -19,10 +19,10 @@ from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
 from engine.analysis.stats import cross_run_drift
 from engine.bench import report
-from engine.bench.autostart import live_workers
 from engine.bench.config import stored
 from engine.modes import reference_mode
 from engine.paths import RESULTS_DB
+from engine.queue.autostart import live_workers
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 

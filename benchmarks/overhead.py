@@ -28,8 +28,8 @@ from engine.bench.recorder import Recorder
 from engine.bench.request import make_state, run_one
 from engine.bench.run import load_decoder
 from engine.bench.setup import create_run
-from engine.decode.prompts import load as load_prompts
 from engine.observe.sentry import SentryConfig, init
+from engine.prompts.sets import load as load_prompts
 
 CONFIGS = ("bare", "db", "db+sentry")
 

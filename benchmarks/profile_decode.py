@@ -17,7 +17,7 @@ import engine  # noqa: F401
 from benchmarks.common import write
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
-from engine.decode.prompts import load as load_prompts
+from engine.prompts.sets import load as load_prompts
 
 
 def forward_seconds(model, fn) -> tuple[float, float]:

@@ -158,7 +158,7 @@ def engines_command(stored: dict) -> str:
     """`serve engines` with the flags that differ from its defaults."""
     from dataclasses import asdict
 
-    from engine.vllm.engines import EnginesConfig
+    from engine.serve.engines import EnginesConfig
 
     defaults = asdict(EnginesConfig())
     flags = [

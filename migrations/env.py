@@ -1,4 +1,5 @@
-"""Alembic environment: batch mode for SQLite, URL handed in by db.migrate."""
+"""Alembic migrations, one schema change per revision (`versions/`), batch mode for SQLite; the URL is handed in
+by db.migrate."""
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool

@@ -139,7 +139,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, place, argv, pattern):
     ],
 )
 def test_good_prompt_files_with_unusual_separators_parse(data, expected):
-    from engine.decode.prompts import parse_jsonl
+    from engine.prompts.sets import parse_jsonl
 
     assert [(p.id, p.text) for p in parse_jsonl(data, "p.jsonl")] == expected
 

@@ -209,7 +209,7 @@ def test_a_hub_id_in_the_local_cache_loads_through_the_same_path(capsys, tiny_di
 
 
 def test_resume_of_a_run_whose_worker_may_be_alive_says_how_long_to_wait(capsys, store, db_url):
-    from engine.bench.worker import worker_id
+    from engine.queue.worker import worker_id
 
     run = store.create_run("live", {"bench": {}}, "embedded", "embedded", 3)
     store.attach(run.id, worker_id())  # this very process: provably alive
@@ -218,6 +218,17 @@ def test_resume_of_a_run_whose_worker_may_be_alive_says_how_long_to_wait(capsys,
         code, err, r"run 1 is running \(worker .*, last heartbeat \d+ s ago\); cancel it, or retry in (29|30) s"
     )
     assert store.get_run(run.id).status == "running"
+
+
+def test_the_package_map_names_every_package_and_is_generated_from_their_docstrings():
+    from engine.cli import reference
+    from engine.paths import ROOT
+
+    packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "engine").glob("*/__init__.py")}
+    mapped = {path.rsplit("/", 1)[0] for _, path in reference.PACKAGES}
+    assert packages <= mapped, f"packages missing from the map: {sorted(packages - mapped)}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert reference.package_map(full=False) in readme and "engine/vllm" not in readme
 
 
 def test_the_cli_reference_in_docs_is_the_parsers_own_help():

@@ -10,9 +10,9 @@ from helpers import interrupt_after
 
 from db import distills
 from engine.decode.decoder import format_prompt
-from engine.decode.prompts import humaneval, split
 from engine.decode.spec import generate
 from engine.errors import PhoenixError
+from engine.prompts.sets import humaneval, split
 from engine.train.distill import DistillConfig, Work, training_prompts
 from engine.train.job import run
 

@@ -10,8 +10,8 @@ import pytest
 import engine.train.draft as draft_mod
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
-from engine.decode.prompts import humaneval, split
 from engine.errors import PhoenixError
+from engine.prompts.sets import humaneval, split
 from engine.train.draft import DraftConfig, build_draft, corpus_ids
 
 

@@ -15,7 +15,7 @@ from engine.decode.eagle3 import Eagle3Head, default_taps, head_config_for, load
 from engine.decode.loading import check_same_tokenizer_files, load_pair
 from engine.errors import PhoenixError
 from engine.modes import Mode
-from engine.train.head import HeadBuildConfig, Sample, pick_vocab
+from engine.train.eagle3 import HeadBuildConfig, Sample, pick_vocab
 
 PROMPTS = [
     'def add(a, b):\n    """Return a + b."""\n',
@@ -110,7 +110,7 @@ def test_k_changing_between_passes_with_eagle3_still_equals_target_only(heads):
 def test_incremental_drafts_equal_the_training_unroll_on_the_same_tokens(heads):
     """The cache, positions and fed-back states at draft time are exactly what training unrolls (step s attends
     to the real prefix plus its own chain)."""
-    from engine.train.head import _ttt_attention
+    from engine.train.eagle3 import _ttt_attention
 
     pair = load_pair(*heads["llama"], "cpu", "float32")
     dec, head, target = Decoder(pair), pair.draft, pair.target
@@ -259,9 +259,9 @@ def test_prompt_tokens_do_not_count_toward_the_vocabulary():
 
 
 def test_training_prompts_never_hold_a_held_out_prompt(monkeypatch):
-    from engine.decode.prompts import humaneval, spec_bench, split
-    from engine.train import head_build
-    from engine.train.head_build import training_prompts
+    from engine.prompts.sets import humaneval, spec_bench, split
+    from engine.train import eagle3_build as head_build
+    from engine.train.eagle3_build import training_prompts
 
     # a third of the standard library is enough stdlib rows to check; parsing all of it cost 1.5 s of the loop
     texts = head_build.stdlib_texts()
@@ -276,7 +276,7 @@ def test_training_prompts_never_hold_a_held_out_prompt(monkeypatch):
 
 @pytest.mark.train
 def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path):
-    from engine.train.head_build import build_head
+    from engine.train.eagle3_build import build_head
 
     cfg = HeadBuildConfig(
         target="embedded",
@@ -303,8 +303,8 @@ def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path)
 
 
 def test_a_held_out_prompt_among_the_training_texts_stops_the_build_before_any_work(monkeypatch):
-    from engine.decode.prompts import humaneval, split
-    from engine.train import head_build
+    from engine.prompts.sets import humaneval, split
+    from engine.train import eagle3_build as head_build
 
     leaked = split(humaneval())[1][0].text
     monkeypatch.setattr(head_build, "stdlib_functions", lambda texts: ["def ok():\n    pass\n", "# copy\n" + leaked])
@@ -313,7 +313,7 @@ def test_a_held_out_prompt_among_the_training_texts_stops_the_build_before_any_w
 
 
 def test_training_keeps_the_last_prompt_tokens_and_the_whole_answer():
-    from engine.train.head import clip_prompt
+    from engine.train.eagle3 import clip_prompt
 
     tokens = torch.arange(10)
     sample = Sample(tokens, torch.arange(9).float()[:, None].repeat(1, 6), torch.zeros(9, 2), prompt_len=6)
@@ -324,7 +324,7 @@ def test_training_keeps_the_last_prompt_tokens_and_the_whole_answer():
 
 
 def test_fixed_text_taps_match_one_forward_per_text_whatever_the_batch(tiny_dirs):
-    from engine.train.head import text_with_taps
+    from engine.train.eagle3 import text_with_taps
 
     target = target_of(tiny_dirs["llama"]["target"]).target
     texts = [list(range(5, 25)), list(range(40, 47)), list(range(100, 112))]

@@ -15,8 +15,8 @@ from helpers import migrated
 from test_browser import free_port
 
 from db.store import Store
-from engine.vllm import llamacpp
-from engine.vllm.llamacpp import LlamaCppConfig
+from engine.serve import llamacpp
+from engine.serve.llamacpp import LlamaCppConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -174,7 +174,7 @@ def test_the_run_page_renders_the_real_sweep(swept, monkeypatch):
 
 def test_servers_side_by_side_give_identical_text_paired_speedups_and_their_own_counters(prompts, tmp_path):
     from engine.bench import report
-    from engine.vllm.engines import EnginesConfig, engines
+    from engine.serve.engines import EnginesConfig, engines
 
     store = Store(migrated(f"sqlite:///{tmp_path / 'engines.db'}"))
     run_id = engines(

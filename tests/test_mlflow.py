@@ -10,7 +10,7 @@ from helpers import build_db
 
 from db import tracker
 from engine.bench import report
-from engine.bench.to_mlflow import MlflowTarget, export_run
+from engine.export.mlflow import MlflowTarget, export_run
 
 pytestmark = [
     pytest.mark.extras,  # an MLflow tracking store takes ~2 s to create: outside the working loop

@@ -30,7 +30,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    from engine.bench.to_mlflow import MlflowTarget, export_run
+    from engine.export.mlflow import MlflowTarget, export_run
 
     folder = tmp_path_factory.mktemp("mlflow-ui")
     store = build_db(f"sqlite:///{folder / 'p.db'}")

@@ -58,7 +58,7 @@ def _breakeven(run_id: int) -> dict[str, float]:
 
 
 def _mlflow(store: Store, run_id: int) -> dict[str, float]:
-    from engine.bench.to_mlflow import key, metrics_of
+    from engine.export.mlflow import key, metrics_of
 
     values = {name: v for name, v, step in metrics_of(store, run_id) if step == 0}
     return {m: values[key(f"{m}/speedup")] for m in _report(store, run_id) if key(f"{m}/speedup") in values}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.decode.prompts import EDIT_SETS, humaneval, load, split
+from engine.prompts.sets import EDIT_SETS, humaneval, load, split
 
 
 @pytest.mark.parametrize("name", EDIT_SETS)

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from db import queries
 from db.store import Store
-from engine.decode.prompts import parse_jsonl
 from engine.errors import PhoenixError
+from engine.prompts.sets import parse_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 

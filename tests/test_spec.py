@@ -284,7 +284,7 @@ REAL = "smollm2"
 @pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
 def test_the_real_pair_decodes_exactly_in_fp32(drafter):
     from engine.catalog import SMOLLM2_DRAFT, present
-    from engine.decode.prompts import load
+    from engine.prompts.sets import load
 
     if drafter == "model" and not present(SMOLLM2_DRAFT):
         pytest.skip("the SmolLM2 draft is not built here (python -m engine zoo build-draft smollm2)")

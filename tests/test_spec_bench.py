@@ -16,8 +16,8 @@ from engine.bench.leaderboard import leaderboard, markdown
 from engine.bench.report import spec_bench
 from engine.bench.run import execute
 from engine.bench.setup import create_run
-from engine.decode.prompts import SPEC_BENCH_ORDER, load, spec_bench_column_of
 from engine.errors import PhoenixError
+from engine.prompts.sets import SPEC_BENCH_ORDER, load, spec_bench_column_of
 
 
 def test_the_halves_are_disjoint_cover_all_480_questions_and_hold_out_half_of_each_column():
@@ -174,7 +174,7 @@ def test_without_a_target_mode_the_first_answer_is_decoded_target_only_once(stor
 def test_the_shipped_questions_are_the_file_the_provenance_note_names():
     import hashlib
 
-    from engine.decode.prompts import SPEC_BENCH
+    from engine.prompts.sets import SPEC_BENCH
 
     note = (SPEC_BENCH.parent / "PROVENANCE.md").read_text(encoding="utf-8")
     assert hashlib.sha256(SPEC_BENCH.read_bytes()).hexdigest() in note

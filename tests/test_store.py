@@ -285,7 +285,7 @@ def test_exported_csv_neutralises_cells_a_spreadsheet_would_run_and_json_stays_e
     import io
     import json
 
-    from db.export import export
+    from engine.export.files import export
 
     run = sqlite_store.create_run("r", {}, "t", "d", total=2)
     rows = [request_record(run.id, 0), request_record(run.id, 1)]

@@ -12,11 +12,11 @@ from engine.analysis.breakeven import fit_a, rates, survival
 from engine.bench.request import make_record
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
-from engine.decode.prompts import Prompt
 from engine.decode.spec import generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter, SuffixTree
 from engine.errors import PhoenixError
 from engine.observe.prometheus import Metrics
+from engine.prompts.sets import Prompt
 
 
 def walk(tree: SuffixTree, path: list[int]):

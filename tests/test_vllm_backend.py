@@ -8,8 +8,8 @@ import pytest
 from fake_vllm import FakeVllm
 
 from engine.errors import PhoenixError
-from engine.vllm.client import level_notes, parse_metrics
-from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
+from engine.serve.client import level_notes, parse_metrics
+from engine.serve.record import SweepConfig, WatchConfig, sweep, watch
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_a_counter_that_goes_down_is_a_restart_and_the_increase_starts_from_zero
 
 
 def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(store, server, prompt_file):
-    from engine.vllm.client import GREEDY
+    from engine.serve.client import GREEDY
 
     run_id = sweep(
         store,
@@ -152,7 +152,7 @@ def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(sto
 
 def test_a_missing_llama_server_is_one_line_naming_the_install_command(monkeypatch):
     from engine.errors import PhoenixError
-    from engine.vllm import llamacpp
+    from engine.serve import llamacpp
 
     monkeypatch.setattr(llamacpp.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(PhoenixError, match=re.escape(llamacpp.INSTALL)):

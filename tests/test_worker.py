@@ -210,8 +210,8 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
 def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run(
     store, tiny_dirs, prompt_file, monkeypatch
 ):
-    import engine.bench.worker as worker_mod
-    from engine.bench.worker import Worker
+    import engine.queue.worker as worker_mod
+    from engine.queue.worker import Worker
 
     seen = []
 
@@ -294,7 +294,7 @@ def test_resume_takes_a_run_whose_foreground_process_died_on_this_host_at_once(s
 
 
 def test_the_dashboard_starts_one_worker_per_database(tmp_path, monkeypatch):
-    from engine.bench.autostart import ensure_worker, worker_pid
+    from engine.queue.autostart import ensure_worker, worker_pid
 
     monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "1")
     first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
@@ -329,7 +329,7 @@ def _stop_cli(db_url):
 def test_worker_stop_interrupts_a_busy_workers_run_keeping_its_rows_and_ends_an_idle_one(
     store, db_url, tiny_dirs, prompt_file
 ):
-    from engine.bench.autostart import live_workers
+    from engine.queue.autostart import live_workers
 
     cfg = bench_cfg(
         tiny_dirs, prompt_file, max_new_tokens=200, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2]

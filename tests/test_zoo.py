@@ -49,7 +49,7 @@ def test_zoo_build_writes_a_pair_that_loads_and_decodes_exactly(tmp_path):
 def test_teacher_answers_never_use_held_out_test_prompts(tmp_path, monkeypatch):
     import torch
 
-    from engine.decode.prompts import humaneval, split
+    from engine.prompts.sets import humaneval, split
 
     _, test = split(humaneval())
     seen = []

@@ -9,10 +9,10 @@ from app.actions import FORM_LIMITS
 from engine.bench.config import BenchConfig
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, local_models, present
 from engine.decode.fetch import FETCHERS
-from engine.decode.prompts import NAMED_SETS
 from engine.modes import RUN_DRAFTERS
 from engine.policies.registry import policy_names
 from engine.policies.wrappers import FallbackConfig
+from engine.prompts.sets import NAMED_SETS
 
 MODE_CHOICES = [
     "target",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from app import data, urlstate, widgets
-from engine.decode.prompts import load as load_prompts
 from engine.modes import K_MAX
+from engine.prompts.sets import load as load_prompts
 
 IDENTITY = ["", "yes", "no", "unchecked"]
 

@@ -12,7 +12,7 @@ from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
 from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode, reference_mode
-from engine.vllm.client import level_notes
+from engine.serve.client import level_notes
 
 
 def render() -> None:

@@ -1,1 +1,4 @@
-"""Pure analysis over recorded numbers: the break-even model, Welch's test, regret, a run's fit."""
+"""Pure figures over recorded numbers, each defined once: the speedup (`speedup`), ratios of means with Welch's test
+(`compare`), the break-even model (`breakeven`), a run's fit (`fit`), regret against the best fixed arm (`regret`),
+intervals and drift (`stats`).
+"""

@@ -1,1 +1,3 @@
-"""Benchmark runs: config, one request, a whole run, the batched recorder, the background worker."""
+"""A benchmark run: its config and validation (`config`), its row and provenance (`setup`), one request (`request`), a
+whole run (`run`), the batched `recorder`, and its results (`report`, Spec-Bench's `leaderboard`).
+"""

@@ -13,7 +13,7 @@ import pandas as pd
 
 from engine.analysis.compare import compare
 from engine.analysis.speedup import speedups
-from engine.decode.prompts import SPEC_BENCH_ORDER, spec_bench_column, spec_bench_column_of
+from engine.prompts.sets import SPEC_BENCH_ORDER, spec_bench_column, spec_bench_column_of
 
 OVERALL = "overall"
 COLUMN_TITLES = {

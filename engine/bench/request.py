@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from db.entities import BanditRecord, PositionCount, RequestRecord
 from engine.bench.config import BenchConfig
 from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
-from engine.decode.prompts import Prompt, category_group
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
 from engine.policies.registry import make_policy
 from engine.policies.types import Observation, Policy
+from engine.prompts.sets import Prompt, category_group
 
 
 def ordered_modes(modes: list[str]) -> list[str]:

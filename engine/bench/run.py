@@ -21,10 +21,10 @@ from engine.bench.request import RunState, make_state, ordered_modes, replay_pol
 from engine.decode.compiled import finish, graph_count
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
-from engine.decode.prompts import Prompt
-from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
 from engine.modes import K_MAX, Mode
+from engine.prompts.sets import Prompt
+from engine.prompts.sets import load as load_prompts
 
 
 def load_decoder(cfg: BenchConfig) -> Decoder:

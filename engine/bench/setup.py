@@ -13,8 +13,8 @@ from importlib import metadata
 from db.entities import RunInfo
 from db.store import Store
 from engine.bench.config import BenchConfig
-from engine.decode.prompts import load as load_prompts
 from engine.paths import ROOT
+from engine.prompts.sets import load as load_prompts
 
 VERSIONED = ("torch", "transformers", "sqlalchemy")
 

@@ -1,7 +1,8 @@
-"""`python -m engine ...`: a thin layer over the library functions.
+"""`python -m engine ...`: a thin layer over the library functions, one module per command group; flags come from the
+config dataclasses, and `reference` writes docs/cli.md and the package maps from the code.
 
-Each command's flags come from its config dataclass (engine.config); errors the user
-can fix are one line and exit status 2.
+Each command's flags come from its config dataclass (engine.config); errors the user can fix are one line and exit
+status 2.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ from engine.config import add_options, check_choices, from_args
 from engine.decode.decoder import Decoder, stats_dict
 from engine.decode.fetch import FetchConfig, fetch
 from engine.decode.loading import PairConfig, load_pair
-from engine.decode.prompts import check_prompt
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
 from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Engine, PromptFormat, check_k
+from engine.prompts.sets import check_prompt
 from engine.train.draft import DraftConfig, build_draft
-from engine.train.head import HeadBuildConfig
-from engine.train.head_build import build_head
+from engine.train.eagle3 import HeadBuildConfig
+from engine.train.eagle3_build import build_head
 from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
 
 

@@ -7,14 +7,14 @@ import json
 from engine.bench.report import report
 from engine.cli.options import add_db, open_store
 from engine.config import add_options, from_args
+from engine.serve import llamacpp
+from engine.serve.client import level_notes
+from engine.serve.engines import EnginesConfig, engines, servers
+from engine.serve.llamacpp import LlamaCppConfig
+from engine.serve.record import SweepConfig, WatchConfig, sweep, watch
 from engine.train.distill import DistillConfig
 from engine.train.evaluate import format_comparison
 from engine.train.job import run as run_distill
-from engine.vllm import llamacpp
-from engine.vllm.client import level_notes
-from engine.vllm.engines import EnginesConfig, engines, servers
-from engine.vllm.llamacpp import LlamaCppConfig
-from engine.vllm.record import SweepConfig, WatchConfig, sweep, watch
 
 
 def cmd_distill(args) -> int:

@@ -10,18 +10,18 @@ import socket
 
 from db.models import utcnow
 from db.store import STALE_AFTER_S, resolve_url
-from engine.bench.autostart import register, stop_workers, worker_alive_here
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.setup import create_run
-from engine.bench.worker import Worker, WorkerConfig, log_line
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.cli.runs import add_bench_options, execute_and_report
 from engine.config import add_options, from_args
 from engine.decode.loading import check_same_tokenizer_files, resolve
-from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
 from engine.observe.prometheus import parse_port
 from engine.paths import DATA_DIR
+from engine.prompts.sets import load as load_prompts
+from engine.queue.autostart import register, stop_workers, worker_alive_here
+from engine.queue.worker import Worker, WorkerConfig, log_line
 
 
 def cmd_submit(args) -> int:

@@ -8,7 +8,6 @@ import signal
 import sys
 from pathlib import Path
 
-from db.export import EXPORT_FORMATS, export, export_sqlite
 from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.bench.config import BenchConfig, validate
@@ -25,12 +24,13 @@ from engine.bench.report import (
 )
 from engine.bench.run import encode_all, execute, load_decoder
 from engine.bench.setup import create_run
-from engine.bench.to_mlflow import MlflowTarget, export_run
-from engine.bench.worker import Heartbeat, worker_id
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.config import add_options, from_args
-from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
+from engine.export.files import EXPORT_FORMATS, export, export_sqlite
+from engine.export.mlflow import MlflowTarget, export_run
+from engine.prompts.sets import load as load_prompts
+from engine.queue.worker import Heartbeat, worker_id
 
 
 def add_bench_options(p) -> None:

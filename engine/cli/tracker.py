@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from db import tracker
-from engine.bench.autostart import worker_alive_here
 from engine.cli.options import add_run_command, open_store
+from engine.queue.autostart import worker_alive_here
 
 
 def cmd_tag(args) -> int:

@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.decode.compiled import CompileStats, StaticCaches, compile_models
-from engine.decode.drafters import Eagle3Drafter, ModelDrafter, NgramDrafter
-from engine.decode.eagle3 import Eagle3Head
+from engine.decode.drafters import ModelDrafter, NgramDrafter
+from engine.decode.eagle3 import Eagle3Drafter, Eagle3Head
 from engine.decode.hf_assisted import generate_hf
 from engine.decode.loading import LoadedPair
-from engine.decode.prompts import check_prompt
 from engine.decode.spec import Drafter, RequestStats, generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter
 from engine.errors import PhoenixError
 from engine.modes import DRAFTERS, K_MAX, check_k
+from engine.prompts.sets import check_prompt
 
 
 def check_max_new_tokens(n: int, cap: int) -> int:

@@ -1,1 +1,3 @@
-"""Observability outside the decode loop: Sentry traces and Prometheus counters."""
+"""Observability outside the decode loop: Sentry traces (`sentry`), Prometheus counters in vLLM's shape (`prometheus`),
+the Grafana dashboard as code (`grafana`).
+"""

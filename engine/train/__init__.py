@@ -1,1 +1,3 @@
-"""Training: the embedded pair (zoo) and draft distillation (distill, lora, job, evaluate)."""
+"""Training: the embedded pair (`zoo`), the real target's draft model (`draft`) and EAGLE-3 head (`eagle3`,
+`eagle3_build`), and LoRA distillation (`distill`, `lora`, `job`, `evaluate`).
+"""

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.decode.decoder import Decoder, format_prompt
-from engine.decode.prompts import humaneval, load, split
 from engine.errors import PhoenixError
 from engine.modes import K_MAX
 from engine.paths import MODELS_DIR
+from engine.prompts.sets import humaneval, load, split
 
 
 @dataclass

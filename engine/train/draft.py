@@ -24,9 +24,9 @@ from pathlib import Path
 from engine.catalog import NAMED, SMOLLM2, SMOLLM2_DRAFT
 from engine.decode.decoder import format_prompt
 from engine.decode.loading import load_model, pick_dtype
-from engine.decode.prompts import humaneval, split
 from engine.errors import PhoenixError
 from engine.paths import check_ours
+from engine.prompts.sets import humaneval, split
 from engine.train.zoo import save_model, stdlib_texts, train_lm, train_on_sequences
 
 

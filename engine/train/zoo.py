@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from engine.decode.prompts import humaneval, split
 from engine.decode.spec import generate
 from engine.paths import EMBEDDED_DIR, check_ours
+from engine.prompts.sets import humaneval, split
 
 EOS = "<|endoftext|>"
 

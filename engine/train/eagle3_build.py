@@ -15,11 +15,11 @@ import torch
 from engine.decode.decoder import format_prompt
 from engine.decode.eagle3 import default_taps
 from engine.decode.loading import load_model, pick_dtype
-from engine.decode.prompts import humaneval, spec_bench, spec_bench_references, split
 from engine.errors import PhoenixError
 from engine.paths import check_ours
+from engine.prompts.sets import humaneval, spec_bench, spec_bench_references, split
 from engine.train.draft import stdlib_functions
-from engine.train.head import (
+from engine.train.eagle3 import (
     HeadBuildConfig,
     Trainer,
     answer_with_taps,

