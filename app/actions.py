@@ -70,7 +70,7 @@ def demo_config(real: bool | None = None) -> BenchConfig:
         limit=8,
         max_new_tokens=64,
         name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
-        modes=["target", "fixed_4", "bandit"],
+        modes=["target", "model_4", "bandit"],
         arms=[0, 2, 4],
     )
 

@@ -75,7 +75,7 @@ def empty_state() -> None:
     )
     demo_buttons("empty")
     st.markdown("Or from a shell, in the foreground:")
-    st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,fixed_4,bandit", language="bash")
+    st.code("python -m engine bench --limit 5 --max-new-tokens 64 --modes target,model_4,bandit", language="bash")
 
 
 def demo_buttons(key: str, token: str = "") -> None:

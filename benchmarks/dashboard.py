@@ -21,7 +21,7 @@ from db import migrate, queries
 from db.entities import BanditRecord, PositionCount, RequestRecord
 from db.store import Store
 
-MODES = [("target", 0), ("fixed_4", 4), ("bandit", None)]
+MODES = [("target", 0), ("model_4", 4), ("bandit", None)]
 
 
 def synthetic(run_id: int, seq: int, rng: random.Random) -> RequestRecord:

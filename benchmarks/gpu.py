@@ -191,7 +191,7 @@ def main(argv=None) -> dict:
             "--max-new-tokens",
             "96",
             "--modes",
-            "target,fixed_2,fixed_4,ngram_4,hf_4",
+            "target,model_2,model_4,ngram_4,hf_4",
             "--name",
             "gpu decode",
             "--db",

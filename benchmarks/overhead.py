@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
         prompts=args.prompts,
         limit=args.limit,
         max_new_tokens=args.max_new_tokens,
-        modes=[f"fixed_{args.k}"],
+        modes=[f"model_{args.k}"],
         device="cpu",
         dtype="float32",
     )

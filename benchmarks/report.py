@@ -28,6 +28,7 @@ from engine.analysis.speedup import speedups
 from engine.bench.config import BenchConfig, stored
 from engine.bench.leaderboard import markdown as leaderboard_md
 from engine.bench.report import markdown, spec_bench, summaries
+from engine.modes import Mode
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DB = ROOT / "benchmarks" / "results.db"
@@ -76,11 +77,16 @@ def per_position_md(store: Store, run_id: int) -> str:
     )
 
 
-def c_with_prefill(totals) -> float | None:
+def c_with_prefill(totals, run_drafter: str = "model", drafter_arms: bool = False) -> float | None:
     """c as Phoenix computed it before migration 0016, with both prefills inside the pass times: how far the
-    honest split moved it."""
+    honest split moved it. The modes are the fit's (engine.analysis.fit)."""
+
+    def fitted(mode: str) -> bool:
+        m = Mode.of(mode)
+        return m.drafts_with(run_drafter) and not (drafter_arms and m.is_bandit)
+
     target = totals[totals["mode"] == "target"]
-    drafted = totals[totals["mode"].str.startswith(("fixed_", "bandit"))]
+    drafted = totals[totals["mode"].map(fitted)]
     if target.empty or drafted.empty or not target["passes"].sum() or not drafted["proposed"].sum():
         return None
     step = float((target["verify_s"].sum() + target["prefill_s"].fillna(0).sum()) / target["passes"].sum())
@@ -95,17 +101,18 @@ def fit_md(store: Store, run_id: int) -> str:
         queries.positions(store, run_id),
         totals,
         queries.prompt_rewards(store, run_id),
+        bench.drafter if bench else "model",
         drafter_arms=bool(bench and bench.drafter_arms),
     )
     if fit.a is None or fit.c is None or fit.target_step_s is None:
         return ""
     pred = predicted_speedup(fit.a, fit.c, fit.k_opt) if fit.k_opt is not None else None
-    old = c_with_prefill(totals)
+    old = c_with_prefill(totals, bench.drafter if bench else "model", bool(bench and bench.drafter_arms))
     verify = fit.measured.dropna(subset=["verify cost"])
-    verify = verify[verify["k"] > 0]
+    verify = verify[verify["k"] > 0].drop_duplicates("k")  # a cost of the width: one per k, whichever arm
     costs = ", ".join(f"V({int(k) + 1}) = {v:.2f}" for k, v in zip(verify["k"], verify["verify cost"]))
     return (
-        f"Break-even fit (draft-model modes, decode passes only): a = {fit.a:.3f}, c = {fit.c:.3f}, target step "
+        f"Break-even fit (the --drafter's modes, decode passes only): a = {fit.a:.3f}, c = {fit.c:.3f}, target step "
         f"{fit.target_step_s * 1e3:.1f} ms; predicted optimum k = {fit.k_opt}"
         + (f" (a model's {pred:.2f}x, a ratio of mean step rates)" if pred else "")
         + f", measured best k = {fit.k_best_measured}"

@@ -12,20 +12,21 @@ from typing import Literal
 
 from engine.errors import PhoenixError
 
-K_MAX = 16  # largest draft length anywhere: arms, fixed_<k>, per-pass k
+K_MAX = 16  # largest draft length anywhere: arms, <drafter>_<k>, per-pass k
 DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
 GRANULARITIES = ("request", "pass")  # how often a policy may change k
-# Two words, two things. A drafter proposes tokens: none (target-only), the draft model, or a model-free one. An
-# engine runs the request: Phoenix's own loop, or transformers' assisted generation (hf_<k>) for comparison.
+# Three words, three things. A drafter proposes tokens: none (target-only), the draft model, or a model-free one. A
+# loop runs the request: Phoenix's own, or transformers' assisted generation (hf_<k>) for comparison. An engine is
+# a serving engine only (vLLM, SGLang, llama.cpp), answering served modes.
 DRAFTERS = ("none", "model", "ngram", "suffix", "eagle3")
 RUN_DRAFTERS = (
     "model",
     "ngram",
     "suffix",
     "eagle3",
-)  # what a run's fixed_<k> and bandit modes may draft with (--drafter)
+)  # what a run's bandit modes (and old runs' fixed_<k>) draft with (--drafter)
 DRAFT_MODEL_DRAFTERS = ("model", "eagle3")  # need --draft: a draft model, or an EAGLE-3 head
-ENGINES = ("phoenix", "hf")
+LOOPS = ("phoenix", "hf")
 PROMPT_FORMATS = (
     "auto",
     "chat",
@@ -33,7 +34,7 @@ PROMPT_FORMATS = (
 )  # how prompt text becomes token ids: auto = chat when the target has a template
 Drafter = Literal["none", "model", "ngram", "suffix", "eagle3"]
 RunDrafter = Literal["model", "ngram", "suffix", "eagle3"]
-Engine = Literal["phoenix", "hf"]
+Loop = Literal["phoenix", "hf"]
 PromptFormat = Literal["auto", "chat", "raw"]
 Granularity = Literal["request", "pass"]
 CacheKind = Literal["dynamic", "static"]
@@ -41,13 +42,15 @@ CacheKind = Literal["dynamic", "static"]
 _GRAMMAR = re.compile(
     r"^(?:(?P<target>target)"
     r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
-    r"|(?P<kind>fixed|ngram|suffix|eagle3|hf)_(?P<k>\d+)"
+    r"|(?P<kind>model|ngram|suffix|eagle3|hf|fixed)_(?P<k>\d+)"
     r"|(?P<served>vllm|sglang|llamacpp)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?_(?:c(?P<level>\d+)|(?P<watch>watch)))$"
 )
 SERVING_ENGINES = ("vllm", "sglang", "llamacpp")  # OpenAI-compatible servers whose spec-decode counters Phoenix reads
-FIXED_ARM_KINDS = ("target", "fixed", "ngram", "suffix", "eagle3")
-ARM_HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
-HELP = "use target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
+# Every mode names its drafter: model_<k> is the draft model. fixed_<k>, which took its drafter from the run's
+# --drafter, is read as an alias (a new run stores <drafter>_<k>; migration 0020 renamed old runs' rows).
+FIXED_ARM_KINDS = ("target", "model", "ngram", "suffix", "eagle3", "fixed")
+ARM_HELP = "use target, model_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
+HELP = "use target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
 
 
 def check_k(k: int) -> int:
@@ -59,7 +62,7 @@ def check_k(k: int) -> int:
 @dataclass(frozen=True)
 class Mode:
     text: str
-    kind: str  # target | fixed | ngram | suffix | hf | bandit | served (a server's level or watch), or other
+    kind: str  # target | model | ngram | suffix | eagle3 | hf | bandit | served (a server's), fixed (old), other
     k: int | None = None  # fixed draft length; None for bandit (the policy picks) and served modes
     policy: str | None = None  # bandit:<policy>; None means the run's --policy
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
@@ -96,34 +99,48 @@ class Mode:
 
     @property
     def is_fixed_arm(self) -> bool:
-        """One (drafter, k) in Phoenix's loop for the whole run: target-only, fixed_<k>, ngram_<k>, suffix_<k> or
+        """One (drafter, k) in Phoenix's loop for the whole run: target-only, model_<k>, ngram_<k>, suffix_<k> or
         eagle3_<k>. These are the arms a policy is judged against (the best single arm in hindsight)."""
         return self.kind in FIXED_ARM_KINDS
 
-    @property
-    def uses_drafter(self) -> bool:
-        """Drafts with the run's --drafter (fixed_<k> and bandit), so the break-even model applies."""
-        return self.kind in ("fixed", "bandit")
+    def named(self, run_drafter: str) -> str:
+        """The mode as every page names it: fixed_<k> (an old run's, or typed by habit) under its drafter's name,
+        and k written once (ngram_04 is ngram_4); any other mode as it is."""
+        if self.kind in ("fixed", "model", "ngram", "suffix", "eagle3", "hf") and self.k is not None:
+            return f"{run_drafter if self.kind == 'fixed' else self.kind}_{self.k}"
+        return self.text
+
+    def drafts_with(self, run_drafter: str) -> bool:
+        """Drafts with the run's --drafter: its bandits, and the fixed modes of that drafter. The break-even fit
+        (one a, one c) covers these modes."""
+        if self.is_bandit:
+            return True
+        return self.kind not in ("target", "hf", "served", "other") and self.drafter(run_drafter) == run_drafter
 
     def drafter(self, run_drafter: str, has_draft_model: bool = True) -> str:
-        """What proposes this mode's tokens: fixed_<k> and bandit take the run's --drafter; hf_<k> drafts with the
-        draft model when there is one and with prompt lookup otherwise, as transformers does."""
+        """What proposes this mode's tokens: a bandit (and an old run's fixed_<k>) takes the run's --drafter; hf_<k>
+        drafts with the draft model when there is one and with prompt lookup otherwise, as transformers does. A
+        served mode names its server's own speculation as ``<server>:<type>``, which is none of Phoenix's
+        DRAFTERS (``<server>:as served`` where the mode does not say)."""
         if self.kind == "hf":
             return "model" if has_draft_model else "ngram"
         if self.kind == "served":
-            return self.variant or "server"  # what the server was started with, when the mode says
+            return f"{self.server}:{self.variant or 'as served'}"
         return {
             "target": "none",
             "fixed": run_drafter,
             "bandit": run_drafter,
+            "model": "model",
             "ngram": "ngram",
             "suffix": "suffix",
             "eagle3": "eagle3",
         }.get(self.kind, "none")
 
     @property
-    def engine(self) -> str:
-        return "hf" if self.kind == "hf" else (self.server or "phoenix")
+    def loop(self) -> str | None:
+        """Which loop runs this mode's requests: hf_<k> transformers', every other Phoenix's; None for a served
+        mode, which a serving engine (``server``) answered."""
+        return None if self.kind == "served" else ("hf" if self.kind == "hf" else "phoenix")
 
     def needs_draft_model(self, run_drafter: str) -> bool:
         return self.kind != "target" and (self.kind == "hf" or self.drafter(run_drafter) in DRAFT_MODEL_DRAFTERS)

@@ -57,7 +57,7 @@ def bench_cfg(tiny_dirs, prompt_file, **kw) -> BenchConfig:
         prompts=prompt_file,
         limit=3,
         max_new_tokens=12,
-        modes=["target", "fixed_2"],
+        modes=["target", "model_2"],
         arms=[0, 2, 4],
         device="cpu",
     )
@@ -66,7 +66,7 @@ def bench_cfg(tiny_dirs, prompt_file, **kw) -> BenchConfig:
 
 
 def request_record(
-    run_id, seq, mode="fixed_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw
+    run_id, seq, mode="model_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw
 ) -> RequestRecord:
     return RequestRecord(
         run_id=run_id,
@@ -195,7 +195,7 @@ def app_record(run_id, seq, mode, k, rng, **kw):
 
 
 def build_db(url: str) -> Store:
-    """Two finished runs of target, fixed_4 and bandit, through the store; run 2 holds one divergence."""
+    """Two finished runs of target, model_4 and bandit, through the store; run 2 holds one divergence."""
     migrated(url)
     store = Store(url)
     rng = random.Random(0)
@@ -204,7 +204,7 @@ def build_db(url: str) -> Store:
             f"run-{r}",
             {
                 "bench": {
-                    "modes": ["target", "fixed_4", "bandit"],
+                    "modes": ["target", "model_4", "bandit"],
                     "prompts": "humaneval-test",
                     "drafter": "model",
                     "max_new_tokens": 64,
@@ -218,7 +218,7 @@ def build_db(url: str) -> Store:
         recs, seq = [], 0
         for i in range(10):
             recs.append(app_record(run.id, seq, "target", 0, rng))
-            recs.append(app_record(run.id, seq + 1, "fixed_4", 4, rng))
+            recs.append(app_record(run.id, seq + 1, "model_4", 4, rng))
             b = app_record(run.id, seq + 2, "bandit", [0, 2, 4][i % 3], rng)
             b.bandit = BanditRecord(
                 t=i,

@@ -56,10 +56,10 @@ def test_every_page_renders_run_1_of_a_recorded_database_with_its_data(app_db, p
     tables = [d.value for d in at.dataframe]
     shown = {
         "runs": lambda: sorted(tables[0]["id"]) == [1, 2],
-        "run": lambda: len([m for m in at.metric if m.label == "tokens/sec"]) == 3,  # target, fixed_4, bandit
+        "run": lambda: len([m for m in at.metric if m.label == "tokens/sec"]) == 3,  # target, model_4, bandit
         "breakeven": lambda: charts(at) and any("verify cost" in t.columns for t in tables),
         "compare": lambda: any("metric" in t.columns for t in tables),
-        "policies": lambda: set(tables[0]["mode"]) == {"target", "fixed_4", "bandit"},
+        "policies": lambda: set(tables[0]["mode"]) == {"target", "model_4", "bandit"},
         "requests": lambda: len(tables) > 0 and len(tables[0]) > 0,
         "new_run": lambda: any(b.label == "Queue run" for b in at.button),
     }[page]
@@ -77,7 +77,7 @@ def test_empty_install_explains_and_its_demo_button_queues_a_run(tmp_path, monke
     assert not at.exception
     runs = Store(url).list_runs()
     assert [(r.status, r.config["bench"]["limit"], r.config["bench"]["modes"]) for r in runs] == [
-        ("queued", 8, ["target", "fixed_4", "bandit"])
+        ("queued", 8, ["target", "model_4", "bandit"])
     ]
 
 
@@ -85,9 +85,9 @@ def test_run_page_kpis_equal_what_the_store_computes(app_db):
     at = open_page("run", run=1)
     expected = {m.mode: m for m in summaries(app_db, 1)}
     tps = [m.value for m in at.metric if m.label == "tokens/sec"]
-    assert tps == [f"{expected[mode].tokens_per_s:.2f}" for mode in ("target", "fixed_4", "bandit")]
+    assert tps == [f"{expected[mode].tokens_per_s:.2f}" for mode in ("target", "model_4", "bandit")]
     speed = [m.value for m in at.metric if m.label == "x target"]
-    assert speed[1] == f"{expected['fixed_4'].speedup.median:.2f}x" and expected["fixed_4"].speedup.n > 1
+    assert speed[1] == f"{expected['model_4'].speedup.median:.2f}x" and expected["model_4"].speedup.n > 1
 
 
 def test_run_page_charts_carry_the_expected_fields(app_db):
@@ -102,10 +102,10 @@ def test_run_page_charts_carry_the_expected_fields(app_db):
 
 def test_acceptance_chart_data_holds_the_unconditional_rate(app_db):
     df = chart_frames(open_page("run", run=1), 0)[0]
-    row = df[(df["arm"] == "fixed_4") & (df["kind"] == "unconditional (vLLM)") & (df["position"] == 2)]
-    # every fixed_4 request proposes 12 per position and accepts 12, 9, 6, 3
+    row = df[(df["arm"] == "model_4") & (df["kind"] == "unconditional (vLLM)") & (df["position"] == 2)]
+    # every model_4 request proposes 12 per position and accepts 12, 9, 6, 3
     assert row["rate"].tolist() == [pytest.approx(9 / 12)]
-    fit = df[(df["arm"] == "fixed_4") & (df["kind"] == "fit a^(i+1)")].sort_values("position")
+    fit = df[(df["arm"] == "model_4") & (df["kind"] == "fit a^(i+1)")].sort_values("position")
     assert 0.6 < fit["rate"].iloc[0] < 1.0
 
 
@@ -113,8 +113,8 @@ def test_query_params_round_trip_to_the_same_view(app_db):
     at = open_page("run", as_link=True, run=2)
     assert at.selectbox(key="pick_run").value == 2
     assert at.query_params["run"] == ["2"] or at.query_params["run"] == "2"
-    at = open_page("requests", as_link=True, run=2, mode="fixed_4", identical="no")
-    assert at.selectbox(key="r_mode").value == "fixed_4"
+    at = open_page("requests", as_link=True, run=2, mode="model_4", identical="no")
+    assert at.selectbox(key="r_mode").value == "model_4"
     requests_table = next(d.value for d in at.dataframe if "latency_s" in d.value.columns)
     assert len(requests_table) == 1 and requests_table["diverged_at"].tolist() == [17]  # the one forced mismatch
 
@@ -144,7 +144,7 @@ def test_without_sentry_the_trace_id_is_shown_instead_of_a_dead_link(app_db, mon
 
 
 def test_compare_gives_welch_p_values_and_a_verdict(app_db):
-    at = open_page("compare", series="1:target,1:fixed_4", alpha="0.05")
+    at = open_page("compare", series="1:target,1:model_4", alpha="0.05")
     table = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(table["metric"]) == {"tokens_per_s", "latency_s"}  # no acceptance row: target-only drafts nothing
     assert table["verdict"].isin(["significant", "NOT_SIGNIFICANT"]).all()
@@ -166,13 +166,13 @@ def test_breakeven_uses_the_verify_cost_each_arm_measured(app_db):
     per_pass = {m: sum(r.verify_s for r in rs) / sum(r.passes for r in rs) for m, rs in arm.items()}
     at = open_page("breakeven", run=1)
     table = next(d.value for d in at.dataframe if "verify cost" in d.value.columns).set_index("arm")
-    assert table.loc["fixed_4", "verify cost"] == pytest.approx(per_pass[4] / per_pass["target"])
-    assert table.loc["bandit k=4", "verify cost"] == table.loc["fixed_4", "verify cost"]  # a cost of the width
+    assert table.loc["model_4", "verify cost"] == pytest.approx(per_pass[4] / per_pass["target"])
+    assert table.loc["bandit k=4", "verify cost"] == table.loc["model_4", "verify cost"]  # a cost of the width
     # k = 0 is target-only itself: a verify of one token costs one step by definition, and a bandit's k = 0
     # requests are not pooled into it
     assert table.loc["target", "verify cost"] == 1.0 and table.loc["target", "measured speedup"] == 1.0
     run_page = {m.mode: m.speedup.median for m in summaries(app_db, 1)}
-    assert table.loc["fixed_4", "measured speedup"] == run_page["fixed_4"]  # the one speedup, per arm
+    assert table.loc["model_4", "measured speedup"] == run_page["model_4"]  # the one speedup, per arm
     assert "predicted, measured V(k+1)" in json.dumps(charts(at))
 
 
@@ -187,22 +187,22 @@ def test_policies_page_measures_each_policy_against_the_best_fixed_arm(app_db):
     at = open_page("policies", run=1)
     table = at.dataframe[0].value.set_index("mode")
     rows = [r for r in app_db.requests(1)]
-    tps = {m: [r.tokens_per_s for r in rows if r.mode == m] for m in ("target", "fixed_4", "bandit")}
-    best = max(("target", "fixed_4"), key=lambda m: sum(tps[m]) / len(tps[m]))
-    assert best == "fixed_4"  # 1.4 s against 2.0 s per request
-    assert table.loc["fixed_4", "verdict"] == "best fixed arm"
-    share = (sum(tps["bandit"]) / 10) / (sum(tps["fixed_4"]) / 10)
+    tps = {m: [r.tokens_per_s for r in rows if r.mode == m] for m in ("target", "model_4", "bandit")}
+    best = max(("target", "model_4"), key=lambda m: sum(tps[m]) / len(tps[m]))
+    assert best == "model_4"  # 1.4 s against 2.0 s per request
+    assert table.loc["model_4", "verdict"] == "best fixed arm"
+    share = (sum(tps["bandit"]) / 10) / (sum(tps["model_4"]) / 10)
     assert table.loc["bandit", "share of best fixed"] == pytest.approx(share)
     assert table.loc["bandit", "verdict"] in ("significant", "NOT_SIGNIFICANT")
     assert 0 < table.loc["bandit", "p-value"] < 1 and table.loc["bandit", "n"] == 10
     curves = chart_frames(at, 0)[0]
     ref = {}
     for r in rows:
-        if r.mode == "fixed_4":
+        if r.mode == "model_4":
             ref.setdefault(r.prompt_id, []).append(r.tokens_per_s)
     expected = sum(sum(ref[b.prompt_id]) / len(ref[b.prompt_id]) - b.tokens_per_s for b in rows if b.mode == "bandit")
     assert curves["cumulative regret"].iloc[-1] == pytest.approx(expected)
-    assert any("Best fixed arm in hindsight (the highest speedup): fixed_4" in c.value for c in at.caption)
+    assert any("Best fixed arm in hindsight (the highest speedup): model_4" in c.value for c in at.caption)
 
 
 def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
@@ -213,7 +213,7 @@ def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
     at = open_page("run", run=1)
     assert any("before evaluation of distillation #1" in t.value for t in at.text)
     before = " ".join(m.value for m in at.markdown)
-    assert "run?run=2" in before and "compare?series=1:fixed_4,2:fixed_4" in before
+    assert "run?run=2" in before and "compare?series=1:model_4,2:model_4" in before
     at = open_page("run", run=2)
     assert "run?run=1" in " ".join(m.value for m in at.markdown)
     assert any("2.500 → 1.250" in c.value for c in at.caption)
@@ -311,13 +311,13 @@ def test_user_text_with_a_markdown_breakout_is_shown_literally_on_the_run_and_re
     store = Store(url)
     run = store.create_run(
         "breakout",
-        {"bench": {"modes": ["fixed_4"], "drafter": "model", "prompt_format": BREAKOUT}},
+        {"bench": {"modes": ["model_4"], "drafter": "model", "prompt_format": BREAKOUT}},
         BREAKOUT,
         BREAKOUT,
         1,
         status="done",
     )
-    record = app_record(run.id, 0, "fixed_4", 4, random.Random(0))
+    record = app_record(run.id, 0, "model_4", 4, random.Random(0))
     record.prompt_id = BREAKOUT
     store.add_requests([record])
     monkeypatch.setenv("PHOENIX_DB", url)
@@ -351,7 +351,7 @@ def test_a_field_error_quoting_user_input_is_literal_text(app_db, monkeypatch):
         ("run", {"run": "²"}),
         ("run", {"run": str(2**70)}),
         ("policies", {"run": "x"}),
-        ("compare", {"series": "²:fixed_4,1:nope"}),
+        ("compare", {"series": "²:model_4,1:nope"}),
     ],
 )
 def test_hostile_query_parameters_never_raise(app_db, page, params):
@@ -470,12 +470,12 @@ def test_the_demo_buttons_stay_on_the_home_page_once_runs_exist(app_db):
 def test_every_kpi_speedup_and_acceptance_carries_n_and_an_interval(app_db):
     at = open_page("run", run=1)
     expected = {m.mode: m for m in summaries(app_db, 1)}
-    m = expected["fixed_4"]
+    m = expected["model_4"]
     line = next(c.value for c in at.caption if c.value.startswith("x target"))
     assert f"95% CI {m.speedup.low:.2f}-{m.speedup.high:.2f}, n={m.speedup.n}" in line
     lo, hi = m.acceptance_ci
     assert f"{m.accepted:,} of {m.proposed:,} drafted tokens, 95% CI {lo:.1%}-{hi:.1%} (Wilson)" in line
-    assert [t.value for t in at.text if t.value.startswith("fixed_4 · n = ")] == [f"fixed_4 · n = {m.n} requests"]
+    assert [t.value for t in at.text if t.value.startswith("model_4 · n = ")] == [f"model_4 · n = {m.n} requests"]
 
 
 def test_acceptance_points_carry_wilson_intervals_and_thin_points_are_drawn_hollow(app_db):
@@ -514,7 +514,7 @@ def bad_counter_db(tmp_path_factory):
 
     url = f"sqlite:///{tmp_path_factory.mktemp('bad') / 'bad.db'}"
     store = build_db(url)
-    rec = app_record(1, 1000, "fixed_4", 4, random.Random(1))
+    rec = app_record(1, 1000, "model_4", 4, random.Random(1))
     rec.positions = [PositionCount(0, 2, 5, 2)] + rec.positions[1:]
     store.add_requests([rec])
     return url
@@ -525,7 +525,7 @@ def test_no_chart_clips_a_value_outside_its_fixed_axis(bad_counter_db, monkeypat
     """A counter that reports more accepted than proposed tokens (a bug somewhere upstream) must show above 1,
     not vanish past the top of a 0-1 axis."""
     monkeypatch.setenv("PHOENIX_DB", bad_counter_db)
-    at = open_page(page, run=1, series="1:fixed_4,1:bandit")
+    at = open_page(page, run=1, series="1:model_4,1:bandit")
     checked = 0
     for i, spec in enumerate(charts(at)):
         frames = chart_frames(at, i)
@@ -586,7 +586,7 @@ def test_the_demos_bandit_gets_past_its_forced_first_tries():
     decisions = []
     for _ in range(cfg.limit):
         d = policy.choose()
-        policy.update(d.k, 10.0 + d.k)
+        policy.update(d.arm, 10.0 + d.arm)
         decisions.append(d)
     assert sum(d.epsilon is not None and d.epsilon < 1.0 for d in decisions) >= 2
 

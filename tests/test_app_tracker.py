@@ -67,7 +67,7 @@ def test_a_pinned_baseline_shows_x_baseline_with_welchs_p_value_on_its_targets_r
     tracker.set_baseline(app_db, 1)
     at = open_page("run", run=2)
     table = next(d.value for d in at.dataframe if "x baseline" in d.value.columns)
-    assert set(table["mode"]) == {"target", "fixed_4", "bandit"}
+    assert set(table["mode"]) == {"target", "model_4", "bandit"}
     assert table["p-value"].between(0, 1).all() and (table["x baseline"] > 0).all()
     assert any("baseline of this target: run #1" in s.value for s in at.subheader)
 
@@ -76,13 +76,13 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
     from db.models import Run
 
     with app_db.session_scope() as s:
-        s.get(Run, 2).config = {**s.get(Run, 2).config, "bench": {**s.get(Run, 2).config["bench"], "drafter": "ngram"}}
-    at = open_page("compare", series="1:fixed_4,2:fixed_4")
-    assert at.multiselect(key="series").value == ["1:fixed_4", "2:fixed_4"]
+        s.get(Run, 2).config = {**s.get(Run, 2).config, "bench": {**s.get(Run, 2).config["bench"], "seed": 7}}
+    at = open_page("compare", series="1:model_4,2:model_4")
+    assert at.multiselect(key="series").value == ["1:model_4", "2:model_4"]
     specs = charts(at)
     assert any("strokeDash" in json.dumps(sp) for sp in specs)  # the acceptance curves, one color per series
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
-    assert diff["setting"].tolist() == ["drafter"] and diff["2:fixed_4"].tolist() == ["ngram"]
+    assert diff["setting"].tolist() == ["bench.seed"] and diff["2:model_4"].tolist() == ["7"]
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(verdict["metric"]) == {"tokens_per_s", "latency_s", "acceptance"}
 
@@ -108,9 +108,9 @@ def test_a_compare_link_naming_too_many_series_draws_the_first_twelve_and_says_s
         run = app_db.create_run(f"more-{r}", {"bench": {}}, "embedded", "embedded", 3, status="done")
         app_db.add_requests(
             [app_record(run.id, i, "target", 0, random.Random(i)) for i in range(3)]
-            + [app_record(run.id, 3 + i, "fixed_4", 4, random.Random(i)) for i in range(3)]
+            + [app_record(run.id, 3 + i, "model_4", 4, random.Random(i)) for i in range(3)]
         )
-    series = ",".join(f"{run}:{mode}" for run in range(1, 7) for mode in ("target", "fixed_4")) + ",1:bandit,2:bandit"
+    series = ",".join(f"{run}:{mode}" for run in range(1, 7) for mode in ("target", "model_4")) + ",1:bandit,2:bandit"
     at = open_page("compare", series=series)
     assert any("Compare draws at most 12" in w.value for w in at.warning)
     assert len(at.multiselect(key="series").value) <= 12
@@ -204,7 +204,7 @@ def test_a_run_of_model_free_drafters_gets_their_figures_instead_of_no_drafting_
 
 def test_a_queued_run_with_target_says_what_its_identity_check_waits_for(app_db):
     run = app_db.create_run(
-        "waiting", {"bench": {"modes": ["target", "fixed_4"]}}, "embedded", "embedded", 6, status="queued"
+        "waiting", {"bench": {"modes": ["target", "model_4"]}}, "embedded", "embedded", 6, status="queued"
     )
     at = open_page("run", run=run.id)
     assert not any("No output of this run was checked" in w.value for w in at.warning)
@@ -244,7 +244,7 @@ def test_warm_up_requests_are_counted_openly_on_the_run_page(app_db):
     app_db.add_requests(
         [
             app_record(1, 100 + i, mode, k, random.Random(i), warmup=True)
-            for i, (mode, k) in enumerate((("target", 0), ("fixed_4", 4), ("bandit", 4)))
+            for i, (mode, k) in enumerate((("target", 0), ("model_4", 4), ("bandit", 4)))
         ]
     )
     at = open_page("run", run=1)
@@ -294,16 +294,16 @@ def test_compare_warns_when_the_series_ran_other_prompts_or_token_budgets(app_db
             **run.config,
             "bench": {**run.config["bench"], "prompts": "spec-bench-test", "max_new_tokens": 16},
         }
-    at = open_page("compare", series="1:fixed_4,2:fixed_4")
+    at = open_page("compare", series="1:model_4,2:model_4")
     warning = " ".join(w.value for w in at.warning)
     assert "bench.prompts" in warning and "bench.max_new_tokens" in warning
-    assert not any("differ in" in w.value for w in open_page("compare", series="1:target,1:fixed_4").warning)
+    assert not any("differ in" in w.value for w in open_page("compare", series="1:target,1:model_4").warning)
 
 
 def test_compare_draws_one_acceptance_curve_per_arm_of_a_bandit_series(app_db):
     from apptest import chart_frames
 
-    at = open_page("compare", series="1:fixed_4,1:bandit")
+    at = open_page("compare", series="1:model_4,1:bandit")
     arms = {
         a
         for i in range(len(at.get("vega_lite_chart")))
@@ -311,7 +311,7 @@ def test_compare_draws_one_acceptance_curve_per_arm_of_a_bandit_series(app_db):
         if {"arm", "kind"} <= set(frame.columns)
         for a in frame["arm"]
     }
-    assert "1:fixed_4 (model)" in arms and any(a.startswith("1:bandit (model) ") for a in arms)
+    assert "1:model_4 (model)" in arms and any(a.startswith("1:bandit (model) ") for a in arms)
     assert "1:bandit (model)" not in arms  # never one zig-zag curve over several arms
     caption = " ".join(c.value for c in at.caption if c.value.startswith("Fitted a"))
     assert "1:bandit (model) bandit k=2" in caption and "1:bandit (model) bandit k=4" in caption
@@ -326,9 +326,9 @@ def test_compare_names_the_drafter_each_series_used_not_the_runs_drafter_flag(ap
         run = s.get(Run, 2)
         run.config = {**run.config, "bench": {**run.config["bench"], "drafter": "ngram"}}
     app_db.add_requests([app_record(2, 100 + i, "suffix_4", 4, random.Random(i)) for i in range(3)])
-    at = open_page("compare", series="1:fixed_4,2:suffix_4")
+    at = open_page("compare", series="1:model_4,2:suffix_4")
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
-    assert set(verdict["series"]) == {"2:suffix_4 (suffix)"} and set(verdict["baseline"]) == {"1:fixed_4 (model)"}
+    assert set(verdict["series"]) == {"2:suffix_4 (suffix)"} and set(verdict["baseline"]) == {"1:model_4 (model)"}
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
     assert diff.set_index("setting").loc["drafter"].tolist() == ["model", "suffix"]
     assert "bench.drafter" not in set(diff["setting"])

@@ -18,8 +18,8 @@ def test_every_arm_is_tried_twice_first_in_round_robin():
     for _ in range(6):
         d = p.choose()
         assert d.explored and d.epsilon == 1.0
-        chosen.append(d.k)
-        p.update(d.k, 10.0)
+        chosen.append(d.arm)
+        p.update(d.arm, 10.0)
     assert chosen == [0, 2, 4, 0, 2, 4]
     assert p.counts == {0: 2, 2: 2, 4: 2}
 
@@ -27,7 +27,7 @@ def test_every_arm_is_tried_twice_first_in_round_robin():
 def test_running_means_follow_the_incremental_update_by_hand():
     p = EpsilonGreedy(arms=(0, 2), seed=1)
     for r in (10.0, 30.0, 20.0, 50.0):  # arms 0, 2, 0, 2
-        p.update(p.choose().k, r)
+        p.update(p.choose().arm, r)
     # arm 0: 10 then 10 + (20 - 10)/2 = 15; arm 2: 30 then 30 + (50 - 30)/2 = 40
     assert p.means == {0: 15.0, 2: 40.0}
     assert p.t == 4
@@ -44,7 +44,7 @@ def test_after_warm_start_it_exploits_the_best_mean_unless_the_seeded_draw_explo
     p = EpsilonGreedy(arms=arms, seed=7)
     for _ in range(10):
         d = p.choose()
-        p.update(d.k, reward[d.k])
+        p.update(d.arm, reward[d.arm])
     for t in range(10, 80):
         d = p.choose()
         draw = random.Random(f"7:{t}")  # the documented per-decision RNG
@@ -52,8 +52,8 @@ def test_after_warm_start_it_exploits_the_best_mean_unless_the_seeded_draw_explo
         explore = draw.random() < eps
         assert d.t == t and d.epsilon == pytest.approx(eps) and d.explored == explore
         if not explore:
-            assert d.k == 4
-        p.update(d.k, reward[d.k])
+            assert d.arm == 4
+        p.update(d.arm, reward[d.arm])
 
 
 def test_replaying_the_rewards_makes_the_same_choices_as_an_uninterrupted_run():
@@ -62,16 +62,16 @@ def test_replaying_the_rewards_makes_the_same_choices_as_an_uninterrupted_run():
     trace_a = []
     for r in rewards:
         d = a.choose()
-        trace_a.append(d.k)
-        a.update(d.k, r)
+        trace_a.append(d.arm)
+        a.update(d.arm, r)
     b = EpsilonGreedy(seed=3)  # the resumed run: replay the first 17 recorded steps, then go on
     for k, r in zip(trace_a[:17], rewards[:17]):
         b.update(k, r)
     trace_b = trace_a[:17]
     for r in rewards[17:]:
         d = b.choose()
-        trace_b.append(d.k)
-        b.update(d.k, r)
+        trace_b.append(d.arm)
+        b.update(d.arm, r)
     assert trace_a == trace_b
 
 
@@ -84,6 +84,6 @@ def test_any_reward_stream_keeps_arms_in_the_set_and_means_finite(rewards, seed)
     p = EpsilonGreedy(seed=seed)
     for r in rewards:
         d = p.choose()
-        assert d.k in p.arms
-        p.update(d.k, float(r))
+        assert d.arm in p.arms
+        p.update(d.arm, float(r))
         assert all(math.isfinite(m) for m in p.means.values())

@@ -10,7 +10,7 @@ from engine.bench.run import execute
 from engine.bench.setup import create_run
 from engine.policies.wrappers import FallbackConfig
 
-ALL_MODES = ["target", "fixed_2", "ngram_2", "hf_2", "bandit"]
+ALL_MODES = ["target", "model_2", "ngram_2", "hf_2", "bandit"]
 
 
 def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, tiny_dirs, prompt_file, decoder):
@@ -30,28 +30,28 @@ def test_every_mode_runs_the_same_prompts_and_every_request_is_recorded(store, t
     assert (info.status, info.progress_done, info.progress_total) == ("done", 15, 15)
     assert info.config["bench"]["modes"] == cfg.modes and "torch" in info.config["environment"]
     assert (info.config["bench"]["device"], info.config["bench"]["dtype"]) == ("cpu", "float32")  # auto, resolved
-    fixed = [r for r in real if r.mode == "fixed_2"]
+    fixed = [r for r in real if r.mode == "model_2"]
     assert all(sum(p.proposed for p in r.positions) == r.proposed for r in fixed)
     by = {m.mode: m for m in summaries(store, run.id)}
-    assert by["target"].speedup.median == 1.0 and by["fixed_2"].n == 3 and by["fixed_2"].speedup.n == 3
+    assert by["target"].speedup.median == 1.0 and by["model_2"].n == 3 and by["model_2"].speedup.n == 3
 
 
 def test_a_forced_mismatch_is_recorded_with_its_first_diverging_position(store, tiny_dirs, prompt_file, decoder):
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=2)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], limit=2)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=CorruptingDecoder(decoder.pair), progress=False)
-    fixed = [r for r in store.requests(run.id) if r.mode == "fixed_2"]
+    fixed = [r for r in store.requests(run.id) if r.mode == "model_2"]
     assert [(r.identical, r.diverged_at) for r in fixed] == [(False, 3), (False, 3)]
     target = [r for r in store.requests(run.id) if r.mode == "target"]
     assert all(r.identical for r in target)
 
 
 def test_without_target_mode_a_shadow_sample_fills_identity(store, tiny_dirs, prompt_file, decoder):
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=1.0)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["model_2"], shadow_rate=1.0)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False)
     assert [r.identical for r in store.requests(run.id)] == [True, True, True]
-    cfg0 = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], shadow_rate=0.0)
+    cfg0 = bench_cfg(tiny_dirs, prompt_file, modes=["model_2"], shadow_rate=0.0)
     run0 = create_run(store, cfg0)
     execute(store, run0.id, cfg0, decoder=decoder, progress=False)
     assert [r.identical for r in store.requests(run0.id)] == [None, None, None]

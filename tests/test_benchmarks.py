@@ -28,7 +28,7 @@ def test_the_results_report_renders_every_done_run_with_its_link_command_and_ide
             prompts=prompt_file,
             limit=3,
             max_new_tokens=10,
-            modes=["target", "fixed_2", "ngram_2"],
+            modes=["target", "model_2", "ngram_2"],
             name="tiny side by side",
         )
     )
@@ -36,8 +36,8 @@ def test_the_results_report_renders_every_done_run_with_its_link_command_and_ide
     assert execute(store, run.id, cfg, progress=False) == "done"
     md = report.render(report.open_results(str(tmp_path / "results.db")))
     assert "### tiny side by side" in md and f"/run?run={run.id}" in md
-    assert "| fixed_2 | 3 |" in md and "x target" in md
-    assert "--modes target,fixed_2,ngram_2" in md and "--limit 3" in md and "--max-new-tokens 10" in md
+    assert "| model_2 | 3 |" in md and "x target" in md
+    assert "--modes target,model_2,ngram_2" in md and "--limit 3" in md and "--max-new-tokens 10" in md
     assert "9 of 9 identical" in md  # target rows count as their own reference
     assert "Break-even fit" in md and "a = " in md
 
@@ -45,8 +45,8 @@ def test_the_results_report_renders_every_done_run_with_its_link_command_and_ide
 def test_the_bench_command_names_only_the_settings_that_differ_from_the_defaults():
     from engine.bench.config import BenchConfig
 
-    cmd = report.bench_command(BenchConfig(target="smollm2", limit=5, modes=["target", "fixed_4"], name="two words"))
-    assert cmd == "python -m engine bench --target smollm2 --limit 5 --modes target,fixed_4 --name 'two words'"
+    cmd = report.bench_command(BenchConfig(target="smollm2", limit=5, modes=["target", "model_4"], name="two words"))
+    assert cmd == "python -m engine bench --target smollm2 --limit 5 --modes target,model_4 --name 'two words'"
 
 
 @pytest.mark.bench

@@ -206,7 +206,7 @@ def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_lin
     page.wait_for_selector('[data-testid="stDataFrame"]', timeout=60000)
     page.get_by_text("Show archived").click()
     page.wait_for_function("() => document.location.search.includes('archived=1')", timeout=30000)
-    link = f"{server}/compare?series=1:fixed_4,2:fixed_4"
+    link = f"{server}/compare?series=1:model_4,2:model_4"
     page.goto(link)
     page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60000)
     page.wait_for_timeout(1500)

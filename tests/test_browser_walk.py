@@ -124,7 +124,7 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
         ("", "runs", '[data-testid="stDataFrame"]'),
         ("run?run=3", "run", '[data-testid="stVegaLiteChart"]'),
         ("breakeven?run=3", "breakeven", '[data-testid="stVegaLiteChart"]'),
-        ("compare?series=1:fixed_4,2:fixed_4", "compare", '[data-testid="stVegaLiteChart"]'),
+        ("compare?series=1:model_4,2:model_4", "compare", '[data-testid="stVegaLiteChart"]'),
         ("policies?run=3", "policies", '[data-testid="stVegaLiteChart"]'),
         ("requests?run=3", "requests", '[data-testid="stDataFrame"]'),
         ("new", "new-run", '[data-testid="stForm"]'),

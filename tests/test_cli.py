@@ -52,8 +52,8 @@ def test_generate_json_prints_exactly_one_object_with_the_stats(capsys, tiny_dir
         (["generate", "--k", "-1"], "out of range"),
         (["generate", "--prompt-format", "markdown"], "argument --prompt-format: invalid choice: 'markdown'"),
         (
-            ["generate", "--engine", "hf", "--drafter", "suffix"],
-            "--engine hf drafts with the draft model or prompt lookup",
+            ["generate", "--loop", "hf", "--drafter", "suffix"],
+            "--loop hf drafts with the draft model or prompt lookup",
         ),
         (["generate", "--drafter", "none", "--k", "4"], "k=4 needs a drafter"),
     ],
@@ -84,7 +84,7 @@ def test_draft_with_another_tokenizer_is_refused_before_any_work(capsys, tiny_di
         (["--arms", "0,40"], "out of range"),
         (["--max-new-tokens", "0"], "max-new-tokens must be in"),
         (["--max-new-tokens", "999999"], "max-new-tokens must be in"),
-        (["--modes", "fixed_0"], "k must be in"),
+        (["--modes", "model_0"], "k must be in"),
     ],
 )
 def test_bad_bench_options_write_nothing(capsys, tmp_path, extra, pattern):
@@ -133,10 +133,10 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
         "--max-new-tokens",
         "8",
         "--modes",
-        "target,fixed_2",
+        "target,model_2",
     )
     assert code == 0, err
-    assert "fixed_2" in out and "x target (IQR)" in out
+    assert "model_2" in out and "x target (IQR)" in out
     code, out_show, _ = run_cli(capsys, "show", "1", "--db", db)
     assert code == 0 and out.strip().splitlines()[-1] in out_show  # same table, recomputed from the DB
     code, runs, _ = run_cli(capsys, "runs", "--db", db)
@@ -147,9 +147,9 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
     rows = exported["requests"]
     assert exported["run"]["tags"] == ["draft-v2"] and exported["run"]["config"]["bench"]["modes"] == [
         "target",
-        "fixed_2",
+        "model_2",
     ]
-    assert len(rows) == 6 and {r["mode"] for r in rows} == {"target", "fixed_2"}
+    assert len(rows) == 6 and {r["mode"] for r in rows} == {"target", "model_2"}
     code, csv_text, _ = run_cli(capsys, "export", "1", "--db", db, "--format", "csv")
     assert csv_text.splitlines()[0].startswith("id,run_id,seq,mode,k") and len(csv_text.splitlines()) == 7
     code, _, err = run_cli(capsys, "show", "99", "--db", db)

@@ -36,18 +36,18 @@ def test_speedups_pair_each_request_with_target_only_on_the_same_prompt():
     frame = pd.DataFrame(
         {
             "prompt_id": ["a", "a", "b", "b", "c"],
-            "mode": ["target", "fixed_4", "target", "fixed_4", "fixed_4"],
+            "mode": ["target", "model_4", "target", "model_4", "model_4"],
             "tokens_per_s": [10.0, 20.0, 40.0, 40.0, 99.0],
         }
     )
-    s = speedups(frame)["fixed_4"]
+    s = speedups(frame)["model_4"]
     assert (s.median, s.n) == (1.5, 2)  # ratios 2.0 and 1.0; prompt c has no target request and drops out
     assert (s.p25, s.p75) == (1.25, 1.75)
     assert speedups(frame)["target"].median == 1.0  # the reference against itself
 
 
 def test_a_run_without_a_reference_mode_has_no_speedup():
-    frame = pd.DataFrame({"prompt_id": ["a", "a"], "mode": ["fixed_2", "fixed_4"], "tokens_per_s": [1.0, 2.0]})
+    frame = pd.DataFrame({"prompt_id": ["a", "a"], "mode": ["model_2", "model_4"], "tokens_per_s": [1.0, 2.0]})
     assert speedups(frame) == {}
 
 
@@ -68,7 +68,7 @@ def test_speedups_by_k_pool_every_request_that_drafted_k_across_modes():
     frame = pd.DataFrame(
         {
             "prompt_id": ["a", "a", "a", "b", "b", "b"],
-            "mode": ["target", "fixed_4", "bandit"] * 2,
+            "mode": ["target", "model_4", "bandit"] * 2,
             "k": [0, 4, 4, 0, 4, 2],
             "tokens_per_s": [10.0, 20.0, 30.0, 10.0, 10.0, 15.0],
         }

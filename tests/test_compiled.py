@@ -85,7 +85,7 @@ def test_compiled_decoding_equals_eager_and_adds_no_graph_inside_measured_reques
 def test_a_compiled_run_records_its_compile_time_and_recompiles(store, tiny_dirs, prompt_file):
     from engine.bench.run import load_decoder
 
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], compile=True, limit=2)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], compile=True, limit=2)
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, decoder=load_decoder(cfg), progress=False) == "done"
     info = store.get_run(run.id)
@@ -95,7 +95,7 @@ def test_a_compiled_run_records_its_compile_time_and_recompiles(store, tiny_dirs
 
 
 def test_a_static_cache_run_keeps_every_output_identical(store, tiny_dirs, prompt_file, decoder):
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "ngram_2"], cache="static")
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2", "ngram_2"], cache="static")
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, decoder=decoder, progress=False) == "done"
     assert decoder.cache == "static" and decoder.cache_positions > 0

@@ -74,8 +74,8 @@ def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(distill
     assert store.get_run(job.after_run_id).draft == str(out)
     assert distills.for_run(store, job.before_run_id).id == job.id
     ev = job.evaluation
-    assert set(ev["arms"]) == {"fixed_2"} and ev["arms"]["fixed_2"]["after"]["n"] == 2
-    assert len(ev["arms"]["fixed_2"]["before"]["per_position"]) == 2
+    assert set(ev["arms"]) == {"model_2"} and ev["arms"]["model_2"]["after"]["n"] == 2
+    assert len(ev["arms"]["model_2"]["before"]["per_position"]) == 2
     assert all(r.identical for r in store.requests(job.after_run_id))
 
 

@@ -115,7 +115,7 @@ def test_a_drafter_choosing_bandit_stays_out_of_the_break_even_fit():
                 "n": 10,
             },
             {
-                "mode": "fixed_4",
+                "mode": "model_4",
                 "k": 4,
                 "verify_s": 2.4,
                 "passes": 50,
@@ -139,7 +139,7 @@ def test_a_drafter_choosing_bandit_stays_out_of_the_break_even_fit():
     pos = pd.DataFrame(
         [
             {"mode": m, "k": k, "position": i, "proposed": 50, "accepted": 50 - 10 * i, "reached": 50}
-            for m, k in (("fixed_4", 4), ("bandit", 16))
+            for m, k in (("model_4", 4), ("bandit", 16))
             for i in range(4)
         ]
     )
@@ -147,7 +147,7 @@ def test_a_drafter_choosing_bandit_stays_out_of_the_break_even_fit():
         [
             {"prompt_id": f"p{i}", "mode": m, "k": k, "tokens_per_s": t}
             for i in range(3)
-            for m, k, t in (("target", 0, 20.0), ("fixed_4", 4, 30.0), ("bandit", 16, 40.0))
+            for m, k, t in (("target", 0, 20.0), ("model_4", 4, 30.0), ("bandit", 16, 40.0))
         ]
     )
     mixed = fit_run(pos, split, rewards, drafter_arms=False)

@@ -240,8 +240,8 @@ def test_eagle3_without_a_head_names_the_head_to_pass(tiny_dirs):
 
 def test_eagle3_modes_draft_with_the_head_and_need_a_draft():
     mode = Mode.parse("eagle3_4")
-    assert (mode.kind, mode.k, mode.drafter("model"), mode.engine) == ("eagle3", 4, "eagle3", "phoenix")
-    assert mode.needs_draft_model("ngram") and Mode.parse("fixed_2").needs_draft_model("eagle3")
+    assert (mode.kind, mode.k, mode.drafter("model"), mode.loop) == ("eagle3", 4, "eagle3", "phoenix")
+    assert mode.needs_draft_model("ngram") and Mode.parse("model_2").needs_draft_model("eagle3")
 
 
 def test_the_draft_vocabulary_is_the_most_frequent_answer_tokens_and_reports_coverage():

@@ -43,7 +43,7 @@ def total(samples: dict, name: str, **labels) -> float:
 
 @pytest.mark.subprocess
 def test_a_live_worker_serves_vllm_shaped_counters_that_match_the_database(store, db_url, tiny_dirs, prompt_file):
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "fixed_4"], max_new_tokens=16)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2", "model_4"], max_new_tokens=16)
     run = create_run(store, cfg, status="queued")
     port = free_port()
     proc = start_worker(db_url, "--metrics-port", str(port), "--max-idle", "60")
@@ -62,7 +62,7 @@ def test_a_live_worker_serves_vllm_shaped_counters_that_match_the_database(store
         expected = sum(p.accepted for r in spec for p in r.positions if p.position == pos)
         assert total(samples, "phoenix:spec_decode_num_accepted_tokens_per_pos_total", position=str(pos)) == expected
     assert total(samples, "phoenix:spec_decode_num_accepted_tokens_per_pos_total", position="4") == 0
-    for mode, k in (("target", "0"), ("fixed_2", "2"), ("fixed_4", "4")):
+    for mode, k in (("target", "0"), ("model_2", "2"), ("model_4", "4")):
         n = sum(1 for r in rows if r.mode == mode)
         assert total(samples, "phoenix:request_latency_seconds_count", mode=mode, arm=k) == n == 3
         assert total(samples, "phoenix:request_tokens_per_second_count", mode=mode, arm=k) == n
@@ -75,7 +75,7 @@ def test_per_position_counters_follow_vllms_unconditional_definition():
         "R",
         (),
         {
-            "mode": "fixed_3",
+            "mode": "model_3",
             "k": 3,
             "latency_s": 1.0,
             "tokens_per_s": 10.0,
@@ -196,7 +196,7 @@ def test_every_dashboard_expression_returns_what_the_database_implies_through_a_
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{prom_port}"
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "bandit"], arms=[0, 2, 4], max_new_tokens=16)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2", "bandit"], arms=[0, 2, 4], max_new_tokens=16)
     worker = None
     try:
         wait_for(lambda: answers(f"{base}/-/ready"), what="Prometheus to start")

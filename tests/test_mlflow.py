@@ -42,14 +42,14 @@ def test_a_run_lands_in_mlflow_with_params_metrics_per_position_steps_tags_note_
     client = _client(target)
     run = client.get_run(done["run_id"])
     assert (
-        run.data.params["bench.modes"] == str(["target", "fixed_4", "bandit"])
+        run.data.params["bench.modes"] == str(["target", "model_4", "bandit"])
         and run.data.params["target"] == "embedded"
     )
-    fixed = next(m for m in report.summaries(store, 1) if m.mode == "fixed_4")
-    assert run.data.metrics["fixed_4/tokens_per_s"] == pytest.approx(fixed.tokens_per_s)
-    assert run.data.metrics["fixed_4/speedup"] == pytest.approx(fixed.speedup.median)
-    history = client.get_metric_history(done["run_id"], "fixed_4/k4/acceptance_per_position")
-    # every fixed_4 request proposes 12 per position and accepts 12, 9, 6, 3
+    fixed = next(m for m in report.summaries(store, 1) if m.mode == "model_4")
+    assert run.data.metrics["model_4/tokens_per_s"] == pytest.approx(fixed.tokens_per_s)
+    assert run.data.metrics["model_4/speedup"] == pytest.approx(fixed.speedup.median)
+    history = client.get_metric_history(done["run_id"], "model_4/k4/acceptance_per_position")
+    # every model_4 request proposes 12 per position and accepts 12, 9, 6, 3
     assert [(m.step, round(m.value, 6)) for m in sorted(history, key=lambda m: m.step)] == [
         (1, 1.0),
         (2, 0.75),
@@ -67,7 +67,7 @@ def test_exporting_again_updates_the_same_mlflow_run_without_duplicating_a_point
     client = _client(target)
     assert again["run_id"] == first["run_id"] and again["updated"] and again["params"] == 0
     assert len(client.search_runs([client.get_experiment_by_name("phoenix-test").experiment_id])) == 1
-    assert len(client.get_metric_history(first["run_id"], "fixed_4/k4/acceptance_per_position")) == 4
+    assert len(client.get_metric_history(first["run_id"], "model_4/k4/acceptance_per_position")) == 4
     assert store.get_run(1).config["mlflow"]["run_id"] == first["run_id"]
 
 

@@ -79,8 +79,8 @@ def test_an_exported_run_opens_in_mlflows_own_ui_with_its_note_tags_params_and_m
         "why this run: the draft at k=4",
         "phoenix.tag.baseline",
         "bench.modes",
-        "fixed_4/tokens_per_s",
-        "fixed_4/k4/acceptance_per_position",
+        "model_4/tokens_per_s",
+        "model_4/k4/acceptance_per_position",
         "Finished",
     ):
         assert text in body, f"{text!r} is not on MLflow's run page"

@@ -20,12 +20,12 @@ def two_demos(tmp_path, monkeypatch):
     url = migrated(f"sqlite:///{tmp_path / 'noise.db'}")
     store = Store(url)
     rng = random.Random(1)
-    cfg = {"bench": {"modes": ["target", "fixed_4"], "prompts": "humaneval-test", "max_new_tokens": 64}}
+    cfg = {"bench": {"modes": ["target", "model_4"], "prompts": "humaneval-test", "max_new_tokens": 64}}
     for slow in (SLOW, 1.0):
         run = store.create_run("demo", cfg, "embedded", "embedded", 20, status="done")
         recs = []
         for i in range(10):
-            for j, (mode, k) in enumerate((("target", 0), ("fixed_4", 4))):
+            for j, (mode, k) in enumerate((("target", 0), ("model_4", 4))):
                 rec = app_record(run.id, 2 * i + j, mode, k, rng)
                 rec.latency_s *= slow
                 rec.tokens_per_s /= slow
@@ -43,7 +43,7 @@ def test_a_run_whose_target_only_ran_far_slower_than_the_same_work_elsewhere_is_
 
 
 def test_compare_of_two_disturbed_repeats_says_noise_and_repeats_not_a_finding(two_demos):
-    at = open_page("compare", series="1:fixed_4,2:fixed_4")
+    at = open_page("compare", series="1:model_4,2:model_4")
     warnings = " ".join(w.value for w in at.warning)
     assert "the machine was disturbed" in warnings and "noise, not a finding" in warnings
     assert "These series are repeats" in warnings
@@ -56,5 +56,5 @@ def test_compare_of_two_disturbed_repeats_says_noise_and_repeats_not_a_finding(t
 
 def test_two_quiet_runs_of_the_same_work_raise_no_busy_warning(app_db):
     assert not [w for w in open_page("run", run=1).warning if "machine was busy" in w.value]
-    at = open_page("compare", series="1:fixed_4,2:target")
+    at = open_page("compare", series="1:model_4,2:target")
     assert not [w for w in at.warning if "disturbed" in w.value]

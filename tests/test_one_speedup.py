@@ -93,7 +93,7 @@ def test_every_page_shows_one_speedup_for_a_real_run_of_the_embedded_pair(tmp_pa
 
     ensure_schema(url)
     store = Store(url)
-    modes = ["target", "fixed_2", "ngram_4", "bandit"]
+    modes = ["target", "model_2", "ngram_4", "bandit"]
     cfg = BenchConfig(target="embedded", draft="embedded", limit=4, max_new_tokens=24, modes=modes, arms=[0, 2, 4])
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, progress=False) == "done"

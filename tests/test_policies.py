@@ -65,9 +65,9 @@ def play(policy, n: int, seed: int = 0, **env) -> list[int]:
     chosen = []
     for _ in range(n):
         d = policy.choose(env.get("prompt_tokens", 100))
-        obs = simulate(d.k, rng, **env)
-        policy.update(d.k, obs.reward, obs)
-        chosen.append(d.k)
+        obs = simulate(d.arm, rng, **env)
+        policy.update(d.arm, obs.reward, obs)
+        chosen.append(d.arm)
     return chosen
 
 
@@ -94,9 +94,9 @@ def test_model_based_stops_exploring_once_its_posterior_is_sure():
     for _ in range(20):
         d = policy.choose()
         late.append(d)
-        obs = simulate(d.k, rng)
-        policy.update(d.k, obs.reward, obs)
-    assert all(not d.explored and d.k == 2 for d in late)
+        obs = simulate(d.arm, rng)
+        policy.update(d.arm, obs.reward, obs)
+    assert all(not d.explored and d.arm == 2 for d in late)
     assert all(d.p_not_best < 0.1 and d.epsilon is None for d in late)
 
 
@@ -112,13 +112,13 @@ def test_the_online_model_recovers_tokens_per_sec_per_arm_from_ten_requests_each
 
 def test_ucb1_tries_each_arm_once_then_follows_its_index_by_hand():
     p = UCB1(arms=(0, 2), seed=0)
-    assert [p.choose().k for _ in range(1)] == [0]
+    assert [p.choose().arm for _ in range(1)] == [0]
     p.update(0, 50.0)
-    assert p.choose().k == 2
+    assert p.choose().arm == 2
     p.update(2, 100.0)
     # t=2: index(0) = 50/100 + sqrt(2 ln 2 / 1) = 1.677; index(2) = 1 + 1.177 = 2.177
     assert p.index(0) == pytest.approx(0.5 + math.sqrt(2 * math.log(2)))
-    assert p.choose().k == 2
+    assert p.choose().arm == 2
 
 
 def share_of_best(chosen: list[int]) -> float:
@@ -147,12 +147,12 @@ def test_model_based_loses_less_than_the_reward_only_bandits_over_60_requests(se
 
 def test_ema_hysteresis_steps_up_on_high_acceptance_and_down_on_low():
     p = EmaHysteresis(arms=ARMS)
-    assert p.choose().k == 4  # starts in the middle of the drafting arms 2, 4, 6, 8
+    assert p.choose().arm == 4  # starts in the middle of the drafting arms 2, 4, 6, 8
 
     def feed(rate):
-        k = p.choose().k
+        k = p.choose().arm
         p.update(k, 100.0, Observation(k, 100.0, proposed=100, accepted=int(rate * 100)))
-        return p.choose().k
+        return p.choose().arm
 
     assert feed(0.9) == 6  # ema 0.9 > 0.8
     assert feed(0.9) == 8
@@ -160,7 +160,7 @@ def test_ema_hysteresis_steps_up_on_high_acceptance_and_down_on_low():
     # ema: 0.9 -> 0.7*0.9 + 0.3*0.1 = 0.66 (hold) -> 0.492 (down)
     assert feed(0.1) == 8
     assert feed(0.1) == 6
-    assert 0 not in [p.choose().k for _ in range(3)]
+    assert 0 not in [p.choose().arm for _ in range(3)]
 
 
 def test_contextual_learns_a_different_k_per_prompt_length_bucket():
@@ -170,10 +170,10 @@ def test_contextual_learns_a_different_k_per_prompt_length_bucket():
         short = i % 2 == 0
         pt, a = (40, 0.5) if short else (400, 0.95)
         d = policy.choose(pt)
-        obs = simulate(d.k, rng, a=a, prompt_tokens=pt)
-        policy.update(d.k, obs.reward, obs)
-    assert policy.choose(40).k == 2  # a = 0.5: E(2)/tau(2) = 75.4 beats E(4)/tau(4) = 64.6
-    assert policy.choose(400).k == 8  # a = 0.95: the longest arm wins
+        obs = simulate(d.arm, rng, a=a, prompt_tokens=pt)
+        policy.update(d.arm, obs.reward, obs)
+    assert policy.choose(40).arm == 2  # a = 0.5: E(2)/tau(2) = 75.4 beats E(4)/tau(4) = 64.6
+    assert policy.choose(400).arm == 8  # a = 0.95: the longest arm wins
     assert policy.t == 80 and len(policy.inners) == 2
 
 
@@ -184,8 +184,8 @@ def test_a_category_policy_learns_a_different_arm_per_category_whatever_the_prom
     for i in range(60):
         category = "translation" if i % 2 else "math"
         d = policy.choose(100, category)
-        reward = (30.0 if d.k == best[category] else 20.0) + rng.gauss(0, 1)
-        policy.update(d.k, reward, Observation(k=d.k, reward=reward, prompt_tokens=100, category=category))
+        reward = (30.0 if d.arm == best[category] else 20.0) + rng.gauss(0, 1)
+        policy.update(d.arm, reward, Observation(k=d.arm, reward=reward, prompt_tokens=100, category=category))
     assert policy.name == "category_thompson" and set(policy.inners) == {"translation", "math"}
     assert policy.inners["translation"].best_mean() == 1 and policy.inners["math"].best_mean() == 2
     assert policy.t == 60
@@ -195,7 +195,7 @@ def test_pass_granularity_lowers_k_after_rejections_and_keeps_it_after_acceptanc
     policy = make_policy("epsilon_greedy", ARMS, seed=0, granularity="pass")
     assert isinstance(policy, PassAdaptive)
     play(policy, 12)  # fits the run-level model (a ~ 0.8)
-    decision = SimpleNamespace(k=8, fallback=False)
+    decision = SimpleNamespace(arm=8, fallback=False)
     bad = policy.pass_controller(decision)
     assert bad(SimpleNamespace(passes=0, proposed=0, accepted=0)) == 8
     ks = [bad(SimpleNamespace(passes=i, proposed=8 * i, accepted=0)) for i in range(1, 8)]
@@ -203,7 +203,7 @@ def test_pass_granularity_lowers_k_after_rejections_and_keeps_it_after_acceptanc
     good = policy.pass_controller(decision)
     ks = [good(SimpleNamespace(passes=i, proposed=8 * i, accepted=8 * i)) for i in range(1, 8)]
     assert ks[-1] == 8
-    assert policy.pass_controller(SimpleNamespace(k=0, fallback=False)) is None  # a k=0 request stays target-only
+    assert policy.pass_controller(SimpleNamespace(arm=0, fallback=False)) is None  # a k=0 request stays target-only
 
 
 def test_fallback_drops_to_k0_when_speculation_is_slower_and_recovers_when_it_pays():
@@ -217,20 +217,20 @@ def test_fallback_drops_to_k0_when_speculation_is_slower_and_recovers_when_it_pa
     def step(speculative_tps):
         d = policy.choose()
         decisions.append(d)
-        policy.update(d.k, 100.0 if d.k == 0 else speculative_tps)
+        policy.update(d.arm, 100.0 if d.arm == 0 else speculative_tps)
         return d
 
     for _ in range(4):
-        assert step(80.0).k in (2, 4)
+        assert step(80.0).arm in (2, 4)
     d = step(80.0)
-    assert (d.k, d.fallback, d.event) == (0, True, "fallback_engaged")
-    assert step(80.0).k == 0
+    assert (d.arm, d.fallback, d.event) == (0, True, "fallback_engaged")
+    assert step(80.0).arm == 0
     probe = step(80.0)  # every third decision probes the policy's own choice
-    assert probe.k in (2, 4) and not probe.fallback
+    assert probe.arm in (2, 4) and not probe.fallback
     # the probes now see 130 tok/s; recovery needs two probes in a row above 105
     assert [step(130.0).fallback for _ in range(6)] == [True, True, False, True, True, False]
     d = step(130.0)
-    assert d.event == "fallback_recovered" and d.k in (2, 4) and not d.fallback
+    assert d.event == "fallback_recovered" and d.arm in (2, 4) and not d.fallback
 
 
 @pytest.mark.parametrize("granularity", ["request", "pass"])
@@ -241,16 +241,16 @@ def test_replaying_recorded_observations_makes_the_same_next_choices(name, granu
     history, chosen = [], []
     for i in range(30):
         d = live.choose(50 + 20 * i)
-        obs = simulate(d.k, rng, prompt_tokens=50 + 20 * i)
-        live.update(d.k, obs.reward, obs)
+        obs = simulate(d.arm, rng, prompt_tokens=50 + 20 * i)
+        live.update(d.arm, obs.reward, obs)
         history.append(obs)
-        chosen.append(d.k)
+        chosen.append(d.arm)
     resumed = make_policy(name, ARMS, seed=11, granularity=granularity)
     for obs in history[:13]:
         resumed.update(obs.k, obs.reward, obs)
-    assert [resumed.choose(50 + 20 * i).k for i in [13]] == [chosen[13]]
+    assert [resumed.choose(50 + 20 * i).arm for i in [13]] == [chosen[13]]
     for i, obs in enumerate(history[13:], start=13):
-        assert resumed.choose(50 + 20 * i).k == chosen[i]
+        assert resumed.choose(50 + 20 * i).arm == chosen[i]
         resumed.update(obs.k, obs.reward, obs)
 
 
@@ -264,8 +264,8 @@ def test_any_reward_stream_keeps_every_policy_inside_its_arms(name, rewards, see
     policy = make_policy(name, ARMS, seed=seed)
     for r in rewards:
         d = policy.choose(100)
-        assert d.k in ARMS
-        policy.update(d.k, r, Observation(d.k, r, prompt_tokens=100))
+        assert d.arm in ARMS
+        policy.update(d.arm, r, Observation(d.arm, r, prompt_tokens=100))
 
 
 @pytest.mark.parametrize("granularity", ["request", "pass"])
@@ -276,9 +276,9 @@ def test_every_policy_and_wrapper_implements_the_policy_protocol(name, granulari
     assert isinstance(policy, Policy)
     assert isinstance(policy, Fallback) == fallback
     d = policy.choose(100)
-    assert d.k in ARMS and d.t == 0
+    assert d.arm in ARMS and d.t == 0
     with pytest.raises(TypeError):
-        type(d)(0, d.k, d.explored)  # decisions are built with keywords only
+        type(d)(0, d.arm, d.explored)  # decisions are built with keywords only
 
 
 def test_a_disabled_fallback_config_leaves_the_policy_unwrapped():
@@ -302,20 +302,20 @@ def test_a_request_granularity_policy_keeps_one_k_per_request_and_only_pass_gran
         for _ in range(3):  # enough for the per-pass wrapper's model to be ready
             d = policy.choose(100)
             policy.update(
-                d.k,
+                d.arm,
                 50.0,
                 Observation(
-                    d.k,
+                    d.arm,
                     50.0,
                     prompt_tokens=100,
                     passes=10,
-                    proposed=10 * d.k,
-                    accepted=2 * d.k,
+                    proposed=10 * d.arm,
+                    accepted=2 * d.arm,
                     latency_s=1.0,
                     draft_s=0.1,
                     verify_s=0.8,
-                    per_position_proposed=[10] * d.k,
-                    per_position_accepted=[2] * d.k,
+                    per_position_proposed=[10] * d.arm,
+                    per_position_accepted=[2] * d.arm,
                 ),
             )
     assert per_request.pass_controller(per_request.choose(100)) is None

@@ -91,7 +91,7 @@ def test_the_hf_engine_matches_target_only_and_counts_acceptance(decoders, name)
     dec = decoders[name]
     ids = dec.encode(PROMPTS[0])
     reference = dec.run(ids, 0, 30).output_ids
-    stats = dec.run(ids, 4, 30, "model", engine="hf")
+    stats = dec.run(ids, 4, 30, "model", loop="hf")
     assert stats.output_ids == reference
     assert stats.passes > 0 and 0 < stats.proposed
     assert sum(stats.per_position_proposed) == stats.proposed

@@ -117,7 +117,7 @@ def test_a_run_on_other_prompts_has_no_leaderboard(tmp_path):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     migrated(url)
     store = Store(url)
-    run = store.create_run("he", {"bench": {"modes": ["target", "fixed_4"]}}, "t", "d", 2, status="done")
+    run = store.create_run("he", {"bench": {"modes": ["target", "model_4"]}}, "t", "d", 2, status="done")
     store.add_requests([request_record(run.id, 0, mode="target", k=0), request_record(run.id, 1)])
     assert spec_bench(store, run.id).empty
 
@@ -126,18 +126,18 @@ def test_the_store_feeds_the_leaderboard_with_turns_and_categories(tmp_path):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     migrated(url)
     store = Store(url)
-    run = store.create_run("sb", {"bench": {"modes": ["target", "fixed_4"]}}, "t", "d", 4, status="done")
+    run = store.create_run("sb", {"bench": {"modes": ["target", "model_4"]}}, "t", "d", 4, status="done")
     recs = [
         replace(
             request_record(run.id, i * 2 + j, mode=mode, k=k, latency=lat), prompt_id=pid, turn=turn, category="writing"
         )
         for i, (pid, turn) in enumerate((("multiturn-81", 1), ("multiturn-81-t2", 2)))
-        for j, (mode, k, lat) in enumerate((("target", 0, 1.0), ("fixed_4", 4, 0.5)))
+        for j, (mode, k, lat) in enumerate((("target", 0, 1.0), ("model_4", 4, 0.5)))
     ]
     store.add_requests(recs)
     table = spec_bench(store, run.id).set_index(["mode", "column"])
-    assert table.loc[("fixed_4", "multiturn"), "speedup"] == pytest.approx(2.0)
-    assert table.loc[("fixed_4", "multiturn"), "n"] == 2
+    assert table.loc[("model_4", "multiturn"), "speedup"] == pytest.approx(2.0)
+    assert table.loc[("model_4", "multiturn"), "n"] == 2
     assert {r.turn for r in store.requests(run.id)} == {1, 2}
 
 

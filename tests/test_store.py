@@ -113,11 +113,11 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
             request_record(
                 run.id, 1, mode="target", k=0, latency=2.0, tokens=20, proposed=0, accepted=0, identical=True
             ),
-            request_record(run.id, 2, mode="fixed_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
+            request_record(run.id, 2, mode="model_4", latency=1.0, tokens=20, proposed=8, accepted=6, identical=True),
             request_record(
                 run.id,
                 3,
-                mode="fixed_4",
+                mode="model_4",
                 latency=3.0,
                 tokens=20,
                 proposed=8,
@@ -129,11 +129,11 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
     )
     by = {m.mode: m for m in mode_summaries(store, run.id)}
     assert by["target"].n == 1 and by["target"].tokens_per_s == 10.0
-    assert by["fixed_4"].tokens_per_s == pytest.approx((20 / 1.0 + 20 / 3.0) / 2)  # the mean of per-request tokens/s
-    assert by["fixed_4"].acceptance == 8 / 16
-    assert by["fixed_4"].mean_accepted_length == 1 + 8 / 6  # tokens per verify pass, bonus included
-    assert by["fixed_4"].p50_latency_s == 2.0 and by["fixed_4"].mean_latency_s == 2.0
-    assert (by["fixed_4"].identical_n, by["fixed_4"].checked_n) == (1, 2)
+    assert by["model_4"].tokens_per_s == pytest.approx((20 / 1.0 + 20 / 3.0) / 2)  # the mean of per-request tokens/s
+    assert by["model_4"].acceptance == 8 / 16
+    assert by["model_4"].mean_accepted_length == 1 + 8 / 6  # tokens per verify pass, bonus included
+    assert by["model_4"].p50_latency_s == 2.0 and by["model_4"].mean_latency_s == 2.0
+    assert (by["model_4"].identical_n, by["model_4"].checked_n) == (1, 2)
 
 
 def test_positions_sum_per_mode_and_arm(store):
@@ -143,8 +143,8 @@ def test_positions_sum_per_mode_and_arm(store):
     )
     rows = positions(store, run.id).to_dict(orient="records")
     assert rows == [
-        {"mode": "fixed_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4, "reached": 4},
-        {"mode": "fixed_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2, "reached": 4},
+        {"mode": "model_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4, "reached": 4},
+        {"mode": "model_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2, "reached": 4},
     ]
 
 
@@ -318,7 +318,7 @@ def test_a_database_this_process_cannot_write_is_read_and_only_writes_are_refuse
     )
     for argv in (["runs"], ["show", "1"], ["report", "1", "--format", "md"], ["export", "1", "--format", "json"]):
         code, out, err = run_cli(capsys, *argv, "--db", str(db))
-        assert code == 0 and ("frozen" in out + err or "fixed_4" in out), (argv, err)
+        assert code == 0 and ("frozen" in out + err or "model_4" in out), (argv, err)
     code, _, err = run_cli(capsys, "tag", "1", "x", "--db", str(db))
     assert_one_line_error(code, err, "is read-only here")
     assert db.read_bytes() == before

@@ -35,7 +35,7 @@ def wait_until(cond, timeout=15.0):
 
 def test_every_request_is_a_transaction_matching_its_database_row(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=True))
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2", "bandit"], arms=[0, 2], max_new_tokens=10)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2", "bandit"], arms=[0, 2], max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     rows = store.requests(run.id)
@@ -75,7 +75,7 @@ def test_every_request_is_a_transaction_matching_its_database_row(receiver, stor
 def test_a_forced_mismatch_sends_a_divergence_warning(receiver, store, tiny_dirs, prompt_file, decoder):
 
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=1, max_new_tokens=10)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=CorruptingDecoder(decoder.pair), progress=False, telemetry=telemetry)
     assert wait_until(lambda: any("diverged" in (e.get("message") or "") for e in receiver.events()))
@@ -86,7 +86,7 @@ def test_a_forced_mismatch_sends_a_divergence_warning(receiver, store, tiny_dirs
 
 def test_low_acceptance_sends_a_floor_warning(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False, acceptance_floor=1.01))
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1, max_new_tokens=10)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["model_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     assert wait_until(lambda: any("below the floor" in (e.get("message") or "") for e in receiver.events()))
@@ -143,7 +143,7 @@ def test_a_bad_dsn_fails_at_start_with_one_line_that_hides_the_key(dsn, pattern)
 def test_without_a_dsn_sentry_is_off_and_trace_ids_are_still_made(store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=None))
     assert telemetry.enabled is False
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1, max_new_tokens=10)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["model_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     assert all(len(r.trace_id) == 32 for r in store.requests(run.id))
@@ -153,7 +153,7 @@ def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(
     receiver, store, tiny_dirs, prompt_file, decoder
 ):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "fixed_2"], limit=4, max_new_tokens=10)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], limit=4, max_new_tokens=10)
     run = create_run(store, cfg)
     seen = []
 
@@ -173,7 +173,7 @@ def test_generation_and_writes_carry_on_when_the_receiver_dies_mid_run(
 
 def test_the_dsn_never_reaches_the_database(receiver, store, tiny_dirs, prompt_file, decoder):
     telemetry = init(SentryConfig(dsn=receiver.dsn, profiling=False))
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["fixed_2"], limit=1, max_new_tokens=10)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["model_2"], limit=1, max_new_tokens=10)
     run = create_run(store, cfg)
     execute(store, run.id, cfg, decoder=decoder, progress=False, telemetry=telemetry)
     raw = open(store.url.removeprefix("sqlite:///"), "rb").read()

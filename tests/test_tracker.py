@@ -13,7 +13,7 @@ from db.store import Store
 
 def _three_runs(store):
     one = store.create_run("one", {"bench": {}}, "tgt", "drf", 3, status="done")
-    store.add_requests([app_record(one.id, i, "fixed_4", 4, random.Random(i)) for i in range(3)])
+    store.add_requests([app_record(one.id, i, "model_4", 4, random.Random(i)) for i in range(3)])
     store.create_run("two", {"bench": {}}, "tgt", "drf", 3, status="running")
     store.create_run("three", {"bench": {}}, "other", "drf", 0, status="done")
     return store

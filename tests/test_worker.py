@@ -50,7 +50,7 @@ def test_cancel_stops_a_running_run_at_a_request_boundary_and_keeps_rows(store, 
     # long enough requests that the once-a-second cancel check meets the run still going
     run = create_run(
         store,
-        bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=200, modes=["target", "fixed_2", "hf_2"]),
+        bench_cfg(tiny_dirs, prompt_file, limit=4, max_new_tokens=200, modes=["target", "model_2", "hf_2"]),
         status="queued",
     )
     proc = start_worker(db_url, "--once")
@@ -69,7 +69,7 @@ def test_cancel_stops_a_running_run_at_a_request_boundary_and_keeps_rows(store, 
 
 def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(store, db_url, tiny_dirs, prompt_file):
     cfg = bench_cfg(
-        tiny_dirs, prompt_file, limit=4, max_new_tokens=40, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2]
+        tiny_dirs, prompt_file, limit=4, max_new_tokens=40, modes=["target", "model_2", "hf_2", "bandit"], arms=[0, 2]
     )
     run = create_run(store, cfg, status="queued")
     proc = start_worker(db_url, "--once")
@@ -159,13 +159,13 @@ def test_submit_cli_queues_without_loading_models(db_url, tiny_dirs, prompt_file
             "--limit",
             "2",
             "--modes",
-            "target,fixed_2",
+            "target,model_2",
         ]
     )
     assert code == 0 and "queued" in capsys.readouterr().out
     run = Store(db_url).list_runs()[0]
     assert run.status == "queued" and run.config["bench"]["limit"] == 2
-    assert asdict(stored(run.config))["modes"] == ["target", "fixed_2"]
+    assert asdict(stored(run.config))["modes"] == ["target", "model_2"]
 
 
 def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_dirs, prompt_file, monkeypatch):
@@ -190,7 +190,7 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
     at.selectbox(key="n_draft").set_value("other…")
     at.text_input(key="n_draft_typed").input(tiny_dirs["qwen3"]["near"])
     at.text_input(key="n_arms").input("0,2")
-    at.multiselect(key="n_modes").set_value(["target", "fixed_2"])
+    at.multiselect(key="n_modes").set_value(["target", "model_2"])
     at.number_input(key="n_limit").set_value(2)
     at.number_input(key="n_max_new").set_value(8)
     at.get("form_submit_button")[0].click()
@@ -247,7 +247,7 @@ def start_bench(db_url, tiny_dirs, prompt_file):
             "--max-new-tokens",
             "48",
             "--modes",
-            "target,fixed_2,fixed_4",
+            "target,model_2,model_4",
             "--device",
             "cpu",
             "--db",
@@ -332,7 +332,7 @@ def test_worker_stop_interrupts_a_busy_workers_run_keeping_its_rows_and_ends_an_
     from engine.queue.autostart import live_workers
 
     cfg = bench_cfg(
-        tiny_dirs, prompt_file, max_new_tokens=200, modes=["target", "fixed_2", "hf_2", "bandit"], arms=[0, 2]
+        tiny_dirs, prompt_file, max_new_tokens=200, modes=["target", "model_2", "hf_2", "bandit"], arms=[0, 2]
     )
     run = create_run(store, cfg, status="queued")
     proc = start_worker(db_url)

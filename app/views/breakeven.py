@@ -44,12 +44,13 @@ def render() -> None:
                 data.positions(url, run_id),
                 data.arm_totals(url, run_id),
                 data.prompt_rewards(url, run_id),
+                bench.drafter if bench else "model",
                 drafter_arms=bool(bench and bench.drafter_arms),
             )
             if fit.a is None or fit.c is None:
                 st.warning(
                     "This run has no model-drafter data and target-only timing to fit (it needs `target` "
-                    "and a fixed_<k> or bandit mode)."
+                    "and a model_<k> or bandit mode)."
                 )
             else:
                 a, c, measured = fit.a, fit.c, fit.measured

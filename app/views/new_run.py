@@ -16,10 +16,10 @@ from engine.prompts.sets import NAMED_SETS
 
 MODE_CHOICES = [
     "target",
-    "fixed_2",
-    "fixed_4",
-    "fixed_6",
-    "fixed_8",
+    "model_2",
+    "model_4",
+    "model_6",
+    "model_8",
     "ngram_4",
     "suffix_4",
     "suffix_16",
@@ -79,7 +79,7 @@ def render() -> None:
         draft_typed = c2.text_input("Draft path or Hugging Face id (for other…)", key="n_draft_typed")
         slots["draft"] = c2.empty()
         drafter = st.radio(
-            "Drafter for fixed_<k> and bandit",
+            "Drafter for model_<k> and bandit",
             list(RUN_DRAFTERS),
             horizontal=True,
             key="n_drafter",
@@ -87,7 +87,7 @@ def render() -> None:
             "and earlier outputs of the run (model-free, adaptive length); eagle3: an EAGLE-3 head "
             "(pick smollm2-eagle3 or your head's folder as the draft)",
         )
-        modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "fixed_4", "bandit"], key="n_modes")
+        modes = st.multiselect("Modes", MODE_CHOICES, default=["target", "model_4", "bandit"], key="n_modes")
         slots["modes"] = st.empty()
         b1, b2, b3 = st.columns([2, 1, 1])
         arms = b1.text_input("Bandit arms", "0,2,4,6,8", key="n_arms")

@@ -12,7 +12,7 @@ from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 
 HOW = (
     "Run several policies and fixed arms over the same prompts, for example\n"
-    "python -m engine bench --limit 60 --modes target,fixed_2,fixed_4,fixed_6,fixed_8,"
+    "python -m engine bench --limit 60 --modes target,model_2,model_4,model_6,model_8,"
     "bandit:epsilon_greedy,bandit:model_based,bandit:model_based:pass,bandit:ucb1,bandit:thompson,bandit:ema_hysteresis\n"
     "A policy that picks the drafter as well as k: --modes target,ngram_4,suffix_16,bandit "
     "--drafter-arms target,ngram_4,suffix_16"
@@ -35,7 +35,7 @@ def render() -> None:
     best = best_fixed(frame, paired)
     if best is None:
         st.warning(
-            "Regret needs the single arms in the same run (target, fixed_<k>, ngram_<k>, suffix_<k> or "
+            "Regret needs the single arms in the same run (target, model_<k>, ngram_<k>, suffix_<k> or "
             "eagle3_<k> modes): without them the best arm in hindsight is unknown."
         )
         st.code(HOW.split("\n")[1], language="bash")

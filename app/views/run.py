@@ -106,10 +106,11 @@ def body(url: str, run_id: int) -> None:
     spec_bench_columns(url, run_id)
     vllm_sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
+    drafter = info.bench.drafter if info.bench else "model"
     fit = fit_run(
-        pos, split, data.prompt_rewards(url, run_id), drafter_arms=bool(info.bench and info.bench.drafter_arms)
+        pos, split, data.prompt_rewards(url, run_id), drafter, drafter_arms=bool(info.bench and info.bench.drafter_arms)
     )
-    st.info(diagnosis(fit, summaries))
+    st.info(diagnosis(fit, summaries, drafter))
     st.subheader("Per-position acceptance")
     if pos.empty:
         st.caption("No drafted tokens in this run.")
@@ -262,12 +263,12 @@ def kpi_intervals(m, base: str | None = "target") -> str:
     return " · ".join(parts) or "no interval: nothing drafted and no target-only requests to compare with"
 
 
-def diagnosis(fit, summaries) -> str:
-    """The break-even diagnosis covers --drafter modes (fixed_<k>, bandit); model-free and head modes that drafted
-    get their own line instead of 'no drafting data'."""
+def diagnosis(fit, summaries, drafter: str = "model") -> str:
+    """The break-even diagnosis covers the modes of the run's --drafter (its fixed modes and bandits); modes of
+    other drafters that drafted get their own line instead of 'no drafting data'."""
     if fit.a is not None:
         return diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured)
-    others = [m for m in summaries if m.proposed and not Mode.of(m.mode).uses_drafter]
+    others = [m for m in summaries if m.proposed and not Mode.of(m.mode).drafts_with(drafter)]
     if not others:
         return diagnose(None, None, None, None)
     parts = [
@@ -276,8 +277,8 @@ def diagnosis(fit, summaries) -> str:
         for m in others
     ]
     return (
-        "Drafting without a --drafter mode: " + "; ".join(parts) + ". The break-even fit (a, c) covers "
-        "fixed_<k> and bandit modes; for these the per-mode table and the per-position curves are the evidence."
+        f"Drafting without a mode of the run's --drafter ({drafter}): " + "; ".join(parts) + ". The break-even fit "
+        "(a, c) covers that drafter's modes; for these the per-mode table and the per-position curves are the evidence."
     )
 
 
@@ -435,8 +436,8 @@ def distill_link(url: str, run_id: int) -> None:
         first = str(job.config.get("distill", {}).get("eval_ks", "4")).split(",")[0].strip()
         k = int(first) if first.isdecimal() and first.isascii() else 4
         if job.before_run_id and job.after_run_id:
-            series = f"{job.before_run_id}:fixed_{k},{job.after_run_id}:fixed_{k}"
-            links.append(f"[compare fixed_{k} before and after]({urlstate.link('compare', series=series)})")
+            series = f"{job.before_run_id}:model_{k},{job.after_run_id}:model_{k}"
+            links.append(f"[compare model_{k} before and after]({urlstate.link('compare', series=series)})")
     if links:
         st.markdown(" · ".join(links))
     if job.losses:

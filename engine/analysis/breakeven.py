@@ -96,7 +96,7 @@ def measured_c(draft_s: float, proposed: int, target_step_s: float) -> float | N
 
 def diagnose(a: float | None, best_speedup: float | None, c: float | None, k_best: int | None) -> str:
     if a is None:
-        return "No drafting data yet: run a fixed_<k> or bandit mode."
+        return "No drafting data yet: run a model_<k> or bandit mode."
     if a < 0.5:
         return (
             f"Low acceptance (a = {a:.2f}): the drafter does not predict this target on this workload. "

@@ -29,14 +29,21 @@ def reached_of(pos: pd.DataFrame) -> list[int] | None:
     return pos.groupby("position")["reached"].sum().sort_index().astype(int).tolist()
 
 
-def fit_run(pos: pd.DataFrame, split: pd.DataFrame, rewards: pd.DataFrame, drafter_arms: bool = False) -> RunFit:
+def fit_run(
+    pos: pd.DataFrame,
+    split: pd.DataFrame,
+    rewards: pd.DataFrame,
+    run_drafter: str = "model",
+    drafter_arms: bool = False,
+) -> RunFit:
     """``rewards``: the run's prompt_id, mode, k and tokens_per_s per request (db.queries.prompt_rewards), for the
-    measured points, which are the run's speedup by k (the one definition). ``drafter_arms``: the run's bandits
-    chose among drafters (--drafter-arms), so their requests mix drafters and stay out of a fit that assumes one."""
+    measured points, which are the run's speedup per arm (the one definition). The fit covers the modes that draft
+    with ``run_drafter`` (--drafter: its bandits and its fixed modes). ``drafter_arms``: the run's bandits chose
+    among drafters (--drafter-arms), so their requests mix drafters and stay out of a fit that assumes one."""
 
     def fitted(mode: str) -> bool:
         m = Mode.of(mode)
-        return m.uses_drafter and not (drafter_arms and m.is_bandit)
+        return m.drafts_with(run_drafter) and not (drafter_arms and m.is_bandit)
 
     model_modes = split[split["mode"].map(fitted)]
     model_pos = pos[pos["mode"].map(fitted)]
@@ -69,10 +76,10 @@ def fit_run(pos: pd.DataFrame, split: pd.DataFrame, rewards: pd.DataFrame, draft
 
 
 def _measured(target: pd.DataFrame, drafted: pd.DataFrame, rewards: pd.DataFrame, step, fitted) -> pd.DataFrame:
-    """Per arm (a fixed_<k> mode, or one k of a bandit): its speedup, the Run page's number for a fixed mode, and
-    its n; and V(k+1), one verify of the pending token and k drafts in target steps, as this run measured it over
-    every request that drafted k (a cost of the width, whichever mode chose it). k = 0 is target-only itself: 1.0
-    and one step by definition (a bandit's k = 0 requests are not pooled with it)."""
+    """Per arm (a fixed mode such as model_<k>, or one k of a bandit): its speedup, the Run page's number for a
+    fixed mode, and its n; and V(k+1), one verify of the pending token and k drafts in target steps, as this run
+    measured it over every request that drafted k (a cost of the width, whichever mode chose it). k = 0 is
+    target-only itself: 1.0 and one step by definition (a bandit's k = 0 requests are not pooled with it)."""
     cols = ["arm", "k", "measured speedup", "n", "verify cost"]
     if target.empty:
         return pd.DataFrame(columns=cols)

@@ -1,6 +1,6 @@
 """Policies against the best fixed arm in hindsight, from one run's requests.
 
-The best fixed arm is the single (drafter, k) mode (target-only, fixed_<k>,
+The best fixed arm is the single (drafter, k) mode (target-only, model_<k>,
 ngram_<k>, suffix_<k> or eagle3_<k>) with the highest speedup (``engine.analysis.speedup``, the figure every
 page shows), or, without a reference mode, the highest mean tokens/sec. Regret of a policy's request is the best
 fixed arm's tokens/sec on the same prompt minus the policy's, so prompt

@@ -17,7 +17,7 @@ from engine.policies.wrappers import FallbackConfig
 
 @dataclass
 class BenchConfig(PairConfig):
-    drafter: RunDrafter = "model"  # what fixed_<k> and bandit draft with: model | ngram | suffix | eagle3
+    drafter: RunDrafter = "model"  # what bandit modes draft with: model | ngram | suffix | eagle3
     prompts: str = (
         "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train |
         # spec-bench | FILE.jsonl
@@ -31,8 +31,8 @@ class BenchConfig(PairConfig):
         "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
     )
     modes: list[str] = field(
-        default_factory=lambda: ["target", "fixed_4", "bandit"]
-    )  # target, fixed_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
+        default_factory=lambda: ["target", "model_4", "bandit"]
+    )  # target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
     drafter_arms: list[str] = field(
         default_factory=list
@@ -85,7 +85,8 @@ def validate(cfg: BenchConfig) -> BenchConfig:
     form, or a stored run being loaded. Each error names its field."""
     check_choices(cfg)
     if not cfg.modes:
-        raise PhoenixError("--modes is empty: pass e.g. target,fixed_4,bandit", field="modes")
+        raise PhoenixError("--modes is empty: pass e.g. target,model_4,bandit", field="modes")
+    _name_drafters(cfg)
     if len(set(cfg.modes)) != len(cfg.modes):
         raise PhoenixError(f"--modes repeats a mode: {','.join(cfg.modes)}", field="modes")
     try:
@@ -160,6 +161,16 @@ def _check_arms(arms: list[int]) -> None:
     bad = [a for a in arms if not 0 <= a <= K_MAX]
     if bad:
         raise PhoenixError(f"--arms {bad[0]} is out of range: arms must be in 0..{K_MAX}", field="arms")
+
+
+def _name_drafters(cfg: BenchConfig) -> None:
+    """Every mode and arm under the name that says its drafter (fixed_4 of a --drafter eagle3 run is eagle3_4) and
+    one spelling of k (ngram_04 is ngram_4), so that two spellings are never two modes or two arms."""
+    try:
+        cfg.modes = [Mode.parse(m.strip()).named(cfg.drafter) for m in cfg.modes]
+    except PhoenixError as exc:
+        raise PhoenixError(str(exc), field="modes") from None
+    cfg.drafter_arms = [drafter_arm(a).named(cfg.drafter) for a in cfg.drafter_arms]
 
 
 def _check_drafter_arms(cfg: BenchConfig, modes: list[Mode]) -> None:

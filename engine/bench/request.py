@@ -119,14 +119,14 @@ def run_one(
     if parsed.is_bandit:
         policy = state.policies[mode]
         decision = policy.choose(len(ids), category_group(prompt.category)) if not warmup else None
-        drafter, k = state.arm(decision.k if decision else max(cfg.policy_arms()), cfg.drafter)
+        drafter, k = state.arm(decision.arm if decision else max(cfg.policy_arms()), cfg.drafter)
         choose_k = policy.pass_controller(decision) if decision else None
         if decision is not None and decision.event:
             state.telemetry.policy_event(run_id, mode, decision.event)
     trace_id = new_trace_id()
     span = nullcontext() if warmup else state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id)
     with span as txn:
-        stats = state.decoder.run(ids, k, cfg.max_new_tokens, drafter, parsed.engine, choose_k)
+        stats = state.decoder.run(ids, k, cfg.max_new_tokens, drafter, parsed.loop or "phoenix", choose_k)
         rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
         rec.drafter = drafter if (k > 0 or choose_k) else "none"
         state.seq += 1
@@ -164,7 +164,7 @@ def judge(
         check_identity(rec, stats.output_ids, ref)
     if decision is not None:
         policy = state.policies[mode]
-        policy.update(decision.k if state.arm_labels else rec.k, rec.tokens_per_s, observation(rec))
+        policy.update(decision.arm if state.arm_labels else rec.k, rec.tokens_per_s, observation(rec))
         means, counts = policy.snapshot()
         rec.bandit = BanditRecord(
             t=decision.t,
@@ -177,7 +177,7 @@ def judge(
             reward=rec.tokens_per_s,
             policy=cfg.bandit_spec(Mode.parse(mode))[0],
             fallback=decision.fallback,
-            arm=state.arm_labels[decision.k] if state.arm_labels else None,
+            arm=state.arm_labels[decision.arm] if state.arm_labels else None,
         )
 
 

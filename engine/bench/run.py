@@ -40,7 +40,7 @@ def cache_positions(cfg: BenchConfig, prompts: list[Prompt], encoded: dict[str, 
     return (2 if later else 1) * (longest + cfg.max_new_tokens) + K_MAX + 1
 
 
-def prepare_engine(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder, positions: int) -> int:
+def prepare_cache_and_compile(store: Store, run_id: int, cfg: BenchConfig, decoder: Decoder, positions: int) -> int:
     """Static cache and compile, before any clock; returns the graph count after the warm-up (recompiles are
     counted against it)."""
     if cfg.cache == "static" or cfg.compile:
@@ -107,7 +107,9 @@ def execute(
         encoded = encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
         for parsed in map(Mode.parse, cfg.modes + cfg.drafter_arms):  # a head passed as a draft model fails here
             if not (parsed.is_bandit and cfg.drafter_arms):
-                decoder.check_drafter(parsed.drafter(cfg.drafter, decoder.pair.draft is not None), parsed.engine)
+                decoder.check_drafter(
+                    parsed.drafter(cfg.drafter, decoder.pair.draft is not None), parsed.loop or "phoenix"
+                )
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
@@ -136,7 +138,7 @@ def execute(
     status, graphs_at_start = "running", 0
     bar = tqdm(total=len(plan), desc=f"run {run_id}", unit="req", disable=not progress)
     try:
-        graphs_at_start = prepare_engine(store, run_id, cfg, decoder, cache_positions(cfg, prompts, encoded))
+        graphs_at_start = prepare_cache_and_compile(store, run_id, cfg, decoder, cache_positions(cfg, prompts, encoded))
         for mode in modes:
             if mode not in warmed:
                 rec, _ = run_one(state, run_id, cfg, prompts[0], encoded[prompts[0].id], mode, True, None)

@@ -12,7 +12,7 @@ from engine.decode.fetch import FetchConfig, fetch
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Engine, PromptFormat, check_k
+from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Loop, PromptFormat, check_k
 from engine.prompts.sets import check_prompt
 from engine.train.draft import DraftConfig, build_draft
 from engine.train.eagle3 import HeadBuildConfig
@@ -25,7 +25,7 @@ class GenerateConfig(PairConfig):
     drafter: Drafter = (
         "model"  # none | model | ngram | suffix | eagle3 (--draft is then an EAGLE-3 head): what proposes the k tokens
     )
-    engine: Engine = "phoenix"  # phoenix (this loop) | hf (transformers' assisted generation: drafter model or ngram)
+    loop: Loop = "phoenix"  # phoenix (this loop) | hf (transformers' assisted generation: drafter model or ngram)
     k: int = 4  # draft length; 0 is target-only
     max_new_tokens: int = 64  # tokens to generate
     prompt: str = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'  # the text to continue
@@ -37,9 +37,9 @@ class GenerateConfig(PairConfig):
         check_choices(self)
         check_prompt(self.prompt)
         check_k(self.k)
-        if self.engine == "hf" and self.drafter not in ("model", "ngram"):
+        if self.loop == "hf" and self.drafter not in ("model", "ngram"):
             raise PhoenixError(
-                "--engine hf drafts with the draft model or prompt lookup: use --drafter model or ngram",
+                "--loop hf drafts with the draft model or prompt lookup: use --drafter model or ngram",
                 field="drafter",
             )
         self.suffix.validate()
@@ -52,8 +52,8 @@ def cmd_generate(args) -> int:
     dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
     dec.start_run(cfg.suffix)
     ids = dec.encode(cfg.prompt, cfg.prompt_format)
-    dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter, cfg.engine)  # warm-up, excluded
-    stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter, cfg.engine)
+    dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter, cfg.loop)  # warm-up, excluded
+    stats = dec.run(ids, cfg.k, cfg.max_new_tokens, cfg.drafter, cfg.loop)
     out = stats_dict(stats, dec.text(stats))
     if cfg.json:
         print(json.dumps(out))
@@ -62,7 +62,7 @@ def cmd_generate(args) -> int:
     print("---")
     acc = "n/a" if out["acceptance"] is None else f"{out['acceptance']:.1%}"
     print(
-        f"k={cfg.k} drafter={cfg.drafter} engine={cfg.engine} tokens={out['output_tokens']} passes={out['passes']} "
+        f"k={cfg.k} drafter={cfg.drafter} loop={cfg.loop} tokens={out['output_tokens']} passes={out['passes']} "
         f"accepted/proposed={out['accepted']}/{out['proposed']} ({acc}) "
         f"latency={out['latency_s']:.3f}s tok/s={out['tokens_per_s']:.1f} "
         f"prefill={out['prefill_s'] or 0:.3f}s draft={out['draft_s']:.3f}s verify={out['verify_s']:.3f}s"

@@ -1,4 +1,4 @@
-"""`submit`, `worker`, `resume` and `cancel`: runs through the queue and the background engine."""
+"""`submit`, `worker`, `resume` and `cancel`: runs through the queue and its workers."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def add_commands(sub) -> None:
     s = sub.add_parser("submit", help="queue a run for the background worker (same options as bench)")
     add_bench_options(s)
     s.set_defaults(func=cmd_submit)
-    w = sub.add_parser("worker", help="the background engine: claim and execute queued runs")
+    w = sub.add_parser("worker", help="a worker: claim and execute queued runs")
     add_options(w, WorkerConfig)
     add_db(w)
     add_sentry(w)

@@ -1,4 +1,4 @@
-"""One request on either engine with any drafter: tokenize, check, decode, and return plain stats."""
+"""One request on either loop with any drafter: tokenize, check, decode, and return plain stats."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def check_max_new_tokens(n: int, cap: int) -> int:
 
 
 def sha256_text(text: str) -> str:
-    """The output's fingerprint, one definition for every engine: servers return text, not ids."""
+    """The output's fingerprint, one definition for every loop and serving engine: servers return text, not ids."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -56,7 +56,7 @@ def raw_conversation(text: str, earlier: tuple[tuple[str, str], ...] = ()) -> st
 
 
 def finite(x: float) -> float | None:
-    """None for the NaN that marks a time an engine does not expose (assisted generation's prefill)."""
+    """None for the NaN that marks a time a loop does not expose (assisted generation's prefill)."""
     return None if x != x else x
 
 
@@ -154,15 +154,15 @@ class Decoder:
             )
         return self._model_drafter
 
-    def check_drafter(self, kind: str, engine: str = "phoenix") -> None:
-        """The drafter can run with this pair on this engine; one line that says what to pass otherwise."""
-        if engine == "hf" and self._head is not None:
+    def check_drafter(self, kind: str, loop: str = "phoenix") -> None:
+        """The drafter can run with this pair in this loop; one line that says what to pass otherwise."""
+        if loop == "hf" and self._head is not None:
             raise PhoenixError(
                 "transformers' assisted generation cannot draft with an EAGLE-3 head: use "
                 "eagle3_<k> (Phoenix's loop) instead of hf_<k>",
                 field="modes",
             )
-        if engine == "phoenix":
+        if loop == "phoenix":
             self.drafter(kind)
 
     def run(
@@ -171,7 +171,7 @@ class Decoder:
         k: int,
         max_new_tokens: int,
         drafter: str = "none",
-        engine: str = "phoenix",
+        loop: str = "phoenix",
         choose_k=None,
     ) -> RequestStats:
         """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter."""
@@ -181,8 +181,8 @@ class Decoder:
         check_max_new_tokens(max_new_tokens, self.max_new_cap)
         self.check_fits(prompt_ids, max_new_tokens)
         with torch.inference_mode():
-            if engine == "hf":
-                self.check_drafter(drafter, engine)
+            if loop == "hf":
+                self.check_drafter(drafter, loop)
                 return generate_hf(
                     self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id
                 )

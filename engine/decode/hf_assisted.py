@@ -1,4 +1,4 @@
-"""The `hf` engine: the same request through transformers' own assisted generation.
+"""The `hf` loop: the same request through transformers' own assisted generation.
 
 transformers reports no acceptance, so we count it where the library hands it
 over: ``update_candidate_strategy(input_ids, scores, num_matches)`` runs once per

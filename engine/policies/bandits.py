@@ -67,12 +67,12 @@ class EpsilonGreedy(ArmStats):
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         t = self.t
         if t < self.tries_each * len(self.arms):
-            return Decision(t=t, k=self.arms[t % len(self.arms)], explored=True, epsilon=1.0, policy=self.name)
+            return Decision(t=t, arm=self.arms[t % len(self.arms)], explored=True, epsilon=1.0, policy=self.name)
         rng = decision_rng(self.seed, t)
         eps = self.epsilon(t)
         if rng.random() < eps:
-            return Decision(t=t, k=rng.choice(self.arms), explored=True, epsilon=eps, policy=self.name)
-        return Decision(t=t, k=self.best_mean(), explored=False, epsilon=eps, policy=self.name)
+            return Decision(t=t, arm=rng.choice(self.arms), explored=True, epsilon=eps, policy=self.name)
+        return Decision(t=t, arm=self.best_mean(), explored=False, epsilon=eps, policy=self.name)
 
 
 @dataclass
@@ -94,9 +94,9 @@ class UCB1(ArmStats):
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         first = self.untried()
         if first is not None:
-            return Decision(t=self.t, k=first, explored=True, policy=self.name)
+            return Decision(t=self.t, arm=first, explored=True, policy=self.name)
         k = max(self.arms, key=lambda a: (self.index(a), -a))
-        return Decision(t=self.t, k=k, explored=k != self.best_mean(), policy=self.name)
+        return Decision(t=self.t, arm=k, explored=k != self.best_mean(), policy=self.name)
 
 
 @dataclass
@@ -118,8 +118,8 @@ class Thompson(ArmStats):
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         first = self.untried()
         if first is not None:
-            return Decision(t=self.t, k=first, explored=True, policy=self.name)
+            return Decision(t=self.t, arm=first, explored=True, policy=self.name)
         rng = decision_rng(self.seed, self.t)
         draws = {a: rng.gauss(self.means[a], self.spread(a) / math.sqrt(self.counts[a])) for a in self.arms}
         k = max(self.arms, key=lambda a: (draws[a], -a))
-        return Decision(t=self.t, k=k, explored=k != self.best_mean(), policy=self.name)
+        return Decision(t=self.t, arm=k, explored=k != self.best_mean(), policy=self.name)

@@ -40,7 +40,7 @@ class EmaHysteresis(PolicyDefaults):
         return ema, idx
 
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
-        return Decision(t=self.t, k=self.ladder[self.idx], explored=False, policy=self.name)
+        return Decision(t=self.t, arm=self.ladder[self.idx], explored=False, policy=self.name)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
         self.tally(k)
@@ -58,7 +58,9 @@ class EmaHysteresis(PolicyDefaults):
     def pass_rule(self, decision: Decision) -> PassController:
         """Within a request, a private copy of the EMA steps k after every pass. Used only at pass granularity
         (``bandit:ema_hysteresis:pass``, through PassAdaptive); at request granularity k stays put."""
-        state = PassState(ema=self.ema, idx=self.ladder.index(decision.k) if decision.k in self.ladder else self.idx)
+        state = PassState(
+            ema=self.ema, idx=self.ladder.index(decision.arm) if decision.arm in self.ladder else self.idx
+        )
 
         def choose_k(stats) -> int:
             if stats.passes:

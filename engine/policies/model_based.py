@@ -38,7 +38,7 @@ class ModelBased(PolicyDefaults):
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         t = self.t
         if t < len(self.cold) or not self.model.ready:
-            return Decision(t=t, k=self.cold[min(t, len(self.cold) - 1)], explored=True, policy=self.name)
+            return Decision(t=t, arm=self.cold[min(t, len(self.cold) - 1)], explored=True, policy=self.name)
         mean = self.model.tokens_per_s(self.arms)[0]
         self.predicted = {a: float(v) for a, v in zip(self.arms, mean)}
         best = int(np.argmax(mean))  # first maximum: ties go to the smaller k
@@ -46,9 +46,9 @@ class ModelBased(PolicyDefaults):
         draws = self.model.tokens_per_s(self.arms, rng, self.draws)
         p_best = float(np.mean(np.argmax(draws, axis=1) == best))
         if p_best >= self.confidence:
-            return Decision(t=t, k=self.arms[best], explored=False, p_not_best=1.0 - p_best, policy=self.name)
+            return Decision(t=t, arm=self.arms[best], explored=False, p_not_best=1.0 - p_best, policy=self.name)
         k = self.arms[int(np.argmax(draws[0]))]
-        return Decision(t=t, k=k, explored=k != self.arms[best], p_not_best=1.0 - p_best, policy=self.name)
+        return Decision(t=t, arm=k, explored=k != self.arms[best], p_not_best=1.0 - p_best, policy=self.name)
 
     def update(self, k: int, reward: float, obs: Observation | None = None) -> None:
         self.tally(k)

@@ -22,7 +22,7 @@ PassController = Callable[[object], int]
 @dataclass(frozen=True, kw_only=True)
 class Decision:
     t: int
-    k: int
+    arm: int  # what the policy chose: a k (a bandit over k), or the index of a drafter arm (--drafter-arms)
     explored: bool  # the choice departs from the policy's current best estimate
     policy: str = ""
     epsilon: float | None = None  # epsilon_greedy: the exploration probability of this decision (1.0 in its warm start)
@@ -70,7 +70,7 @@ class Policy(Protocol):
         """(per-arm estimate, per-arm count), keyed by str(k), for the recorded step."""
 
     def pass_controller(self, decision: Decision) -> PassController | None:
-        """None keeps decision.k for the whole request."""
+        """None keeps decision.arm for the whole request."""
 
     def pass_rule(self, decision: Decision) -> PassController | None:
         """The policy's own per-pass rule, which pass granularity uses instead of the online model; None if it

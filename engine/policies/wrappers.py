@@ -73,7 +73,7 @@ class PassAdaptive:
 
     def pass_controller(self, decision: Decision) -> PassController | None:
         own = self.inner.pass_rule(decision)  # a policy's own per-pass rule (ema_hysteresis) wins over the model
-        if own is not None or decision.k == 0 or not self.model.ready:
+        if own is not None or decision.arm == 0 or not self.model.ready:
             return own
         a_run = self.model.conditional_acceptance()
         v0, v1, _, _ = self.model.cost_fit()
@@ -84,7 +84,7 @@ class PassAdaptive:
 
         def choose_k(stats) -> int:
             if not stats.passes:
-                return decision.k
+                return decision.arm
             p, a = seen.advance(stats)
             seen.ok += a
             seen.fail += 1.0 if a < p else 0.0
@@ -129,9 +129,9 @@ class Fallback:
 
     def choose(self, prompt_tokens: int | None = None, category: str | None = None) -> Decision:
         if self.baseline is None:
-            d = Decision(t=self.t, k=0, explored=True, policy=self.name)
+            d = Decision(t=self.t, arm=0, explored=True, policy=self.name)
         elif self.engaged and not self.is_probe():
-            d = Decision(t=self.t, k=0, explored=False, policy=self.name, fallback=True)
+            d = Decision(t=self.t, arm=0, explored=False, policy=self.name, fallback=True)
         else:
             d = replace(self.inner.choose(prompt_tokens, category), t=self.t)
         return replace(d, event=self.pending)

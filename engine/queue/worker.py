@@ -1,4 +1,4 @@
-"""The background engine: claims queued runs and executes them with the bench runner.
+"""The worker: claims queued runs and executes them with the bench runner.
 
 Model work never runs in the Streamlit script thread. A run survives the browser
 tab closing because it lives in this process and in the database.

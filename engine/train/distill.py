@@ -48,7 +48,7 @@ class DistillConfig:
     eval_prompts: str = "humaneval-test"  # the held-out set --eval benchmarks
     eval_limit: int = 50  # first N of them (the test split has 50)
     eval_max_new_tokens: int = 96  # tokens per evaluation request
-    eval_ks: str = "2,4,6,8"  # fixed_<k> modes compared before and after
+    eval_ks: str = "2,4,6,8"  # model_<k> modes compared before and after
 
 
 def validate(cfg: DistillConfig) -> DistillConfig:

@@ -15,7 +15,7 @@ from engine.train.distill import DistillConfig, eval_ks
 
 def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, progress: bool = True) -> dict:
     ks = eval_ks(cfg)
-    modes = ["target"] + [f"fixed_{k}" for k in ks]
+    modes = ["target"] + [f"model_{k}" for k in ks]
     runs = {}
     for label, draft in (("before", cfg.draft), ("after", out_dir)):
         bench = BenchConfig(
@@ -35,7 +35,7 @@ def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, pr
         distills.set_fields(store, distill_id, **{f"{label}_run_id": run.id})
         execute(store, run.id, bench, progress=progress)
         runs[label] = run.id
-    evaluation = compare(store, runs["before"], runs["after"], [f"fixed_{k}" for k in ks])
+    evaluation = compare(store, runs["before"], runs["after"], [f"model_{k}" for k in ks])
     distills.set_fields(store, distill_id, evaluation=evaluation)
     return evaluation
 
