@@ -159,7 +159,7 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
         cfg.arms = [int(a) for a in arms_text.split(",") if a.strip()]
     except ValueError:
         errors["arms"] = f"arms must be comma-separated whole numbers, got {arms_text!r}"
-    _check(errors, "prompts", lambda: load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category))
+    _check(errors, "prompts", lambda: load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column))
     if not errors:
         try:
             validate(cfg)

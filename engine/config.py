@@ -117,7 +117,8 @@ def add_options(parser, cls, prefix: str = "") -> None:
         elif tp is bool:
             parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=text)
         else:
-            parser.add_argument(flag, dest=dest, default=None, metavar=f.name.upper(), help=text)
+            names = [flag, *f.metadata.get("aliases", ())]  # an old flag name kept working after a rename
+            parser.add_argument(*names, dest=dest, default=None, metavar=f.name.upper(), help=text)
 
 
 def _shown(default):

@@ -114,3 +114,12 @@ def test_a_run_stores_each_mode_under_its_drafters_name_and_refuses_two_spelling
     assert err.value.field == "modes"
     arms = validate(BenchConfig(modes=["bandit"], drafter="ngram", drafter_arms=["target", "fixed_4", "suffix_016"]))
     assert arms.drafter_arms == ["target", "ngram_4", "suffix_16"]
+
+
+def test_limit_per_column_keeps_n_per_leaderboard_column_and_reads_its_old_name():
+    from engine.bench.config import stored
+    from engine.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--limit-per-category", "3"])
+    assert args.limit_per_column == "3"  # the old flag still works
+    assert stored({"bench": {"limit_per_category": 3}}).limit_per_column == 3  # and old runs still open

@@ -39,8 +39,8 @@ def test_every_second_turn_follows_its_first_and_names_it():
         assert p.category == before.category and before.turn == 1
 
 
-def test_a_limit_per_category_takes_the_first_questions_of_every_column_with_their_second_turns():
-    first = load("spec-bench-test", per_category=2)
+def test_a_limit_per_column_takes_the_first_questions_of_every_column_with_their_second_turns():
+    first = load("spec-bench-test", per_column=2)
     assert Counter(spec_bench_column_of(p.id) for p in first if p.turn != 2) == {c: 2 for c in SPEC_BENCH_ORDER}
     assert sum(p.turn == 2 for p in first) == 2
 
@@ -64,8 +64,8 @@ def test_a_category_set_holds_only_that_category(name, n, category):
 
 
 def test_a_per_category_limit_on_another_set_is_one_clear_error():
-    with pytest.raises(PhoenixError, match="--limit-per-category works on Spec-Bench sets"):
-        load("humaneval-test", per_category=2)
+    with pytest.raises(PhoenixError, match="--limit-per-column works on Spec-Bench sets"):
+        load("humaneval-test", per_column=2)
 
 
 def test_the_split_is_the_same_on_every_call():

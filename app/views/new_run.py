@@ -111,7 +111,7 @@ def render() -> None:
             "Spec-Bench: questions per column (0: all)", 0, FORM_LIMITS["max_prompts"], 0, key="n_per_column"
         )
         slots["limit"] = c4.empty()
-        slots["limit_per_category"] = c4.empty()
+        slots["limit_per_column"] = c4.empty()
         c5, c6, c7 = st.columns(3)
         max_new = c5.number_input("Max new tokens", 1, FORM_LIMITS["max_new_tokens"], 64, key="n_max_new")
         slots["max_new_tokens"] = c5.empty()
@@ -136,7 +136,7 @@ def render() -> None:
         prompts=prompts_file.strip() or prompts,
         limit=int(limit),
         max_new_tokens=int(max_new),
-        limit_per_category=int(per_column) or None,
+        limit_per_column=int(per_column) or None,
         drafter_arms=[a.strip() for a in drafter_arms.split(",") if a.strip()],
         modes=list(modes),
         policy=policy,

@@ -23,9 +23,9 @@ class BenchConfig(PairConfig):
         # spec-bench | FILE.jsonl
     )
     limit: int | None = 20  # first N prompts of the set
-    limit_per_category: int | None = (
-        None  # Spec-Bench: first N questions of each column, with their second turns; replaces --limit
-    )
+    limit_per_column: int | None = field(
+        default=None, metadata={"aliases": ["--limit-per-category"]}
+    )  # Spec-Bench: the first N questions of each leaderboard column (its 6 groups), second turns too; replaces --limit
     max_new_tokens: int = 128  # tokens generated per request
     prompt_format: PromptFormat = (
         "auto"  # auto | chat | raw: auto sends prompts through the target's chat template when it has one
@@ -118,10 +118,10 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         raise PhoenixError(
             f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}", field="max_new_tokens"
         )
-    if cfg.limit_per_category is not None and not 1 <= cfg.limit_per_category <= cfg.max_prompts:
+    if cfg.limit_per_column is not None and not 1 <= cfg.limit_per_column <= cfg.max_prompts:
         raise PhoenixError(
-            f"--limit-per-category must be in 1..{cfg.max_prompts}, got {cfg.limit_per_category}",
-            field="limit_per_category",
+            f"--limit-per-column must be in 1..{cfg.max_prompts}, got {cfg.limit_per_column}",
+            field="limit_per_column",
         )
     if cfg.limit is not None and not 1 <= cfg.limit <= cfg.max_prompts:
         raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}", field="limit")
@@ -219,6 +219,8 @@ def stored(config: dict) -> BenchConfig:
     beside 'bench' instead of inside it."""
     values = dict(config.get("bench", {}))
     values.setdefault("prompt_format", "raw")  # runs saved before prompt formats existed encoded prompts raw
+    if "limit_per_category" in values:  # its old name: it always kept N per leaderboard column
+        values["limit_per_column"] = values.pop("limit_per_category")
     for key in ("device", "dtype", "prompt_format"):
         if key in config:
             values[key] = config[key]

@@ -101,7 +101,7 @@ def execute(
 ) -> str:
     """Run (or continue) a run; returns its final status. Rows written are never lost. ``cfg`` was validated
     where it entered (the CLI, the form, or ``config.stored`` for a queued or resumed run)."""
-    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)
+    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column)
     try:
         decoder = decoder or load_decoder(cfg)
         encoded = encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)

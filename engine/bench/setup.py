@@ -45,7 +45,7 @@ def environment() -> dict:
 
 def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunInfo:
     """Count the prompts and write the run row with the full config (validated where it entered)."""
-    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)
+    prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column)
     name = cfg.name or ",".join(cfg.modes)
     config = {"bench": asdict(cfg), "environment": environment()}
     return store.create_run(name, config, cfg.target, cfg.draft, len(prompts) * len(cfg.modes), status=status)

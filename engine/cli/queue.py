@@ -26,7 +26,7 @@ from engine.queue.worker import Worker, WorkerConfig, log_line
 
 def cmd_submit(args) -> int:
     cfg = validate(from_args(BenchConfig, args))
-    load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_category)
+    load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column)
     target = resolve(cfg.target, "target")
     if cfg.draft:
         check_same_tokenizer_files(target, resolve(cfg.draft, "draft"), cfg.target, cfg.draft)

@@ -42,7 +42,7 @@ def add_bench_options(p) -> None:
 def cmd_bench(args) -> int:
     cfg = validate(from_args(BenchConfig, args))
     prompts = load_prompts(
-        cfg.prompts, cfg.limit, cfg.limit_per_category
+        cfg.prompts, cfg.limit, cfg.limit_per_column
     )  # every input is checked before anything is written
     decoder = load_decoder(cfg)
     encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)

@@ -246,18 +246,18 @@ def _storable(text: str, what: str) -> None:
         ) from None
 
 
-def load(spec: str, limit: int | None = None, per_category: int | None = None) -> list[Prompt]:
-    """A named set (NAMED_SETS) or a path to a JSONL file. ``per_category`` keeps the first N questions of each
+def load(spec: str, limit: int | None = None, per_column: int | None = None) -> list[Prompt]:
+    """A named set (NAMED_SETS) or a path to a JSONL file. ``per_column`` keeps the first N questions of each
     Spec-Bench column, each with its later turns, and replaces ``limit`` (a cut of the whole list would drop
     columns)."""
-    if per_category is not None and spec not in SPEC_BENCH_SETS:
+    if per_column is not None and spec not in SPEC_BENCH_SETS:
         raise PhoenixError(
-            f"--limit-per-category works on Spec-Bench sets, not {spec!r}; use --limit", field="limit_per_category"
+            f"--limit-per-column works on Spec-Bench sets, not {spec!r}; use --limit", field="limit_per_column"
         )
     if spec in EDIT_SETS:
         prompts = humaneval_edit(spec)
     elif spec in SPEC_BENCH_SETS:
-        prompts = round_robin(_spec_bench_set(spec), per_category)
+        prompts = round_robin(_spec_bench_set(spec), per_column)
     elif spec in NAMED_SETS:
         prompts = humaneval()
         if spec != "humaneval":
@@ -270,7 +270,7 @@ def load(spec: str, limit: int | None = None, per_category: int | None = None) -
                 f"prompt set {spec!r} not found: use one of {', '.join(NAMED_SETS)} or a JSONL file path"
             )
         prompts = parse_jsonl(path.read_bytes(), str(path))
-    if limit is not None and per_category is None:
+    if limit is not None and per_column is None:
         if limit <= 0:
             raise PhoenixError(f"--limit must be positive, got {limit}")
         prompts = prompts[:limit]
