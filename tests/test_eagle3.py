@@ -121,8 +121,9 @@ def test_incremental_drafts_equal_the_training_unroll_on_the_same_tokens(heads):
         feats = torch.cat([hs[i][0] for i in head.config.taps], -1)
         for L in (len(ids) + 3, len(full) - 6):
             drafter = dec.drafter("eagle3")
-            drafter.reset(full[: L - 1], feats[: L - 1])
-            drafted = drafter.draft(full[:L], 4)
+            drafter.observe(feats[: L - 1])
+            drafter.reset(full[: L - 1])
+            drafted = drafter.propose(full[:L], 4)
             tokens = torch.tensor([full[:L] + drafted])
             a, J = L - 2, L + 2
             f = torch.cat([feats[: L - 1], torch.zeros(J - (L - 1), feats.shape[1])])[None, :J]

@@ -197,11 +197,11 @@ def test_pass_granularity_lowers_k_after_rejections_and_keeps_it_after_acceptanc
     play(policy, 12)  # fits the run-level model (a ~ 0.8)
     decision = SimpleNamespace(arm=8, fallback=False)
     bad = policy.pass_controller(decision)
-    assert bad(SimpleNamespace(passes=0, proposed=0, accepted=0)) == 8
-    ks = [bad(SimpleNamespace(passes=i, proposed=8 * i, accepted=0)) for i in range(1, 8)]
+    assert bad(None) == 8  # before the first pass: the request's own k
+    ks = [bad(SimpleNamespace(proposed=8, accepted=0)) for _ in range(1, 8)]  # each pass rejects all eight
     assert ks[-1] < 4 and ks == sorted(ks, reverse=True)
     good = policy.pass_controller(decision)
-    ks = [good(SimpleNamespace(passes=i, proposed=8 * i, accepted=8 * i)) for i in range(1, 8)]
+    ks = [good(SimpleNamespace(proposed=8, accepted=8)) for _ in range(1, 8)]
     assert ks[-1] == 8
     assert policy.pass_controller(SimpleNamespace(arm=0, fallback=False)) is None  # a k=0 request stays target-only
 

@@ -104,15 +104,15 @@ def test_the_global_tree_holds_earlier_outputs_never_the_requests_own_and_evicts
     d.reset([1, 2])
     d.finish([1, 2], [10, 11, 12, 13])
     d.reset([7, 7])  # another prompt: the earlier output helps
-    assert d.draft([7, 7, 10, 11], 2) == [12, 13]
+    assert d.propose([7, 7, 10, 11], 2) == [12, 13]
     d.finish([7, 7], [20, 21, 22])
     d.reset([1, 2])  # the first prompt again: its own earlier output must not be visible
-    assert d.draft([1, 2, 10, 11], 2) == []
+    assert d.propose([1, 2, 10, 11], 2) == []
     assert [key for key, _ in d._cached] == [(7, 7)]
     d.finish([1, 2], [30, 31, 32])
     d.finish([5], [40, 41, 42])  # a third output: the oldest (7, 7) leaves
     d.reset([9])
-    assert d.draft([9, 20, 21], 1) == [] and d.draft([9, 20, 21, 40, 41], 1) == [42]
+    assert d.propose([9, 20, 21], 1) == [] and d.propose([9, 20, 21, 40, 41], 1) == [42]
     assert 20 not in d.global_tree.root.children  # the evicted output is gone from the counts too
 
 
@@ -121,8 +121,8 @@ def test_without_the_global_tree_only_the_requests_own_text_is_used():
     d.reset([1, 2])
     d.finish([1, 2], [10, 11, 12, 13])
     d.reset([7, 7])
-    assert d.draft([7, 7, 10, 11], 2) == [] and d.global_tree.root.count == 0
-    assert d.draft([7, 7, 10, 11, 7, 7, 10], 2) == [11, 7]  # its own prompt and output
+    assert d.propose([7, 7, 10, 11], 2) == [] and d.global_tree.root.count == 0
+    assert d.propose([7, 7, 10, 11, 7, 7, 10], 2) == [11, 7]  # its own prompt and output
 
 
 @pytest.mark.parametrize(
@@ -144,15 +144,14 @@ class Scripted:
     accepted count of every pass is known in advance."""
 
     name = "scripted"
-    taps: tuple[int, ...] = ()
 
     def __init__(self, reference: list[int], prompt_len: int, schedule: list[tuple[int, int | None]]):
         self.reference, self.prompt_len, self.schedule, self.passes = reference, prompt_len, schedule, 0
 
-    def reset(self, prompt_ids, features=None):
+    def reset(self, prompt_ids):
         self.passes = 0
 
-    def draft(self, seq, k):
+    def propose(self, seq, k):
         length, wrong = self.schedule[self.passes % len(self.schedule)]
         length = min(length, k)
         self.passes += 1
@@ -161,12 +160,6 @@ class Scripted:
         if wrong is not None and wrong < len(out):
             out[wrong] = (out[wrong] + 1) % 50  # any other id is rejected by greedy verification
         return out
-
-    def commit(self, valid_len, features=None):
-        pass
-
-    def finish(self, prompt_ids, output_ids):
-        pass
 
 
 def test_varying_draft_lengths_keep_counts_fit_and_prometheus_exact_on_a_hand_checked_case(tiny_dirs):

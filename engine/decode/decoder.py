@@ -55,9 +55,9 @@ def raw_conversation(text: str, earlier: tuple[tuple[str, str], ...] = ()) -> st
     return "\n\n".join([part for pair in earlier for part in pair] + [text])
 
 
-def finite(x: float) -> float | None:
-    """None for the NaN that marks a time a loop does not expose (assisted generation's prefill)."""
-    return None if x != x else x
+def finite(x: float | None) -> float | None:
+    """None for a time a loop does not expose (assisted generation's prefill), and for a NaN from elsewhere."""
+    return None if x is None or x != x else x
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -173,8 +173,10 @@ class Decoder:
         drafter: str = "none",
         loop: str = "phoenix",
         choose_k=None,
+        timed: bool = True,
     ) -> RequestStats:
-        """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter."""
+        """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter. ``timed``
+        off (a shadow check's reference, a warm-up) runs without the clock and its device syncs."""
         check_k(k)
         if (k > 0 or choose_k) and drafter == "none":
             raise PhoenixError(f"k={k} needs a drafter: pass --drafter model, ngram or suffix, or k=0", field="drafter")
@@ -194,7 +196,7 @@ class Decoder:
                 self._model_drafter.new_cache = (
                     (lambda: self._caches.get(draft_model, positions)) if self.cache == "static" else None
                 )
-            return generate(self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache)
+            return generate(self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache, timed)
 
     def compile(self, k_max: int, positions: int) -> CompileStats:
         """torch.compile the target's forward (and the draft model's), static cache implied; every verify length
@@ -228,8 +230,10 @@ def stats_dict(stats: RequestStats, text: str) -> dict:
         "passes": stats.passes,
         "acceptance": stats.acceptance,
         "per_position": [
-            {"position": i, "proposed": p, "accepted": a}
-            for i, (p, a) in enumerate(zip(stats.per_position_proposed, stats.per_position_accepted))
+            {"position": i, "proposed": p, "accepted": a, "reached": r}
+            for i, (p, a, r) in enumerate(
+                zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached)
+            )
         ],
         "prefill_s": finite(stats.prefill_s),
         "draft_prefill_s": finite(stats.draft_prefill_s),

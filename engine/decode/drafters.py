@@ -1,8 +1,8 @@
-"""Drafters behind one small interface: reset, draft, commit.
+"""Drafters behind one small interface (engine.decode.spec.Drafter): ``propose(context, k)``, and the optional
+hooks a drafter with state needs.
 
-``seq`` always ends with the pending token: the last token the target emitted,
-whose KV is not cached yet. ``commit(valid_len)`` says how many leading tokens of
-``seq`` are now final, so a drafter can drop whatever it cached beyond them.
+``context`` always ends with the pending token: the last token the target emitted, whose KV is not cached yet.
+The draft model keeps its own KV cache in step (``reset``, ``rollback``); prompt lookup keeps nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ class ModelDrafter:
     """A small causal LM with its own KV cache, kept in step with the target's."""
 
     name = "model"
-    taps: tuple[int, ...] = ()  # no target hidden states needed
 
     def __init__(self, model, vocab_limit: int | None = None):
         self.model = model
@@ -27,7 +26,7 @@ class ModelDrafter:
         self.cache_len = 0
         self.new_cache: Callable[[], Cache] | None = None  # an empty static cache for the next request; None: dynamic
 
-    def reset(self, prompt_ids: list[int], features=None) -> None:
+    def reset(self, prompt_ids: list[int]) -> None:
         self.cache = self.new_cache() if self.new_cache else DynamicCache(config=self.model.config)
         self.cache_len = 0
         self._feed(prompt_ids)
@@ -38,10 +37,10 @@ class ModelDrafter:
         self.cache_len += len(ids)
         return logits[0, -1, : self.vocab_limit].argmax()
 
-    def draft(self, seq: list[int], k: int) -> list[int]:
+    def propose(self, context: list[int], k: int) -> list[int]:
         # After a full accept the cache lags by one drafted token; feeding every
-        # uncached token of seq in the first call catches it up in the same pass.
-        tok = self._feed(seq[self.cache_len :])
+        # uncached token of the context in the first call catches it up in the same pass.
+        tok = self._feed(context[self.cache_len :])
         out = [tok]
         for _ in range(k - 1):
             logits = self.model(input_ids=tok.view(1, 1), cache=self.cache, use_cache=True).logits
@@ -50,14 +49,12 @@ class ModelDrafter:
             out.append(tok)
         return torch.stack(out).tolist()
 
-    def commit(self, valid_len: int, features=None) -> None:
-        extra = self.cache_len - valid_len
+    def rollback(self, final_len: int) -> None:
+        """The first ``final_len`` context tokens are final: drop the cached drafts the target rejected."""
+        extra = self.cache_len - final_len
         if extra > 0 and self.cache is not None:
             self.cache.crop(-extra)
-            self.cache_len = valid_len
-
-    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
-        pass
+            self.cache_len = final_len
 
 
 class NgramDrafter:
@@ -65,18 +62,14 @@ class NgramDrafter:
     (n from ``max_n`` down to ``min_n``) and propose what followed it."""
 
     name = "ngram"
-    taps: tuple[int, ...] = ()  # no target hidden states needed
 
     def __init__(self, max_n: int = 3, min_n: int = 1):
         if not 1 <= min_n <= max_n:
             raise ValueError("ngram sizes need 1 <= min_n <= max_n")
         self.max_n, self.min_n = max_n, min_n
 
-    def reset(self, prompt_ids: list[int], features=None) -> None:
-        pass
-
-    def draft(self, seq: list[int], k: int) -> list[int]:
-        L = len(seq)
+    def propose(self, context: list[int], k: int) -> list[int]:
+        seq, L = context, len(context)
         for n in range(min(self.max_n, L - 1), self.min_n - 1, -1):
             tail = seq[L - n :]
             first = tail[0]
@@ -86,9 +79,3 @@ class NgramDrafter:
                     if follow:
                         return follow
         return []
-
-    def commit(self, valid_len: int, features=None) -> None:
-        pass
-
-    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
-        pass

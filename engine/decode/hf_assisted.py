@@ -53,13 +53,21 @@ def _counting(stats: RequestStats, device):
         yield
 
 
-def _fix_k(draft, k: int) -> None:
-    # generate() ignores these as call keywords in transformers 5.x; they must sit
-    # on the draft's generation_config, with the heuristic schedule off.
+@contextlib.contextmanager
+def _fixed_k(draft, k: int):
+    """generate() ignores these as call keywords in transformers 5.x; they must sit on the draft's
+    generation_config, with the heuristic schedule off. The draft's config is left as it was found."""
     gc = draft.generation_config
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    before = {key: getattr(gc, key, None) for key in keys}
     gc.num_assistant_tokens = k
     gc.num_assistant_tokens_schedule = "constant"
     gc.assistant_confidence_threshold = 0.0
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            setattr(gc, key, value)
 
 
 def generate_hf(
@@ -75,12 +83,13 @@ def generate_hf(
         pad_token_id=eos_id,
         attention_mask=torch.ones_like(x),
     )
+    fixed: contextlib.AbstractContextManager = contextlib.nullcontext()
     if k > 0 and drafter == "model":
-        _fix_k(draft, k)
+        fixed = _fixed_k(draft, k)
         kwargs["assistant_model"] = draft
     elif k > 0 and drafter == "ngram":
         kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=3)
-    with _counting(stats, device):
+    with fixed, _counting(stats, device):
         sync(device)
         start = time.perf_counter()
         with torch.inference_mode():
@@ -88,8 +97,8 @@ def generate_hf(
         sync(device)
         stats.latency_s = time.perf_counter() - start
     stats.output_ids = out[0, len(prompt_ids) :].tolist()
-    # generate() exposes neither the prefill nor the first token's time: verify_s keeps the prefill here, and the
-    # NaNs say so (stored as NULL), which keeps hf_<k> rows out of the decode-pass fit.
+    # generate() exposes neither the prefill nor the first token's time: verify_s keeps the prefill here, and
+    # None says so (stored as NULL), which keeps hf_<k> rows out of the decode-pass fit.
     stats.verify_s = stats.latency_s - stats.draft_s
-    stats.ttft_s = stats.prefill_s = stats.draft_prefill_s = float("nan")
+    stats.ttft_s = stats.prefill_s = stats.draft_prefill_s = None
     return stats

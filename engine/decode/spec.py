@@ -22,17 +22,33 @@ from transformers.cache_utils import Cache
 
 
 class Drafter(Protocol):
+    """Every drafter: a name and up to k tokens to follow ``context``, which ends with the pending token (the last
+    token the target emitted, not cached yet). Fewer than k, or none, is a valid proposal.
+
+    The stateful part is optional, each hook called only where a drafter has it (``hook``):
+    - ``reset(prompt_ids)``: a new request over this prompt;
+    - ``rollback(final_len)``: the first ``final_len`` tokens of the context are final, so anything cached beyond
+      them (the drafts the target rejected) goes; a drafter with its own KV cache needs it;
+    - ``taps`` and ``observe(features)``: a drafter that reads the target's hidden states (EAGLE-3) names the
+      layers and is handed their states at the positions each target pass cached, the prompt's first;
+    - ``finish(prompt_ids, output_ids)``: the request ended (after the clock), for drafters that learn across
+      requests (the suffix trees' global tree).
+    """
+
     name: str
-    taps: tuple[int, ...]  # target layers whose hidden states it reads (EAGLE-3); empty for token-only drafters
 
-    # features: the taps [positions, 3H] of the target pass just run (prefill for reset, verify for commit)
-    def reset(self, prompt_ids: list[int], features=None) -> None: ...
+    def propose(self, context: list[int], k: int) -> list[int]: ...
 
-    def draft(self, seq: list[int], k: int) -> list[int]: ...
 
-    def commit(self, valid_len: int, features=None) -> None: ...
+def hook(drafter, name: str, *args) -> None:
+    """Call a drafter's optional hook where it has one."""
+    fn = getattr(drafter, name, None)
+    if fn is not None:
+        fn(*args)
 
-    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None: ...  # the request ended
+
+def taps_of(drafter) -> tuple[int, ...]:
+    return tuple(getattr(drafter, "taps", ()) or ()) if drafter is not None else ()
 
 
 @dataclass
@@ -50,11 +66,12 @@ class RequestStats:
     per_position_reached: list[int] = field(default_factory=list)
     # Times split so that the break-even model sees decode passes only: prefill_s is the target's prompt pass
     # (which also yields the first token, so it equals ttft_s here), draft_prefill_s the drafter's own reset.
-    prefill_s: float = 0.0
-    draft_prefill_s: float = 0.0
+    # None where a loop does not expose a time (assisted generation's prefill), never NaN
+    prefill_s: float | None = 0.0
+    draft_prefill_s: float | None = 0.0
     draft_s: float = 0.0  # drafting, decode passes only
     verify_s: float = 0.0  # target verification, decode passes only
-    ttft_s: float = 0.0
+    ttft_s: float | None = 0.0
     latency_s: float = 0.0
     k_per_pass: list[int] = field(default_factory=list)
 
@@ -94,6 +111,23 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class Clock:
+    """The measured loop's timer, outside the verbs: seconds since the last lap, read after syncing an
+    asynchronous device. ``Clock(None)`` is off: a lap costs nothing, syncs nothing and reads 0."""
+
+    def __init__(self, device: torch.device | None):
+        self.device = device
+        self.last = time.perf_counter() if device is not None else 0.0
+
+    def lap(self) -> float:
+        if self.device is None:
+            return 0.0
+        sync(self.device)
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        return seconds
+
+
 def forward(
     model, cache: Cache, ids: list[int], keep: int, taps: tuple[int, ...] = ()
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -111,6 +145,11 @@ def prefill(target, cache: Cache, prompt_ids: list[int], taps: tuple[int, ...] =
     return int(greedy[-1]), feats
 
 
+def draft(drafter: Drafter | None, context: list[int], k: int) -> list[int]:
+    """Up to k proposed tokens (none without a drafter or at k = 0)."""
+    return list(drafter.propose(context, k))[:k] if (drafter is not None and k > 0) else []
+
+
 def verify(
     target, cache: Cache, pending: int, drafted: list[int], taps: tuple[int, ...] = ()
 ) -> tuple[list[int], torch.Tensor | None]:
@@ -126,33 +165,30 @@ def accepted_prefix(drafted: list[int], predicted: list[int]) -> int:
     return n
 
 
-@dataclass
-class Step:
+@dataclass(frozen=True)
+class PassOutcome:
+    """What one verification pass did: the tokens it added and what a policy learns from it."""
+
     new: list[int]  # accepted drafts plus the target's own next token
     proposed: int
     accepted: int
-    draft_s: float
-    verify_s: float
     features: torch.Tensor | None = None  # taps of the positions the target kept (pending + accepted drafts)
 
 
-def speculative_step(target, cache: Cache, drafter: Drafter | None, seq: list[int], k: int, device) -> Step:
-    """Draft up to k tokens, verify them in one pass, keep the agreeing prefix plus
-    the target's own next token. ``seq`` ends with the pending (not yet cached) token."""
-    taps = drafter.taps if drafter is not None else ()
-    t0 = time.perf_counter()
-    drafted = drafter.draft(seq, k) if (drafter is not None and k > 0) else []
-    sync(device)
-    t1 = time.perf_counter()
-    predicted, feats = verify(target, cache, seq[-1], drafted, taps)
+def accept(cache: Cache, drafted: list[int], predicted: list[int], feats: torch.Tensor | None) -> PassOutcome:
+    """Keep the agreeing prefix plus the target's own next token; rejection means the cache stops advancing."""
     n = accepted_prefix(drafted, predicted)
     if len(drafted) > n:
         cache.crop(-(len(drafted) - n))
-    sync(device)
-    t2 = time.perf_counter()
-    return Step(
-        drafted[:n] + [predicted[n]], len(drafted), n, t1 - t0, t2 - t1, feats[: n + 1] if feats is not None else None
-    )
+    return PassOutcome(drafted[:n] + [predicted[n]], len(drafted), n, feats[: n + 1] if feats is not None else None)
+
+
+def speculative_step(target, cache: Cache, drafter: Drafter | None, seq: list[int], k: int) -> PassOutcome:
+    """Draft up to k tokens, verify them in one pass, keep the agreeing prefix plus the target's own next token.
+    ``seq`` ends with the pending (not yet cached) token."""
+    drafted = draft(drafter, seq, k)
+    predicted, feats = verify(target, cache, seq[-1], drafted, taps_of(drafter))
+    return accept(cache, drafted, predicted, feats)
 
 
 def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
@@ -164,6 +200,11 @@ def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_ne
     return False
 
 
+# A per-pass choice of k from the pass that just finished (None before the first), as transformers hands its
+# candidate generator ``num_matches``; a controller keeps whatever else it needs itself.
+ChooseK = Callable[[PassOutcome | None], int]
+
+
 def generate(
     target,
     drafter: Drafter | None,
@@ -171,47 +212,56 @@ def generate(
     k: int,
     max_new_tokens: int,
     eos_id: int | None,
-    choose_k: Callable[[RequestStats], int] | None = None,
+    choose_k: ChooseK | None = None,
     cache: Cache | None = None,
+    timed: bool = True,
 ) -> RequestStats:
     """Greedy decoding with speculation; k=0 is target-only through the same code.
 
-    ``choose_k`` (optional) picks k before each pass from the stats so far, for
-    policies that adapt within a request; it must stay cheap and pure. ``cache`` is an
-    empty cache to fill (a preallocated static one, engine.decode.compiled); a growing
-    ``DynamicCache`` by default.
+    ``choose_k`` (optional) picks k before each pass from the last pass, for policies that adapt within a request;
+    it must stay cheap and pure. ``cache`` is an empty cache to fill (a preallocated static one,
+    engine.decode.compiled); a growing ``DynamicCache`` by default. ``timed=False`` runs without the clock: no
+    device syncs, every time 0.
     """
-    device = target.device
+    clock = Clock(target.device if timed else None)
     stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
     cache = cache if cache is not None else DynamicCache(config=target.config)
-    sync(device)
-    start = time.perf_counter()
     drafting = drafter is not None and (k > 0 or choose_k is not None)
-    first, feats = prefill(target, cache, prompt_ids, drafter.taps if drafting and drafter is not None else ())
-    sync(device)
-    stats.ttft_s = stats.prefill_s = time.perf_counter() - start
+    taps = taps_of(drafter) if drafting else ()
+    first, feats = prefill(target, cache, prompt_ids, taps)
+    stats.ttft_s = stats.prefill_s = clock.lap()
     seq = list(prompt_ids) + [first]
     out = stats.output_ids
     done = append_until_done(out, [first], eos_id, max_new_tokens)
     drafting = drafting and not done
-    if drafting and drafter is not None:
-        t = time.perf_counter()
-        drafter.reset(list(prompt_ids), feats)
-        sync(device)
-        stats.draft_prefill_s = time.perf_counter() - t
+    if drafting:
+        if feats is not None:
+            hook(drafter, "observe", feats)
+        hook(drafter, "reset", list(prompt_ids))
+        stats.draft_prefill_s = clock.lap()
+    last: PassOutcome | None = None
+    between = 0.0  # the loop's own bookkeeping between passes: in the latency, in neither draft nor verify
     while not done:
-        step_k = choose_k(stats) if choose_k else k
+        step_k = choose_k(last) if choose_k else k
         step_k = max(0, min(step_k, max_new_tokens - len(out) - 1))
-        step = speculative_step(target, cache, drafter if drafting else None, seq, step_k, device)
-        stats.count_pass(step.proposed, step.accepted)
-        stats.draft_s += step.draft_s
-        stats.verify_s += step.verify_s
-        seq += step.new
-        if drafting and drafter is not None:
-            drafter.commit(len(seq) - 1, step.features)
-        done = append_until_done(out, step.new, eos_id, max_new_tokens)
-    sync(device)
-    stats.latency_s = time.perf_counter() - start
-    if drafting and drafter is not None:
-        drafter.finish(list(prompt_ids), list(out))  # after the clock: bookkeeping for later requests
+        between += clock.lap()
+        drafted = draft(drafter if drafting else None, seq, step_k)
+        stats.draft_s += clock.lap()
+        predicted, feats = verify(target, cache, seq[-1], drafted, taps if drafting else ())
+        last = accept(cache, drafted, predicted, feats)
+        stats.verify_s += clock.lap()
+        stats.count_pass(last.proposed, last.accepted)
+        seq += last.new
+        if drafting:
+            hook(drafter, "rollback", len(seq) - 1)
+            if last.features is not None:
+                hook(drafter, "observe", last.features)
+        done = append_until_done(out, last.new, eos_id, max_new_tokens)
+    between += clock.lap()
+    # the laps tile the request's wall time, so their sum is its latency
+    stats.latency_s = (
+        (stats.prefill_s or 0.0) + (stats.draft_prefill_s or 0.0) + stats.draft_s + stats.verify_s + between
+    )
+    if drafting:
+        hook(drafter, "finish", list(prompt_ids), list(out))  # after the clock: bookkeeping for later requests
     return stats

@@ -148,10 +148,10 @@ def _path(node: _Node, budget: int, min_prob: float) -> tuple[list[int], float]:
 
 
 class SuffixDrafter:
-    """The drafter interface (reset, draft, commit, finish) over a request tree and the run's global tree."""
+    """The drafter interface (propose, with the reset and finish hooks) over a request tree and the run's global
+    tree. The trees only ever hold accepted tokens (propose feeds them from the context), so nothing rolls back."""
 
     name = "suffix"
-    taps: tuple[int, ...] = ()  # no target hidden states needed
 
     def __init__(self, cfg: SuffixConfig | None = None):
         self.cfg = cfg or SuffixConfig()
@@ -162,7 +162,7 @@ class SuffixDrafter:
         self._fed = 0
         self._key: tuple[int, ...] = ()
 
-    def reset(self, prompt_ids: list[int], features=None) -> None:
+    def reset(self, prompt_ids: list[int]) -> None:
         self._key = tuple(prompt_ids)
         if any(key == self._key for key, _ in self._cached):  # this prompt's earlier output would be its own answer
             kept: deque[tuple[tuple[int, ...], list[int]]] = deque()
@@ -188,8 +188,8 @@ class SuffixDrafter:
                 self._global_matches = self.global_tree.step(self._global_matches, token)
         self._fed += len(tokens)
 
-    def draft(self, seq: list[int], k: int) -> list[int]:
-        self._feed(seq[self._fed :])
+    def propose(self, context: list[int], k: int) -> list[int]:
+        self._feed(context[self._fed :])
         # the request tree's active nodes are exactly the matches of the text's suffixes, longest first
         depth = len(self.local.active)
         tokens, score = best_draft([(node, depth - i) for i, node in enumerate(self.local.active)], k, self.cfg)
@@ -198,9 +198,6 @@ class SuffixDrafter:
             if other_score > score:
                 tokens = other
         return tokens
-
-    def commit(self, valid_len: int, features=None) -> None:
-        pass  # the trees only ever hold accepted tokens: draft() feeds them from seq
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
         """The request ended: its output joins the global tree; the oldest leave past max_cached_requests."""

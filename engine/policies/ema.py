@@ -62,9 +62,9 @@ class EmaHysteresis(PolicyDefaults):
             ema=self.ema, idx=self.ladder.index(decision.arm) if decision.arm in self.ladder else self.idx
         )
 
-        def choose_k(stats) -> int:
-            if stats.passes:
-                p, a = state.advance(stats)
+        def choose_k(last) -> int:
+            if last is not None:
+                p, a = last.proposed, last.accepted
                 if p:
                     state.ema, state.idx = self.step(
                         state.ema, state.idx, a / p, self.alpha, self.up, self.down, len(self.ladder) - 1

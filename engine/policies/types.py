@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-# A per-pass controller: given the request's stats so far (engine.decode.spec.RequestStats),
-# the k for the next verification pass.
+# A per-pass controller: given the pass that just finished (engine.decode.spec.PassOutcome: proposed, accepted;
+# None before the first), the k for the next verification pass. It keeps its own state within the request.
 PassController = Callable[[object], int]
 
 
@@ -84,18 +84,10 @@ class Policy(Protocol):
 class PassState:
     """What a per-pass controller remembers within one request."""
 
-    proposed: int = 0  # the request's totals at the previous pass
-    accepted: int = 0
     ok: float = 0.0  # accepted drafts seen in this request
     fail: float = 0.0  # passes that rejected a draft
     ema: float | None = None
     idx: int = 0
-
-    def advance(self, stats) -> tuple[int, int]:
-        """(proposed, accepted) of the pass that just finished."""
-        p, a = stats.proposed - self.proposed, stats.accepted - self.accepted
-        self.proposed, self.accepted = stats.proposed, stats.accepted
-        return p, a
 
 
 def clean_reward(reward: float) -> float:

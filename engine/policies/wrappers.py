@@ -82,10 +82,10 @@ class PassAdaptive:
         m = self.prior_passes
         seen = PassState()
 
-        def choose_k(stats) -> int:
-            if not stats.passes:
+        def choose_k(last) -> int:
+            if last is None:
                 return decision.arm
-            p, a = seen.advance(stats)
+            p, a = last.proposed, last.accepted
             seen.ok += a
             seen.fail += 1.0 if a < p else 0.0
             rate = (m * a_run + seen.ok) / (m + seen.ok + seen.fail)

@@ -11,9 +11,9 @@ class Eagle3Drafter:
     """An EAGLE-3 head drafting from the target's own hidden states (the taps the target's passes return).
 
     Head position j pairs the target's taps at position j with the token at j+1 and predicts the token at j+2.
-    ``reset`` runs the prompt's pairs; ``commit`` hands over the taps of the positions the target just cached; the
-    first draft step runs every pair not yet seen, then each further step feeds back the head's pre-norm state.
-    Speculative positions in the head's cache are cropped away at the next draft.
+    ``observe`` is handed the taps of the positions each target pass cached (the prompt's first); ``reset`` runs
+    the prompt's pairs; the first draft step runs every pair not yet seen, then each further step feeds back the
+    head's pre-norm state. Speculative positions in the head's cache are cropped away at the next draft.
     """
 
     name = "eagle3"
@@ -24,11 +24,14 @@ class Eagle3Drafter:
         self.real = 0  # pairs in the cache that rest on the target's own taps
         self.pending: torch.Tensor | None = None  # taps [n, 3H] of cached target positions not yet paired
 
-    def reset(self, prompt_ids: list[int], features: torch.Tensor | None = None) -> None:
-        if features is None:
+    def observe(self, features: torch.Tensor) -> None:
+        self.pending = features if self.pending is None else torch.cat([self.pending, features])
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        if self.pending is None or self.pending.shape[0] < len(prompt_ids):
             raise ValueError("the EAGLE-3 drafter needs the target's taps from the prefill")
         self.cache, self.real = HeadCache(), 0
-        self.pending = features
+        self.pending = self.pending[-len(prompt_ids) :]  # the prompt's own: nothing left of an aborted request
         if len(prompt_ids) > 1:  # the last prompt position waits for the first generated token
             self._run(prompt_ids, upto=len(prompt_ids) - 1)
 
@@ -47,7 +50,8 @@ class Eagle3Drafter:
     def _pick(self, prenorm: torch.Tensor) -> torch.Tensor:
         return self.head.to_target_ids(self.head.logits(prenorm)[0, -1].argmax())
 
-    def draft(self, seq: list[int], k: int) -> list[int]:
+    def propose(self, context: list[int], k: int) -> list[int]:
+        seq = context
         self.cache.crop(self.real)
         h = self._run(seq)
         tok = self._pick(h)
@@ -58,10 +62,6 @@ class Eagle3Drafter:
             tok = self._pick(h)
             out.append(tok)
         return torch.stack(out).tolist()
-
-    def commit(self, valid_len: int, features: torch.Tensor | None = None) -> None:
-        if features is not None:
-            self.pending = features if self.pending is None else torch.cat([self.pending, features])
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
         self.pending = None
