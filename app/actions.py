@@ -189,12 +189,7 @@ def resume_run(run_id: int) -> bool:
 
 
 def _changed() -> None:
-    data.run.clear()
-    data.runs.clear()
-    data.runs_total.clear()
-    data.tags.clear()
-    data.baseline.clear()
-    data.request_count.clear()
+    data.changed()
 
 
 def set_tags(run_id: int, tags: list[str]) -> list[str]:

@@ -27,6 +27,12 @@ from engine.queue.autostart import live_workers
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
 
+def changed() -> None:
+    """A page wrote to the store: every cached read starts over (one call, so no read can be forgotten in a list
+    of caches to clear; the reads are cheap next to the write that prompted this)."""
+    st.cache_data.clear()
+
+
 def db_url() -> str:
     return resolve_url(os.environ.get("PHOENIX_DB"))
 
@@ -213,6 +219,11 @@ def cross_run(url: str, run_id: int) -> tuple[int, object] | None:
         if drift is not None:
             return other_id, drift
     return None
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def intervals(url: str, run_id: int):
+    return _store(url).intervals(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

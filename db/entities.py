@@ -27,6 +27,7 @@ class RunInfo:
     note: str | None = None
     archived: bool = False
     bench: Any = None  # the typed bench config (engine.bench.config.BenchConfig) when the store was given its parser
+    config_error: str | None = None  # why the stored bench config did not parse (bench is then None), never hidden
 
 
 @dataclass
@@ -85,6 +86,27 @@ class RequestRecord:
     bandit: BanditRecord | None = None
     id: int | None = None
     created_at: datetime | None = None
+
+
+@dataclass
+class WatchInterval:
+    """A live server's counters over one interval of `serve watch`, as deltas."""
+
+    seq: int
+    seconds: float
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    generation_tokens: int
+    per_position: list[int] = field(default_factory=list)  # accepted at each draft position, vLLM's meaning
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generation_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass

@@ -117,6 +117,21 @@ class BanditStep(Base):
     arm: Mapped[str | None] = mapped_column(String(40), nullable=True)  # a drafter-choosing policy's arm (0018)
 
 
+class WatchInterval(Base):
+    """One interval of `serve watch`: a live server's spec-decode counters, as deltas over the interval (0021;
+    before, each was a fake request named interval-N)."""
+
+    __tablename__ = "watch_intervals"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seconds: Mapped[float] = mapped_column(Float)
+    drafts: Mapped[int] = mapped_column(Integer)
+    draft_tokens: Mapped[int] = mapped_column(Integer)
+    accepted: Mapped[int] = mapped_column(Integer)
+    generation_tokens: Mapped[int] = mapped_column(Integer)
+    per_position: Mapped[list] = mapped_column(JSON)  # accepted per draft position (vLLM's unconditional counts)
+
+
 class Distill(Base):
     """One draft-distillation job: its config, loss curve, stage timings and its before/after evaluation runs."""
 

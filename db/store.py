@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -19,7 +20,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import entities as E
-from db.models import BanditStep, Request, RequestPosition, Run, RunTag, utcnow
+from db.models import BanditStep, Request, RequestPosition, Run, RunTag, WatchInterval, utcnow
 
 DEFAULT_DB = "data/phoenix.db"
 BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
@@ -131,8 +132,9 @@ class Store:
         if self.bench_parser is not None and "bench" in info.config:
             try:
                 info.bench = self.bench_parser(info.config)
-            except Exception:  # a config no parser of this version reads: readers fall back to the dict
-                info.bench = None
+            except Exception as exc:  # a config no parser of this version reads: readers fall back to the dict,
+                info.bench = None  # and the page says why
+                info.config_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
         return info
 
     @contextmanager
@@ -316,6 +318,23 @@ class Store:
             rows = s.scalars(q.order_by(Request.seq)).all()
             positions = _positions_by_request(s, [r.id for r in rows])
             return [_request(r, positions.get(r.id, [])) for r in rows]
+
+    def add_interval(self, run_id: int, interval: E.WatchInterval) -> None:
+        """One `serve watch` interval and the run's progress (intervals so far), in one transaction."""
+        with self.session_scope() as s:
+            s.add(WatchInterval(run_id=run_id, **asdict(interval)))
+            s.flush()
+            _progress(s, run_id, interval.seq + 1)
+
+    def intervals(self, run_id: int) -> list[E.WatchInterval]:
+        with self.session_scope() as s:
+            rows = s.scalars(select(WatchInterval).where(WatchInterval.run_id == run_id).order_by(WatchInterval.seq))
+            return [
+                E.WatchInterval(
+                    r.seq, r.seconds, r.drafts, r.draft_tokens, r.accepted, r.generation_tokens, list(r.per_position)
+                )
+                for r in rows
+            ]
 
     def count_requests(self, run_id: int) -> int:  # tests and benchmarks count kept rows with it
         with self.session_scope() as s:

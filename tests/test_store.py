@@ -322,3 +322,70 @@ def test_a_database_this_process_cannot_write_is_read_and_only_writes_are_refuse
     code, _, err = run_cli(capsys, "tag", "1", "x", "--db", str(db))
     assert_one_line_error(code, err, "is read-only here")
     assert db.read_bytes() == before
+
+
+def test_a_stored_config_this_version_cannot_parse_is_surfaced_on_the_run_not_swallowed(tmp_path, monkeypatch):
+    from apptest import open_page
+    from helpers import migrated
+
+    from engine.bench.config import stored
+
+    url = migrated(f"sqlite:///{tmp_path / 'c.db'}")
+    Store(url).create_run("odd", {"bench": {"modes": ["target"], "warp_speed": 9}}, "embedded", None, 0, status="done")
+    info = Store(url, bench_parser=stored).get_run(1)
+    assert info.bench is None and "warp_speed" in info.config_error
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("run", run=1)
+    assert any("warp_speed" in c.value for c in at.code)
+
+
+def test_old_runs_rows_are_renamed_after_their_drafter_and_watch_rows_become_intervals(url):
+    """Migrations 0020 and 0021 on rows written the old way, on SQLite and PostgreSQL."""
+    migrate.upgrade(url, "0019")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for rid, cfg in (
+            (1, '{"bench": {"drafter": "eagle3", "modes": ["target", "fixed_3"]}}'),
+            (2, '{"bench": {"modes": ["fixed_4", "ngram_4"]}}'),
+            (3, '{"serve_watch": {}}'),
+        ):
+            conn.exec_driver_sql(
+                "INSERT INTO runs (id, name, status, created_at, config, target, progress_done, progress_total, "
+                f"cancel_requested, archived) VALUES ({rid}, 'r', 'done', '2026-11-30', '{cfg}', 't', 0, 0, "
+                "false, false)"
+            )
+        rows = [
+            (1, 1, "fixed_3", "p0"),
+            (2, 2, "fixed_4", "p0"),
+            (3, 2, "ngram_4", "p0"),
+            (4, 3, "vllm_watch", "interval-0"),
+        ]
+        for rid, run, mode, prompt in rows:
+            conn.exec_driver_sql(
+                "INSERT INTO requests (id, run_id, seq, mode, k, prompt_id, prompt_tokens, output_tokens, latency_s, "
+                "tokens_per_s, proposed, accepted, passes, draft_s, verify_s, output_text, output_sha256, warmup, "
+                f"created_at) VALUES ({rid}, {run}, 0, '{mode}', 4, '{prompt}', 1, 20, 2.0, 10.0, 40, 30, 10, 0, 0, "
+                "'', '', false, '2026-11-30')"
+            )
+        for pos, acc in enumerate((9, 7)):
+            conn.exec_driver_sql(
+                f"INSERT INTO request_positions (request_id, position, proposed, accepted) VALUES (4, {pos}, 10, {acc})"
+            )
+    engine.dispose()
+    assert migrate.upgrade(url) == migrate.head()
+    store = Store(url)
+    assert [r.mode for r in store.requests(1)] == ["eagle3_3"] and store.get_run(1).config["bench"]["modes"] == [
+        "target",
+        "eagle3_3",
+    ]
+    assert [r.mode for r in store.requests(2)] == ["model_4", "ngram_4"]  # no --drafter: the draft model
+    assert store.requests(3) == []
+    (iv,) = store.intervals(3)
+    assert (iv.seq, iv.seconds, iv.drafts, iv.draft_tokens, iv.accepted, iv.per_position) == (
+        0,
+        2.0,
+        10,
+        40,
+        30,
+        [9, 7],
+    )

@@ -53,7 +53,7 @@ def test_a_concurrency_sweep_records_every_request_and_the_counters_of_each_leve
     assert c1["throughput_tokens_per_s"] > 0
 
 
-def test_watch_turns_counter_deltas_into_per_position_rows(store, server):
+def test_watch_records_counter_deltas_as_intervals_with_their_per_position_counts(store, server):
     calls = iter(range(100))
 
     def fake_sleep(_s):
@@ -61,11 +61,11 @@ def test_watch_turns_counter_deltas_into_per_position_rows(store, server):
             server.complete({"max_tokens": 20, "prompt": "x"})
 
     run_id = watch(store, WatchConfig(url=server.url, interval_s=0.01, samples=2), sleep=fake_sleep)
-    rows = store.requests(run_id)
-    assert [r.mode for r in rows] == ["vllm_watch", "vllm_watch"]
-    assert [r.passes for r in rows] == [10, 20] and [r.proposed for r in rows] == [40, 80]
-    assert [p.accepted for p in rows[1].positions] == [18, 14, 12, 8]
-    assert all(p.proposed == 20 for p in rows[1].positions)
+    assert store.requests(run_id) == []  # intervals are not requests: no request figure counts them
+    rows = store.intervals(run_id)
+    assert [r.seq for r in rows] == [0, 1] and store.get_run(run_id).progress_done == 2
+    assert [r.drafts for r in rows] == [10, 20] and [r.draft_tokens for r in rows] == [40, 80]
+    assert rows[1].per_position == [18, 14, 12, 8]
 
 
 @pytest.mark.parametrize(
@@ -201,3 +201,22 @@ def test_serve_and_its_old_name_vllm_take_the_same_commands(command):
 
     args = build_parser().parse_args([command, "sweep", "--url", "http://h:1", "--model", "m", "--engine", "llamacpp"])
     assert (args.url, args.engine) == ("http://h:1", "llamacpp") and args.func.__name__ == "cmd_vllm_sweep"
+
+
+def test_a_watch_run_shows_its_intervals_on_the_run_page(store, server, monkeypatch):
+    from apptest import open_page
+
+    calls = iter(range(100))
+
+    def fake_sleep(_s):
+        for _ in range(next(calls) + 1):
+            server.complete({"max_tokens": 20, "prompt": "x"})
+
+    run_id = watch(store, WatchConfig(url=server.url, interval_s=0.01, samples=3), sleep=fake_sleep)
+    monkeypatch.setenv("PHOENIX_DB", store.url)
+    at = open_page("run", run=run_id)
+    table = next(d.value for d in at.dataframe if "interval" in d.value.columns)
+    assert table["interval"].tolist() == [0, 1, 2] and table["drafts"].tolist() == [10, 20, 30]
+    intervals = store.intervals(run_id)
+    total = sum(i.accepted for i in intervals) / sum(i.draft_tokens for i in intervals)
+    assert [m.value for m in at.metric if m.label == "acceptance"] == [f"{total:.1%}"]

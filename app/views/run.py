@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
-from app import actions, charts, data, tracking, urlstate, widgets
+from app import actions, charts, data, served, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
 from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode, reference_mode
-from engine.serve.client import level_notes
 
 
 def render() -> None:
@@ -23,6 +21,11 @@ def render() -> None:
         return
     data.run.clear()  # one row by key: the header, controls and banners below must agree with the status now
     info = data.run(url, run_id)
+    if info.config_error:  # shown, not swallowed: the page falls back to the stored dict
+        st.warning(
+            "This run's stored settings do not parse in this version of Phoenix; figures that need them are left out:"
+        )
+        st.code(info.config_error, language=None, wrap_lines=True)
     tracking.show_note(info)
     run_actions(info)
     tracking.panel(info)
@@ -97,6 +100,8 @@ def body(url: str, run_id: int) -> None:
     compile_line(info.config.get("compile"))
     distill_link(url, run_id)
     sentry_explorer(run_id)
+    if served.watch(url, info):  # a live server's counters over time: intervals, not requests
+        return
     summaries = data.summaries(url, run_id)
     if not summaries:
         st.info("No requests recorded yet.")
@@ -104,7 +109,7 @@ def body(url: str, run_id: int) -> None:
     kpis(summaries)
     tracking.baseline_table(url, info, [m.mode for m in summaries])
     spec_bench_columns(url, run_id)
-    vllm_sweep(info)
+    served.sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     drafter = info.bench.drafter if info.bench else "model"
     fit = fit_run(
@@ -352,70 +357,6 @@ def spec_bench_columns(url: str, run_id: int) -> None:
     curves = data.spec_bench_positions(url, run_id)
     if not curves.empty:
         st.altair_chart(charts.column_position_chart(curves), width="content")
-
-
-def server_counters(info) -> None:
-    """`serve engines`: each server's own spec-decode counters over the run, per-position curve included."""
-    levels = info.config.get("server_counters")
-    if not levels:
-        return
-    st.subheader("Each server's own counters")
-    table = pd.DataFrame(
-        [
-            {
-                "server": lv["spec_type"],
-                "drafts": lv["drafts"],
-                "draft tokens": lv["draft_tokens"],
-                "accepted": lv["accepted"],
-                "acceptance": lv["acceptance"],
-                "mean acceptance length": lv["mean_acceptance_length"],
-                "per position (accepted / drafts)": " ".join(f"{r:.2f}" for r in lv["per_position"][:16]),
-            }
-            for lv in levels
-        ]
-    )
-    st.dataframe(table, hide_index=True, width="stretch")
-    st.caption(
-        "From each llama-server's /metrics before and after the run (vLLM's definitions). The per-request "
-        "rows above carry each response's own draft_n and draft_n_accepted."
-    )
-
-
-def vllm_sweep(info) -> None:
-    server_counters(info)
-    levels = info.config.get("vllm_levels")
-    if not levels:
-        return
-    served = info.config.get("engine") or {"engine": "vllm"}
-    st.subheader(f"Concurrency sweep ({served['engine']} server counters)")
-    # st.text: the version and command line come from the server and the user's flags
-    st.text(
-        f"engine {served['engine']} · version {served.get('version') or 'not reported'}"
-        + (f" · started as: {served['command']}" if served.get("command") else "")
-    )
-    st.altair_chart(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
-    per_request = [lv for lv in levels if lv.get("requests_with_draft_counts")]
-    if per_request:
-        st.caption(
-            "Per request, from each response's timings (draft_n, draft_n_accepted), against the counters: "
-            + "; ".join(
-                f"concurrency {lv['concurrency']}: {lv['request_draft_tokens']} drafted and "
-                f"{lv['request_accepted']} accepted, counters {lv['draft_tokens']:.0f} and "
-                f"{lv['accepted']:.0f}"
-                for lv in per_request
-            )
-        )
-    st.caption(
-        "Acceptance per level from the server's spec-decode counters scraped before and after the level: "
-        "accepted / draft tokens; mean acceptance length 1 + accepted / drafts. Requests per level: "
-        + ", ".join(
-            f"{lv['concurrency']}: {lv['requests']}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
-            for lv in levels
-        )
-    )
-    for lv in levels:
-        for note in level_notes(lv):
-            st.warning(f"Concurrency {int(lv['concurrency'])}: {note}")
 
 
 def distill_link(url: str, run_id: int) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from db.entities import PositionCount, RequestRecord
+from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.bench.setup import environment
 from engine.decode.decoder import sha256_text
@@ -134,13 +134,12 @@ def request_row(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRec
 
 
 def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.sleep) -> int:
-    """Each interval becomes one 'vllm_watch' row: counter deltas as proposed / accepted / per-position counts."""
+    """Each interval becomes one watch interval of the run (db: watch_intervals): the counters' deltas."""
     if cfg.interval_s <= 0:
         raise PhoenixError(f"--interval-s must be positive, got {cfg.interval_s}")
     client = client_for(cfg.url, cfg.model or "watched")
     prev, t_prev = client.metrics(), time.perf_counter()
     served = {**client.identity(cfg.engine), **launched(cfg.url)}
-    mode = f"{served['engine']}_watch"
     run = store.create_run(
         cfg.name or f"{served['engine']} watch {cfg.url}",
         {"serve_watch": asdict(cfg), "engine": served, "environment": environment()},
@@ -153,7 +152,7 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
         while cfg.samples is None or n < cfg.samples:
             sleep(cfg.interval_s)
             now, t_now = client.metrics(), time.perf_counter()
-            store.add_requests([_interval(run.id, n, now.minus(prev), t_now - t_prev, mode)], progress=(run.id, n + 1))
+            store.add_interval(run.id, _interval(n, now.minus(prev), t_now - t_prev))
             prev, t_prev, n = now, t_now, n + 1
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a watch ends; every interval so far is kept
@@ -164,27 +163,14 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
     return run.id
 
 
-def _interval(run_id: int, seq: int, d: SpecCounters, seconds: float, mode: str = "vllm_watch") -> RequestRecord:
+def _interval(seq: int, d: SpecCounters, seconds: float) -> WatchInterval:
     drafts = int(round(d.drafts))
-    positions = [PositionCount(p, drafts, int(round(v))) for p, v in sorted(d.per_pos.items())]
-    gen = int(round(d.generation_tokens))
-    return RequestRecord(
-        run_id=run_id,
+    return WatchInterval(
         seq=seq,
-        mode=mode,
-        k=len(positions),
-        prompt_id=f"interval-{seq}",
-        prompt_tokens=0,
-        output_tokens=gen,
-        latency_s=seconds,
-        ttft_s=None,
-        tokens_per_s=gen / seconds if seconds > 0 else 0.0,
-        proposed=int(round(d.draft_tokens)),
+        seconds=seconds,
+        drafts=drafts,
+        draft_tokens=int(round(d.draft_tokens)),
         accepted=int(round(d.accepted)),
-        passes=drafts,
-        draft_s=0.0,
-        verify_s=0.0,
-        output_text="",
-        output_sha256="",
-        positions=positions,
+        generation_tokens=int(round(d.generation_tokens)),
+        per_position=[int(round(v)) for _, v in sorted(d.per_pos.items())],
     )
