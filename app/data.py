@@ -222,6 +222,11 @@ def cross_run(url: str, run_id: int) -> tuple[int, object] | None:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def prompt_text(url: str, run_id: int, prompt_id: str) -> str | None:
+    return _store(url).prompt_text(run_id, prompt_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def intervals(url: str, run_id: int):
     return _store(url).intervals(run_id)
 

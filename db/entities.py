@@ -82,6 +82,7 @@ class RequestRecord:
     drafter: str | None = None  # what drafted: none, model, ngram, suffix or eagle3 (0018); None before
     turn: int | None = None  # the conversation turn of a multi-turn prompt (1, 2, ...), None for one-turn sets (0019)
     category: str | None = None  # the prompt's category (Spec-Bench's 13), None where the set has none (0019)
+    prompt_text: str | None = None  # stored once per (run, prompt) in run_prompts (0022), not in the request row
     positions: list[PositionCount] = field(default_factory=list)
     bandit: BanditRecord | None = None
     id: int | None = None

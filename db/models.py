@@ -117,6 +117,16 @@ class BanditStep(Base):
     arm: Mapped[str | None] = mapped_column(String(40), nullable=True)  # a drafter-choosing policy's arm (0018)
 
 
+class RunPrompt(Base):
+    """Each prompt a run sent, once per run (0022): the Requests page shows the text the run decoded, not a file
+    read again later, which may have moved or changed."""
+
+    __tablename__ = "run_prompts"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    prompt_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+
+
 class WatchInterval(Base):
     """One interval of `serve watch`: a live server's spec-decode counters, as deltas over the interval (0021;
     before, each was a fake request named interval-N)."""

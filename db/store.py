@@ -20,7 +20,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import entities as E
-from db.models import BanditStep, Request, RequestPosition, Run, RunTag, WatchInterval, utcnow
+from db.models import BanditStep, Request, RequestPosition, Run, RunPrompt, RunTag, WatchInterval, utcnow
 
 DEFAULT_DB = "data/phoenix.db"
 BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
@@ -326,6 +326,11 @@ class Store:
             s.flush()
             _progress(s, run_id, interval.seq + 1)
 
+    def prompt_text(self, run_id: int, prompt_id: str) -> str | None:
+        """The text a run sent for a prompt; None for runs recorded before 0022 kept it."""
+        with self.session_scope() as s:
+            return s.scalar(select(RunPrompt.text).where(RunPrompt.run_id == run_id, RunPrompt.prompt_id == prompt_id))
+
     def intervals(self, run_id: int) -> list[E.WatchInterval]:
         with self.session_scope() as s:
             rows = s.scalars(select(WatchInterval).where(WatchInterval.run_id == run_id).order_by(WatchInterval.seq))
@@ -363,7 +368,7 @@ def rowcount(result) -> int:
 
 def _insert_requests(s: Session, records: list[E.RequestRecord]) -> list[int]:
     """Bulk INSERT ... RETURNING, so the ids come back in parameter order."""
-    skip = ("positions", "bandit", "id", "created_at")
+    skip = ("positions", "bandit", "id", "created_at", "prompt_text")
     now = utcnow()
     rows = [{**{k: v for k, v in vars(r).items() if k not in skip}, "created_at": r.created_at or now} for r in records]
     ids = list(s.scalars(insert(Request).returning(Request.id, sort_by_parameter_order=True), rows))
@@ -383,7 +388,22 @@ def _insert_requests(s: Session, records: list[E.RequestRecord]) -> list[int]:
     steps = [{"request_id": rid, **vars(rec.bandit)} for rid, rec in zip(ids, records) if rec.bandit is not None]
     if steps:
         s.execute(insert(BanditStep), steps)
+    _insert_prompts(s, records)
     return ids
+
+
+def _insert_prompts(s: Session, records: list[E.RequestRecord]) -> None:
+    """Each prompt's text once per run: the first record of a (run, prompt) that carries it."""
+    texts = {(r.run_id, r.prompt_id): r.prompt_text for r in records if r.prompt_text is not None}
+    for run_id in {run for run, _ in texts}:
+        have = set(s.scalars(select(RunPrompt.prompt_id).where(RunPrompt.run_id == run_id)))
+        new = [
+            {"run_id": run, "prompt_id": pid, "text": text}
+            for (run, pid), text in texts.items()
+            if run == run_id and pid not in have
+        ]
+        if new:
+            s.execute(insert(RunPrompt), new)
 
 
 def _progress(s: Session, run_id: int, done: int) -> None:
@@ -481,7 +501,11 @@ def _positions_by_request(s: Session, ids: list[int]) -> dict[int, list[E.Positi
 
 
 def _request(r: Request, positions: list[E.PositionCount]) -> E.RequestRecord:
-    cols = {c: getattr(r, c) for c in E.RequestRecord.__dataclass_fields__ if c not in ("positions", "bandit")}
+    cols = {
+        c: getattr(r, c)
+        for c in E.RequestRecord.__dataclass_fields__
+        if c not in ("positions", "bandit", "prompt_text")
+    }
     return E.RequestRecord(**cols, positions=positions)
 
 

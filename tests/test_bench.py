@@ -126,3 +126,23 @@ def test_unknown_policies_are_refused_before_anything_runs(store, tiny_dirs, pro
         validate(cfg)
     assert err.value.field in ("modes", "policy")  # a form puts the message beside that field
     assert store.list_runs() == []
+
+
+def test_a_run_keeps_each_prompts_text_so_the_requests_page_shows_it_after_the_file_is_gone(
+    store, tiny_dirs, prompt_file, decoder, monkeypatch
+):
+    import json
+    from pathlib import Path
+
+    from apptest import open_page
+
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], limit=2)
+    run = create_run(store, cfg)
+    execute(store, run.id, cfg, decoder=decoder, progress=False)
+    texts = {json.loads(line)["id"]: json.loads(line)["prompt"] for line in Path(prompt_file).read_text().splitlines()}
+    assert store.prompt_text(run.id, "p1") == texts["p1"] and store.prompt_text(run.id, "p3") is None  # limit 2
+    Path(prompt_file).unlink()  # the file moves away: the run still shows what it sent
+    monkeypatch.setenv("PHOENIX_DB", store.url)
+    at = open_page("requests", run=run.id)
+    shown = [c.value.strip() for c in at.code]
+    assert texts["p0"].strip() in shown or texts["p1"].strip() in shown

@@ -364,8 +364,8 @@ def test_old_runs_rows_are_renamed_after_their_drafter_and_watch_rows_become_int
             conn.exec_driver_sql(
                 "INSERT INTO requests (id, run_id, seq, mode, k, prompt_id, prompt_tokens, output_tokens, latency_s, "
                 "tokens_per_s, proposed, accepted, passes, draft_s, verify_s, output_text, output_sha256, warmup, "
-                f"created_at) VALUES ({rid}, {run}, 0, '{mode}', 4, '{prompt}', 1, 20, 2.0, 10.0, 40, 30, 10, 0, 0, "
-                "'', '', false, '2026-11-30')"
+                f"created_at) VALUES ({rid}, {run}, {rid}, '{mode}', 4, '{prompt}', 1, 20, 2.0, 10.0, 40, 30, 10, "
+                "0, 0, '', '', false, '2026-11-30')"
             )
         for pos, acc in enumerate((9, 7)):
             conn.exec_driver_sql(
@@ -381,11 +381,5 @@ def test_old_runs_rows_are_renamed_after_their_drafter_and_watch_rows_become_int
     assert [r.mode for r in store.requests(2)] == ["model_4", "ngram_4"]  # no --drafter: the draft model
     assert store.requests(3) == []
     (iv,) = store.intervals(3)
-    assert (iv.seq, iv.seconds, iv.drafts, iv.draft_tokens, iv.accepted, iv.per_position) == (
-        0,
-        2.0,
-        10,
-        40,
-        30,
-        [9, 7],
-    )
+    assert (iv.seq, iv.drafts, iv.draft_tokens, iv.accepted, iv.per_position) == (4, 10, 40, 30, [9, 7])
+    assert iv.seconds == 2.0

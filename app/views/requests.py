@@ -6,7 +6,6 @@ import streamlit as st
 
 from app import data, urlstate, widgets
 from engine.modes import K_MAX
-from engine.prompts.sets import load as load_prompts
 
 IDENTITY = ["", "yes", "no", "unchecked"]
 
@@ -73,24 +72,16 @@ def detail(url: str, run_id: int, df) -> None:
         st.link_button("Open Sentry trace", link)
     else:
         st.caption(f"trace id: {info['trace_id']}")
-    prompt = prompt_text(url, run_id, info["prompt_id"])
+    prompt = data.prompt_text(url, run_id, info["prompt_id"])
     st.markdown("Prompt")
     st.code(
-        prompt if prompt is not None else "(prompt text not available: the prompt file has moved)", language="python"
+        prompt if prompt is not None else "(not stored: this run was recorded before runs kept their prompts)",
+        language="python",
     )
     st.markdown("Output")
     st.code(info["output_text"], language="python")
     if not pos.empty:
         st.dataframe(pos, hide_index=True)
-
-
-def prompt_text(url: str, run_id: int, prompt_id: str) -> str | None:
-    bench = data.run(url, run_id).bench
-    spec = bench.prompts if bench is not None else ""
-    try:
-        return next((p.text for p in load_prompts(spec) if p.id == prompt_id), None)
-    except Exception:
-        return None
 
 
 render()

@@ -66,6 +66,7 @@ def make_record(
         prompt_tokens=stats.prompt_tokens,
         turn=prompt.turn,
         category=prompt.category,
+        prompt_text=prompt.text,
         output_tokens=stats.output_tokens,
         latency_s=stats.latency_s,
         ttft_s=finite(stats.ttft_s),

@@ -117,6 +117,7 @@ def request_row(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRec
         mode=mode,
         k=k,
         prompt_id=r["prompt"].id,
+        prompt_text=r["prompt"].text,
         prompt_tokens=r["prompt_tokens"],
         output_tokens=r["output_tokens"],
         latency_s=lat,
