@@ -75,7 +75,8 @@ def body(url: str, run_id: int) -> None:
     b = info.bench
     # st.text: model paths and names are user text, and st.text never interprets Markdown.
     setting = (
-        f" · drafter {b.drafter} · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
+        (f" · bandits draft with {b.bandit_drafter()}" if b.bandit_drafter() else "")
+        + f" · max new tokens {b.max_new_tokens} · prompts {b.prompt_format} · {b.dtype}"
         if b is not None
         else ""
     )

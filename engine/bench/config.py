@@ -58,6 +58,12 @@ class BenchConfig(PairConfig):
     def parsed_modes(self) -> list[Mode]:
         return [Mode.parse(m) for m in self.modes]
 
+    def bandit_drafter(self) -> str | None:
+        """The run's --drafter where a mode drafts with it (its bandits over k); None when every mode names its own
+        drafter, so a run of model-free modes is never headed with a drafter it did not use."""
+        uses = any(Mode.of(m).is_bandit or Mode.of(m).kind == "fixed" for m in self.modes) and not self.drafter_arms
+        return self.drafter if uses else None
+
     def arm_modes(self) -> list[Mode]:
         """The drafter-choosing arms, each a mode; [] when bandits choose k for --drafter."""
         return [drafter_arm(a) for a in self.drafter_arms]

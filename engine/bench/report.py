@@ -63,7 +63,9 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
     b = info.bench
     setting = (
         (
-            f"target {info.target}, draft {info.draft or 'none'}, drafter {b.drafter}, {b.dtype} on {b.device}, "
+            f"target {info.target}, draft {info.draft or 'none'}, "
+            + (f"bandits draft with {b.bandit_drafter()}, " if b.bandit_drafter() else "")
+            + f"{b.dtype} on {b.device}, "
             f"prompts {b.prompts} ({b.prompt_format}), {b.max_new_tokens} new tokens"
         )
         if b
