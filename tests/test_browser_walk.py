@@ -113,8 +113,9 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
     # the dashboard is on a free port, not 8501: its links must take you to the run there, in this tab
     home.get_by_role("link", name="Watch run #3 live").click()
     home.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run=3$"), timeout=60000)
-    home.get_by_text("Copy link to this view").click(timeout=60000)
-    assert f"{base}/run?run=3" in home.locator('[data-testid="stCode"]').last.inner_text()
+    share = home.locator('[data-testid="stExpander"]', has_text="Copy link to this view")
+    share.get_by_text("Copy link to this view").click(timeout=60000)
+    assert share.locator('[data-testid="stCode"]').inner_text().strip() == f"{base}/run?run=3"
     home.close()
     end = time.monotonic() + 600
     while time.monotonic() < end and store.get_run(3).status in ("queued", "running"):

@@ -78,7 +78,12 @@ def render() -> None:
     all_rows = pd.concat(frames)
     st.altair_chart(charts.compare_chart(all_rows), width="stretch")
     st.subheader("Each series against its own run's reference")
-    st.dataframe(speedup_table(url, series), hide_index=True, width="stretch")
+    st.dataframe(
+        speedup_table(url, series),
+        hide_index=True,
+        width="stretch",
+        column_config={"x reference": st.column_config.NumberColumn(format="%.2fx", help=SPEEDUP)},
+    )
     st.caption(SPEEDUP + ". Series from different runs each pair with their own run's reference.")
     st.subheader("Series against the baseline (the first)")
     table = verdicts(frames, alpha)
