@@ -183,7 +183,7 @@ def any_store(any_db_url):
     store.engine.dispose()  # PostgreSQL cannot drop a database with open connections
 
 
-HEAVY = ("train", "subprocess", "browser", "services", "extras", "real", "bench", "compile", "e2e")
+HEAVY = ("train", "subprocess", "browser", "services", "extras", "real", "bench", "compile", "e2e", "pages")
 
 
 def _scan_components_once() -> None:

@@ -13,6 +13,8 @@ from streamlit.testing.v1 import AppTest
 from db.store import Store
 from engine.bench.report import summaries
 
+pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
+
 PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run"]
 
 

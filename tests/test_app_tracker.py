@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from apptest import charts, open_page
 from helpers import app_record
+
+pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
 
 HOSTILE_NOTE = (
     "# Why\n**new draft** <script>alert('x')</script> <img src=x onerror=alert(1)> "

@@ -179,6 +179,26 @@ def test_the_module_entry_point_exits_2_without_a_traceback():
     assert proc.stderr.strip() == "error: k=99 is out of range: use 0..16"
 
 
+@pytest.mark.subprocess
+def test_a_printing_command_ends_quietly_when_its_reader_closes_the_pipe(tmp_path):
+    from helpers import build_db
+
+    db = f"sqlite:///{tmp_path / 'many.db'}"
+    store = build_db(db)
+    for i in range(400):  # more lines than one pipe buffer, so the writer meets the closed pipe
+        store.create_run(f"r{i}", {"bench": {}}, "embedded", None, 0, status="done")
+    proc = subprocess.run(
+        f"{sys.executable} -m engine runs --db '{db}' | head -1",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
 def test_a_hub_id_in_the_local_cache_loads_through_the_same_path(capsys, tiny_dirs, tmp_path, monkeypatch):
     import shutil
 

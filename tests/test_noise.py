@@ -10,6 +10,8 @@ from helpers import app_record, migrated
 
 from db.store import Store
 
+pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
+
 SLOW = 17.0  # the disturbed demo of issue 34: target-only at 13.97 against 234 tok/s
 
 

@@ -8,6 +8,7 @@ status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from db.store import StoreError
@@ -58,3 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `runs | head -1`: the reader left; end quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not raise again
+        return 0
