@@ -53,8 +53,17 @@ def decoders(tiny_dirs):
 
 
 # Every pair with the draft model; the model-free drafters never touch the draft, so once per distinct target.
-EXACTNESS = [("model", n) for n in ("embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near")] + [
-    (d, n) for d in ("ngram", "suffix") for n in ("embedded", "qwen3", "llama", "mistral-near")
+# The embedded pair (5 layers x 512, the demo's) costs as much as the tiny models together: its cases run in the
+# full suite (e2e), the tiny Qwen3, Llama and Mistral pairs in the working loop too.
+EMBEDDED = pytest.param("embedded", marks=pytest.mark.e2e, id="embedded")
+EXACTNESS = [
+    pytest.param(d, n, marks=[pytest.mark.e2e] if n == "embedded" else [], id=f"{d}-{n}")
+    for d, names in (
+        ("model", ("embedded", "qwen3", "qwen3-near", "llama", "llama-near", "mistral-near")),
+        ("ngram", ("embedded", "qwen3", "llama", "mistral-near")),
+        ("suffix", ("embedded", "qwen3", "llama", "mistral-near")),
+    )
+    for n in names
 ]
 
 
@@ -71,7 +80,7 @@ def test_speculative_output_equals_target_only_for_every_k(decoders, name, draft
             assert stats.passes > 0 and stats.proposed >= stats.accepted
 
 
-@pytest.mark.parametrize("name", ["embedded", "qwen3-near", "llama-near"])
+@pytest.mark.parametrize("name", [EMBEDDED, "qwen3-near", "llama-near"])
 @pytest.mark.parametrize("drafter", ["model", "ngram", "suffix"])
 def test_k_changing_between_passes_still_equals_target_only(decoders, name, drafter):
     """Per-pass policies switch k every pass, to 0 and back: the draft cache must catch up exactly."""
@@ -88,7 +97,7 @@ def test_k_changing_between_passes_still_equals_target_only(decoders, name, draf
         assert sum(stats.per_position_proposed[:1]) == sum(1 for k in stats.k_per_pass if k)
 
 
-@pytest.mark.parametrize("name", ["embedded", "qwen3-near"])
+@pytest.mark.parametrize("name", [EMBEDDED, "qwen3-near"])
 def test_the_hf_engine_matches_target_only_and_counts_acceptance(decoders, name):
     dec = decoders[name]
     ids = dec.encode(PROMPTS[0])
