@@ -183,23 +183,27 @@ def arm_totals(store: Store, run_id: int) -> pd.DataFrame:
     return _frame(store, q)
 
 
-def positions(store: Store, run_id: int) -> pd.DataFrame:
+def _summed_positions(run_id: int, *keys):
+    """Per-position sums of proposed, accepted and reached over a run's non-warm-up requests, grouped by the
+    request columns ``keys`` and the position: the one query behind every acceptance curve."""
     r, p = Request, RequestPosition
-    q = (
-        select(
-            r.mode,
-            r.k,
-            p.position,
-            func.sum(p.proposed).label("proposed"),
-            func.sum(p.accepted).label("accepted"),
-            func.sum(p.reached).label("reached"),
-        )
+    cols = [getattr(r, k) for k in keys]
+    sums = (
+        func.sum(p.proposed).label("proposed"),
+        func.sum(p.accepted).label("accepted"),
+        func.sum(p.reached).label("reached"),
+    )
+    return (
+        select(*cols, p.position, *sums)
         .join(p, p.request_id == r.id)
         .where(r.run_id == run_id, r.warmup.is_(False))
-        .group_by(p.position, r.mode, r.k)
-        .order_by(r.mode, r.k, p.position)
-    )  # position first: ~15% faster on SQLite
-    return _frame(store, q)
+        .group_by(p.position, *cols)  # position first: ~15% faster on SQLite
+    )
+
+
+def positions(store: Store, run_id: int) -> pd.DataFrame:
+    r, p = Request, RequestPosition
+    return _frame(store, _summed_positions(run_id, "mode", "k").order_by(r.mode, r.k, p.position))
 
 
 def bandit_history(store: Store, run_id: int, points: int = BANDIT_POINTS) -> dict[str, pd.DataFrame]:
@@ -443,22 +447,7 @@ def category_requests(store: Store, run_id: int) -> pd.DataFrame:
 
 def category_positions(store: Store, run_id: int) -> pd.DataFrame:
     """Per-position counts per (mode, prompt), for acceptance curves per category."""
-    r, p = Request, RequestPosition
-    q = (
-        select(
-            r.mode,
-            r.prompt_id,
-            r.category,
-            p.position,
-            func.sum(p.proposed).label("proposed"),
-            func.sum(p.accepted).label("accepted"),
-            func.sum(p.reached).label("reached"),
-        )
-        .join(p, p.request_id == r.id)
-        .where(r.run_id == run_id, r.warmup.is_(False))
-        .group_by(r.mode, r.prompt_id, r.category, p.position)
-    )
-    return _frame(store, q)
+    return _frame(store, _summed_positions(run_id, "mode", "prompt_id", "category"))
 
 
 def prompt_rewards(store: Store, run_id: int) -> pd.DataFrame:

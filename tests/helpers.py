@@ -48,6 +48,19 @@ XSS = "<script>alert('pwned')</script>"
 BREAKOUT = "m`\n\n[click me](https://evil.example/x) ![beacon](https://evil.example/b.png)"
 
 
+def pair_flags(d: dict, prompt_file, cpu: bool = False) -> list[str]:
+    """The command-line flags of a run on a tiny target with its near-copy draft, over the test's prompt file."""
+    return [
+        "--target",
+        d["target"],
+        "--draft",
+        d["near"],
+        *(["--device", "cpu"] if cpu else []),
+        "--prompts",
+        str(prompt_file),
+    ]
+
+
 def bench_cfg(tiny_dirs, prompt_file, **kw) -> BenchConfig:
     """A small run on the tiny Qwen3 target with its near-copy draft."""
     d = tiny_dirs["qwen3"]
@@ -68,7 +81,8 @@ def bench_cfg(tiny_dirs, prompt_file, **kw) -> BenchConfig:
 def request_record(
     run_id, seq, mode="model_4", k=4, latency=1.0, tokens=10, proposed=8, accepted=6, **kw
 ) -> RequestRecord:
-    return RequestRecord(
+    """A recorded request with plain defaults; any field of ``kw`` overrides its default."""
+    fields = dict(
         run_id=run_id,
         seq=seq,
         mode=mode,
@@ -86,15 +100,16 @@ def request_record(
         verify_s=0.6,
         output_text="x",
         output_sha256="0" * 64,
-        **{"trace_id": "a" * 32, **kw},
+        trace_id="a" * 32,
     )
+    return RequestRecord(**{**fields, **kw})
 
 
 class CorruptingDecoder(Decoder):
     """Flips one token of every speculative output, as a bf16 near-tie would."""
 
-    def run(self, prompt_ids, k, max_new_tokens, drafter="none", engine="phoenix", choose_k=None):
-        stats = super().run(prompt_ids, k, max_new_tokens, drafter, engine, choose_k)
+    def run(self, prompt_ids, k, max_new_tokens, drafter="none", loop="phoenix", choose_k=None, timed=True):
+        stats = super().run(prompt_ids, k, max_new_tokens, drafter, loop, choose_k, timed)
         if k > 0 and len(stats.output_ids) > 3:
             stats.output_ids[3] += 1
         return stats
@@ -165,32 +180,31 @@ def stop(proc):
 
 
 def app_record(run_id, seq, mode, k, rng, **kw):
-    tokens = 64
+    """A dashboard test's request: target-only slowest, k=4 fastest, with a per-position curve that falls."""
     latency = {0: 2.0, 4: 1.4}.get(k, 1.6) * rng.uniform(0.9, 1.1)
-    proposed = 4 * 12 if k else 0
     per_pos = [PositionCount(i, 12, max(0, 12 - 3 * i)) for i in range(k)]
-    return RequestRecord(
-        run_id=run_id,
-        seq=seq,
-        mode=mode,
-        k=k,
-        prompt_id=f"HumanEval/{seq % 5}",
-        prompt_tokens=50,
-        output_tokens=tokens,
-        latency_s=latency,
-        ttft_s=0.05,
-        tokens_per_s=tokens / latency,
-        proposed=proposed,
+    return request_record(
+        run_id,
+        seq,
+        mode,
+        k,
+        latency=latency,
+        tokens=64,
+        proposed=4 * 12 if k else 0,
         accepted=sum(p.accepted for p in per_pos),
-        passes=12 if k else 64,
-        draft_s=0.3 * (k > 0),
-        verify_s=latency - 0.3 * (k > 0),
-        output_text=f"return x  # {XSS}",
-        output_sha256="0" * 64,
-        identical=True,
-        trace_id=f"{seq:032x}",
-        positions=per_pos,
-        **kw,
+        **{
+            "prompt_id": f"HumanEval/{seq % 5}",
+            "prompt_tokens": 50,
+            "ttft_s": 0.05,
+            "passes": 12 if k else 64,
+            "draft_s": 0.3 * (k > 0),
+            "verify_s": latency - 0.3 * (k > 0),
+            "output_text": f"return x  # {XSS}",
+            "identical": True,
+            "trace_id": f"{seq:032x}",
+            "positions": per_pos,
+            **kw,
+        },
     )
 
 

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import pair_flags
 
 from benchmarks import report
 from benchmarks.common import latest
@@ -87,12 +88,7 @@ def test_overhead_benchmark_measures_bare_db_and_sentry_side_by_side(tiny_dirs, 
     d = tiny_dirs["qwen3"]
     result = overhead.main(
         [
-            "--target",
-            d["target"],
-            "--draft",
-            d["near"],
-            "--prompts",
-            prompt_file,
+            *pair_flags(d, prompt_file),
             "--limit",
             "2",
             "--repeats",
@@ -155,12 +151,7 @@ def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_f
     d = tiny_dirs["qwen3"]
     result = profile_decode.main(
         [
-            "--target",
-            d["target"],
-            "--draft",
-            d["near"],
-            "--prompts",
-            prompt_file,
+            *pair_flags(d, prompt_file),
             "--limit",
             "2",
             "--k",

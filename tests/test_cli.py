@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, pair_flags, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,14 +120,7 @@ def test_bench_then_runs_show_and_export_read_the_database(capsys, tiny_dirs, pr
         "bench",
         "--db",
         db,
-        "--target",
-        d["target"],
-        "--draft",
-        d["near"],
-        "--device",
-        "cpu",
-        "--prompts",
-        prompt_file,
+        *pair_flags(d, prompt_file, cpu=True),
         "--limit",
         "2",
         "--max-new-tokens",

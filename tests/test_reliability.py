@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_one_line_error, migrated, run_cli, start_worker, stop
+from helpers import assert_one_line_error, migrated, pair_flags, run_cli, start_worker, stop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -81,14 +81,7 @@ def test_a_prompt_longer_than_the_context_is_refused_before_any_write(capsys, ti
         "bench",
         "--db",
         str(db),
-        "--target",
-        d["target"],
-        "--draft",
-        d["near"],
-        "--device",
-        "cpu",
-        "--prompts",
-        str(prompts),
+        *pair_flags(d, prompts, cpu=True),
         "--modes",
         "target",
     )
@@ -128,14 +121,7 @@ def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, p
             "bench",
             "--db",
             str(db),
-            "--target",
-            d["target"],
-            "--draft",
-            d["near"],
-            "--device",
-            "cpu",
-            "--prompts",
-            str(prompts),
+            *pair_flags(d, prompts, cpu=True),
             "--limit",
             "40",
             "--max-new-tokens",
@@ -160,36 +146,16 @@ def test_a_full_disk_ends_the_run_truthfully_and_keeps_written_rows(tiny_dirs, p
     assert store.get_run(run.id).status in ("failed", "interrupted")
     assert 0 < kept < 80
     # the next run works once there is room again
-    code = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engine",
-            "bench",
-            "--db",
-            str(db),
-            "--target",
-            d["target"],
-            "--draft",
-            d["near"],
-            "--device",
-            "cpu",
-            "--prompts",
-            prompt_file,
-            "--limit",
-            "1",
-            "--max-new-tokens",
-            "4",
-            "--modes",
-            "target",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).returncode
+    code = one_request_bench(db, d, prompt_file).returncode
     assert code == 0
     assert store.count_requests(run.id) == kept
+
+
+def one_request_bench(db, d: dict, prompt_file, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m engine bench` of one target-only request into ``db``, in its own process."""
+    argv = [sys.executable, "-m", "engine", "bench", "--db", str(db), *pair_flags(d, prompt_file, cpu=True)]
+    argv += ["--limit", "1", "--max-new-tokens", "4", "--modes", "target"]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.subprocess
@@ -332,35 +298,7 @@ def test_a_locked_database_fails_the_bench_with_one_line(tiny_dirs, prompt_file,
     blocker.execute("BEGIN EXCLUSIVE")
     try:
         d = tiny_dirs["qwen3"]
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "engine",
-                "bench",
-                "--db",
-                str(db),
-                "--target",
-                d["target"],
-                "--draft",
-                d["near"],
-                "--device",
-                "cpu",
-                "--prompts",
-                prompt_file,
-                "--limit",
-                "1",
-                "--max-new-tokens",
-                "4",
-                "--modes",
-                "target",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "PHOENIX_BUSY_TIMEOUT_MS": "300"},
-        )
+        proc = one_request_bench(db, d, prompt_file, env={**os.environ, "PHOENIX_BUSY_TIMEOUT_MS": "300"})
     finally:
         blocker.rollback()
         blocker.close()

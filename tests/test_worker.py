@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from helpers import bench_cfg, start_worker, stop, wait_for
+from helpers import bench_cfg, pair_flags, start_worker, stop, wait_for
 
 from db.store import Store
 from engine.bench.config import stored
@@ -150,12 +150,7 @@ def test_submit_cli_queues_without_loading_models(db_url, tiny_dirs, prompt_file
             "submit",
             "--db",
             db_url,
-            "--target",
-            d["target"],
-            "--draft",
-            d["near"],
-            "--prompts",
-            prompt_file,
+            *pair_flags(d, prompt_file),
             "--limit",
             "2",
             "--modes",
@@ -238,12 +233,7 @@ def start_bench(db_url, tiny_dirs, prompt_file):
             "-m",
             "engine",
             "bench",
-            "--target",
-            d["target"],
-            "--draft",
-            d["near"],
-            "--prompts",
-            prompt_file,
+            *pair_flags(d, prompt_file),
             "--max-new-tokens",
             "48",
             "--modes",
