@@ -11,7 +11,6 @@ from pathlib import Path
 import streamlit as st
 
 from app import data
-from db import tracker
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
 from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
@@ -194,28 +193,28 @@ def _changed() -> None:
 
 def set_tags(run_id: int, tags: list[str]) -> list[str]:
     """The run's tags become exactly ``tags``, in one transaction: a bad tag leaves every tag as it was."""
-    left = tracker.set_tags(data.store(), run_id, list(tags))
+    left = data.store().set_tags(run_id, list(tags))
     _changed()
     return left
 
 
 def set_note(run_id: int, text: str) -> None:
-    tracker.set_note(data.store(), run_id, text)
+    data.store().set_note(run_id, text)
     _changed()
 
 
 def set_archived(run_id: int, archived: bool) -> None:
-    tracker.set_archived(data.store(), run_id, archived)
+    data.store().set_archived(run_id, archived)
     _changed()
 
 
 def delete_run(run_id: int) -> int:
-    n = tracker.delete_run(data.store(), run_id, worker_alive=worker_alive_here)
+    n = data.store().delete_run(run_id, worker_alive=worker_alive_here)
     _changed()
     return n
 
 
 def pin_baseline(run_id: int) -> str:
-    target = tracker.set_baseline(data.store(), run_id)
+    target = data.store().set_baseline(run_id)
     _changed()
     return target

@@ -162,7 +162,7 @@ def time_split_chart(split: pd.DataFrame) -> alt.Chart:
 
 def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatChart:
     """Chosen k, the exploration signals and the running mean per arm over decisions, for one policy mode.
-    Long runs arrive aggregated into windows (db.queries.bandit_history): point size is decisions per window."""
+    Long runs arrive aggregated into windows (Store.bandit_history): point size is decisions per window."""
     choices = history["choices"].copy()
     choices["trace"] = [trace_url(t) or "" if n == 1 else "" for t, n in zip(choices["trace_id"], choices["n"])]
     choices["decision"] = [

@@ -1,6 +1,6 @@
 """The dashboard's one data module: every read goes through here, cached briefly.
 
-SQL lives in db/queries.py with bound parameters; this module only adds caching
+SQL lives in db (Store methods) with bound parameters; this module only adds caching
 and hands back DataFrames and plain entities.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from db import distills, queries, tracker
+from db.entities import RunFilter
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
@@ -78,11 +78,7 @@ SPEEDUP_SORT = "best_speedup"  # the Runs list's one sort that is not a column o
 @st.cache_data(ttl=TTL, show_spinner=False)
 def runs(
     url: str,
-    name: str = "",
-    model: str = "",
-    status: str = "",
-    tag: str = "",
-    archived: bool = False,
+    where: RunFilter = RunFilter(),
     limit: int | None = 500,
     offset: int = 0,
     sort: str = "id",
@@ -92,13 +88,8 @@ def runs(
     nothing written). Aggregates are computed for the page's runs only, so 10,000 runs cost one page, except when
     sorted by best speedup, which ranks every filtered run (medians only) before paging."""
     by_speedup = sort == SPEEDUP_SORT
-    df = queries.runs_frame(
-        _store(url),
-        name,
-        model,
-        status,
-        tag,
-        archived,
+    df = _store(url).runs_frame(
+        where,
         None if by_speedup else limit,
         0 if by_speedup else offset,
         "id" if by_speedup else sort,
@@ -107,12 +98,12 @@ def runs(
     if df.empty:
         return df
     if by_speedup:
-        ranked = speedup.best_per_run(queries.prompt_rewards_of_runs(_store(url), df["id"].tolist()))
+        ranked = speedup.best_per_run(_store(url).prompt_rewards_of_runs(df["id"].tolist()))
         df = df.merge(ranked, left_on="id", right_on="run_id", how="left").drop(columns=["run_id"])
         df = df.sort_values("best_speedup", ascending=not descending, na_position="last", kind="stable")
         df = df.iloc[offset : offset + limit if limit else None].drop(columns=["best_mode", "best_speedup"])
     df["tags"] = df["tags"].fillna("")
-    rates = queries.run_mode_rates(_store(url), df["id"].tolist())
+    rates = _store(url).run_mode_rates(df["id"].tolist())
     df["modes"] = df["config"].map(lambda c: ",".join((c or {}).get("bench", {}).get("modes", [])))  # no parse per row
     prompts = rates.groupby("run_id")["prompts"].max() if not rates.empty else pd.Series(dtype=float)
     df["prompts"] = df["id"].map(prompts).fillna(0).astype(int)
@@ -124,7 +115,7 @@ def runs(
 
 def _best_speedups(store: Store, run_ids: list[int]) -> dict[int, dict]:
     """Each run's best mode by speedup, with the figure as the Run page shows it (engine.analysis.speedup)."""
-    rewards = queries.prompt_rewards_of_runs(store, run_ids)
+    rewards = store.prompt_rewards_of_runs(run_ids)
     out = {}
     for run_id, g in rewards.groupby("run_id") if not rewards.empty else []:
         ref = reference_mode(g["mode"].unique())
@@ -138,15 +129,13 @@ def _best_speedups(store: Store, run_ids: list[int]) -> dict[int, dict]:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def runs_total(
-    url: str, name: str = "", model: str = "", status: str = "", tag: str = "", archived: bool = False
-) -> int:
-    return queries.runs_count(_store(url), name, model, status, tag, archived)
+def runs_total(url: str, where: RunFilter = RunFilter()) -> int:
+    return _store(url).runs_count(where)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def warmup_count(url: str, run_id: int) -> int:
-    return queries.warmup_count(_store(url), run_id)
+    return _store(url).warmup_count(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -156,12 +145,12 @@ def request_count(url: str, run_id: int) -> int:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def tags(url: str) -> list[str]:
-    return tracker.all_tags(_store(url))
+    return _store(url).all_tags()
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def baseline(url: str, target: str) -> int | None:
-    return tracker.baseline_of(_store(url), target)
+    return _store(url).baseline_of(target)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -188,7 +177,7 @@ def spec_bench_positions(url: str, run_id: int) -> pd.DataFrame:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def prompt_rewards(url: str, run_id: int) -> pd.DataFrame:
     """What every speedup of a run is computed from (engine.analysis.speedup)."""
-    return queries.prompt_rewards(_store(url), run_id)
+    return _store(url).prompt_rewards(run_id)
 
 
 SAME_WORK = ("max_new_tokens", "dtype", "prompt_format", "device")  # settings under which one prompt is one work
@@ -209,7 +198,7 @@ def cross_run(url: str, run_id: int) -> tuple[int, object] | None:
     if info is None or info.bench is None:
         return None
     mine = rewards(url, run_id, ("target",))
-    for other_id in queries.same_target_runs(_store(url), run_id, info.target):
+    for other_id in _store(url).same_target_runs(run_id, info.target):
         other = run(url, other_id)
         if other is None or other.bench is None:
             continue
@@ -233,58 +222,58 @@ def intervals(url: str, run_id: int):
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def positions(url: str, run_id: int) -> pd.DataFrame:
-    return queries.positions(_store(url), run_id)
+    return _store(url).positions(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def request_sample(url: str, run_id: int) -> pd.DataFrame:
-    return queries.request_sample(_store(url), run_id)
+    return _store(url).request_sample(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def arm_totals(url: str, run_id: int) -> pd.DataFrame:
     """Sums per (mode, k), the time split's data; the results table is derived from the same cached frame."""
-    return queries.arm_totals(_store(url), run_id)
+    return _store(url).arm_totals(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def distill_for_run(url: str, run_id: int):
-    return distills.for_run(_store(url), run_id)
+    return _store(url).distill_for_run(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def policy_requests(url: str, run_id: int) -> pd.DataFrame:
-    return queries.policy_frame(_store(url), run_id)
+    return _store(url).policy_frame(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def bandit(url: str, run_id: int) -> dict[str, pd.DataFrame]:
-    return queries.bandit_history(_store(url), run_id)
+    return _store(url).bandit_history(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def identity(url: str, run_id: int):
-    return queries.identity(_store(url), run_id)
+    return _store(url).identity(run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def requests(url: str, run_id: int, mode: str, k: int | None, identical: str, prompt: str) -> pd.DataFrame:
-    return queries.requests_frame(_store(url), run_id, mode, k, identical, prompt)
+    return _store(url).requests_frame(run_id, mode, k, identical, prompt)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def request_detail(url: str, request_id: int):
-    return queries.request_detail(_store(url), request_id)
+    return _store(url).request_detail(request_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def rewards(url: str, run_id: int, modes: tuple[str, ...]) -> pd.DataFrame:
-    return queries.rewards(_store(url), run_id, list(modes))
+    return _store(url).rewards(run_id, list(modes))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def queue_state(url: str, run_id: int):
-    return queries.queue_state(_store(url), run_id)
+    return _store(url).queue_state(run_id)
 
 
 def workers(url: str) -> list[str]:

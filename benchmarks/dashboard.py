@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from benchmarks.common import spread, write
-from db import migrate, queries
-from db.entities import BanditRecord, PositionCount, RequestRecord
+from db import migrate
+from db.entities import BanditRecord, PositionCount, RequestRecord, RunFilter
 from db.store import Store
 
 MODES = [("target", 0), ("model_4", 4), ("bandit", None)]
@@ -91,13 +91,13 @@ def time_queries(url: str, repeats: int) -> dict:
     store = Store(url)
     shared = {}
     steps = {
-        "arm_totals": lambda: shared.update(totals=queries.arm_totals(store, 1)),
-        "mode_summaries": lambda: queries.mode_summaries(store, 1, totals=shared["totals"]),
-        "positions": lambda: queries.positions(store, 1),
-        "request_sample": lambda: queries.request_sample(store, 1),
-        "bandit": lambda: queries.bandit_history(store, 1),
-        "identity": lambda: queries.identity(store, 1),
-        "runs_frame": lambda: queries.runs_frame(store),
+        "arm_totals": lambda: shared.update(totals=store.arm_totals(1)),
+        "mode_summaries": lambda: store.mode_summaries(1, totals=shared["totals"]),
+        "positions": lambda: store.positions(1),
+        "request_sample": lambda: store.request_sample(1),
+        "bandit": lambda: store.bandit_history(1),
+        "identity": lambda: store.identity(1),
+        "runs_frame": lambda: store.runs_frame(),
     }
     out = {}
     for name, fn in steps.items():
@@ -130,7 +130,6 @@ def time_page(url: str) -> float:
 
 def build_runs(url: str, n: int) -> float:
     """n finished runs of 3 requests each, one in ten tagged and one in twenty archived: the Runs page's load."""
-    from db import tracker
 
     migrate.upgrade(url)
     store = Store(url)
@@ -147,9 +146,9 @@ def build_runs(url: str, n: int) -> float:
         )
         store.add_requests([synthetic(run.id, s, rng) for s in range(3)])
         if i % 10 == 0:
-            tracker.add_tags(store, run.id, [f"sweep-{i % 7}"])
+            store.add_tags(run.id, [f"sweep-{i % 7}"])
         if i % 20 == 0:
-            tracker.set_archived(store, run.id, True)
+            store.set_archived(run.id, True)
     return n / (time.perf_counter() - t0)
 
 
@@ -161,10 +160,10 @@ def time_runs_page(url: str, repeats: int) -> dict:
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        page = queries.runs_frame(store, limit=50, sort="name", descending=False)
-        queries.runs_count(store)
-        queries.run_mode_rates(store, page["id"].tolist())
-        queries.runs_frame(store, tag="sweep-3", limit=50)
+        page = store.runs_frame(limit=50, sort="name", descending=False)
+        store.runs_count()
+        store.run_mode_rates(page["id"].tolist())
+        store.runs_frame(RunFilter(tag="sweep-3"), limit=50)
         times.append(time.perf_counter() - t)
     os.environ["PHOENIX_DB"] = url
     os.environ["PHOENIX_AUTOSTART_WORKER"] = "0"

@@ -17,7 +17,6 @@ from pathlib import Path
 from benchmarks.common import RESULTS as RESULTS_DIR
 from benchmarks.common import latest
 from benchmarks.limits import markdown as limits_markdown
-from db import queries
 from db.entities import RunInfo
 from db.migrate import ensure_schema
 from db.store import Store, resolve_url
@@ -63,7 +62,7 @@ def bench_command(b: BenchConfig) -> str:
 
 
 def per_position_md(store: Store, run_id: int) -> str:
-    pos = queries.positions(store, run_id)
+    pos = store.positions(run_id)
     lines = []
     for mode, g in pos.groupby("mode", sort=False):
         if g["k"].nunique() > 1:  # a bandit's arms: the Run page draws each
@@ -95,12 +94,12 @@ def c_with_prefill(totals, run_drafter: str = "model", drafter_arms: bool = Fals
 
 
 def fit_md(store: Store, run_id: int) -> str:
-    totals = queries.arm_totals(store, run_id)
+    totals = store.arm_totals(run_id)
     bench = store.get_run(run_id).bench
     fit = fit_run(
-        queries.positions(store, run_id),
+        store.positions(run_id),
         totals,
-        queries.prompt_rewards(store, run_id),
+        store.prompt_rewards(run_id),
         bench.drafter if bench else "model",
         drafter_arms=bool(bench and bench.drafter_arms),
     )
@@ -137,8 +136,8 @@ def _pct(v) -> str:
 
 def policies_md(store: Store, run_id: int) -> str:
     """For runs with policies: each mode against the best fixed arm in hindsight, as the Policies page shows it."""
-    frame = queries.policy_frame(store, run_id)
-    paired = speedups(queries.prompt_rewards(store, run_id))
+    frame = store.policy_frame(run_id)
+    paired = speedups(store.prompt_rewards(run_id))
     best = best_fixed(frame, paired)
     if best is None or not frame["mode"].map(lambda m: m.startswith("bandit")).any():
         return ""
@@ -177,7 +176,7 @@ def engines_command(stored: dict) -> str:
 
 
 def divergence_md(store: Store, run_id: int) -> str:
-    identical, checked, diverged = queries.identity(store, run_id)
+    identical, checked, diverged = store.identity(run_id)
     text = f"Outputs checked against target-only on the same prompt and dtype: {identical} of {checked} identical"
     if not diverged.empty:
         firsts = diverged["diverged_at"].dropna().astype(int)

@@ -30,6 +30,18 @@ class RunInfo:
     config_error: str | None = None  # why the stored bench config did not parse (bench is then None), never hidden
 
 
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a list shows: each field narrows it, empty means any. Every value is a bound parameter."""
+
+    name: str = ""  # part of the run's name
+    model: str = ""  # part of the target's or the draft's name
+    status: str = ""  # the status as readers see it: a running run whose worker stopped beating reads 'interrupted'
+    tag: str = ""  # one tag, exactly
+    archived: bool = False  # include archived runs
+    stale_after_s: float | None = None  # seconds without a heartbeat before 'interrupted'; None: the store's default
+
+
 @dataclass
 class PositionCount:
     position: int

@@ -208,10 +208,9 @@ def test_policies_page_measures_each_policy_against_the_best_fixed_arm(app_db):
 
 
 def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
-    from db import distills
 
-    job = distills.create(app_db, {"distill": {"draft": "embedded", "eval_ks": "4"}}, "models/x-distilled")
-    distills.set_fields(app_db, job.id, before_run_id=1, after_run_id=2, losses=[2.5, 1.25], status="done")
+    job = app_db.create_distill({"distill": {"draft": "embedded", "eval_ks": "4"}}, "models/x-distilled")
+    app_db.set_distill_fields(job.id, before_run_id=1, after_run_id=2, losses=[2.5, 1.25], status="done")
     at = open_page("run", run=1)
     assert any("before evaluation of distillation #1" in t.value for t in at.text)
     before = " ".join(m.value for m in at.markdown)
@@ -541,7 +540,6 @@ def test_no_chart_clips_a_value_outside_its_fixed_axis(bad_counter_db, monkeypat
 
 
 def test_a_queued_run_shows_its_place_the_live_workers_an_eta_and_how_to_add_a_worker(app_db):
-    from db import queries
 
     busy = app_db.create_run("busy", {"bench": {}}, "embedded", "embedded", 30, status="queued")
     app_db.claim_next("elsewhere:42")  # a worker on another machine runs it now
@@ -551,7 +549,7 @@ def test_a_queued_run_shows_its_place_the_live_workers_an_eta_and_how_to_add_a_w
     info = " ".join(i.value for i in at.info)
     assert "Queued: number 2 in the queue (1 run ahead, 12 requests); 1 run in progress (30 requests left)" in info
     assert "Live workers: 1 (elsewhere:42)" in info and busy.id != mine.id
-    q = queries.queue_state(app_db, mine.id)
+    q = app_db.queue_state(mine.id)
     eta = (12 + 30 + 6) * q.mean_request_s
     assert any(
         f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s)" in c.value and "latest 60 measured" in c.value

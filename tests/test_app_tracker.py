@@ -18,9 +18,8 @@ HOSTILE_NOTE = (
 
 
 def test_a_note_renders_its_formatting_and_nothing_that_runs_or_loads(app_db):
-    from db import tracker
 
-    tracker.set_note(app_db, 1, HOSTILE_NOTE)
+    app_db.set_note(1, HOSTILE_NOTE)
     at = open_page("run", run=1)
     html = " ".join(h.proto.body for h in at.get("html"))
     assert "<strong>new draft</strong>" in html and "<h1>Why</h1>" in html
@@ -29,9 +28,8 @@ def test_a_note_renders_its_formatting_and_nothing_that_runs_or_loads(app_db):
 
 
 def test_the_run_page_saves_tags_and_a_note_archives_and_deletes_with_a_confirmation(app_db):
-    from db import tracker
 
-    tracker.add_tags(app_db, 2, ["draft-v2", "exp", "a, b"])  # known tags the picker offers; one holds a comma
+    app_db.add_tags(2, ["draft-v2", "exp", "a, b"])  # known tags the picker offers; one holds a comma
     at = open_page("run", run=1)
     at.multiselect(key="t_tags").set_value(["draft-v2", "exp"])
     at.text_area(key="t_note").input("made to test **v2**")
@@ -49,10 +47,9 @@ def test_the_run_page_saves_tags_and_a_note_archives_and_deletes_with_a_confirma
 
 
 def test_the_runs_page_filters_by_tag_hides_archived_and_pages_in_sql(app_db):
-    from db import tracker
 
-    tracker.add_tags(app_db, 1, ["baseline-run"])
-    tracker.set_archived(app_db, 2, True)
+    app_db.add_tags(1, ["baseline-run"])
+    app_db.set_archived(2, True)
     at = open_page("runs")
     table = next(d.value for d in at.dataframe if "open" in d.value.columns)
     assert table["id"].tolist() == [1]  # run 2 is archived
@@ -65,9 +62,8 @@ def test_the_runs_page_filters_by_tag_hides_archived_and_pages_in_sql(app_db):
 
 
 def test_a_pinned_baseline_shows_x_baseline_with_welchs_p_value_on_its_targets_runs(app_db):
-    from db import tracker
 
-    tracker.set_baseline(app_db, 1)
+    app_db.set_baseline(1)
     at = open_page("run", run=2)
     table = next(d.value for d in at.dataframe if "x baseline" in d.value.columns)
     assert set(table["mode"]) == {"target", "model_4", "bandit"}
@@ -92,9 +88,8 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
 
 def test_saving_only_the_note_keeps_a_tag_that_holds_a_comma_whole(app_db):
     """Before tags travelled as a list, the comma-joined box split 'a, b' into two tags on any save."""
-    from db import tracker
 
-    tracker.add_tags(app_db, 1, ["a, b", "solo"])
+    app_db.add_tags(1, ["a, b", "solo"])
     at = open_page("run", run=1)
     at.text_area(key="t_note").input("only the note changed")
     at.get("form_submit_button")[-1].click()
@@ -338,10 +333,9 @@ def test_compare_names_the_drafter_each_series_used_not_the_runs_drafter_flag(ap
 
 
 def test_a_baseline_pinned_on_unlike_runs_is_compared_with_a_warning_naming_the_difference(app_db):
-    from db import tracker
     from db.models import Run
 
-    tracker.set_baseline(app_db, 1)
+    app_db.set_baseline(1)
     with app_db.session_scope() as s:
         run = s.get(Run, 2)
         run.config = {**run.config, "bench": {**run.config["bench"], "max_new_tokens": 16}}

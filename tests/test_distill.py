@@ -8,7 +8,6 @@ import pytest
 import torch
 from helpers import interrupt_after
 
-from db import distills
 from engine.decode.decoder import format_prompt
 from engine.decode.spec import generate
 from engine.errors import PhoenixError
@@ -68,11 +67,11 @@ def test_the_pipeline_runs_end_to_end_and_records_its_job_with_both_runs(distill
     assert "base_model:" in card and "LoRA r=4" in card and f"{result['steps']} steps" in card
     assert result["answers"] == 4 and result["steps"] == 12  # 4 answers, batch 2, 6 epochs
     assert set(result["stage_seconds"]) == {"answers", "lora", "merge"}
-    job = distills.get(store, result["distill_id"])
+    job = store.get_distill(result["distill_id"])
     assert job.status == "done" and len(job.losses) == 12 and job.config["distill"]["lora_r"] == 4
     assert job.before_run_id and job.after_run_id and job.before_run_id != job.after_run_id
     assert store.get_run(job.after_run_id).draft == str(out)
-    assert distills.for_run(store, job.before_run_id).id == job.id
+    assert store.distill_for_run(job.before_run_id).id == job.id
     ev = job.evaluation
     assert set(ev["arms"]) == {"model_2"} and ev["arms"]["model_2"]["after"]["n"] == 2
     assert len(ev["arms"]["model_2"]["before"]["per_position"]) == 2
@@ -147,11 +146,11 @@ def test_an_interrupted_job_resumes_where_it_stopped_and_ends_as_an_uninterrupte
     hook = {"on_answer" if where == "answers" else "on_step": interrupt_after(2)}
     with pytest.raises(KeyboardInterrupt):
         run(cfg, store, progress=False, **hook)
-    job = distills.latest_for_out_dir(store, str((tmp_path / "b" / "distilled").resolve()))
+    job = store.latest_distill(str((tmp_path / "b" / "distilled").resolve()))
     assert job.status == "interrupted"
     resumed = run(cfg, store, progress=False)
     assert resumed["distill_id"] == job.id
-    assert distills.get(store, job.id).status == "done"
+    assert store.get_distill(job.id).status == "done"
     answers = Work(tmp_path / "b" / "distilled").read_answers()
     assert [a["id"] for a in answers] == ["p0", "p1", "p2", "p3"]  # nothing lost, nothing repeated
     assert resumed["steps"] == full["steps"]

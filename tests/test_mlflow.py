@@ -8,7 +8,6 @@ import os
 import pytest
 from helpers import build_db
 
-from db import tracker
 from engine.bench import report
 from engine.export.mlflow import MlflowTarget, export_run
 
@@ -25,8 +24,8 @@ pytestmark = [
 def exported(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("mlflow")  # one tracking store for the module: MLflow migrates it in ~2 s
     store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
-    tracker.add_tags(store, 1, ["baseline", "smollm2"])
-    tracker.set_note(store, 1, "why this run: the draft at k=4")
+    store.add_tags(1, ["baseline", "smollm2"])
+    store.set_note(1, "why this run: the draft at k=4")
     target = MlflowTarget(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="phoenix-test")
     return store, target, export_run(store, 1, target)
 

@@ -14,8 +14,6 @@ import pytest
 from helpers import build_db
 from test_browser import ARTIFACTS, CHROMIUM, ROOT, free_port
 
-from db import tracker
-
 MLFLOW = os.environ.get("PHOENIX_MLFLOW_UI") or str(ROOT / ".venv-mlflow" / "bin" / "mlflow")
 pytestmark = [
     pytest.mark.browser,
@@ -34,8 +32,8 @@ def ui(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("mlflow-ui")
     store = build_db(f"sqlite:///{folder / 'p.db'}")
-    tracker.add_tags(store, 1, ["baseline"])
-    tracker.set_note(store, 1, "why this run: the draft at k=4")
+    store.add_tags(1, ["baseline"])
+    store.set_note(1, "why this run: the draft at k=4")
     target = MlflowTarget(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}", experiment="phoenix-ui")
     done = export_run(store, 1, target)
     port = free_port()

@@ -10,7 +10,7 @@ import pytest
 from helpers import migrated, request_record
 from sqlalchemy import event
 
-import db.store as store_mod
+import db.connect as connect
 from db.store import Store, StoreError
 from engine.bench.recorder import Recorder
 
@@ -19,7 +19,7 @@ from engine.bench.recorder import Recorder
 def short_lock_store(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'phoenix.db'}"
     migrated(url)
-    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 200)  # a writer gives up after 0.2 s
+    monkeypatch.setattr(connect, "BUSY_TIMEOUT_MS", 200)  # a writer gives up after 0.2 s
     return Store(url), tmp_path / "phoenix.db"
 
 

@@ -18,7 +18,7 @@ from helpers import assert_one_line_error, migrated, pair_flags, run_cli, start_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db import queries
+from db.entities import RunFilter
 from db.store import Store
 from engine.errors import PhoenixError
 from engine.prompts.sets import parse_jsonl
@@ -230,9 +230,9 @@ def filter_store(tmp_path_factory):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=60), st.text(max_size=60), st.text(max_size=20))
 def test_store_filters_take_any_text_as_a_bound_parameter(filter_store, name, model, status):
-    df = queries.runs_frame(filter_store, name, model, status)
+    df = filter_store.runs_frame(RunFilter(name=name, model=model, status=status))
     assert len(df) <= 1
-    assert queries.requests_frame(filter_store, 1, mode=name, prompt=model).empty
+    assert filter_store.requests_frame(1, mode=name, prompt=model).empty
     assert [r.name for r in filter_store.list_runs()] == ["alpha"]
 
 

@@ -8,10 +8,9 @@ import pytest
 from helpers import assert_one_line_error, migrated, request_record, run_cli
 from sqlalchemy import create_engine, inspect
 
-from db import migrate, queries
+from db import migrate
 from db.entities import BanditRecord, PositionCount
 from db.models import Base
-from db.queries import mode_summaries, positions
 from db.store import Store, StoreError, resolve_url
 
 
@@ -112,7 +111,7 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
             ),
         ]
     )
-    by = {m.mode: m for m in mode_summaries(store, run.id)}
+    by = {m.mode: m for m in store.mode_summaries(run.id)}
     assert by["target"].n == 1 and by["target"].tokens_per_s == 10.0
     assert by["model_4"].tokens_per_s == pytest.approx((20 / 1.0 + 20 / 3.0) / 2)  # the mean of per-request tokens/s
     assert by["model_4"].acceptance == 8 / 16
@@ -126,7 +125,7 @@ def test_positions_sum_per_mode_and_arm(store):
     store.add_requests(
         [request_record(run.id, i, positions=[PositionCount(0, 2, 2, 2), PositionCount(1, 2, 1, 2)]) for i in range(2)]
     )
-    rows = positions(store, run.id).to_dict(orient="records")
+    rows = store.positions(run.id).to_dict(orient="records")
     assert rows == [
         {"mode": "model_4", "k": 4, "position": 0, "proposed": 4, "accepted": 4, "reached": 4},
         {"mode": "model_4", "k": 4, "position": 1, "proposed": 4, "accepted": 2, "reached": 4},
@@ -141,7 +140,7 @@ def test_latency_percentiles_in_sql_equal_numpys(store, latencies):
 
     run = store.create_run("r", {}, "t", "d", total=len(latencies))
     store.add_requests([request_record(run.id, i, latency=lat) for i, lat in enumerate(latencies)])
-    (m,) = mode_summaries(store, run.id)
+    (m,) = store.mode_summaries(run.id)
     assert m.p50_latency_s == pytest.approx(np.percentile(latencies, 50))
     assert m.p95_latency_s == pytest.approx(np.percentile(latencies, 95))
 
@@ -164,7 +163,7 @@ def test_the_bandit_history_is_aggregated_into_windows_of_decisions(any_store, p
         )
         recs.append(rec)
     store.add_requests(recs)
-    h = queries.bandit_history(store, run.id, points=points)
+    h = store.bandit_history(run.id, points=points)
     windows = list(range(0, 10, width))
     assert h["signals"]["t"].tolist() == windows and h["signals"]["n"].sum() == 10
     first = list(range(min(width, 10)))
@@ -240,11 +239,11 @@ def test_unwritable_database_path_is_one_clear_error(tmp_path):
 
 def test_locked_database_fails_with_a_clear_message_and_keeps_rows(sqlite_store, tmp_path, monkeypatch):
     store = sqlite_store
-    import db.store as store_mod
+    import db.connect as connect
 
     run = store.create_run("r", {}, "t", "d", total=1)
     store.add_requests([request_record(run.id, 0)])
-    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(connect, "BUSY_TIMEOUT_MS", 100)
     short = Store(store.url)
     blocker = sqlite3.connect(tmp_path / "phoenix.db")
     blocker.execute("BEGIN IMMEDIATE")

@@ -7,7 +7,7 @@ import random
 import pytest
 from helpers import app_record, assert_one_line_error, run_cli
 
-from db import distills, tracker
+from db import tracker
 from db.store import Store
 
 
@@ -32,50 +32,50 @@ def any_runs(any_store):
 
 
 def test_tags_are_added_once_removed_and_listed_sorted(any_runs):
-    assert tracker.add_tags(any_runs, 1, ["draft-v2", " baseline ", "draft-v2"]) == ["baseline", "draft-v2"]
-    assert tracker.add_tags(any_runs, 3, ["x"]) == ["x"]
+    assert any_runs.add_tags(1, ["draft-v2", " baseline ", "draft-v2"]) == ["baseline", "draft-v2"]
+    assert any_runs.add_tags(3, ["x"]) == ["x"]
     assert any_runs.get_run(1).tags == ["baseline", "draft-v2"] and [r.tags for r in any_runs.list_runs()] == [
         ["x"],
         [],
         ["baseline", "draft-v2"],
     ]
-    assert tracker.remove_tags(any_runs, 1, ["baseline"]) == ["draft-v2"]
-    assert tracker.all_tags(any_runs) == ["draft-v2", "x"]
+    assert any_runs.remove_tags(1, ["baseline"]) == ["draft-v2"]
+    assert any_runs.all_tags() == ["draft-v2", "x"]
 
 
 @pytest.mark.parametrize("tags", [[""], ["   "], ["a\nb"], ["t" * 101], ["\u3164"], ["\u2800\u2800"], ["\u200b"]])
 def test_a_bad_tag_is_refused(any_runs, tags):
     with pytest.raises(tracker.TrackerError, match="tags are 1..100 visible, printable characters"):
-        tracker.add_tags(any_runs, 1, tags)
+        any_runs.add_tags(1, tags)
 
 
 def test_archive_hides_nothing_from_the_store_and_comes_back(any_runs):
-    tracker.set_archived(any_runs, 1, True)
+    any_runs.set_archived(1, True)
     assert any_runs.get_run(1).archived and len(any_runs.requests(1)) == 3
-    tracker.set_archived(any_runs, 1, False)
+    any_runs.set_archived(1, False)
     assert not any_runs.get_run(1).archived
 
 
 def test_delete_removes_the_run_and_every_row_in_one_go_and_refuses_a_running_run(any_runs):
-    tracker.add_tags(any_runs, 1, ["gone"])
-    tracker.set_baseline(any_runs, 1)
-    job = distills.create(any_runs, {}, "out")
-    distills.set_fields(any_runs, job.id, before_run_id=1, after_run_id=3)
-    assert tracker.delete_run(any_runs, 1) == 3
-    assert any_runs.get_run(1) is None and any_runs.count_requests(1) == 0 and tracker.all_tags(any_runs) == []
-    assert tracker.baseline_of(any_runs, "tgt") is None
-    assert (distills.get(any_runs, job.id).before_run_id, distills.get(any_runs, job.id).after_run_id) == (None, 3)
+    any_runs.add_tags(1, ["gone"])
+    any_runs.set_baseline(1)
+    job = any_runs.create_distill({}, "out")
+    any_runs.set_distill_fields(job.id, before_run_id=1, after_run_id=3)
+    assert any_runs.delete_run(1) == 3
+    assert any_runs.get_run(1) is None and any_runs.count_requests(1) == 0 and any_runs.all_tags() == []
+    assert any_runs.baseline_of("tgt") is None
+    assert (any_runs.get_distill(job.id).before_run_id, any_runs.get_distill(job.id).after_run_id) == (None, 3)
     with pytest.raises(tracker.TrackerError, match="run 2 is running; cancel it first"):
-        tracker.delete_run(any_runs, 2)
+        any_runs.delete_run(2)
     assert any_runs.get_run(2) is not None
 
 
 def test_one_baseline_per_target_model(any_runs):
-    assert tracker.set_baseline(any_runs, 1) == "tgt"
-    tracker.set_baseline(any_runs, 2)
-    assert tracker.baseline_of(any_runs, "tgt") == 2 and tracker.baseline_of(any_runs, "other") is None
-    tracker.clear_baseline(any_runs, "tgt")
-    assert tracker.baseline_of(any_runs, "tgt") is None
+    assert any_runs.set_baseline(1) == "tgt"
+    any_runs.set_baseline(2)
+    assert any_runs.baseline_of("tgt") == 2 and any_runs.baseline_of("other") is None
+    any_runs.clear_baseline("tgt")
+    assert any_runs.baseline_of("tgt") is None
 
 
 def test_the_cli_tags_notes_archives_and_deletes(capsys, runs, db_url):
@@ -116,17 +116,17 @@ def test_bad_tracker_input_is_one_line_and_exit_2(capsys, runs, db_url, argv, pa
 
 def test_two_spellings_of_one_tag_are_one_tag(any_runs):
     composed, decomposed = "caf\u00e9", "cafe\u0301"
-    assert tracker.add_tags(any_runs, 1, [composed]) == [composed]
-    assert tracker.add_tags(any_runs, 1, [decomposed]) == [composed]  # stored NFC
+    assert any_runs.add_tags(1, [composed]) == [composed]
+    assert any_runs.add_tags(1, [decomposed]) == [composed]  # stored NFC
 
 
 def test_replacing_tags_with_one_bad_tag_changes_nothing(any_runs):
-    tracker.add_tags(any_runs, 1, ["keep", "these"])
+    any_runs.add_tags(1, ["keep", "these"])
     with pytest.raises(tracker.TrackerError):
-        tracker.set_tags(any_runs, 1, ["keep", "bad\ttag"])
+        any_runs.set_tags(1, ["keep", "bad\ttag"])
     assert any_runs.get_run(1).tags == ["keep", "these"]
-    assert tracker.set_tags(any_runs, 1, ["new", "keep"]) == ["keep", "new"]
-    assert tracker.set_tags(any_runs, 1, []) == []
+    assert any_runs.set_tags(1, ["new", "keep"]) == ["keep", "new"]
+    assert any_runs.set_tags(1, []) == []
 
 
 def test_a_run_whose_worker_still_lives_here_is_not_deleted_even_when_it_reads_as_interrupted(any_runs):
@@ -136,7 +136,7 @@ def test_a_run_whose_worker_still_lives_here_is_not_deleted_even_when_it_reads_a
             from db.models import Run
 
             s.get(Run, 2).worker_id = "host:1"
-        tracker.delete_run(any_runs, 2, worker_alive=lambda worker: worker == "host:1")
+        any_runs.delete_run(2, worker_alive=lambda worker: worker == "host:1")
     assert any_runs.get_run(2) is not None
 
 
@@ -146,9 +146,9 @@ def _race(args) -> str:
     store = Store(url)
     try:
         if op == "tag":
-            tracker.add_tags(store, 1, ["shared", f"own-{i % 3}"])
+            store.add_tags(1, ["shared", f"own-{i % 3}"])
         else:
-            tracker.set_baseline(store, 1 if i % 2 else 3)
+            store.set_baseline(1 if i % 2 else 3)
         return "ok"
     except Exception as exc:  # the outcome is the test's subject: any failure is reported, not raised
         return f"{type(exc).__name__}: {exc}"
@@ -171,7 +171,7 @@ def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_stor
     if op == "tag":
         assert any_store.get_run(1).tags == ["own-0", "own-1", "own-2", "shared"]
     else:
-        assert tracker.baseline_of(any_store, "tgt") in (1, 3)
+        assert any_store.baseline_of("tgt") in (1, 3)
 
 
 @pytest.mark.parametrize(
@@ -180,11 +180,11 @@ def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_stor
 )
 def test_a_note_is_markdown_text_with_newlines_but_no_other_control_characters(any_runs, text, ok):
     if ok:
-        tracker.set_note(any_runs, 1, text)
+        any_runs.set_note(1, text)
         assert any_runs.get_run(1).note == text
     else:
         with pytest.raises(tracker.TrackerError, match="other control characters are not"):
-            tracker.set_note(any_runs, 1, text)
+            any_runs.set_note(1, text)
         assert any_runs.get_run(1).note is None
 
 
@@ -197,7 +197,7 @@ def _delete_or_requeue(args) -> tuple[str, bool]:
         if op == "requeue":
             return op, store.requeue(run_id)
         try:
-            tracker.delete_run(store, run_id)
+            store.delete_run(run_id)
             return op, True
         except tracker.TrackerError:
             return op, False

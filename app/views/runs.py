@@ -7,6 +7,7 @@ import math
 import streamlit as st
 
 from app import data, urlstate, widgets
+from db.entities import RunFilter
 from db.queries import RUN_SORTS
 from engine.analysis.speedup import SPEEDUP
 
@@ -40,8 +41,8 @@ def render() -> None:
     )
     descending = s2.toggle("Descending", value=urlstate.qp("asc") != "1", key="f_desc")
     archived = s3.toggle("Show archived", value=urlstate.qp("archived") == "1", key="f_archived")
-    filters = dict(name=name, model=model, status=status, tag=tag, archived=archived)
-    total = data.runs_total(url, **filters)
+    filters = RunFilter(name=name, model=model, status=status, tag=tag, archived=archived)
+    total = data.runs_total(url, filters)
     pages = max(1, math.ceil(total / PAGE_SIZE))
     page = st.number_input(
         f"Page (of {pages}; {total:,} runs)", 1, pages, min(urlstate.qp_int("page") or 1, pages), key="f_page"
@@ -56,7 +57,7 @@ def render() -> None:
         asc=None if descending else "1",
         page=None if page == 1 else page,
     )
-    if total == 0 and not any((name, model, status, tag)) and data.runs_total(url, archived=True) == 0:
+    if total == 0 and not any((name, model, status, tag)) and data.runs_total(url, RunFilter(archived=True)) == 0:
         widgets.empty_state()
         return
     table(url, filters, sort, descending, int(page))
@@ -66,8 +67,8 @@ def render() -> None:
 
 
 @st.fragment(run_every="3s")
-def table(url: str, filters: dict, sort: str, descending: bool, page: int) -> None:
-    df = data.runs(url, **filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, sort=sort, descending=descending)
+def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int) -> None:
+    df = data.runs(url, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, sort=sort, descending=descending)
     if df.empty:
         st.warning("No run matches these filters.")
         return

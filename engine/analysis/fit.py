@@ -36,7 +36,7 @@ def fit_run(
     run_drafter: str = "model",
     drafter_arms: bool = False,
 ) -> RunFit:
-    """``rewards``: the run's prompt_id, mode, k and tokens_per_s per request (db.queries.prompt_rewards), for the
+    """``rewards``: the run's prompt_id, mode, k and tokens_per_s per request (Store.prompt_rewards), for the
     measured points, which are the run's speedup per arm (the one definition). The fit covers the modes that draft
     with ``run_drafter`` (--drafter: its bandits and its fixed modes). ``drafter_arms``: the run's bandits chose
     among drafters (--drafter-arms), so their requests mix drafters and stay out of a fit that assumes one."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from db import queries
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
 from engine.analysis.speedup import Spread, speedups
@@ -22,9 +21,9 @@ REPORT_BY = ("mode", "column")  # the results table, or Spec-Bench's per-column 
 
 def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
     """The results table's rows, each with its speedup against the run's reference mode (None without one)."""
-    rows = queries.mode_summaries(store, run_id, totals=totals)
+    rows = store.mode_summaries(run_id, totals=totals)
     base = reference_mode(m.mode for m in rows)
-    paired = speedups(queries.prompt_rewards(store, run_id), base) if base else {}
+    paired = speedups(store.prompt_rewards(run_id), base) if base else {}
     for m in rows:
         m.speedup = paired.get(m.mode)
         m.acceptance_ci = wilson(m.accepted, m.proposed)
@@ -106,11 +105,11 @@ def served_setting(info: RunInfo) -> str:
 
 def spec_bench(store: Store, run_id: int) -> pd.DataFrame:
     """Spec-Bench runs: the leaderboard's table (engine.bench.leaderboard), empty for other prompts."""
-    return leaderboard(queries.category_requests(store, run_id))
+    return leaderboard(store.category_requests(run_id))
 
 
 def spec_bench_positions(store: Store, run_id: int) -> pd.DataFrame:
-    return per_position(queries.category_positions(store, run_id))
+    return per_position(store.category_positions(run_id))
 
 
 def csv_rows(rows: list[ModeSummary]) -> list[dict]:

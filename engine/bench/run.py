@@ -13,7 +13,6 @@ from dataclasses import asdict
 
 from tqdm import tqdm
 
-from db.queries import mode_summaries
 from db.store import Store
 from engine.bench.config import BenchConfig
 from engine.bench.recorder import Recorder
@@ -181,7 +180,7 @@ def execute(
 
 def _report_acceptance(store: Store, run_id: int, telemetry) -> None:
     try:
-        rows = [m for m in mode_summaries(store, run_id) if m.proposed]
+        rows = [m for m in store.mode_summaries(run_id) if m.proposed]
         telemetry.run_acceptance(run_id, sum(m.accepted for m in rows), sum(m.proposed for m in rows))
         telemetry.flush()
     except Exception:

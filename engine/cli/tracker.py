@@ -1,4 +1,5 @@
-"""`tag`, `untag`, `note`, `archive`, `unarchive`, `delete` and `baseline`: a thin layer over db.tracker."""
+"""`tag`, `untag`, `note`, `archive`, `unarchive`, `delete` and `baseline`: a thin layer over the Store's tracker
+methods (db/tracker.py)."""
 
 from __future__ import annotations
 
@@ -8,37 +9,39 @@ from engine.queue.autostart import worker_alive_here
 
 
 def cmd_tag(args) -> int:
-    print(f"run {args.run}: tags {', '.join(tracker.add_tags(open_store(args.db), args.run, args.tags))}")
+    print(f"run {args.run}: tags {', '.join(open_store(args.db).add_tags(args.run, args.tags))}")
     return 0
 
 
 def cmd_untag(args) -> int:
-    left = tracker.remove_tags(open_store(args.db), args.run, args.tags)
+    left = open_store(args.db).remove_tags(args.run, args.tags)
     print(f"run {args.run}: tags {', '.join(left) or '(none)'}")
     return 0
 
 
 def cmd_note(args) -> int:
-    tracker.set_note(open_store(args.db), args.run, args.text)
+    open_store(args.db).set_note(args.run, args.text)
     print(f"run {args.run}: note {'set' if args.text else 'cleared'}")
     return 0
 
 
 def cmd_archive(args) -> int:
-    tracker.set_archived(open_store(args.db), args.run, args.command == "archive")
+    open_store(args.db).set_archived(args.run, args.command == "archive")
     print(f"run {args.run}: {args.command}d")
     return 0
 
 
 def cmd_delete(args) -> int:
     store = open_store(args.db)
-    n = tracker.request_count(store, args.run)
+    if store.get_run(args.run) is None:
+        raise tracker.TrackerError(f"no run {args.run}: see `python -m engine runs`")
+    n = store.count_requests(args.run)
     if not args.yes:
         raise tracker.TrackerError(
             f"deleting run {args.run} removes it and its {n} requests for good; "
             f"pass --yes to confirm, or `archive {args.run}` to hide it instead"
         )
-    tracker.delete_run(store, args.run, worker_alive=worker_alive_here)
+    store.delete_run(args.run, worker_alive=worker_alive_here)
     print(f"run {args.run} deleted with its {n} requests")
     return 0
 
@@ -49,10 +52,10 @@ def cmd_baseline(args) -> int:
         run = store.get_run(args.run)
         if run is None:
             raise tracker.TrackerError(f"no run {args.run}: see `python -m engine runs`")
-        tracker.clear_baseline(store, run.target)
+        store.clear_baseline(run.target)
         print(f"no baseline for {run.target}")
     else:
-        print(f"run {args.run} is the baseline of {tracker.set_baseline(store, args.run)}")
+        print(f"run {args.run} is the baseline of {store.set_baseline(args.run)}")
     return 0
 
 

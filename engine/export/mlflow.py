@@ -12,7 +12,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from db import queries
 from db.store import Store
 from engine.analysis.breakeven import rates
 from engine.analysis.fit import reached_of
@@ -86,7 +85,7 @@ def metrics_of(store: Store, run_id: int) -> list[tuple[str, float, int]]:
                 speedup_ci_high=m.speedup.high,
             )
         out += [(key(f"{m.mode}/{name}"), float(v), 0) for name, v in figures.items() if v is not None]
-    pos = queries.positions(store, run_id)
+    pos = store.positions(run_id)
     for (mode, k), g in pos.groupby(["mode", "k"], sort=True) if not pos.empty else []:
         g = g.sort_values("position")
         uncond, _ = rates(g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist(), reached_of(g))

@@ -3,7 +3,6 @@ distilled draft, compared side by side per arm."""
 
 from __future__ import annotations
 
-from db import distills, queries
 from db.store import Store
 from engine.analysis.stats import welch
 from engine.bench.config import BenchConfig
@@ -32,11 +31,11 @@ def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, pr
             name=f"distill #{distill_id} {label}",
         )
         run = create_run(store, bench)
-        distills.set_fields(store, distill_id, **{f"{label}_run_id": run.id})
+        store.set_distill_fields(distill_id, **{f"{label}_run_id": run.id})
         execute(store, run.id, bench, progress=progress)
         runs[label] = run.id
     evaluation = compare(store, runs["before"], runs["after"], [f"model_{k}" for k in ks])
-    distills.set_fields(store, distill_id, evaluation=evaluation)
+    store.set_distill_fields(distill_id, evaluation=evaluation)
     return evaluation
 
 
@@ -45,8 +44,8 @@ class RunFigures:
 
     def __init__(self, store: Store, run_id: int):
         self.summaries = {m.mode: m for m in summaries(store, run_id)}
-        self.positions = queries.positions(store, run_id)
-        self.rewards = queries.rewards(store, run_id, list(self.summaries))
+        self.positions = store.positions(run_id)
+        self.rewards = store.rewards(run_id, list(self.summaries))
 
     def arm(self, mode: str) -> dict:
         rows = self.positions[self.positions["mode"] == mode]

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from db import distills
 from db.store import Store
 from engine.bench.setup import environment
 from engine.decode.loading import load_pair
@@ -105,13 +104,13 @@ def run(
 def _job(store: Store | None, cfg: DistillConfig, out: Path):
     if store is None:
         return None
-    row = distills.latest_for_out_dir(store, str(out))
+    row = store.latest_distill(str(out))
     if row is not None:
-        distills.set_fields(store, row.id, status="running", error=None)
+        store.set_distill_fields(row.id, status="running", error=None)
         return row
-    return distills.create(store, {"distill": asdict(cfg), "environment": environment()}, str(out))
+    return store.create_distill({"distill": asdict(cfg), "environment": environment()}, str(out))
 
 
 def _record(store: Store | None, row, **values) -> None:
     if store is not None and row is not None:
-        distills.set_fields(store, row.id, **values)
+        store.set_distill_fields(row.id, **values)
