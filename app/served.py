@@ -12,7 +12,7 @@ from engine.serve.client import level_notes
 
 
 def watch(url: str, info) -> bool:
-    """A `serve watch` run: its intervals as a table and acceptance over time; True when this run is one."""
+    """A `engines watch` run: its intervals as a table and acceptance over time; True when this run is one."""
     if "serve_watch" not in info.config:
         return False
     intervals = data.intervals(url, info.id)
@@ -66,7 +66,7 @@ def watch(url: str, info) -> bool:
 
 
 def server_counters(info) -> None:
-    """`serve engines`: each server's own spec-decode counters over the run, per-position curve included."""
+    """`engines side-by-side`: each server's own spec-decode counters over the run, per-position curve included."""
     levels = info.config.get("server_counters")
     if not levels:
         return

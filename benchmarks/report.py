@@ -161,7 +161,7 @@ def policies_md(store: Store, run_id: int) -> str:
 
 
 def engines_command(stored: dict) -> str:
-    """`serve engines` with the flags that differ from its defaults."""
+    """`engines side-by-side` with the flags that differ from its defaults."""
     from dataclasses import asdict
 
     from engine.serve.engines import EnginesConfig
@@ -172,7 +172,7 @@ def engines_command(stored: dict) -> str:
         for k, v in stored.items()
         if k in defaults and v != defaults[k]
     ]
-    return " ".join(["python -m engine serve engines", *flags])
+    return " ".join(["python -m engine engines side-by-side", *flags])
 
 
 def divergence_md(store: Store, run_id: int) -> str:

@@ -95,6 +95,8 @@ class RequestRecord:
     turn: int | None = None  # the conversation turn of a multi-turn prompt (1, 2, ...), None for one-turn sets (0019)
     category: str | None = None  # the prompt's category (Spec-Bench's 13), None where the set has none (0019)
     prompt_text: str | None = None  # stored once per (run, prompt) in run_prompts (0022), not in the request row
+    queue_s: float | None = None  # served by Phoenix: waiting before its prefill (0024); None otherwise
+    batch_size: float | None = None  # served by Phoenix: the mean batch its passes ran in (0024); None otherwise
     positions: list[PositionCount] = field(default_factory=list)
     bandit: BanditRecord | None = None
     id: int | None = None
@@ -102,8 +104,28 @@ class RequestRecord:
 
 
 @dataclass
+class ServeStepRecord:
+    """One step of Phoenix's server loop (serve_steps)."""
+
+    step: int
+    at_s: float
+    batch: int
+    width: int
+    drafter: str
+    k: int | None
+    explored: bool | None
+    estimate: float | None
+    estimate_off: float | None
+    draft_s: float
+    verify_s: float
+    proposed: int
+    accepted: int
+    emitted: int
+
+
+@dataclass
 class WatchInterval:
-    """A live server's counters over one interval of `serve watch`, as deltas."""
+    """A live server's counters over one interval of `engines watch`, as deltas."""
 
     seq: int
     seconds: float

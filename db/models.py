@@ -82,6 +82,8 @@ class Request(Base):
     drafter: Mapped[str | None] = mapped_column(String(20), nullable=True)  # what drafted (0018); NULL before
     turn: Mapped[int | None] = mapped_column(Integer, nullable=True)  # conversation turn, multi-turn sets (0019)
     category: Mapped[str | None] = mapped_column(String(40), nullable=True)  # the prompt's category (0019)
+    queue_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # served: waiting before the prefill (0024)
+    batch_size: Mapped[float | None] = mapped_column(Float, nullable=True)  # served: its passes' mean batch (0024)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     __table_args__ = (
@@ -128,7 +130,7 @@ class RunPrompt(Base):
 
 
 class WatchInterval(Base):
-    """One interval of `serve watch`: a live server's spec-decode counters, as deltas over the interval (0021;
+    """One interval of `engines watch`: a live server's spec-decode counters, as deltas over the interval (0021;
     before, each was a fake request named interval-N)."""
 
     __tablename__ = "watch_intervals"
@@ -140,6 +142,27 @@ class WatchInterval(Base):
     accepted: Mapped[int] = mapped_column(Integer)
     generation_tokens: Mapped[int] = mapped_column(Integer)
     per_position: Mapped[list] = mapped_column(JSON)  # accepted per draft position (vLLM's unconditional counts)
+
+
+class ServeStep(Base):
+    """One step of Phoenix's server loop: the batch, the widest row, the tuner's decision and what it gave (0023)."""
+
+    __tablename__ = "serve_steps"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at_s: Mapped[float] = mapped_column(Float)  # seconds since the server's loop started
+    batch: Mapped[int] = mapped_column(Integer)
+    width: Mapped[int] = mapped_column(Integer)  # tokens per row of the forward: 1 + the longest draft
+    drafter: Mapped[str] = mapped_column(String(40))
+    k: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the tuner's k; None where every row fixed its own
+    explored: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    estimate: Mapped[float | None] = mapped_column(Float, nullable=True)  # expected tokens/s at k
+    estimate_off: Mapped[float | None] = mapped_column(Float, nullable=True)  # ... with speculation off
+    draft_s: Mapped[float] = mapped_column(Float)
+    verify_s: Mapped[float] = mapped_column(Float)
+    proposed: Mapped[int] = mapped_column(Integer)
+    accepted: Mapped[int] = mapped_column(Integer)
+    emitted: Mapped[int] = mapped_column(Integer)
 
 
 class Distill(Base):

@@ -33,7 +33,7 @@ from db.connect import (  # noqa: F401  (re-exported: callers name them from db.
     status_expr,
 )
 from db.distills import Distills
-from db.models import BanditStep, Request, RequestPosition, Run, RunPrompt, WatchInterval, utcnow
+from db.models import BanditStep, Request, RequestPosition, Run, RunPrompt, ServeStep, WatchInterval, utcnow
 from db.queries import Queries
 from db.tracker import Tracker
 
@@ -209,11 +209,25 @@ class Store(Queries, Tracker, Distills, StoreBase):
             return [_request(r, positions.get(r.id, [])) for r in rows]
 
     def add_interval(self, run_id: int, interval: E.WatchInterval) -> None:
-        """One `serve watch` interval and the run's progress (intervals so far), in one transaction."""
+        """One `engines watch` interval and the run's progress (intervals so far), in one transaction."""
         with self.session_scope() as s:
             s.add(WatchInterval(run_id=run_id, **asdict(interval)))
             s.flush()
             _progress(s, run_id, interval.seq + 1)
+
+    def add_serve_steps(self, run_id: int, steps: list[E.ServeStepRecord]) -> None:
+        """Steps of Phoenix's server loop, in one transaction (the recorder writes them as they come)."""
+        if steps:
+            with self.session_scope() as s:
+                s.execute(insert(ServeStep), [{"run_id": run_id, **asdict(step)} for step in steps])
+
+    def serve_steps(self, run_id: int, limit: int | None = None) -> list[E.ServeStepRecord]:
+        """A served run's steps in order; with ``limit``, the latest ones."""
+        with self.session_scope() as s:
+            q = select(ServeStep).where(ServeStep.run_id == run_id).order_by(ServeStep.step.desc())
+            rows = list(s.scalars(q.limit(limit) if limit else q))[::-1]
+            fields = E.ServeStepRecord.__dataclass_fields__
+            return [E.ServeStepRecord(**{f: getattr(r, f) for f in fields}) for r in rows]
 
     def prompt_text(self, run_id: int, prompt_id: str) -> str | None:
         """The text a run sent for a prompt; None for runs recorded before 0022 kept it."""

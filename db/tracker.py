@@ -13,7 +13,18 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from db.connect import StoreBase, StoreError, rowcount, status_expr
-from db.models import BanditStep, Baseline, Distill, Request, RequestPosition, Run, RunTag
+from db.models import (
+    BanditStep,
+    Baseline,
+    Distill,
+    Request,
+    RequestPosition,
+    Run,
+    RunPrompt,
+    RunTag,
+    ServeStep,
+    WatchInterval,
+)
 
 MAX_TAG = 100
 MAX_NOTE = 20_000
@@ -135,7 +146,8 @@ class Tracker(StoreBase):
             s.execute(delete(RequestPosition).where(RequestPosition.request_id.in_(ids)))
             s.execute(delete(BanditStep).where(BanditStep.request_id.in_(ids)))
             s.execute(delete(Request).where(Request.run_id == run_id))
-            s.execute(delete(RunTag).where(RunTag.run_id == run_id))
+            for table in (RunTag, RunPrompt, WatchInterval, ServeStep):
+                s.execute(delete(table).where(table.run_id == run_id))
             s.execute(delete(Baseline).where(Baseline.run_id == run_id))
             s.execute(update(Distill).where(Distill.before_run_id == run_id).values(before_run_id=None))
             s.execute(update(Distill).where(Distill.after_run_id == run_id).values(after_run_id=None))

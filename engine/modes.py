@@ -43,9 +43,12 @@ _GRAMMAR = re.compile(
     r"^(?:(?P<target>target)"
     r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
     r"|(?P<kind>model|ngram|suffix|eagle3|hf|fixed)_(?P<k>\d+)"
-    r"|(?P<served>vllm|sglang|llamacpp)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?_(?:c(?P<level>\d+)|(?P<watch>watch)))$"
+    r"|(?P<served>vllm|sglang|llamacpp|phoenix)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?"
+    r"_(?:c(?P<level>\d+)|(?P<watch>watch)|(?P<live>live)))$"
 )
-SERVING_ENGINES = ("vllm", "sglang", "llamacpp")  # OpenAI-compatible servers whose spec-decode counters Phoenix reads
+SERVING_ENGINES = ("vllm", "sglang", "llamacpp", "phoenix")  # OpenAI-compatible servers whose spec-decode counters
+# Phoenix reads; phoenix is its own (`python -m engine serve`): phoenix-<variant>_live is a request its server
+# recorded, phoenix-<variant>_c<N> one a load sweep sent at concurrency N
 # Every mode names its drafter: model_<k> is the draft model. fixed_<k>, which took its drafter from the run's
 # --drafter, is read as an alias (a new run stores <drafter>_<k>; migration 0020 renamed old runs' rows).
 FIXED_ARM_KINDS = ("target", "model", "ngram", "suffix", "eagle3", "fixed")

@@ -305,3 +305,11 @@ def write_tiny_gguf(path: Path, tokenizer, hidden: int = 32, layers: int = 2, se
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -617,8 +617,8 @@ def test_a_bandit_that_only_explored_so_far_says_why_its_panels_are_thin(tmp_pat
 
 
 def test_a_server_runs_reference_is_named_so_and_its_divergences_show_no_none(tmp_path, monkeypatch):
-    """A `serve engines` run: llamacpp-none_c1 is what every ratio is against, and a diverging server output (text,
-    no token position, no trace) shows blanks, not Python's None."""
+    """An `engines side-by-side` run: llamacpp-none_c1 is what every ratio is against, and a diverging server output
+    (text, no token position, no trace) shows blanks, not Python's None."""
     url = f"sqlite:///{tmp_path / 'served.db'}"
     store = Store(migrated(url))
     run = store.create_run("served", {"engine": {"engine": "llamacpp"}}, "smollm2", None, 4, status="done")

@@ -27,7 +27,7 @@ ALLOWED = {
     "queue": {"base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench", "queue"},
     "export": {"base", "analysis", "db", "bench", "export"},
     "train": {"base", "prompts", "decode", "analysis", "db", "bench", "train"},
-    "serve": {"base", "prompts", "decode", "analysis", "db", "bench", "queue", "serve"},
+    "serve": {"base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "serve"},
     "cli": {
         "base",
         "prompts",

@@ -1,5 +1,5 @@
 """A real serving engine in the loop: llama.cpp's llama-server (requirements-engines.txt) serving SmolLM2's Q4_1
-GGUF on the CPU, started by `python -m engine llamacpp start`, swept by `python -m engine serve sweep`."""
+GGUF on the CPU, started by `python -m engine llamacpp start`, swept by `python -m engine engines sweep`."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _sweep(db_url: str, prompts: str, spec_type: str) -> tuple[int, str]:
         swept = subprocess.run(
             cli
             + [
-                "serve",
+                "engines",
                 "sweep",
                 "--url",
                 f"http://127.0.0.1:{port}",

@@ -195,8 +195,8 @@ def test_sglangs_acceptance_gauges_are_read_as_gauges_and_said_to_be():
     assert s["per_position"] == [] and any("gauges" in n for n in level_notes(s))
 
 
-@pytest.mark.parametrize("command", ["serve", "vllm"])
-def test_serve_and_its_old_name_vllm_take_the_same_commands(command):
+@pytest.mark.parametrize("command", ["engines", "vllm"])
+def test_engines_and_its_old_name_vllm_take_the_same_commands(command):
     from engine.cli import build_parser
 
     args = build_parser().parse_args([command, "sweep", "--url", "http://h:1", "--model", "m", "--engine", "llamacpp"])

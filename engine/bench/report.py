@@ -89,7 +89,7 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
 
 
 def served_setting(info: RunInfo) -> str:
-    """The settings line of a run a serving engine answered (`serve sweep`, `serve engines`)."""
+    """The settings line of a run a serving engine answered (`engines sweep`, `engines side-by-side`)."""
     served = info.config.get("engine") or {}
     cfg = info.config.get("serve_engines") or info.config.get("serve") or {}
     if not served:

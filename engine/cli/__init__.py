@@ -12,7 +12,7 @@ import os
 import sys
 
 from db.store import StoreError
-from engine.cli import decode, jobs, queue, runs, tracker
+from engine.cli import decode, jobs, queue, runs, serving, tracker
 from engine.errors import PhoenixError
 
 
@@ -26,7 +26,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (decode, runs, queue, jobs, tracker):
+    for group in (decode, runs, queue, jobs, serving, tracker):
         group.add_commands(sub)
     return parser
 
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         check_text_args(argv)
+        if serving.moved(argv):
+            raise PhoenixError(serving.moved(argv) or "")
     except PhoenixError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

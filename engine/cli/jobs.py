@@ -78,8 +78,12 @@ def add_commands(sub) -> None:
         cmd_distill,
     )
     for name, help_text in (
-        ("serve", "a serving engine (vLLM, SGLang, llama.cpp): concurrency sweep or live counter watch"),
-        ("vllm", "the same as `serve` (its name before other engines)"),
+        (
+            "engines",
+            "another serving engine (vLLM, SGLang, llama.cpp): concurrency sweep, live counter watch, or "
+            "llama.cpp servers side by side",
+        ),
+        ("vllm", "the same as `engines` (its name before other engines)"),
     ):
         vsub = sub.add_parser(name, help=help_text).add_subparsers(dest="serve_command", required=True)
         _command(
@@ -96,10 +100,10 @@ def add_commands(sub) -> None:
             WatchConfig,
             cmd_vllm_watch,
         )
-        if name == "serve":
+        if name == "engines":
             _command(
                 vsub,
-                "engines",
+                "side-by-side",
                 "llama.cpp side by side: one local llama-server per --spec-types, every prompt "
                 "through each in turn, ratios against the none server",
                 EnginesConfig,

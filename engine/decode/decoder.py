@@ -154,6 +154,19 @@ class Decoder:
             )
         return self._model_drafter
 
+    def row_drafter(self, kind: str) -> Drafter | None:
+        """A drafter for one of several requests decoded at once (the server's rows): the stateful ones get their
+        own instance over the same weights (the draft model's and the EAGLE-3 head's caches, the suffix trees'
+        request tree, sharing the global one); prompt lookup keeps no state and is shared."""
+        shared = self.drafter(kind)
+        if isinstance(shared, ModelDrafter):
+            return ModelDrafter(shared.model, shared.vocab_limit)
+        if isinstance(shared, Eagle3Drafter):
+            return Eagle3Drafter(shared.head, shared.embed, shared.taps)
+        if isinstance(shared, SuffixDrafter):
+            return shared.fork()
+        return shared
+
     def check_drafter(self, kind: str, loop: str = "phoenix") -> None:
         """The drafter can run with this pair in this loop; one line that says what to pass otherwise."""
         if loop == "hf" and self._head is not None:

@@ -136,7 +136,9 @@ def best_draft(matches: list[tuple[_Node, int]], k: int, cfg: SuffixConfig) -> t
 def _path(node: _Node, budget: int, min_prob: float) -> tuple[list[int], float]:
     tokens: list[int] = []
     prob, score = 1.0, 0.0
-    while len(tokens) < budget and node.children:
+    # node.count > 0: a match held across requests (a fork's) may sit in a branch another request's output just
+    # left; an emptied branch proposes nothing
+    while len(tokens) < budget and node.children and node.count > 0:
         token, child = max(node.children.items(), key=lambda kv: kv[1].count)
         prob *= child.count / node.count
         if prob < min_prob:
@@ -171,7 +173,8 @@ class SuffixDrafter:
                     self.global_tree.add(output, -1)
                 else:
                     kept.append((key, output))
-            self._cached = kept
+            self._cached.clear()  # in place: forks share the deque
+            self._cached.extend(kept)
         self.local = SuffixTree(self.cfg.max_tree_depth)
         for token in prompt_ids:
             self.local.append(token)
@@ -179,6 +182,13 @@ class SuffixDrafter:
         # matches depend only on the last max_tree_depth tokens, so the global tree is walked for those alone
         use_global = self.cfg.global_tree and self._cached
         self._global_matches = self.global_tree.matches(prompt_ids[-self.cfg.max_tree_depth :]) if use_global else []
+
+    def fork(self) -> SuffixDrafter:
+        """A drafter for another request decoded at the same time: its own request tree, this one's global tree
+        (what every finished request taught, shared)."""
+        other = SuffixDrafter(self.cfg)
+        other.global_tree, other._cached = self.global_tree, self._cached
+        return other
 
     def _feed(self, tokens: list[int]) -> None:
         use_global = self.cfg.global_tree and self._cached

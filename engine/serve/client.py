@@ -172,6 +172,7 @@ class ServerClient:
             "vllm": ("/version", "version"),
             "llamacpp": ("/props", "build_info"),
             "sglang": ("/get_server_info", "version"),
+            "phoenix": ("/health", "version"),
         }
         for name, (path, key) in probes.items():
             if engine not in ("auto", name):

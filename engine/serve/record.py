@@ -17,7 +17,7 @@ from engine.prompts.sets import load as load_prompts
 from engine.serve.client import GREEDY, ServerClient, SpecCounters, sweep_level
 from engine.serve.llamacpp import command_at
 
-EngineName = Literal["auto", "vllm", "sglang", "llamacpp"]
+EngineName = Literal["auto", "vllm", "sglang", "llamacpp", "phoenix"]
 
 
 @dataclass

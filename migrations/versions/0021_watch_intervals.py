@@ -1,4 +1,4 @@
-"""watch_intervals: `serve watch` intervals in their own table
+"""watch_intervals: `engines watch` intervals in their own table
 
 A watch interval is a live server's counter deltas over some seconds, not a request: it was stored as a fake
 request (prompt_id interval-N, mode <engine>_watch) with its per-position counts, which every request figure then

@@ -1,0 +1,66 @@
+"""`serve`: Phoenix's own OpenAI-compatible server over a loaded pair (engine.serve.api), recorded as a live run."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+
+from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
+from engine.config import add_options, from_args
+from engine.errors import PhoenixError
+from engine.serve.config import ServeConfig, check_serve
+
+MOVED = {"sweep", "watch", "engines"}  # `serve <these>` was the serving-engine client before Phoenix served
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="Phoenix's OpenAI-compatible server: continuous batching, one forward verifies every request's drafts, "
+        "k tuned to the load; recorded as a live run",
+    )
+    add_options(p, ServeConfig)
+    add_db(p)
+    add_sentry(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def moved(argv: list[str]) -> str | None:
+    """The one line for a command that moved: `engines sweep|watch|engines` is `engines ...` now."""
+    if len(argv) >= 2 and argv[0] == "serve" and argv[1] in MOVED:
+        new = "side-by-side" if argv[1] == "engines" else argv[1]
+        return f"`serve {argv[1]}` moved to `python -m engine engines {new}` (`serve` starts Phoenix's own server now)"
+    return None
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind before loading anything, so a taken port is one line, not a model load and a traceback later."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise PhoenixError(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port") from None
+
+
+def cmd_serve(args) -> int:
+    import uvicorn  # the server's own stack, off every other command's path
+
+    from engine.decode.decoder import Decoder  # lazy: torch and transformers load only for a server
+    from engine.decode.loading import load_pair  # lazy: as above
+    from engine.serve.api import make_app  # lazy: FastAPI loads only for a server
+    from engine.serve.service import Service  # lazy: torch loads only for a server
+
+    cfg = check_serve(from_args(ServeConfig, args))
+    check_port(cfg.host, cfg.port)
+    store = open_store(args.db)
+    telemetry = start_telemetry(args)
+    draft = None if cfg.drafter in ("none", "ngram", "suffix") and cfg.draft in (None, "none") else cfg.draft
+    decoder = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
+    service = Service(cfg, decoder, store, telemetry=telemetry)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    app = make_app(service)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    return 0

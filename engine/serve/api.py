@@ -1,0 +1,364 @@
+"""Phoenix's OpenAI-compatible HTTP API, on the stack vLLM's server uses (FastAPI, uvicorn).
+
+``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events in OpenAI's chunk format, ``usage``
+in the last chunk, or whole), ``/v1/models``, ``/health`` and ``/metrics``. Decoding is greedy: a request for
+sampling gets a 400 that says so. Each response carries ``speculation``: what speculation did for that request
+(its arms, proposed and accepted tokens, per-position counts, queue wait, prefill, draft and verify time, batch).
+A request may set its own with ``"speculation": {"drafter": "none"}`` or ``{"k": 3}``.
+
+Every bad request gets an OpenAI-style error body with a 4xx and one log line, and the server goes on; a client
+that goes away frees its row at the next step; beyond ``--max-queue`` waiting requests the answer is 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from engine.bench.setup import git_sha
+from engine.serve.scheduler import Finished, QueueFull, ServeRequest
+from engine.serve.service import Service
+
+log = logging.getLogger("phoenix.serve")
+GREEDY_ONLY: dict[str, tuple] = {  # field: the values that mean greedy decoding (None: the field left out)
+    "temperature": (None, 0, 0.0),
+    "top_p": (None, 1, 1.0),
+    "top_k": (None, -1, 0),
+    "min_p": (None, 0, 0.0),
+    "n": (None, 1),
+    "best_of": (None, 1),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "stop": (None, [], ""),
+    "suffix": (None, ""),
+    "use_beam_search": (None, False),
+}
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None, headers=None):
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def make_app(service: Service) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app):
+        await asyncio.to_thread(service.start)
+        cfg = service.cfg
+        log.info(
+            f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, max "
+            f"batch {cfg.max_batch}, run #{service.run_id}); Ctrl-C or SIGTERM drains and stops"
+        )
+        yield
+        await asyncio.to_thread(service.stop)  # SIGTERM: uvicorn lets requests in flight finish, then this drains
+
+    app = FastAPI(title="Phoenix", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        log.warning("%d %s: %s", exc.status, request.url.path, exc.message)
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return error_response(exc.status, exc.message, exc.param, exc.code, headers)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception):
+        log.error("500 %s: %s: %s", request.url.path, type(exc).__name__, exc)
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next):
+        key = service.cfg.api_key
+        if key and request.url.path.startswith("/v1/"):
+            if request.headers.get("authorization", "") != f"Bearer {key}":
+                log.warning("401 %s: missing or wrong API key", request.url.path)
+                return error_response(401, "missing or wrong API key: send 'Authorization: Bearer KEY'")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health():
+        rows, waiting = service.scheduler.load
+        return {
+            "status": "ok",
+            "engine": "phoenix",
+            "version": git_sha() or "unknown",
+            "rows": rows,
+            "waiting": waiting,
+            "run_id": service.run_id,
+            **service.stats,
+        }
+
+    @app.get("/v1/models")
+    async def models():
+        pair = service.decoder.pair
+        ctx = getattr(pair.target.config, "max_position_embeddings", None)
+        return {
+            "object": "list",
+            "data": [{"id": service.model_name, "object": "model", "owned_by": "phoenix", "max_model_len": ctx}],
+        }
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await generate(service, request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await generate(service, request, chat=True)
+
+    return app
+
+
+async def read_body(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the body is not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return body
+
+
+def check_greedy(body: dict) -> None:
+    for name, greedy in GREEDY_ONLY.items():
+        if body.get(name) not in greedy:
+            raise ApiError(
+                400,
+                f"Phoenix decodes greedily (speculation is verified against the target's argmax): {name}="
+                f"{body[name]!r} is not supported; leave it out or use {greedy[1]!r}",
+                param=name,
+            )
+
+
+def prompt_ids(service: Service, body: dict, chat: bool) -> list[int]:
+    tok = service.decoder.pair.tokenizer
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "messages must be a non-empty list of {role, content}", param="messages")
+        for m in messages:
+            if (
+                not isinstance(m, dict)
+                or not isinstance(m.get("content"), str)
+                or m.get("role")
+                not in (
+                    "system",
+                    "user",
+                    "assistant",
+                )
+            ):
+                raise ApiError(400, "each message needs a role (system, user, assistant) and text content", "messages")
+        if not any(m["content"].strip() for m in messages):
+            raise ApiError(400, "the messages are empty: send some text", param="messages")
+        if not getattr(tok, "chat_template", None):
+            raise ApiError(400, f"{service.model_name} has no chat template: use /v1/completions", param="messages")
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, enable_thinking=False)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        vocab = service.decoder.pair.target.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise ApiError(400, f"token ids must be in 0..{vocab - 1}", param="prompt")
+        return list(prompt)
+    if not isinstance(prompt, str):
+        raise ApiError(400, "prompt must be a string (one prompt per request) or a list of token ids", "prompt")
+    if not prompt.strip():
+        raise ApiError(400, "the prompt is empty: send some text", param="prompt")
+    return tok(prompt, add_special_tokens=False)["input_ids"]
+
+
+def max_tokens(service: Service, body: dict, chat: bool, n_prompt: int) -> int:
+    ctx = getattr(service.decoder.pair.target.config, "max_position_embeddings", None) or 1 << 30
+    cap = service.cfg.max_tokens_cap
+    value = body.get("max_completion_tokens") if chat else None
+    value = body.get("max_tokens") if value is None else value
+    if value is None:
+        value = min(cap, ctx - n_prompt) if chat else DEFAULT_COMPLETION_TOKENS
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
+        raise ApiError(400, f"max_tokens must be a whole number in 1..{cap}, got {value!r}", param="max_tokens")
+    if n_prompt + value > ctx:
+        raise ApiError(
+            400,
+            f"the prompt ({n_prompt} tokens) + max_tokens ({value}) exceed the model's context of {ctx}; shorten "
+            "the prompt or lower max_tokens",
+            param="max_tokens",
+        )
+    return value
+
+
+def speculation_of(service: Service, body: dict) -> tuple[str, int | None]:
+    """The request's drafter and k: the server's drafter with the tuner's k, unless it says otherwise."""
+    spec = body.get("speculation") or {}
+    if not isinstance(spec, dict):
+        raise ApiError(400, 'speculation must be an object, e.g. {"drafter": "none"} or {"k": 3}', "speculation")
+    drafter = spec.get("drafter", service.drafter)
+    if drafter != "none" and drafter != service.drafter:
+        try:
+            service.decoder.drafter(drafter)
+        except Exception as exc:
+            raise ApiError(400, f"speculation.drafter: {exc}", param="speculation") from None
+    k = spec.get("k")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= service.cfg.k_max):
+        raise ApiError(400, f"speculation.k must be in 0..{service.cfg.k_max}, got {k!r}", param="speculation")
+    return ("none" if k == 0 else drafter), (None if drafter == "none" else k)
+
+
+async def generate(service: Service, request: Request, chat: bool):
+    body = await read_body(request)
+    model = body.get("model")
+    if model is not None and model != service.model_name:
+        raise ApiError(
+            404,
+            f"the model {model!r} does not exist here: this server has {service.model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
+    check_greedy(body)
+    ids = prompt_ids(service, body, chat)
+    if not ids:
+        raise ApiError(400, "the prompt encodes to no tokens: send some text", param="prompt")
+    n_new = max_tokens(service, body, chat, len(ids))
+    drafter, k = speculation_of(service, body)
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+    req = ServeRequest(ids, n_new, drafter, k, id=uuid.uuid4().hex)
+
+    def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
+        loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
+
+    req.on_tokens = lambda toks: put("tokens", toks)
+    req.on_done = lambda f: put("done", f)
+    try:
+        service.submit(req)
+    except QueueFull as exc:
+        service.stats["refused"] += 1
+        raise ApiError(429, f"the server is full: {exc}; retry shortly", code="queue_full") from None
+    created = int(time.time())
+    if body.get("stream"):
+        return StreamingResponse(stream(service, req, events, chat, created), media_type="text/event-stream")
+    finished = await wait_done(request, req, events)
+    if finished is None:
+        return Response(status_code=499)  # the client went away; its row is already free
+    return JSONResponse(response_body(service, finished, chat, created))
+
+
+async def wait_done(request: Request, req: ServeRequest, events: asyncio.Queue) -> Finished | None:
+    while True:
+        try:
+            kind, payload = await asyncio.wait_for(events.get(), timeout=0.5)
+        except TimeoutError:
+            if await request.is_disconnected():
+                req.cancelled = True
+                return None
+            continue
+        if kind == "done":
+            return payload
+
+
+def finish_reason(service: Service, f: Finished) -> str:
+    out = f.stats.output_ids
+    return "stop" if out and out[-1] == service.decoder.eos_id else "length"
+
+
+def usage(f: Finished) -> dict:
+    n_out = f.stats.output_tokens
+    return {
+        "prompt_tokens": f.stats.prompt_tokens,
+        "completion_tokens": n_out,
+        "total_tokens": f.stats.prompt_tokens + n_out,
+    }
+
+
+def response_body(service: Service, f: Finished, chat: bool, created: int) -> dict:
+    text = service.decoder.text(f.stats)
+    choice: dict = {"index": 0, "finish_reason": finish_reason(service, f), "logprobs": None}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    return {
+        "id": ("chatcmpl-" if chat else "cmpl-") + f.request.id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": service.model_name,
+        "choices": [choice],
+        "usage": usage(f),
+        "speculation": service.speculation(f),
+    }
+
+
+def chunk(service: Service, req: ServeRequest, chat: bool, created: int, delta: dict | None, reason=None, **extra):
+    """One server-sent event in OpenAI's chunk shape; ``delta`` None: a chunk without choices (the usage one)."""
+    if delta is None:
+        choices = []
+    elif chat:
+        choices = [{"index": 0, "delta": delta, "finish_reason": reason}]
+    else:
+        choices = [{"index": 0, "text": delta.get("content", ""), "finish_reason": reason, "logprobs": None}]
+    body = {
+        "id": ("chatcmpl-" if chat else "cmpl-") + req.id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": service.model_name,
+        "choices": choices,
+        **extra,
+    }
+    return f"data: {json.dumps(body)}\n\n"
+
+
+async def stream(service: Service, req: ServeRequest, events: asyncio.Queue, chat: bool, created: int):
+    """Server-sent events: a chunk per step that added text, then the finish reason, then ``usage`` (and what
+    speculation did) in the last chunk, then [DONE]. A client that goes away cancels the request."""
+    tok = service.decoder.pair.tokenizer
+    out: list[int] = []
+    sent = ""
+    done = False
+    try:
+        if chat:
+            yield chunk(service, req, chat, created, {"role": "assistant"})
+        while True:
+            kind, payload = await events.get()
+            if kind == "tokens":
+                out += payload
+                text = tok.decode(out, skip_special_tokens=True)
+                if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+                    continue
+                delta, sent = text[len(sent) :], text
+                if delta:
+                    yield chunk(service, req, chat, created, {"content": delta})
+                continue
+            done = True
+            f: Finished = payload
+            tail = service.decoder.text(f.stats)[len(sent) :]
+            yield chunk(service, req, chat, created, {"content": tail} if tail else {}, finish_reason(service, f))
+            yield chunk(service, req, chat, created, None, usage=usage(f), speculation=service.speculation(f))
+            yield "data: [DONE]\n\n"
+            return
+    finally:
+        if not done:
+            req.cancelled = True

@@ -1,0 +1,169 @@
+"""Batched verification, the hot path of Phoenix's server (gpt-fast style: small verbs, tensors in and out, no
+I/O, logging or timing in here).
+
+Rows share one KV cache of width T, each with its own valid columns (``BatchCache.valid``) and its own length (the
+tokens it has cached, which set its next positions). A verify appends every row's pending token and drafts at the
+same columns, right-padded to the widest row; rejected drafts and padding stay in place, masked, and are
+overwritten when the cache is compacted: never zeroed (a zeroed key would still add e^0 to the softmax
+denominator). Attention sees each row's valid columns only, and RoPE was applied with the row's own positions
+before caching, so a row's columns may sit anywhere in the cache. Rows may have different k, k = 0 included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from engine.decode.spec import PassOutcome, accepted_prefix
+
+PAD_ID = 0  # the input id of padding columns: masked, so any id serves
+
+
+@dataclass
+class BatchCache:
+    """A ``DynamicCache`` over B rows plus which of its T columns each row may attend to."""
+
+    cache: DynamicCache
+    valid: torch.Tensor  # [B, T] bool: the row's cached tokens, in order
+    lengths: list[int]  # tokens each row has cached: its next position
+
+    @classmethod
+    def empty(cls, device: torch.device) -> BatchCache:
+        return cls(DynamicCache(), torch.zeros(0, 0, dtype=torch.bool, device=device), [])
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def width(self) -> int:
+        return int(self.valid.shape[1])
+
+    def _layers(self) -> list:
+        return _kv_layers(self.cache)
+
+    def add_row(self, row: DynamicCache, length: int) -> None:
+        """Join a request prefilled on its own (``row``: one row, ``length`` columns, all valid) as the last row."""
+        if self.rows == 0:
+            self.cache = row
+            self.valid = torch.ones(1, length, dtype=torch.bool, device=self.valid.device)
+            self.lengths = [length]
+            return
+        width = max(self.width, length)
+        self._pad_to(width)
+        for mine, theirs in zip(self._layers(), _kv_layers(row)):
+            mine.keys = torch.cat([mine.keys, _pad_columns(theirs.keys, width)], dim=0)
+            mine.values = torch.cat([mine.values, _pad_columns(theirs.values, width)], dim=0)
+        row_valid = torch.zeros(1, width, dtype=torch.bool, device=self.valid.device)
+        row_valid[0, :length] = True
+        self.valid = torch.cat([self.valid, row_valid], dim=0)
+        self.lengths.append(length)
+
+    def _pad_to(self, width: int) -> None:
+        """Grow every row to ``width`` columns, the new ones masked (no row attends to them)."""
+        if width <= self.width:
+            return
+        for layer in self._layers():
+            layer.keys = _pad_columns(layer.keys, width)
+            layer.values = _pad_columns(layer.values, width)
+        extra = torch.zeros(self.rows, width - self.width, dtype=torch.bool, device=self.valid.device)
+        self.valid = torch.cat([self.valid, extra], dim=1)
+
+    def keep_rows(self, keep: list[int]) -> None:
+        """Only these rows (by index, in this order) stay: finished or cancelled requests leave at once."""
+        if keep == list(range(self.rows)):
+            return
+        if not keep:  # the next row to join brings its own cache
+            self.valid = self.valid[:0, :0]
+            self.lengths = []
+            return
+        idx = torch.tensor(keep, device=self.valid.device)
+        for layer in self._layers():
+            layer.keys = layer.keys.index_select(0, idx)
+            layer.values = layer.values.index_select(0, idx)
+        self.valid = self.valid.index_select(0, idx)
+        self.lengths = [self.lengths[i] for i in keep]
+        self.compact_if_sparse()
+
+    def compact_if_sparse(self, slack: int = 64) -> None:
+        """Move each row's valid columns to the left, in order, once masked columns outnumber ``slack`` beyond the
+        longest row: the cache then costs what its tokens need. Positions were applied before caching, so nothing
+        a row attends to changes but where its columns sit."""
+        longest = max(self.lengths, default=0)
+        if self.width - longest <= slack:
+            return
+        order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :longest]  # valid columns first
+        for layer in self._layers():
+            b, h, _, d = layer.keys.shape
+            gather = order[:, None, :, None].expand(b, h, longest, d)
+            layer.keys = layer.keys.gather(2, gather)
+            layer.values = layer.values.gather(2, gather)
+        lengths = torch.tensor(self.lengths, device=self.valid.device)
+        self.valid = torch.arange(longest, device=self.valid.device)[None, :] < lengths[:, None]
+
+
+def _kv_layers(cache: DynamicCache) -> list:
+    """The cache's attention layers that hold keys and values (a full-attention model's every layer)."""
+    return [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]
+
+
+def _pad_columns(x: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, H, T, D] grown to ``width`` columns with zeros that stay masked."""
+    if x.shape[2] >= width:
+        return x
+    return torch.cat([x, x.new_zeros(x.shape[0], x.shape[1], width - x.shape[2], x.shape[3])], dim=2)
+
+
+def verify_batch(
+    target, batch: BatchCache, rows: list[list[int]], taps: tuple[int, ...] = ()
+) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+    """One target forward over every row's tokens (its pending token, then its drafts): each row's greedy pick
+    after each of its tokens, and the taps' hidden states at those positions. Every row's columns are appended
+    and counted valid; ``accept_batch`` masks what the row rejects."""
+    n = max(len(r) for r in rows)
+    device = batch.valid.device
+    ids = torch.full((len(rows), n), PAD_ID, dtype=torch.long, device=device)
+    new_valid = torch.zeros(len(rows), n, dtype=torch.bool, device=device)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(r, device=device)
+        new_valid[b, : len(r)] = True
+    lengths = torch.tensor(batch.lengths, device=device)
+    positions = lengths[:, None] + torch.arange(n, device=device)[None, :]
+    mask = torch.cat([batch.valid, new_valid], dim=1).long()
+    out = target(
+        input_ids=ids,
+        cache=batch.cache,
+        use_cache=True,
+        attention_mask=mask,
+        position_ids=positions,
+        output_hidden_states=bool(taps),
+    )
+    greedy = out.logits.argmax(dim=-1)
+    batch.valid = torch.cat([batch.valid, new_valid], dim=1)
+    batch.lengths = [length + len(r) for length, r in zip(batch.lengths, rows)]
+    picks = [greedy[b, : len(r)].tolist() for b, r in enumerate(rows)]
+    if not taps:
+        return picks, [None] * len(rows)
+    feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1)
+    return picks, [feats[b, : len(r)] for b, r in enumerate(rows)]
+
+
+def accept_batch(
+    batch: BatchCache, drafted: list[list[int]], predicted: list[list[int]], feats: list[torch.Tensor | None]
+) -> list[PassOutcome]:
+    """Per row: keep the agreeing prefix plus the target's own next token; the rejected drafts' columns are masked
+    where they are (the row's length stops advancing), as a single-stream cache is cropped."""
+    outcomes = []
+    width = batch.width
+    n = max(len(d) for d in drafted) + 1
+    for b, (d, p, f) in enumerate(zip(drafted, predicted, feats)):
+        a = accepted_prefix(d, p)
+        rejected = len(d) - a
+        if rejected:
+            start = width - n + 1 + a  # the row's columns start at width - n: its pending token, then its drafts
+            batch.valid[b, start : start + rejected] = False
+            batch.lengths[b] -= rejected
+        outcomes.append(PassOutcome(d[:a] + [p[a]], len(d), a, f[: a + 1] if f is not None else None))
+    return outcomes

@@ -1,0 +1,58 @@
+"""Phoenix's server settings and their one validation, before anything loads (no torch here: the CLI reads it)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from engine.decode.loading import PairConfig
+from engine.errors import PhoenixError
+from engine.modes import DRAFTERS, check_k
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class ServeConfig(PairConfig):
+    drafter: str = "auto"  # auto (the draft's kind, else ngram) | none | model | ngram | suffix | eagle3
+    host: str = "127.0.0.1"  # any other address needs --api-key
+    port: int = 8000
+    api_key: str | None = None  # clients send 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
+    served_model_name: str = ""  # the model id /v1/models lists and requests name; default: the target's name
+    max_batch: int = 8  # rows decoded together
+    max_queue: int = 64  # requests waiting beyond the batch; more get 429 with Retry-After
+    k_max: int = 8  # the largest k the tuner considers
+    max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
+    epsilon: float = 0.05  # share of steps that explore the largest k, so deep positions stay measured
+    profile: bool = True  # time the forward at every (batch, width) before serving; off: learn it online only
+    shadow_rate: float = 0.0  # share of finished requests re-decoded single-stream target-only to check identity
+    name: str = ""  # the live run's name
+    seed: int = 0
+
+
+def check_serve(cfg: ServeConfig) -> ServeConfig:
+    """Every bad setting as one line, before anything loads."""
+    if cfg.drafter not in ("auto",) + DRAFTERS:
+        raise PhoenixError(f"--drafter must be auto or one of {', '.join(DRAFTERS)}, got {cfg.drafter!r}")
+    if cfg.api_key is None:
+        cfg.api_key = os.environ.get("PHOENIX_API_KEY") or None
+    if cfg.host not in LOCAL_HOSTS and not cfg.api_key:
+        raise PhoenixError(
+            f"--host {cfg.host} would serve other machines: pass --api-key (or PHOENIX_API_KEY) as well, or keep "
+            "the default 127.0.0.1"
+        )
+    for name, low, high in (("max_batch", 1, 256), ("max_queue", 0, 100_000), ("port", 0, 65535)):
+        value = getattr(cfg, name)
+        if not low <= value <= high:
+            raise PhoenixError(f"--{name.replace('_', '-')} must be in {low}..{high}, got {value}")
+    check_k(cfg.k_max)
+    if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:
+        raise PhoenixError("--shadow-rate and --epsilon must be in 0..1")
+    return cfg
+
+
+def stored_config(cfg: ServeConfig) -> dict:
+    """The config as the run keeps it: the API key is a secret, so only whether one is set."""
+    out = asdict(cfg)
+    out["api_key"] = "set" if cfg.api_key else None
+    return out

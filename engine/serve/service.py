@@ -1,0 +1,294 @@
+"""Phoenix's server, below HTTP: the loaded pair, the batching loop on its own thread, and the live run it records.
+
+``Service.start`` profiles the forward's cost at the batch sizes and widths the loop will run, opens a run in the
+store and starts the loop; ``submit`` hands it a request; every finished request becomes a row of that run (its
+arms, per-position counts, time split, queue wait and batch), every loop step a ``serve_steps`` row, in batches
+from a recorder thread, so a ``kill -9`` loses only what had not been written yet. ``stop`` drains: requests
+already admitted or waiting finish and are recorded, then the run is marked done.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import queue
+import random
+import threading
+import time
+from collections import Counter
+
+import torch
+from transformers import DynamicCache
+
+from db.entities import PositionCount, RequestRecord, ServeStepRecord
+from db.store import HEARTBEAT_S, Store
+from engine.decode.decoder import Decoder, first_divergence, sha256_text
+from engine.observe.prometheus import Metrics
+from engine.observe.sentry import Telemetry
+from engine.serve.batch import BatchCache, verify_batch
+from engine.serve.config import ServeConfig, stored_config
+from engine.serve.scheduler import Finished, Scheduler, ServeRequest, StepRecord
+from engine.serve.tuner import LoadTuner, profile_cost
+
+
+def default_drafter(cfg: ServeConfig, decoder: Decoder) -> str:
+    if cfg.drafter != "auto":
+        decoder.drafter(cfg.drafter)  # one line naming what to pass when the pair cannot draft this way
+        return cfg.drafter
+    if decoder._eagle3 is not None:
+        return "eagle3"
+    return "model" if decoder._model_drafter is not None else "ngram"
+
+
+def variant(drafter: str, k: int | None) -> str:
+    """A request's speculation, as its mode names it: none, <drafter>-auto (the tuner's k) or <drafter>-k<k>."""
+    if drafter == "none" or k == 0:
+        return "none"
+    return f"{drafter}-auto" if k is None else f"{drafter}-k{k}"
+
+
+def prompt_key(ids: list[int]) -> str:
+    """Requests with the same prompt tokens pair up in speedups: the prompt's id is its fingerprint."""
+    return "p-" + hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
+class Service:
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        decoder: Decoder,
+        store: Store | None = None,
+        metrics: Metrics | None = None,
+        telemetry: Telemetry | None = None,
+    ):
+        self.cfg, self.decoder, self.store = cfg, decoder, store
+        self.metrics = metrics or Metrics()
+        self.telemetry = telemetry or Telemetry.off()
+        self.model_name = cfg.served_model_name or decoder.pair.target_name
+        self.drafter = default_drafter(cfg, decoder)
+        self.tuner = LoadTuner(cfg.k_max, epsilon=cfg.epsilon, seed=cfg.seed)
+        self.scheduler = Scheduler(decoder, self.tuner, cfg.max_batch, cfg.max_queue)
+        self.run_id: int | None = None
+        self._finished: queue.Queue[Finished] = queue.Queue()
+        self._stop = threading.Event()
+        self._recorded = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._seq = 0
+        self._rng = random.Random(cfg.seed)
+        self._profile_rows: DynamicCache | None = None
+        self._profile_batch: BatchCache | None = None
+        self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
+
+    # lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        if self.cfg.profile:
+            batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
+            widths = sorted({1, 2, 3, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
+            self.tuner.cost = profile_cost(self._timed_forward, batches, widths, repeats=3)
+            self._profile_rows = self._profile_batch = None
+        self.metrics.prepare(self.model_name, self.cfg.k_max, [])
+        if self.store is not None:
+            pair = self.decoder.pair
+            run = self.store.create_run(
+                self.cfg.name or f"phoenix serve {self.drafter} (max batch {self.cfg.max_batch})",
+                {
+                    "phoenix_serve": stored_config(self.cfg),
+                    "drafter": self.drafter,
+                    "cost_profile": self.tuner.cost.as_rows(),
+                },
+                pair.target_name,
+                pair.draft_name,
+                0,
+            )
+            self.run_id = run.id
+        self._threads = [
+            threading.Thread(target=self.scheduler.run, args=(self._stop,), name="phoenix-loop", daemon=True),
+            threading.Thread(target=self._record_loop, name="phoenix-recorder", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout_s: float = 600.0) -> None:
+        """Drain: what was admitted or waits finishes and is recorded; then the run is done."""
+        self._stop.set()
+        self._threads[0].join(timeout_s)
+        self._recorded.set()
+        self._threads[1].join(timeout_s)
+        if self.store is not None and self.run_id is not None:
+            self.store.set_status(self.run_id, "done")
+        self.telemetry.flush()
+
+    def _timed_forward(self, b: int, n: int, context: int = 128) -> float:
+        """One batched verify of ``b`` rows x ``n`` tokens on ``context`` cached tokens, timed (the cost grid). The
+        rows are prefilled once per batch size; each timed verify is cropped off again."""
+        target = self.decoder.pair.target
+        with torch.inference_mode():
+            if self._profile_rows is None:
+                cache = DynamicCache(config=target.config)
+                ids = torch.arange(1, context + 1, device=target.device)[None, :]
+                target(input_ids=ids, cache=cache, use_cache=True)
+                self._profile_rows = cache
+            if self._profile_batch is None or self._profile_batch.rows != b:
+                self._profile_batch = BatchCache.empty(target.device)
+                for _ in range(b):
+                    self._profile_batch.add_row(copy.deepcopy(self._profile_rows), context)
+            batch = self._profile_batch
+            start = time.perf_counter()
+            verify_batch(target, batch, [[1] * n for _ in range(b)])
+            seconds = time.perf_counter() - start
+            batch.cache.crop(-n)
+            batch.valid, batch.lengths = batch.valid[:, :-n], [context] * b
+            return seconds
+
+    # requests -----------------------------------------------------------------------
+    def submit(self, req: ServeRequest) -> None:
+        """Queue a request (QueueFull beyond --max-queue); ``req.on_done`` also gets the finished request, after
+        it is handed to the recorder."""
+        caller = req.on_done
+
+        def done(f: Finished) -> None:
+            self._finished.put(f)
+            if caller is not None:
+                caller(f)
+
+        req.on_done = done
+        self.scheduler.submit(req)
+        self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
+
+    def speculation(self, f: Finished) -> dict:
+        """What speculation did for one request, as its response reports it (llama.cpp's ``timings``, richer)."""
+        s = f.stats
+        return {
+            "drafter": f.request.drafter if f.request.drafter != "none" else None,
+            "variant": variant(f.request.drafter, f.request.k),
+            "arms": {str(k): n for k, n in sorted(Counter(s.k_per_pass).items())},
+            "passes": s.passes,
+            "proposed": s.proposed,
+            "accepted": s.accepted,
+            "acceptance": s.acceptance,
+            "per_position": [
+                {"position": i, "proposed": p, "accepted": a}
+                for i, (p, a) in enumerate(zip(s.per_position_proposed, s.per_position_accepted))
+            ],
+            "batch_size_mean": sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
+            "batch_size_max": max(f.batch_sizes, default=None),
+            "queue_s": f.queue_s,
+            "prefill_s": s.prefill_s,
+            "draft_prefill_s": s.draft_prefill_s,
+            "draft_s": s.draft_s,
+            "verify_s": s.verify_s,
+            "ttft_s": s.ttft_s,
+            "latency_s": s.latency_s,
+        }
+
+    def record(self, f: Finished) -> RequestRecord:
+        s, req = f.stats, f.request
+        k = Counter(s.k_per_pass).most_common(1)[0][0] if s.k_per_pass else (req.k or 0)
+        text = self.decoder.text(s)
+        self._seq += 1
+        return RequestRecord(
+            run_id=self.run_id or 0,
+            seq=self._seq,
+            mode=f"phoenix-{variant(req.drafter, req.k)}_live",
+            k=k,
+            prompt_id=prompt_key(req.prompt_ids),
+            prompt_tokens=s.prompt_tokens,
+            output_tokens=s.output_tokens,
+            latency_s=s.latency_s,
+            ttft_s=s.ttft_s,
+            tokens_per_s=s.tokens_per_s,
+            proposed=s.proposed,
+            accepted=s.accepted,
+            passes=s.passes,
+            draft_s=s.draft_s,
+            verify_s=s.verify_s,
+            output_text=text,
+            output_sha256=sha256_text(text),
+            trace_id=req.id or None,  # a uuid4 hex: the Sentry trace id too
+            error="cancelled: the client went away" if f.cancelled else None,
+            prefill_s=s.prefill_s,
+            draft_prefill_s=s.draft_prefill_s if req.drafter != "none" else None,
+            drafter=req.drafter,
+            prompt_text=self.decoder.pair.tokenizer.decode(req.prompt_ids),
+            queue_s=f.queue_s,
+            batch_size=sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
+            positions=[
+                PositionCount(i, p, a, r)
+                for i, (p, a, r) in enumerate(
+                    zip(s.per_position_proposed, s.per_position_accepted, s.per_position_reached)
+                )
+            ],
+        )
+
+    def _shadow(self, rec: RequestRecord, f: Finished) -> None:
+        """Re-decode a sample single-stream target-only: identity of the batched output, at its position."""
+        if f.cancelled or f.request.drafter == "none" or self._rng.random() >= self.cfg.shadow_rate:
+            return
+        ref = self.decoder.run(f.request.prompt_ids, 0, f.request.max_new_tokens, timed=False).output_ids
+        rec.diverged_at = first_divergence(f.stats.output_ids, ref)
+        rec.identical = rec.diverged_at is None
+
+    # the recorder thread ------------------------------------------------------------
+    def _record_loop(self) -> None:
+        beat = time.monotonic()
+        while True:
+            batch = self._drain(timeout_s=0.25)
+            self._write(batch)
+            if self.store is not None and self.run_id is not None and time.monotonic() - beat > HEARTBEAT_S:
+                self.store.heartbeat(self.run_id)
+                beat = time.monotonic()
+            if self._recorded.is_set() and self._finished.empty():
+                self._write(self._drain(timeout_s=0.0))
+                return
+
+    def _drain(self, timeout_s: float) -> list[Finished]:
+        out = []
+        try:
+            out.append(self._finished.get(timeout=timeout_s) if timeout_s else self._finished.get_nowait())
+            while True:
+                out.append(self._finished.get_nowait())
+        except queue.Empty:
+            return out
+
+    def _write(self, finished: list[Finished]) -> None:
+        records = []
+        for f in finished:
+            rec = self.record(f)
+            self._shadow(rec, f)
+            records.append(rec)
+            self.stats["cancelled" if f.cancelled else "finished"] += 1
+            if not f.cancelled:
+                self.metrics.observe(rec, self.model_name)
+                pair = self.decoder.pair
+                with self.telemetry.request(
+                    rec.mode, rec.k, rec.run_id, pair.target_name, pair.draft_name, rec.trace_id or ""
+                ) as txn:
+                    self.telemetry.finish_request(txn, rec)
+        self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
+        steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
+        if self.store is None or self.run_id is None:
+            return
+        self.store.add_serve_steps(self.run_id, [step_record(s) for s in steps])
+        if records:
+            done = self.stats["finished"] + self.stats["cancelled"]
+            self.store.add_requests(records, progress=(self.run_id, done))
+
+
+def step_record(s: StepRecord) -> ServeStepRecord:
+    c = s.choice
+    return ServeStepRecord(
+        s.step,
+        s.at_s,
+        s.batch,
+        s.width,
+        s.drafter,
+        c.k if c else None,
+        c.explored if c else None,
+        c.estimate if c else None,
+        c.estimate_off if c else None,
+        s.draft_s,
+        s.verify_s,
+        s.proposed,
+        s.accepted,
+        s.emitted,
+    )

@@ -1,0 +1,173 @@
+"""The server's own speculation policy: k per step from the live batch and what it has measured.
+
+Two models, both measured here, both updated after every step:
+- **cost**: seconds of one target forward over B rows of n tokens each (profiled at start-up on a grid, refined by
+  an exponential moving average of every forward the server runs; between grid points, interpolated on B and n);
+- **acceptance**, per drafter: for each draft position i, the share of passes that asked for more than i tokens in
+  which the drafter proposed position i, and in which positions 0..i were all accepted. A chain draft asked at k
+  shows what every smaller k would have done, so one pass updates every arm at once.
+
+For a batch of B rows drafting with one drafter, k's expected throughput is
+  B · (1 + E[accepted | k]) / (cost(B, 1 + k) + B · k · draft_s_per_token)
+and the tuner takes the k that maximizes it, k = 0 included: under load, where a wider forward costs more than the
+tokens it adds, speculation turns itself off, and back on when the load falls. A small share of steps explore
+(the largest k) so the deeper positions' acceptance stays measured.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+EMA = 0.2  # weight of the newest forward in a cost cell
+PRIOR_PASSES = 2.0  # pseudo-passes behind each position's acceptance estimate
+PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked for it
+
+
+@dataclass
+class CostModel:
+    """Seconds of a target forward over ``b`` rows of ``n`` tokens each: measured cells, interpolated between."""
+
+    cells: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def observe(self, b: int, n: int, seconds: float) -> None:
+        old = self.cells.get((b, n))
+        self.cells[(b, n)] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+
+    def seconds(self, b: int, n: int) -> float:
+        if (b, n) in self.cells:
+            return self.cells[(b, n)]
+        if not self.cells:
+            return 1.0
+        bs = sorted({cb for cb, _ in self.cells})
+        return _interp(bs, b, lambda cb: self._at_n(cb, n))
+
+    def _at_n(self, b: int, n: int) -> float:
+        ns = sorted(cn for cb, cn in self.cells if cb == b)
+        return _interp(ns, n, lambda cn: self.cells[(b, cn)])
+
+    def as_rows(self) -> list[dict]:
+        return [{"batch": b, "tokens": n, "seconds": s} for (b, n), s in sorted(self.cells.items())]
+
+
+def _interp(xs: list[int], x: int, f: Callable[[int], float]) -> float:
+    """Linear between the neighbours of x; beyond the ends, proportional to x from the last two (costs grow)."""
+    if x in xs:
+        return f(x)
+    i = bisect.bisect_left(xs, x)
+    if i == 0:
+        return f(xs[0])
+    if i == len(xs):
+        if len(xs) == 1:
+            return f(xs[0]) * x / xs[0]
+        lo, hi = xs[-2], xs[-1]
+        slope = (f(hi) - f(lo)) / (hi - lo)
+        return f(hi) + slope * (x - hi)
+    lo, hi = xs[i - 1], xs[i]
+    w = (x - lo) / (hi - lo)
+    return (1 - w) * f(lo) + w * f(hi)
+
+
+@dataclass
+class Acceptance:
+    """One drafter's per-position record over every pass (the chain property: a pass asked at k teaches all k' <= k)."""
+
+    asked: list[int] = field(default_factory=list)  # passes that asked for more than i tokens
+    proposed: list[int] = field(default_factory=list)  # ... in which the drafter proposed position i
+    accepted: list[int] = field(default_factory=list)  # ... in which positions 0..i were all accepted
+    draft_s: float = 0.0  # drafting seconds, over
+    draft_tokens: int = 0  # the tokens asked for
+
+    def observe(self, asked: int, proposed: int, accepted: int, seconds: float) -> None:
+        grow = asked - len(self.asked)
+        if grow > 0:
+            self.asked += [0] * grow
+            self.proposed += [0] * grow
+            self.accepted += [0] * grow
+        for i in range(asked):
+            self.asked[i] += 1
+            self.proposed[i] += int(proposed > i)
+            self.accepted[i] += int(accepted > i)
+        self.draft_s += seconds
+        self.draft_tokens += asked
+
+    def _rate(self, counts: list[int], i: int, prior: float) -> float:
+        asked = self.asked[i] if i < len(self.asked) else 0
+        hit = counts[i] if i < len(counts) else 0
+        return (hit + prior * PRIOR_PASSES) / (asked + PRIOR_PASSES)
+
+    def expected_accepted(self, k: int) -> float:
+        """E[accepted drafts] of a pass asked at k: the sum over positions of P(0..i all accepted)."""
+        total, prior = 0.0, PRIOR_RATE
+        for i in range(k):
+            rate = self._rate(self.accepted, i, prior)
+            total += rate
+            prior = rate * PRIOR_RATE  # an unmeasured deeper position is never likelier than the one before
+        return total
+
+    def draft_s_per_token(self) -> float:
+        return self.draft_s / self.draft_tokens if self.draft_tokens else 0.0
+
+    def per_position(self) -> list[dict]:
+        return [
+            {"position": i, "asked": a, "proposed": p, "accepted": c}
+            for i, (a, p, c) in enumerate(zip(self.asked, self.proposed, self.accepted))
+        ]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One step's decision for the rows drafting with one drafter: k, whether it explored, and the estimates."""
+
+    k: int
+    explored: bool
+    estimate: float  # expected tokens/s of the batch at k
+    estimate_off: float  # ... at k = 0 (speculation off)
+
+
+class LoadTuner:
+    def __init__(self, k_max: int, cost: CostModel | None = None, epsilon: float = 0.05, seed: int = 0):
+        self.k_max = k_max
+        self.cost = cost or CostModel()
+        self.epsilon = epsilon
+        self.acceptance: dict[str, Acceptance] = {}
+        self._rng = random.Random(seed)
+
+    def of(self, drafter: str) -> Acceptance:
+        return self.acceptance.setdefault(drafter, Acceptance())
+
+    def throughput(self, drafter: str, batch: int, k: int) -> float:
+        """Expected tokens/s of a step of ``batch`` rows at ``k`` (k = 0: one token a row, the narrowest forward)."""
+        acc = self.of(drafter)
+        tokens = batch * (1.0 + acc.expected_accepted(k))
+        seconds = self.cost.seconds(batch, 1 + k) + batch * k * acc.draft_s_per_token()
+        return tokens / seconds if seconds > 0 else 0.0
+
+    def choose(self, drafter: str, batch: int, cap: int | None = None) -> Choice:
+        top = self.k_max if cap is None else max(0, min(self.k_max, cap))
+        scores = [self.throughput(drafter, batch, k) for k in range(top + 1)]
+        best = max(range(top + 1), key=lambda k: scores[k])
+        explored = top > 0 and self._rng.random() < self.epsilon
+        k = top if explored else best
+        return Choice(k, explored, scores[k], scores[0])
+
+    def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None:
+        if asked > 0:
+            self.of(drafter).observe(asked, proposed, accepted, draft_s)
+
+    def observe_forward(self, batch: int, tokens: int, seconds: float) -> None:
+        self.cost.observe(batch, tokens, seconds)
+
+
+def profile_cost(forward: Callable[[int, int], float], batches: list[int], widths: list[int], repeats: int = 3):
+    """The cost grid at start-up: the median of ``repeats`` timed forwards per (batch, width) cell, after one
+    untimed warm-up of each (``forward(b, n)`` runs one and returns its seconds)."""
+    model = CostModel()
+    for b in batches:
+        for n in widths:
+            forward(b, n)
+            times = sorted(forward(b, n) for _ in range(repeats))
+            model.cells[(b, n)] = times[len(times) // 2]
+    return model

@@ -1,0 +1,244 @@
+"""Phoenix's OpenAI-compatible server: the official client works against it unchanged, streamed or not, every
+output equals single-stream target-only, bad requests get their 4xx and lose nothing, and the live run is recorded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+from helpers import free_port, wait_for
+
+from db.migrate import ensure_schema
+from db.store import Store
+from engine.decode.decoder import Decoder
+from engine.decode.loading import load_pair
+from engine.errors import PhoenixError
+from engine.serve.config import ServeConfig, check_serve
+from engine.serve.service import Service
+
+PROMPTS = [
+    'def add(a, b):\n    """Return a + b."""\n',
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n",
+    "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n",
+]
+TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_dirs):
+    d = tiny_dirs["qwen3"]
+    dec = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    dec.pair.tokenizer.chat_template = TEMPLATE  # the tiny tokenizer has none; a chat model's would be used as is
+    return dec
+
+
+def make_service(decoder, tmp_path, **kw) -> tuple[Service, Store]:
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    ensure_schema(url)
+    store = Store(url)
+    cfg = check_serve(ServeConfig(device="cpu", dtype="float32", drafter="model", profile=False, **kw))
+    return Service(cfg, decoder, store), store
+
+
+@pytest.fixture
+def client(decoder, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from engine.serve.api import make_app
+
+    service, store = make_service(decoder, tmp_path, max_batch=4)
+    with TestClient(make_app(service)) as c:
+        yield c, service, store
+
+
+def target_only(decoder, prompt: str, n: int) -> str:
+    ids = decoder.pair.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return decoder.text(decoder.run(ids, 0, n, timed=False))
+
+
+@pytest.mark.subprocess
+def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equals_target_only(decoder, tmp_path):
+    import openai
+    import uvicorn
+
+    from engine.serve.api import make_app
+
+    service, store = make_service(decoder, tmp_path, max_batch=4)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 60, "the server to start")
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        assert [m.id for m in api.models.list().data] == [service.model_name]
+        results: dict[int, str] = {}
+
+        def one(i: int) -> None:  # concurrent requests share the batch
+            r = api.completions.create(model=service.model_name, prompt=PROMPTS[i], max_tokens=20, temperature=0)
+            results[i] = r.choices[0].text
+            assert r.usage.completion_tokens == 20 or r.choices[0].finish_reason == "stop"
+
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        for i, prompt in enumerate(PROMPTS):
+            assert results[i] == target_only(decoder, prompt, 20)
+        chunks = list(api.completions.create(model=service.model_name, prompt=PROMPTS[1], max_tokens=20, stream=True))
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == results[1]
+        assert chunks[-1].usage.completion_tokens == 20 and not chunks[-1].choices  # usage in the last chunk
+        chat = api.chat.completions.create(
+            model=service.model_name, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=12
+        )
+        streamed = api.chat.completions.create(
+            model=service.model_name, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=12, stream=True
+        )
+        assert (
+            "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == chat.choices[0].message.content
+        )
+        with pytest.raises(openai.BadRequestError, match="decodes greedily"):
+            api.completions.create(model=service.model_name, prompt="x", max_tokens=4, temperature=0.8)
+        with pytest.raises(openai.NotFoundError, match="does not exist here"):
+            api.completions.create(model="gpt-4", prompt="x", max_tokens=4)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    run = store.get_run(service.run_id)
+    assert run.status == "done"
+    assert store.count_requests(run.id) == len(PROMPTS) + 3
+
+
+def test_each_response_says_what_speculation_did_for_it(client, decoder):
+    c, service, _ = client
+    body = c.post("/v1/completions", json={"model": service.model_name, "prompt": PROMPTS[1], "max_tokens": 24}).json()
+    spec = body["speculation"]
+    assert body["choices"][0]["text"] == target_only(decoder, PROMPTS[1], 24)
+    assert spec["drafter"] == "model" and spec["variant"] == "model-auto" and spec["passes"] > 0
+    assert sum(spec["arms"].values()) == spec["passes"]
+    assert spec["per_position"][0]["proposed"] <= spec["passes"]
+    assert sum(p["accepted"] for p in spec["per_position"]) == spec["accepted"]
+    for key in ("queue_s", "prefill_s", "draft_s", "verify_s", "ttft_s", "latency_s"):
+        assert spec[key] is not None and spec[key] >= 0
+    assert spec["latency_s"] >= spec["prefill_s"] + spec["verify_s"]
+    off = c.post(
+        "/v1/completions",
+        json={"prompt": PROMPTS[1], "max_tokens": 24, "speculation": {"drafter": "none"}},
+    ).json()
+    assert off["choices"][0]["text"] == body["choices"][0]["text"]
+    assert off["speculation"]["variant"] == "none" and off["speculation"]["proposed"] == 0
+    fixed = c.post("/v1/completions", json={"prompt": PROMPTS[1], "max_tokens": 24, "speculation": {"k": 3}}).json()
+    assert set(fixed["speculation"]["arms"]) <= {"0", "1", "2", "3"} and fixed["speculation"]["variant"] == "model-k3"
+
+
+BAD = [
+    (b"{", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    (json.dumps({"model": "other", "prompt": "x"}).encode(), 404, "does not exist here"),
+    (json.dumps({"prompt": ""}).encode(), 400, "the prompt is empty"),
+    (json.dumps({"prompt": "   "}).encode(), 400, "the prompt is empty"),
+    (json.dumps({"prompt": "x " * 600, "max_tokens": 8}).encode(), 400, "exceed the model's context of 512"),
+    (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens must be a whole number in 1..1024"),
+    (json.dumps({"prompt": "x", "max_tokens": 5000}).encode(), 400, "max_tokens must be a whole number in 1..1024"),
+    (json.dumps({"prompt": "x", "max_tokens": "9"}).encode(), 400, "max_tokens must be a whole number"),
+    (json.dumps({"prompt": "x", "temperature": 0.7}).encode(), 400, "decodes greedily"),
+    (json.dumps({"prompt": "x", "n": 2}).encode(), 400, "decodes greedily"),
+    (json.dumps({"prompt": "x", "speculation": {"k": 99}}).encode(), 400, "speculation.k must be in 0..8"),
+    (json.dumps({"prompt": "x", "speculation": {"drafter": "eagle3"}}).encode(), 400, "needs an EAGLE-3 head"),
+    (json.dumps({"prompt": [99999]}).encode(), 400, "token ids must be in"),
+    (json.dumps({"prompt": {"a": 1}}).encode(), 400, "prompt must be a string"),
+]
+
+
+@pytest.mark.parametrize("body,status,words", BAD, ids=[w for _, _, w in BAD])
+def test_a_bad_request_gets_an_openai_error_and_one_log_line_and_the_server_goes_on(
+    client, caplog, body, status, words
+):
+    c, service, store = client
+    with caplog.at_level(logging.WARNING, logger="phoenix.serve"):
+        r = c.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert words in err["message"] and err["type"] == "invalid_request_error"
+    assert len([rec for rec in caplog.records if rec.name == "phoenix.serve"]) == 1
+    assert c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3}).status_code == 200
+
+
+def test_bad_chat_requests_get_their_400(client):
+    c, _, _ = client
+    for messages, words in (
+        ([], "non-empty list"),
+        ([{"role": "robot", "content": "x"}], "needs a role"),
+        ([{"role": "user", "content": ""}], "messages are empty"),
+    ):
+        r = c.post("/v1/chat/completions", json={"messages": messages})
+        assert r.status_code == 400 and words in r.json()["error"]["message"]
+
+
+def test_beyond_max_queue_the_answer_is_429_with_retry_after_and_nothing_is_held(decoder, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from engine.serve.api import make_app
+
+    service, _ = make_service(decoder, tmp_path, max_queue=0)
+    with TestClient(make_app(service)) as c:
+        r = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "queue_full"
+        assert service.scheduler.load == (0, 0) and c.get("/health").json()["refused"] == 1
+
+
+def test_a_client_that_goes_away_mid_stream_frees_its_row_and_the_row_is_recorded_as_cancelled(client):
+    c, service, store = client
+    with c.stream("POST", "/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 400, "stream": True}) as s:
+        for line in s.iter_lines():
+            if line.startswith("data: "):
+                break
+    wait_for(lambda: service.scheduler.load == (0, 0), 30, "the row to be freed")
+    wait_for(lambda: store.count_requests(service.run_id) == 1, 30, "the cancelled request's row")
+    (rec,) = store.requests(service.run_id)
+    assert rec.error == "cancelled: the client went away" and 0 < rec.output_tokens < 400
+
+
+def test_the_live_run_keeps_every_request_its_steps_and_no_secret(decoder, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from engine.serve.api import make_app
+
+    service, store = make_service(decoder, tmp_path, api_key="s3cret-key", max_batch=2)
+    with TestClient(make_app(service)) as c:
+        assert c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3}).status_code == 401
+        auth = {"Authorization": "Bearer s3cret-key"}
+        for p in PROMPTS:
+            assert c.post("/v1/completions", json={"prompt": p, "max_tokens": 10}, headers=auth).status_code == 200
+        assert c.get("/health").status_code == 200  # health and metrics stay open, as vLLM's do
+        metrics = c.get("/metrics").text
+    run = store.get_run(service.run_id)
+    assert run.status == "done" and "s3cret" not in json.dumps(run.config)
+    recs = store.requests(run.id)
+    assert [r.mode for r in recs] == ["phoenix-model-auto_live"] * len(PROMPTS)
+    assert all(r.queue_s is not None and r.batch_size >= 1 and r.ttft_s > 0 for r in recs)
+    steps = store.serve_steps(run.id)
+    assert sum(s.emitted for s in steps) == sum(r.output_tokens for r in recs) - len(recs)  # the prefill's token
+    assert all(s.k is not None and s.estimate is not None for s in steps)
+    drafted = sum(r.proposed for r in recs)
+    assert (
+        f'phoenix:spec_decode_num_draft_tokens_total{{engine="0",model_name="{service.model_name}"}} {drafted}.0'
+        in metrics
+    )
+
+
+def test_another_address_needs_an_api_key():
+    with pytest.raises(PhoenixError, match="--host 0.0.0.0 would serve other machines: pass --api-key"):
+        check_serve(ServeConfig(host="0.0.0.0"))
+    assert check_serve(ServeConfig(host="0.0.0.0", api_key="k")).api_key == "k"
+
+
+def test_the_old_client_commands_say_where_they_moved(capsys):
+    from engine.cli import main
+
+    assert main(["serve", "sweep", "--url", "http://x"]) == 2
+    assert "moved to `python -m engine engines sweep`" in capsys.readouterr().err

@@ -1,0 +1,172 @@
+"""Continuous batching with batched verification: every row's greedy output equals single-stream target-only output
+(fp32, CPU), whatever joins or leaves, whatever each row's k and drafter; and the tuner's choices."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from engine.decode.decoder import Decoder
+from engine.decode.eagle3 import save_head
+from engine.decode.loading import load_pair
+from engine.serve.batch import BatchCache, accept_batch, verify_batch
+from engine.serve.scheduler import QueueFull, Scheduler, ServeRequest
+from engine.serve.tuner import Acceptance, CostModel, LoadTuner
+
+PROMPTS = [
+    'def add(a, b):\n    """Return a + b."""\n',
+    "import os\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n",
+    "x",
+    "def f(x):\n    return x * x\n\n\ndef g(y):\n    return f(y) + f(y)\n",
+]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def decoders(tiny_dirs, tmp_path_factory):
+    """The tiny Qwen3 target with its agreeing draft (model, n-gram, suffix), and with a random EAGLE-3 head whose
+    vocabulary is the target's frequent tokens, so drafts are accepted now and then and every crop path runs."""
+    from test_eagle3 import random_head
+
+    d = tiny_dirs["qwen3"]
+    near = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    counts: dict[int, int] = {}
+    for p in PROMPTS:
+        for tok in near.run(near.encode(p), 0, 40).output_ids:
+            counts[tok] = counts.get(tok, 0) + 1
+    path = tmp_path_factory.mktemp("head") / "h"
+    save_head(random_head(near.pair.target, sorted(sorted(counts, key=lambda t: -counts[t])[:3])), path, torch.float32)
+    head = Decoder(load_pair(d["target"], str(path), "cpu", "float32"))
+    return {"model": near, "ngram": near, "suffix": near, "none": near, "eagle3": head}
+
+
+def references(dec: Decoder, n: int = N) -> list[list[int]]:
+    return [dec.run(dec.encode(p), 0, n, timed=False).output_ids for p in PROMPTS]
+
+
+def decode_all(dec, drafter: str, max_batch: int, seed: int, k_choices=(None, 0, 1, 3, 6)):
+    """Every prompt twice with its own token budget and k (None: the tuner's), half of them joining after two
+    steps; returns (requests, finished by id, steps run)."""
+    rnd = random.Random(seed)
+    sched = Scheduler(dec, LoadTuner(6, epsilon=0.3, seed=seed), max_batch=max_batch)
+    done: dict[str, object] = {}
+    reqs = []
+    for j, p in enumerate(PROMPTS * 2):
+        r = ServeRequest(dec.encode(p), rnd.choice([3, 11, N]), drafter, k=rnd.choice(k_choices), id=str(j))
+        r.on_done = lambda f, j=j: done.__setitem__(str(j), f)
+        reqs.append(r)
+    for r in reqs[:4]:
+        sched.submit(r)
+    steps = 0
+    while sched.step():
+        steps += 1
+        if steps == 2:
+            for r in reqs[4:]:
+                sched.submit(r)
+    return reqs, done, steps
+
+
+@pytest.mark.parametrize("max_batch", [1, 3, 8])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "eagle3", "none"])
+def test_every_row_equals_single_stream_target_only_at_any_batch_and_k(decoders, drafter, max_batch):
+    dec = decoders[drafter]
+    refs = references(dec)
+    reqs, done, _ = decode_all(dec, drafter, max_batch, seed=max_batch)
+    assert len(done) == len(reqs)
+    for j, r in enumerate(reqs):
+        got = done[r.id].stats.output_ids
+        assert got == refs[j % len(PROMPTS)][: r.max_new_tokens], f"{drafter} batch {max_batch} request {j} diverged"
+    if drafter != "none":
+        assert sum(f.stats.proposed for f in done.values()) > 0
+    if drafter in ("model", "ngram"):  # the agreeing draft and the repeated prompt: accepts and rejects both ran
+        assert 0 < sum(f.stats.accepted for f in done.values()) < sum(f.stats.proposed for f in done.values())
+    if max_batch > 1:
+        assert max(max(f.batch_sizes, default=0) for f in done.values()) > 1  # rows really shared forwards
+
+
+def test_rejected_drafts_are_masked_where_they_are_never_zeroed(decoders):
+    dec = decoders["model"]
+    target = dec.pair.target
+    ids = [dec.encode(p) for p in PROMPTS[:2]]
+    batch = BatchCache.empty(target.device)
+    from transformers import DynamicCache
+
+    from engine.decode.spec import prefill
+
+    pending = []
+    with torch.inference_mode():
+        for prompt in ids:
+            cache = DynamicCache(config=target.config)
+            pending.append(prefill(target, cache, prompt)[0])
+            batch.add_row(cache, len(prompt))
+        width = batch.width
+        drafted = [[1, 2, 3], []]  # row 0 drafts three (rejected: tiny random ids), row 1 none (k = 0)
+        predicted, feats = verify_batch(target, batch, [[p] + d for p, d in zip(pending, drafted)])
+        outcomes = accept_batch(batch, drafted, predicted, feats)
+    rejected = 3 - outcomes[0].accepted
+    assert batch.lengths == [len(ids[0]) + 1 + outcomes[0].accepted, len(ids[1]) + 1]
+    assert batch.valid[0, width + 4 - rejected : width + 4].sum() == 0
+    keys = batch.cache.layers[0].keys
+    assert keys[0, :, width + 4 - rejected : width + 4].abs().sum() > 0  # still there, only masked
+    assert not batch.valid[1, width + 1 :].any()  # the narrower row's padding is masked too
+
+
+def test_a_cancelled_request_leaves_the_batch_at_the_next_step(decoders):
+    dec = decoders["ngram"]
+    sched = Scheduler(dec, LoadTuner(4), max_batch=4)
+    done = {}
+    reqs = [ServeRequest(dec.encode(p), N, "ngram", id=str(i)) for i, p in enumerate(PROMPTS[:3])]
+    for r in reqs:
+        r.on_done = lambda f: done.__setitem__(f.request.id, f)
+        sched.submit(r)
+    sched.step()
+    assert sched.load == (3, 0)
+    reqs[1].cancelled = True
+    sched.step()
+    assert done["1"].cancelled and len(sched.rows) == 2 and sched.batch.rows == 2
+    while sched.step():
+        pass
+    ref = references(dec)
+    assert done["0"].stats.output_ids == ref[0] and done["2"].stats.output_ids == ref[2]
+
+
+def test_a_full_queue_refuses_instead_of_growing(decoders):
+    dec = decoders["none"]
+    sched = Scheduler(dec, LoadTuner(4), max_batch=1, max_queue=2)
+    for p in PROMPTS[:2]:
+        sched.submit(ServeRequest(dec.encode(p), 4))
+    with pytest.raises(QueueFull, match="--max-queue 2"):
+        sched.submit(ServeRequest(dec.encode("x"), 4))
+
+
+def test_one_pass_teaches_every_smaller_k():
+    acc = Acceptance()
+    acc.observe(asked=4, proposed=4, accepted=2, seconds=0.004)
+    assert acc.asked == [1, 1, 1, 1] and acc.accepted == [1, 1, 0, 0]
+    assert acc.expected_accepted(2) > acc.expected_accepted(1) > 0
+
+
+def test_speculation_turns_off_where_a_wider_forward_costs_more_than_it_adds_and_back_on_when_load_falls():
+    cost = CostModel()
+    for n in range(1, 6):
+        cost.cells[(1, n)] = 0.010 + 0.0005 * (n - 1)  # one row: a wider forward costs almost nothing more
+        cost.cells[(16, n)] = 0.030 * n  # sixteen rows: every extra token a row costs a full forward
+    tuner = LoadTuner(4, cost, epsilon=0.0)
+    for _ in range(50):
+        tuner.observe_pass("ngram", 4, 4, 1, 0.0001)  # one token in four accepted, drafting nearly free
+    assert tuner.choose("ngram", 1).k > 0
+    busy = tuner.choose("ngram", 16)
+    assert busy.k == 0 and busy.estimate == busy.estimate_off
+    assert tuner.choose("ngram", 1).k > 0  # the load fell: speculation is back
+
+
+def test_the_cost_model_interpolates_between_measured_cells_and_refines_online():
+    cost = CostModel({(1, 1): 0.01, (1, 5): 0.02, (4, 1): 0.02, (4, 5): 0.06})
+    assert cost.seconds(1, 3) == pytest.approx(0.015)
+    assert cost.seconds(2, 1) == pytest.approx(0.01 + (0.02 - 0.01) / 3)
+    assert cost.seconds(8, 1) > cost.seconds(4, 1)
+    cost.observe(1, 1, 0.03)
+    assert 0.01 < cost.seconds(1, 1) < 0.03
