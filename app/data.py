@@ -216,6 +216,16 @@ def prompt_text(url: str, run_id: int, prompt_id: str) -> str | None:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def served_requests(url: str, run_id: int) -> pd.DataFrame:
+    return _store(url).served_requests(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def serve_steps(url: str, run_id: int) -> pd.DataFrame:
+    return _store(url).serve_steps_frame(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def intervals(url: str, run_id: int):
     return _store(url).intervals(run_id)
 

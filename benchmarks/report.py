@@ -17,6 +17,7 @@ from pathlib import Path
 from benchmarks.common import RESULTS as RESULTS_DIR
 from benchmarks.common import latest
 from benchmarks.limits import markdown as limits_markdown
+from benchmarks.serving_md import level_md, live_md
 from db.entities import RunInfo
 from db.migrate import ensure_schema
 from db.store import Store, resolve_url
@@ -211,6 +212,10 @@ def run_md(store: Store, info: RunInfo) -> str:
             )
             + ".",
         ]
+    elif "load" in info.config:
+        parts.append(level_md(store, info))
+    elif "phoenix_serve" in info.config:
+        parts.append(live_md(store, info))
     for line in (
         leaderboard_md(spec_bench(store, info.id)),
         per_position_md(store, info.id),

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from engine.measure import Measured, PositionCount  # noqa: F401  (PositionCount: re-exported)
+
 
 @dataclass
 class RunInfo:
@@ -42,14 +44,6 @@ class RunFilter:
     stale_after_s: float | None = None  # seconds without a heartbeat before 'interrupted'; None: the store's default
 
 
-@dataclass
-class PositionCount:
-    position: int
-    proposed: int
-    accepted: int
-    reached: int | None = None  # passes that proposed this position with every earlier one accepted (0015); None before
-
-
 @dataclass(kw_only=True)
 class BanditRecord:
     t: int
@@ -65,23 +59,16 @@ class BanditRecord:
     arm: str | None = None  # a drafter-choosing policy's arm (its mode, e.g. ngram_4); None when it chose k (0018)
 
 
-@dataclass
-class RequestRecord:
+@dataclass(kw_only=True)
+class RequestRecord(Measured):
+    """A recorded request: what was measured (engine.measure: counts, per-position counts, the time split), and
+    where it belongs, what it produced and how it was judged."""
+
     run_id: int
     seq: int
     mode: str
-    k: int
     prompt_id: str
-    prompt_tokens: int
-    output_tokens: int
-    latency_s: float
-    ttft_s: float | None
-    tokens_per_s: float
-    proposed: int
-    accepted: int
-    passes: int
-    draft_s: float  # drafting in decode passes only
-    verify_s: float  # target verification passes only, prefill excluded
+    tokens_per_s: float  # stored: a server's figure is the client's, which the counts alone do not give
     output_text: str
     output_sha256: str
     identical: bool | None = None
@@ -89,15 +76,12 @@ class RequestRecord:
     trace_id: str | None = None
     warmup: bool = False
     error: str | None = None  # why the request failed (a server's answer); None when it succeeded
-    prefill_s: float | None = None  # the target's prefill; None where unknown (assisted generation, servers)
-    draft_prefill_s: float | None = None  # the drafter's own prefill (its reset); None where unknown or no drafter
     drafter: str | None = None  # what drafted: none, model, ngram, suffix or eagle3 (0018); None before
     turn: int | None = None  # the conversation turn of a multi-turn prompt (1, 2, ...), None for one-turn sets (0019)
     category: str | None = None  # the prompt's category (Spec-Bench's 13), None where the set has none (0019)
     prompt_text: str | None = None  # stored once per (run, prompt) in run_prompts (0022), not in the request row
     queue_s: float | None = None  # served by Phoenix: waiting before its prefill (0024); None otherwise
     batch_size: float | None = None  # served by Phoenix: the mean batch its passes ran in (0024); None otherwise
-    positions: list[PositionCount] = field(default_factory=list)
     bandit: BanditRecord | None = None
     id: int | None = None
     created_at: datetime | None = None

@@ -11,7 +11,7 @@ from sqlalchemy import Integer, case, cast, func, select
 
 from db import entities as E
 from db.connect import StoreBase, status_expr
-from db.models import BanditStep, Request, RequestPosition, Run
+from db.models import BanditStep, Request, RequestPosition, Run, ServeStep
 
 PLOT_ROWS_PER_MODE = 4000  # request-level charts sample this many rows per mode
 BANDIT_POINTS = 2000  # the bandit history is drawn from at most this many windows per mode
@@ -214,6 +214,18 @@ class Series(StoreBase):
     def category_positions(self, run_id: int) -> pd.DataFrame:
         """Per-position counts per (mode, prompt), for acceptance curves per category."""
         return self._frame(_summed_positions(run_id, "mode", "prompt_id", "category"))
+
+    def served_requests(self, run_id: int) -> pd.DataFrame:
+        """A served run's requests with what latency under load is made of: time to first token, queue, batch."""
+        r = Request
+        cols = (r.seq, r.mode, r.prompt_id, r.output_tokens, r.latency_s, r.ttft_s, r.tokens_per_s, r.proposed)
+        more = (r.accepted, r.queue_s, r.batch_size, r.error, r.identical)
+        return self._frame(select(*cols, *more).where(r.run_id == run_id, r.warmup.is_(False)).order_by(r.seq))
+
+    def serve_steps_frame(self, run_id: int) -> pd.DataFrame:
+        """Phoenix's server loop, step by step (serve_steps)."""
+        cols = [c for c in ServeStep.__table__.columns if c.name != "run_id"]
+        return self._frame(select(*cols).where(ServeStep.run_id == run_id).order_by(ServeStep.step))
 
     def latency_percentiles(
         self, run_id: int, sizes: dict[str, int], qs: tuple[int, ...]

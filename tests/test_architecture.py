@@ -12,23 +12,26 @@ SOURCES = [p for folder in ("engine", "db", "app") for p in (ROOT / folder).rglo
     ROOT / "migrations" / "env.py"
 ]
 BASE = {"engine.errors", "engine.config", "engine.modes", "engine.paths", "engine.catalog"}
+SHAPE = {"engine.measure"}  # one request as measured: imports nothing, so every layer may build on it, db included
 
 # package -> the packages it may import (itself included). Read top-down: nothing below imports anything above.
 ALLOWED = {
-    "base": {"base"},
-    "prompts": {"base", "prompts"},
-    "decode": {"base", "prompts", "decode"},
-    "policies": {"base", "policies"},
-    "analysis": {"base", "analysis"},
-    "db": {"db"},
-    "migrations": {"db"},
-    "observe": {"base", "observe"},
-    "bench": {"base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench"},
-    "queue": {"base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench", "queue"},
-    "export": {"base", "analysis", "db", "bench", "export"},
-    "train": {"base", "prompts", "decode", "analysis", "db", "bench", "train"},
-    "serve": {"base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "serve"},
+    "shape": {"shape"},
+    "base": {"shape", "base"},
+    "prompts": {"shape", "base", "prompts"},
+    "decode": {"shape", "base", "prompts", "decode"},
+    "policies": {"shape", "base", "policies"},
+    "analysis": {"shape", "base", "analysis"},
+    "db": {"shape", "db"},
+    "migrations": {"shape", "db"},
+    "observe": {"shape", "base", "observe"},
+    "bench": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench"},
+    "queue": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench", "queue"},
+    "export": {"shape", "base", "analysis", "db", "bench", "export"},
+    "train": {"shape", "base", "prompts", "decode", "analysis", "db", "bench", "train"},
+    "serve": {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "serve"},
     "cli": {
+        "shape",
         "base",
         "prompts",
         "decode",
@@ -43,8 +46,8 @@ ALLOWED = {
         "serve",
         "cli",
     },
-    "app": {"base", "prompts", "decode", "policies", "analysis", "db", "bench", "queue", "serve", "app"},
-    "entry": {"cli"},
+    "app": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "bench", "queue", "serve", "app"},
+    "entry": {"shape", "cli"},
 }
 
 
@@ -54,6 +57,8 @@ def module_name(path: Path) -> str:
 
 
 def package(module: str) -> str:
+    if module in SHAPE:
+        return "shape"
     if module in BASE:
         return "base"
     if module in ("engine", "engine.__main__"):
@@ -106,7 +111,11 @@ def test_dependencies_run_one_way(module):
 def test_decode_and_policies_know_nothing_of_storage_runs_or_ui():
     for module, (top, local) in GRAPH.items():
         if package(module) in ("decode", "policies"):
-            below = ("base", "prompts", package(module)) if package(module) == "decode" else ("base", "policies")
+            below = (
+                ("shape", "base", "prompts", package(module))
+                if package(module) == "decode"
+                else ("shape", "base", "policies")
+            )
             assert all(package(t) in below for t in top + [t for _, t in local]), module
 
 

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.measure import PositionCount
 from engine.policies.bandits import UCB1, Thompson
 from engine.policies.ema import EmaHysteresis
 from engine.policies.model_based import ModelBased
@@ -56,7 +57,17 @@ def simulate(
     prefill = 0.02  # in the request's latency, not in its decode-pass times
     latency = prefill + verify + draft
     return Observation(
-        k, out / latency, prompt_tokens, out, passes, proposed, accepted, latency, draft, verify, prop, acc
+        k=k,
+        reward=out / latency,
+        prompt_tokens=prompt_tokens,
+        output_tokens=out,
+        passes=passes,
+        proposed=proposed,
+        accepted=accepted,
+        latency_s=latency,
+        draft_s=draft,
+        verify_s=verify,
+        positions=[PositionCount(i, p, a) for i, (p, a) in enumerate(zip(prop, acc))],
     )
 
 
@@ -151,7 +162,7 @@ def test_ema_hysteresis_steps_up_on_high_acceptance_and_down_on_low():
 
     def feed(rate):
         k = p.choose().arm
-        p.update(k, 100.0, Observation(k, 100.0, proposed=100, accepted=int(rate * 100)))
+        p.update(k, 100.0, Observation(k=k, reward=100.0, proposed=100, accepted=int(rate * 100)))
         return p.choose().arm
 
     assert feed(0.9) == 6  # ema 0.9 > 0.8
@@ -265,7 +276,7 @@ def test_any_reward_stream_keeps_every_policy_inside_its_arms(name, rewards, see
     for r in rewards:
         d = policy.choose(100)
         assert d.arm in ARMS
-        policy.update(d.arm, r, Observation(d.arm, r, prompt_tokens=100))
+        policy.update(d.arm, r, Observation(k=d.arm, reward=r, prompt_tokens=100))
 
 
 @pytest.mark.parametrize("granularity", ["request", "pass"])
@@ -305,8 +316,8 @@ def test_a_request_granularity_policy_keeps_one_k_per_request_and_only_pass_gran
                 d.arm,
                 50.0,
                 Observation(
-                    d.arm,
-                    50.0,
+                    k=d.arm,
+                    reward=50.0,
                     prompt_tokens=100,
                     passes=10,
                     proposed=10 * d.arm,
@@ -314,8 +325,7 @@ def test_a_request_granularity_policy_keeps_one_k_per_request_and_only_pass_gran
                     latency_s=1.0,
                     draft_s=0.1,
                     verify_s=0.8,
-                    per_position_proposed=[10] * d.arm,
-                    per_position_accepted=[2] * d.arm,
+                    positions=[PositionCount(i, 10, 2) for i in range(d.arm)],
                 ),
             )
     assert per_request.pass_controller(per_request.choose(100)) is None

@@ -88,14 +88,15 @@ def test_every_row_equals_single_stream_target_only_at_any_batch_and_k(decoders,
 
 
 def test_rejected_drafts_are_masked_where_they_are_never_zeroed(decoders):
-    dec = decoders["model"]
-    target = dec.pair.target
-    ids = [dec.encode(p) for p in PROMPTS[:2]]
-    batch = BatchCache.empty(target.device)
     from transformers import DynamicCache
 
     from engine.decode.spec import prefill
 
+    dec = decoders["model"]
+    target = dec.pair.target
+    ids = [dec.encode(p) for p in PROMPTS[:3]]
+    agree = dec.run(ids[1], 0, 5, timed=False).output_ids[1:5]  # row 1 drafts what the target will say
+    batch = BatchCache.empty(target.device)
     pending = []
     with torch.inference_mode():
         for prompt in ids:
@@ -103,15 +104,35 @@ def test_rejected_drafts_are_masked_where_they_are_never_zeroed(decoders):
             pending.append(prefill(target, cache, prompt)[0])
             batch.add_row(cache, len(prompt))
         width = batch.width
-        drafted = [[1, 2, 3], []]  # row 0 drafts three (rejected: tiny random ids), row 1 none (k = 0)
+        drafted = [[1, 2, 3], agree, []]  # row 0: three rejected ids; row 1: four accepted; row 2: none (k = 0)
         predicted, feats = verify_batch(target, batch, [[p] + d for p, d in zip(pending, drafted)])
         outcomes = accept_batch(batch, drafted, predicted, feats)
+    assert [o.accepted for o in outcomes[1:]] == [4, 0]
     rejected = 3 - outcomes[0].accepted
-    assert batch.lengths == [len(ids[0]) + 1 + outcomes[0].accepted, len(ids[1]) + 1]
+    assert batch.lengths == [len(ids[0]) + 1 + outcomes[0].accepted, len(ids[1]) + 5, len(ids[2]) + 1]
+    assert batch.width == width + 5  # row 1 keeps every column it wrote
     assert batch.valid[0, width + 4 - rejected : width + 4].sum() == 0
     keys = batch.cache.layers[0].keys
     assert keys[0, :, width + 4 - rejected : width + 4].abs().sum() > 0  # still there, only masked
-    assert not batch.valid[1, width + 1 :].any()  # the narrower row's padding is masked too
+    assert not batch.valid[2, width + 1 :].any()  # the narrower row's padding is masked too
+
+
+def test_columns_no_row_attends_to_are_cropped_so_a_lone_row_is_single_stream(decoders):
+    from transformers import DynamicCache
+
+    from engine.decode.spec import prefill
+
+    dec = decoders["model"]
+    target = dec.pair.target
+    ids = dec.encode(PROMPTS[0])
+    batch = BatchCache.empty(target.device)
+    with torch.inference_mode():
+        cache = DynamicCache(config=target.config)
+        pending = prefill(target, cache, ids)[0]
+        batch.add_row(cache, len(ids))
+        predicted, feats = verify_batch(target, batch, [[pending, 1, 2, 3]])
+        out = accept_batch(batch, [[1, 2, 3]], predicted, feats)[0]
+    assert batch.width == len(ids) + 1 + out.accepted == batch.cache.get_seq_length() and bool(batch.valid.all())
 
 
 def test_a_cancelled_request_leaves_the_batch_at_the_next_step(decoders):

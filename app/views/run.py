@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import actions, charts, data, served, tracking, urlstate, widgets
+from app import actions, charts, data, served, serving, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
@@ -101,6 +101,7 @@ def body(url: str, run_id: int) -> None:
     compile_line(info.config.get("compile"))
     distill_link(url, run_id)
     sentry_explorer(run_id)
+    serving.live(url, info)  # Phoenix's own server: its loop over time, what the tuner chose
     if served.watch(url, info):  # a live server's counters over time: intervals, not requests
         return
     summaries = data.summaries(url, run_id)
@@ -108,6 +109,7 @@ def body(url: str, run_id: int) -> None:
         st.info("No requests recorded yet.")
         return
     kpis(summaries)
+    serving.level(url, info)  # a load level: its variants side by side
     tracking.baseline_table(url, info, [m.mode for m in summaries])
     spec_bench_columns(url, run_id)
     served.sweep(info)

@@ -41,9 +41,10 @@ def _speed(s: Spread | None, iqr: bool = True) -> str:
 
 
 def format_table(rows: list[ModeSummary]) -> str:
+    base = reference_mode(m.mode for m in rows) or "reference"
     head = (
         f"{'mode':<14}{'n':>5}{'p50 (s)':>9}{'p95 (s)':>9}{'tok/s':>8}{'accept':>8}{'acc len':>8}{'draft %':>8}"
-        f"{'identical':>11}  x target (IQR)"
+        f"{'identical':>11}  x {base} (IQR)"
     )
     lines = [head, "-" * len(head)]
     for m in rows:
@@ -75,7 +76,8 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
     lines = [
         f"**{info.name}**, {title}, {date}: {setting}.",
         "",
-        "| mode | n | tok/s | x target, median (IQR) | acceptance | mean accepted length | draft share | identical |",
+        f"| mode | n | tok/s | x {reference_mode(m.mode for m in rows) or 'reference'}, median (IQR) | acceptance "
+        "| mean accepted length | draft share | identical |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in rows:
@@ -92,6 +94,18 @@ def served_setting(info: RunInfo) -> str:
     """The settings line of a run a serving engine answered (`engines sweep`, `engines side-by-side`)."""
     served = info.config.get("engine") or {}
     cfg = info.config.get("serve_engines") or info.config.get("serve") or {}
+    load = info.config.get("load")
+    if load:  # a load level (`engines load`)
+        return (
+            f"engine {load.get('engine')}, model {info.target}, prompts {load.get('prompts')} "
+            f"({'chat' if load.get('chat') else 'raw'}), {load.get('max_new_tokens')} new tokens, "
+            f"concurrency {info.config.get('level')}"
+        )
+    if "phoenix_serve" in info.config:  # Phoenix's server's own live run
+        s = info.config["phoenix_serve"]
+        return (
+            f"Phoenix's server, drafter {info.config.get('drafter')}, max batch {s.get('max_batch')}, {s.get('dtype')}"
+        )
     if not served:
         return ""
     parts = [f"engine {served.get('engine')} {served.get('version') or ''}".strip(), f"model {info.target}"]

@@ -11,9 +11,10 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.entities import BanditRecord, RequestRecord
 from engine.bench.config import BenchConfig
 from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
+from engine.measure import measured
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
 from engine.policies.registry import make_policy
@@ -57,37 +58,27 @@ class RunState:
 def make_record(
     run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool, trace_id: str
 ) -> RequestRecord:
+    values = measured(stats)
+    values.update(
+        k=k,
+        ttft_s=finite(stats.ttft_s),
+        prefill_s=finite(stats.prefill_s),
+        draft_prefill_s=finite(stats.draft_prefill_s) if stats.draft_prefill_s else None,  # 0: no drafter ran
+    )
     return RequestRecord(
+        **values,
         run_id=run_id,
         seq=seq,
         mode=mode,
-        k=k,
         prompt_id=prompt.id,
-        prompt_tokens=stats.prompt_tokens,
         turn=prompt.turn,
         category=prompt.category,
         prompt_text=prompt.text,
-        output_tokens=stats.output_tokens,
-        latency_s=stats.latency_s,
-        ttft_s=finite(stats.ttft_s),
         tokens_per_s=stats.tokens_per_s,
-        proposed=stats.proposed,
-        accepted=stats.accepted,
-        passes=stats.passes,
-        draft_s=stats.draft_s,
-        verify_s=stats.verify_s,
         output_text=text,
         output_sha256=sha256_text(text),
         trace_id=trace_id,
         warmup=warmup,
-        prefill_s=finite(stats.prefill_s),
-        draft_prefill_s=finite(stats.draft_prefill_s) if stats.draft_prefill_s else None,
-        positions=[
-            PositionCount(i, p, a, r)
-            for i, (p, a, r) in enumerate(
-                zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached)
-            )
-        ],
     )
 
 
@@ -184,21 +175,7 @@ def judge(
 
 def observation(rec: RequestRecord) -> Observation:
     """What a policy learns from a request, built from the stored record so a replay sees the same numbers."""
-    return Observation(
-        k=rec.k,
-        reward=rec.tokens_per_s,
-        prompt_tokens=rec.prompt_tokens,
-        output_tokens=rec.output_tokens,
-        category=category_group(rec.category),
-        passes=rec.passes,
-        proposed=rec.proposed,
-        accepted=rec.accepted,
-        latency_s=rec.latency_s,
-        draft_s=rec.draft_s,
-        verify_s=rec.verify_s,
-        per_position_proposed=[p.proposed for p in rec.positions],
-        per_position_accepted=[p.accepted for p in rec.positions],
-    )
+    return Observation(**measured(rec), reward=rec.tokens_per_s, category=category_group(rec.category))
 
 
 def replay_policies(steps: dict[int, BanditRecord], state: RunState, records: list[RequestRecord]) -> None:

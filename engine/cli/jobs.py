@@ -11,6 +11,8 @@ from engine.serve import llamacpp
 from engine.serve.client import level_notes
 from engine.serve.engines import EnginesConfig, engines, servers
 from engine.serve.llamacpp import LlamaCppConfig
+from engine.serve.load import LoadConfig, variants_of
+from engine.serve.load import sweep as load_sweep
 from engine.serve.record import SweepConfig, WatchConfig, sweep, watch
 from engine.train.distill import DistillConfig
 from engine.train.evaluate import format_comparison
@@ -103,6 +105,14 @@ def add_commands(sub) -> None:
         if name == "engines":
             _command(
                 vsub,
+                "load",
+                "a load sweep (Phoenix's own server, or another): streamed, each concurrency level one run with its "
+                "speculation variants side by side",
+                LoadConfig,
+                cmd_load,
+            )
+            _command(
+                vsub,
                 "side-by-side",
                 "llama.cpp side by side: one local llama-server per --spec-types, every prompt "
                 "through each in turn, ratios against the none server",
@@ -129,6 +139,15 @@ def add_commands(sub) -> None:
         db=False,
     )
     stop.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
+
+
+def cmd_load(args) -> int:
+    cfg = from_args(LoadConfig, args)
+    variants_of(cfg)  # bad variants are one line before any database is opened
+    store = open_store(args.db)
+    for run_id in load_sweep(store, cfg):
+        print(report(store, run_id))
+    return 0
 
 
 def cmd_serve_engines(args) -> int:

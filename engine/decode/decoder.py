@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -242,12 +242,7 @@ def stats_dict(stats: RequestStats, text: str) -> dict:
         "accepted": stats.accepted,
         "passes": stats.passes,
         "acceptance": stats.acceptance,
-        "per_position": [
-            {"position": i, "proposed": p, "accepted": a, "reached": r}
-            for i, (p, a, r) in enumerate(
-                zip(stats.per_position_proposed, stats.per_position_accepted, stats.per_position_reached)
-            )
-        ],
+        "per_position": [asdict(p) for p in stats.positions],
         "prefill_s": finite(stats.prefill_s),
         "draft_prefill_s": finite(stats.draft_prefill_s),
         "draft_s": stats.draft_s,

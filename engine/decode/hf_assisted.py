@@ -97,6 +97,7 @@ def generate_hf(
         sync(device)
         stats.latency_s = time.perf_counter() - start
     stats.output_ids = out[0, len(prompt_ids) :].tolist()
+    stats.output_tokens = len(stats.output_ids)
     # generate() exposes neither the prefill nor the first token's time: verify_s keeps the prefill here, and
     # None says so (stored as NULL), which keeps hf_<k> rows out of the decode-pass fit.
     stats.verify_s = stats.latency_s - stats.draft_s

@@ -4,9 +4,8 @@ No I/O, logging or database calls in here. Each function returns tensors or plai
 stats. Rejected drafts are dropped by cropping the KV cache, nothing else: a ``DynamicCache`` drops the tensors'
 tail, a preallocated ``StaticCache`` moves its write position back (its stale slots are masked, then overwritten).
 
-Accounting follows vLLM: for draft position i (0-based) a pass counts as
-``proposed`` if it drafted a token there, and as ``accepted`` if the first i+1
-drafted tokens were all accepted (the unconditional definition).
+Accounting follows vLLM (engine.measure): for draft position i (0-based) a pass counts as ``proposed`` if it
+drafted a token there, and as ``accepted`` if the first i+1 drafted tokens were all accepted.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache
+
+from engine.measure import Measured
 
 
 class Drafter(Protocol):
@@ -51,57 +52,26 @@ def taps_of(drafter) -> tuple[int, ...]:
     return tuple(getattr(drafter, "taps", ()) or ()) if drafter is not None else ()
 
 
-@dataclass
-class RequestStats:
-    prompt_tokens: int
-    k: int
-    output_ids: list[int] = field(default_factory=list)
-    proposed: int = 0
-    accepted: int = 0
-    passes: int = 0
-    per_position_proposed: list[int] = field(default_factory=list)
-    per_position_accepted: list[int] = field(default_factory=list)
-    # passes that proposed position i with positions 0..i-1 accepted: the denominator of position i's conditional
-    # rate when the draft length varies pass by pass (for a fixed k it equals per_position_accepted[i-1])
-    per_position_reached: list[int] = field(default_factory=list)
-    # Times split so that the break-even model sees decode passes only: prefill_s is the target's prompt pass
-    # (which also yields the first token, so it equals ttft_s here), draft_prefill_s the drafter's own reset.
-    # None where a loop does not expose a time (assisted generation's prefill), never NaN
-    prefill_s: float | None = 0.0
-    draft_prefill_s: float | None = 0.0
-    draft_s: float = 0.0  # drafting, decode passes only
-    verify_s: float = 0.0  # target verification, decode passes only
-    ttft_s: float | None = 0.0
-    latency_s: float = 0.0
-    k_per_pass: list[int] = field(default_factory=list)
+@dataclass(kw_only=True)
+class RequestStats(Measured):
+    """The decoder's request as it goes: the measured shape (engine.measure) plus the output so far and each
+    pass's draft length. ``output_tokens`` follows ``output_ids`` (``emit``)."""
 
-    @property
-    def output_tokens(self) -> int:
-        return len(self.output_ids)
+    output_ids: list[int] = field(default_factory=list)
+    k_per_pass: list[int] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.latency_s if self.latency_s > 0 else 0.0
 
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.proposed if self.proposed else None
+    def emit(self, new: list[int], eos_id: int | None, max_new: int) -> bool:
+        """Append ``new`` up to EOS or the token budget; True when the request is done."""
+        done = append_until_done(self.output_ids, new, eos_id, max_new)
+        self.output_tokens = len(self.output_ids)
+        return done
 
     def count_pass(self, proposed: int, accepted: int) -> None:
-        grow = proposed - len(self.per_position_proposed)
-        if grow > 0:
-            self.per_position_proposed += [0] * grow
-            self.per_position_accepted += [0] * grow
-            self.per_position_reached += [0] * grow
-        for i in range(proposed):
-            self.per_position_proposed[i] += 1
-            if accepted >= i:
-                self.per_position_reached[i] += 1
-            if accepted > i:
-                self.per_position_accepted[i] += 1
-        self.proposed += proposed
-        self.accepted += accepted
-        self.passes += 1
+        super().count_pass(proposed, accepted)
         self.k_per_pass.append(proposed)
 
 
@@ -224,7 +194,7 @@ def generate(
     device syncs, every time 0.
     """
     clock = Clock(target.device if timed else None)
-    stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
+    stats = RequestStats(prompt_tokens=len(prompt_ids), k=k, prefill_s=0.0, draft_prefill_s=0.0, ttft_s=0.0)
     cache = cache if cache is not None else DynamicCache(config=target.config)
     drafting = drafter is not None and (k > 0 or choose_k is not None)
     taps = taps_of(drafter) if drafting else ()
@@ -232,7 +202,7 @@ def generate(
     stats.ttft_s = stats.prefill_s = clock.lap()
     seq = list(prompt_ids) + [first]
     out = stats.output_ids
-    done = append_until_done(out, [first], eos_id, max_new_tokens)
+    done = stats.emit([first], eos_id, max_new_tokens)
     drafting = drafting and not done
     if drafting:
         if feats is not None:
@@ -256,7 +226,7 @@ def generate(
             hook(drafter, "rollback", len(seq) - 1)
             if last.features is not None:
                 hook(drafter, "observe", last.features)
-        done = append_until_done(out, last.new, eos_id, max_new_tokens)
+        done = stats.emit(last.new, eos_id, max_new_tokens)
     between += clock.lap()
     # the laps tile the request's wall time, so their sum is its latency
     stats.latency_s = (

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from engine.measure import Measured
 
 # A per-pass controller: given the pass that just finished (engine.decode.spec.PassOutcome: proposed, accepted;
 # None before the first), the k for the next verification pass. It keeps its own state within the request.
@@ -31,22 +33,12 @@ class Decision:
     event: str | None = None  # 'fallback_engaged' | 'fallback_recovered' on the first decision after the change
 
 
-@dataclass
-class Observation:
-    """What a policy may learn from one finished request (plain numbers only)."""
+@dataclass(kw_only=True)
+class Observation(Measured):
+    """What a policy may learn from one finished request: the request as measured (engine.measure, plain numbers
+    only) and the reward it was given."""
 
-    k: int
     reward: float  # tokens/sec
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    passes: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    latency_s: float = 0.0
-    draft_s: float = 0.0  # drafting in decode passes
-    verify_s: float = 0.0  # target verification passes, prefill excluded
-    per_position_proposed: list[int] = field(default_factory=list)
-    per_position_accepted: list[int] = field(default_factory=list)
     category: str | None = None  # the prompt's category (Spec-Bench's column group), where the set has one
 
 

@@ -87,6 +87,18 @@ class BatchCache:
         self.lengths = [self.lengths[i] for i in keep]
         self.compact_if_sparse()
 
+    def trim(self) -> None:
+        """Drop the columns at the end that no row attends to (a lone row's rejected drafts, the padding of the
+        widest rows' rejections): the cache is then cropped as a single-stream one is, and a batch without holes
+        needs no mask at all."""
+        if not self.rows:
+            return
+        used = self.valid.any(dim=0).nonzero()
+        keep = int(used[-1]) + 1 if len(used) else 0
+        if keep < self.width:
+            self.cache.crop(keep - self.width)
+            self.valid = self.valid[:, :keep]
+
     def compact_if_sparse(self, slack: int = 64) -> None:
         """Move each row's valid columns to the left, in order, once masked columns outnumber ``slack`` beyond the
         longest row: the cache then costs what its tokens need. Positions were applied before caching, so nothing
@@ -131,7 +143,9 @@ def verify_batch(
         new_valid[b, : len(r)] = True
     lengths = torch.tensor(batch.lengths, device=device)
     positions = lengths[:, None] + torch.arange(n, device=device)[None, :]
-    mask = torch.cat([batch.valid, new_valid], dim=1).long()
+    # no hole and no padding (a lone row, or rows in step): no mask, the single-stream path itself
+    plain = bool(batch.valid.all()) and all(len(r) == n for r in rows)
+    mask = None if plain else torch.cat([batch.valid, new_valid], dim=1).long()
     out = target(
         input_ids=ids,
         cache=batch.cache,
@@ -166,4 +180,5 @@ def accept_batch(
             batch.valid[b, start : start + rejected] = False
             batch.lengths[b] -= rejected
         outcomes.append(PassOutcome(d[:a] + [p[a]], len(d), a, f[: a + 1] if f is not None else None))
+    batch.trim()
     return outcomes

@@ -23,7 +23,7 @@ class ServeConfig(PairConfig):
     max_queue: int = 64  # requests waiting beyond the batch; more get 429 with Retry-After
     k_max: int = 8  # the largest k the tuner considers
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
-    epsilon: float = 0.05  # share of steps that explore the largest k, so deep positions stay measured
+    epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
     profile: bool = True  # time the forward at every (batch, width) before serving; off: learn it online only
     shadow_rate: float = 0.0  # share of finished requests re-decoded single-stream target-only to check identity
     name: str = ""  # the live run's name

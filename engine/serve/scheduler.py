@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.decode.decoder import Decoder
-from engine.decode.spec import Drafter, RequestStats, append_until_done, draft, hook, prefill, taps_of
+from engine.decode.spec import Drafter, RequestStats, draft, hook, prefill, taps_of
 from engine.serve.batch import BatchCache, accept_batch, verify_batch
 from engine.serve.tuner import Choice, LoadTuner
 
@@ -138,7 +138,7 @@ class Scheduler:
                     return
                 req = self.waiting.popleft()
             if req.cancelled:
-                self._finish(Row(req, RequestStats(len(req.prompt_ids), 0), [], None, 0.0), cancelled=True)
+                self._finish(Row(req, RequestStats(prompt_tokens=len(req.prompt_ids)), [], None, 0.0), cancelled=True)
                 continue
             self._join(req)
 
@@ -151,7 +151,7 @@ class Scheduler:
         stats.prefill_s = self.clock() - start
         row = Row(req, stats, list(req.prompt_ids) + [first], drafter, start - req.submitted)
         stats.ttft_s = self.clock() - req.submitted
-        done = append_until_done(stats.output_ids, [first], self.decoder.eos_id, req.max_new_tokens)
+        done = stats.emit([first], self.decoder.eos_id, req.max_new_tokens)
         self._emit(row, [first])
         if drafter is not None and not done:
             before = self.clock()
@@ -212,7 +212,7 @@ class Scheduler:
                 if out.features is not None and taps_of(row.drafter):
                     hook(row.drafter, "observe", out.features)
             before = len(row.stats.output_ids)
-            row.done = append_until_done(row.stats.output_ids, out.new, self.decoder.eos_id, row.req.max_new_tokens)
+            row.done = row.stats.emit(out.new, self.decoder.eos_id, row.req.max_new_tokens)
             self._emit(row, row.stats.output_ids[before:])
             emitted += len(row.stats.output_ids) - before
             self.arms[k] += 1

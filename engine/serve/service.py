@@ -16,13 +16,15 @@ import random
 import threading
 import time
 from collections import Counter
+from dataclasses import asdict
 
 import torch
 from transformers import DynamicCache
 
-from db.entities import PositionCount, RequestRecord, ServeStepRecord
+from db.entities import RequestRecord, ServeStepRecord
 from db.store import HEARTBEAT_S, Store
 from engine.decode.decoder import Decoder, first_divergence, sha256_text
+from engine.measure import measured
 from engine.observe.prometheus import Metrics
 from engine.observe.sentry import Telemetry
 from engine.serve.batch import BatchCache, verify_batch
@@ -166,10 +168,7 @@ class Service:
             "proposed": s.proposed,
             "accepted": s.accepted,
             "acceptance": s.acceptance,
-            "per_position": [
-                {"position": i, "proposed": p, "accepted": a}
-                for i, (p, a) in enumerate(zip(s.per_position_proposed, s.per_position_accepted))
-            ],
+            "per_position": [asdict(p) for p in s.positions],
             "batch_size_mean": sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
             "batch_size_max": max(f.batch_sizes, default=None),
             "queue_s": f.queue_s,
@@ -186,38 +185,23 @@ class Service:
         k = Counter(s.k_per_pass).most_common(1)[0][0] if s.k_per_pass else (req.k or 0)
         text = self.decoder.text(s)
         self._seq += 1
+        values = measured(s)
+        values.update(k=k, draft_prefill_s=s.draft_prefill_s if req.drafter != "none" else None)
         return RequestRecord(
+            **values,
             run_id=self.run_id or 0,
             seq=self._seq,
             mode=f"phoenix-{variant(req.drafter, req.k)}_live",
-            k=k,
             prompt_id=prompt_key(req.prompt_ids),
-            prompt_tokens=s.prompt_tokens,
-            output_tokens=s.output_tokens,
-            latency_s=s.latency_s,
-            ttft_s=s.ttft_s,
             tokens_per_s=s.tokens_per_s,
-            proposed=s.proposed,
-            accepted=s.accepted,
-            passes=s.passes,
-            draft_s=s.draft_s,
-            verify_s=s.verify_s,
             output_text=text,
             output_sha256=sha256_text(text),
             trace_id=req.id or None,  # a uuid4 hex: the Sentry trace id too
             error="cancelled: the client went away" if f.cancelled else None,
-            prefill_s=s.prefill_s,
-            draft_prefill_s=s.draft_prefill_s if req.drafter != "none" else None,
             drafter=req.drafter,
             prompt_text=self.decoder.pair.tokenizer.decode(req.prompt_ids),
             queue_s=f.queue_s,
             batch_size=sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
-            positions=[
-                PositionCount(i, p, a, r)
-                for i, (p, a, r) in enumerate(
-                    zip(s.per_position_proposed, s.per_position_accepted, s.per_position_reached)
-                )
-            ],
         )
 
     def _shadow(self, rec: RequestRecord, f: Finished) -> None:

@@ -10,8 +10,8 @@ Two models, both measured here, both updated after every step:
 For a batch of B rows drafting with one drafter, k's expected throughput is
   B · (1 + E[accepted | k]) / (cost(B, 1 + k) + B · k · draft_s_per_token)
 and the tuner takes the k that maximizes it, k = 0 included: under load, where a wider forward costs more than the
-tokens it adds, speculation turns itself off, and back on when the load falls. A small share of steps explore
-(the largest k) so the deeper positions' acceptance stays measured.
+tokens it adds, speculation turns itself off, and back on when the load falls. A small share of steps explore one
+position deeper than the best k, so the deeper positions' acceptance stays measured.
 """
 
 from __future__ import annotations
@@ -149,8 +149,10 @@ class LoadTuner:
         top = self.k_max if cap is None else max(0, min(self.k_max, cap))
         scores = [self.throughput(drafter, batch, k) for k in range(top + 1)]
         best = max(range(top + 1), key=lambda k: scores[k])
-        explored = top > 0 and self._rng.random() < self.epsilon
-        k = top if explored else best
+        # explore one step deeper than the best (from k = 0, k = 1): a deeper position's acceptance stays measured
+        # and an exploring step never costs the widest forward under load
+        explored = best < top and self._rng.random() < self.epsilon
+        k = best + 1 if explored else best
         return Choice(k, explored, scores[k], scores[0])
 
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None:

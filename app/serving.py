@@ -1,0 +1,102 @@
+"""The Run page's parts for Phoenix's own server: a live serve run (the server's loop over time: throughput, batch
+and k, k against batch size, the cost profile it tunes from) and a load level (its variants side by side: throughput,
+TTFT, time per output token, latency percentiles, acceptance). Every figure is engine.analysis.load's."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from app import data
+from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_table, over_time
+from engine.analysis.speedup import SPEEDUP, speedups
+from engine.modes import reference_mode
+
+LEVEL_COLUMNS = {
+    "mode": "mode",
+    "n": "n",
+    "failed": "failed",
+    "throughput_tok_s": "throughput tok/s",
+    "throughput_x_reference": "throughput x reference (ratio of totals)",
+    "speedup": "speedup (median per prompt)",
+    "ttft_p50_s": "TTFT p50 (s)",
+    "ttft_p95_s": "TTFT p95 (s)",
+    "tpot_p50_s": "TPOT p50 (s)",
+    "latency_p50_s": "latency p50 (s)",
+    "latency_p95_s": "latency p95 (s)",
+    "acceptance": "acceptance",
+    "batch_mean": "mean batch",
+    "identical": "identical to reference",
+}
+
+
+def level(url: str, info) -> None:
+    """A load level (`engines load`): every variant at this concurrency, side by side."""
+    if "load" not in info.config:
+        return
+    requests = data.served_requests(url, info.id)
+    if requests.empty:
+        return
+    ref = reference_mode(requests["mode"].unique())
+    table = level_table(requests, info.config.get("wall_s"), ref)
+    rewards = data.prompt_rewards(url, info.id)
+    spread = speedups(rewards, ref) if ref and not rewards.empty else {}
+    table["speedup"] = table["mode"].map(lambda m: spread[m].text() if m in spread else "")
+    st.subheader(f"Under load: concurrency {info.config.get('level')}, every variant against {ref or 'nothing'}")
+    st.caption(f"{THROUGHPUT}; {TPOT}. {SPEEDUP}")
+    st.dataframe(table[list(LEVEL_COLUMNS)].rename(columns=LEVEL_COLUMNS), hide_index=True, width="stretch")
+
+
+def live(url: str, info) -> None:
+    """A run Phoenix's server records while it serves (`serve`): its loop over time and what the tuner chose."""
+    if "phoenix_serve" not in info.config:
+        return
+    steps = data.serve_steps(url, info.id)
+    cfg = info.config["phoenix_serve"]
+    st.subheader(f"Phoenix serving: drafter {info.config.get('drafter')}, max batch {cfg.get('max_batch')}")
+    if steps.empty:
+        st.info("No step yet: the server is waiting for requests.")
+        return
+    windows = over_time(steps)
+    last = windows.iloc[-1]
+    cols = st.columns(4)
+    cols[0].metric("steps", f"{len(steps):,}")
+    cols[1].metric("decode tok/s (last 5 s)", f"{last['tokens_per_s']:.1f}")
+    cols[2].metric("batch (last 5 s)", f"{last['batch']:.1f}")
+    cols[3].metric("k (last 5 s)", "n/a" if pd.isna(last["k"]) else f"{last['k']:.1f}")
+    st.altair_chart(over_time_chart(windows), width="stretch")
+    by_batch = k_by_batch(steps)
+    st.markdown("**What the tuner chose at each batch size** (n = steps)")
+    st.caption(
+        "Its k maximizes expected tokens/s from the forward's cost at this batch and width (profiled at start-up, "
+        "refined by every step) and each position's measured acceptance; 'estimate x off' is its own estimate of "
+        "that k over speculation off."
+    )
+    st.dataframe(
+        by_batch.rename(columns={"k_mean": "mean k", "off_share": "share k = 0", "estimate_x_off": "estimate x off"}),
+        hide_index=True,
+    )
+    profile = pd.DataFrame(info.config.get("cost_profile") or [])
+    if not profile.empty:
+        st.markdown("**Forward cost at start-up** (ms, rows x tokens per row)")
+        grid = profile.assign(ms=profile["seconds"] * 1000).pivot(index="batch", columns="tokens", values="ms")
+        st.dataframe(grid.round(1))
+
+
+def over_time_chart(windows: pd.DataFrame) -> alt.VConcatChart:
+    long = windows.melt(id_vars=["t_s"], value_vars=["tokens_per_s", "batch", "k"], var_name="series")
+    long = long.dropna(subset=["value"])
+    panels = []
+    for series, title in (("tokens_per_s", "decode tok/s"), ("batch", "batch size"), ("k", "tuner's k")):
+        part = long[long["series"] == series]
+        panels.append(
+            alt.Chart(part, height=110)
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("t_s:Q", title="seconds since the server started"),
+                y=alt.Y("value:Q", title=title),
+                tooltip=["t_s", "value"],
+            )
+        )
+    return alt.vconcat(*panels)

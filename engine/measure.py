@@ -1,0 +1,78 @@
+"""One request as measured, the one shape the decoder fills, the store keeps (``db.entities.RequestRecord`` adds
+where it belongs) and the policies learn from (``engine.policies.types.Observation`` adds the reward).
+
+Nothing here imports anything: every layer may build on it, ``db`` included. Counts follow vLLM: for draft position
+i (0-based) a pass counts as ``proposed`` if it drafted a token there, as ``accepted`` if its first i+1 drafts were
+all accepted (the unconditional definition), and as ``reached`` if it proposed position i with 0..i-1 accepted (the
+denominator of position i's conditional rate when the draft length varies pass by pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class PositionCount:
+    position: int
+    proposed: int
+    accepted: int
+    reached: int | None = None  # None in rows recorded before migration 0015 kept it
+
+
+@dataclass(kw_only=True)
+class Measured:
+    k: int = 0  # the request's draft length (a server's: its most frequent one)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    passes: int = 0
+    positions: list[PositionCount] = field(default_factory=list)
+    # Times split so that the break-even model sees decode passes only: prefill_s is the target's prompt pass,
+    # draft_prefill_s the drafter's own reset; None where a loop or server does not expose one, never NaN
+    prefill_s: float | None = None
+    draft_prefill_s: float | None = None
+    draft_s: float = 0.0  # drafting, decode passes only
+    verify_s: float = 0.0  # target verification, decode passes only
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.proposed if self.proposed else None
+
+    def count_pass(self, proposed: int, accepted: int) -> None:
+        """One verification pass that drafted ``proposed`` tokens and accepted the first ``accepted``."""
+        for i in range(len(self.positions), proposed):
+            self.positions.append(PositionCount(i, 0, 0, 0))
+        for p in self.positions[:proposed]:
+            p.proposed += 1
+            p.reached = (p.reached or 0) + int(accepted >= p.position)
+            p.accepted += int(accepted > p.position)
+        self.proposed += proposed
+        self.accepted += accepted
+        self.passes += 1
+
+    # the per-position counts as lists, position 0 first
+    @property
+    def per_position_proposed(self) -> list[int]:
+        return [p.proposed for p in self.positions]
+
+    @property
+    def per_position_accepted(self) -> list[int]:
+        return [p.accepted for p in self.positions]
+
+    @property
+    def per_position_reached(self) -> list[int]:
+        return [p.reached or 0 for p in self.positions]
+
+
+MEASURED = tuple(f.name for f in fields(Measured))
+
+
+def measured(source: Measured) -> dict:
+    """The measured fields of any request shape, to build another from (positions copied, never shared)."""
+    out = {name: getattr(source, name) for name in MEASURED}
+    out["positions"] = [PositionCount(p.position, p.proposed, p.accepted, p.reached) for p in source.positions]
+    return out

@@ -1,0 +1,206 @@
+"""Phoenix's load sweep: the same prompts at each concurrency level against an OpenAI-compatible server, streamed, so
+every request has its time to first token; each level is one run, its variants side by side.
+
+A variant is what speculation does for a request: on Phoenix's server, ``none`` (off), ``auto`` (the server's
+tuner) or ``k<N>`` (a fixed k), sent per request as ``"speculation"``; on another server, ``as-served`` (it ignores
+per-request settings: start one server per setting instead). Variants run one after another within a level, their
+order reversed at every other level, so a slow drift of the machine does not always favour the same one. The first
+variant is the level's reference: every speedup of the run is against it, per prompt, as on every other page. Each
+variant's output is compared with the reference's for the same prompt (text identity).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from db.entities import PositionCount, RequestRecord
+from db.store import Store
+from engine.bench.setup import environment
+from engine.decode.decoder import sha256_text
+from engine.errors import PhoenixError
+from engine.prompts.sets import Prompt
+from engine.prompts.sets import load as load_prompts
+from engine.serve.record import levels_of
+
+
+@dataclass
+class LoadConfig:
+    url: str = "http://127.0.0.1:8000"  # the OpenAI-compatible server: Phoenix's (`serve`) or another
+    engine: Literal["phoenix", "llamacpp", "vllm", "sglang"] = "phoenix"  # which server answers; names the modes
+    model: str = ""  # the served model name; default: the first the server's /v1/models lists
+    prompts: str = "humaneval-test"
+    limit: int | None = 16
+    max_new_tokens: int = 96
+    chat: bool = True  # through the server's chat template (/v1/chat/completions); off: /v1/completions
+    concurrency: str = "1,2,4,8,16"  # levels: each one run, every prompt sent once per variant
+    variants: str = "none,auto"  # Phoenix: none | auto | k<N>, the first is the reference; another server: as-served
+    timeout_s: float = 600.0
+    name: str = ""  # run names get ' c=<level>' appended
+
+
+def variants_of(cfg: LoadConfig) -> list[str]:
+    names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
+    if not names or len(set(names)) != len(names):
+        raise PhoenixError(f"--variants must name each variant once, got {cfg.variants!r}")
+    for v in names:
+        if cfg.engine != "phoenix" and v != "as-served":
+            raise PhoenixError(f"--variants: {cfg.engine} ignores per-request speculation; use as-served")
+        if cfg.engine == "phoenix" and not (v in ("none", "auto") or (v[:1] == "k" and v[1:].isdigit())):
+            raise PhoenixError(f"--variants: unknown {v!r}; use none, auto or k<N>")
+    return names
+
+
+def speculation(variant: str) -> dict | None:
+    if variant == "as-served":
+        return None
+    if variant == "none":
+        return {"drafter": "none"}
+    return {} if variant == "auto" else {"k": int(variant[1:])}
+
+
+def stream_one(url: str, model: str, prompt: str, max_tokens: int, chat: bool, spec: dict | None, timeout_s: float):
+    """One streamed greedy request: its text, time to first token, latency, usage and what the server said it
+    drafted (Phoenix's ``speculation``, llama.cpp's ``timings``); ``error`` instead where it failed."""
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    body.update({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})
+    if spec is not None:
+        body["speculation"] = spec
+    req = urllib.request.Request(
+        url.rstrip("/").removesuffix("/v1") + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    start = time.perf_counter()
+    out: dict = {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None, "error": None}
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            for raw in resp:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices") or []:
+                    piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                    if piece:
+                        out["ttft_s"] = out["ttft_s"] or time.perf_counter() - start
+                        out["text"] += piece
+                for key in ("usage", "speculation", "timings"):
+                    if chunk.get(key):
+                        out[key] = chunk[key]
+    except urllib.error.HTTPError as exc:
+        out["error"] = f"HTTP {exc.code}: {exc.read(300).decode(errors='replace')}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["latency_s"] = time.perf_counter() - start
+    return out
+
+
+def record_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict) -> RequestRecord:
+    usage, spec = r["usage"] or {}, r["speculation"] or {}
+    timings = r["timings"] or {}
+    n_out = int(usage.get("completion_tokens", 0))
+    arms = spec.get("arms") or {}
+    k = max(arms, key=lambda a: arms[a], default=0)
+    proposed = int(spec.get("proposed", timings.get("draft_n") or 0))
+    accepted = int(spec.get("accepted", timings.get("draft_n_accepted") or 0))
+    lat = r["latency_s"]
+    return RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=int(k),
+        prompt_id=prompt.id,
+        prompt_text=prompt.text,
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        output_tokens=n_out,
+        latency_s=lat,
+        ttft_s=r["ttft_s"],
+        tokens_per_s=n_out / lat if lat > 0 and r["error"] is None else 0.0,
+        proposed=proposed,
+        accepted=accepted,
+        passes=int(spec.get("passes", 0)),
+        draft_s=float(spec.get("draft_s") or 0.0),
+        verify_s=float(spec.get("verify_s") or 0.0),
+        prefill_s=spec.get("prefill_s"),
+        queue_s=spec.get("queue_s"),
+        batch_size=spec.get("batch_size_mean"),
+        output_text=r["text"],
+        output_sha256=sha256_text(r["text"]),
+        error=r["error"],
+        drafter=spec.get("drafter") or ("none" if spec else None),
+        positions=[
+            PositionCount(p["position"], p["proposed"], p["accepted"], p.get("reached", 0))
+            for p in spec.get("per_position") or []
+        ],
+    )
+
+
+def served_model(url: str, timeout_s: float) -> str:
+    try:
+        with urllib.request.urlopen(url.rstrip("/").removesuffix("/v1") + "/v1/models", timeout=timeout_s) as r:
+            return json.loads(r.read())["data"][0]["id"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
+        raise PhoenixError(f"cannot read {url}/v1/models ({exc}); start the server or fix --url") from None
+
+
+def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: list[str]) -> dict[str, tuple]:
+    """Every variant at concurrency ``c``: per variant its wall time and (prompt, result) pairs."""
+    out = {}
+    for variant in order:
+        spec = speculation(variant)
+        start = time.perf_counter()
+
+        def send(p: Prompt, spec=spec) -> dict:
+            return stream_one(cfg.url, model, p.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)
+
+        with ThreadPoolExecutor(max_workers=c) as pool:
+            results = list(pool.map(send, prompts))
+        out[variant] = (time.perf_counter() - start, list(zip(prompts, results)))
+    return out
+
+
+def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> list[int]:
+    """One run per concurrency level; returns their ids."""
+    levels, names = levels_of(cfg.concurrency), variants_of(cfg)
+    prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
+    model = cfg.model or served_model(cfg.url, cfg.timeout_s)
+    run_ids = []
+    for i, c in enumerate(levels):
+        order = names if i % 2 == 0 else names[::-1]
+        run = store.create_run(
+            f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} c={c}",
+            {"load": asdict(cfg), "level": c, "variants": names, "order": order, "environment": environment()},
+            model,
+            None,
+            len(prompts) * len(names),
+        )
+        try:
+            results = level(cfg, model, prompts, c, order)
+        except KeyboardInterrupt:
+            store.set_status(run.id, "interrupted")
+            raise
+        records: list[RequestRecord] = []
+        walls: dict[str, float] = {}
+        reference = {p.id: r["text"] for p, r in results[names[0]][1]}
+        for variant in order:
+            wall, pairs = results[variant]
+            walls[variant] = wall
+            for p, r in pairs:
+                rec = record_of(run.id, len(records), f"{cfg.engine}-{variant}_c{c}", p, r)
+                if variant != names[0] and rec.error is None:
+                    rec.identical = r["text"] == reference.get(p.id)
+                records.append(rec)
+        store.add_requests(records, progress=(run.id, len(records)))
+        store.merge_config(run.id, {"wall_s": walls})
+        failed = sum(r.error is not None for r in records)
+        store.set_status(run.id, "failed" if failed == len(records) else "done", records[0].error if failed else None)
+        run_ids.append(run.id)
+        say(f"c={c}: run {run.id}, " + ", ".join(f"{v} {walls[v]:.1f} s" for v in names) + f", {failed} failed")
+    return run_ids

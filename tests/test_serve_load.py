@@ -1,0 +1,177 @@
+"""Phoenix's server under load and as a process: the load sweep records each level as a run with its variants side
+by side, the dashboard shows the live run and the levels, SIGTERM drains and records, kill -9 keeps what was written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+from apptest import open_page
+from helpers import free_port, migrated, wait_for
+
+from db.store import Store
+
+pytestmark = pytest.mark.subprocess  # a server on a port, a load sweep, a process to signal
+
+
+@pytest.fixture(scope="module")
+def swept(tiny_dirs, tmp_path_factory):
+    """The tiny Qwen3 pair served with its agreeing draft; a load sweep of two levels, three variants."""
+    import uvicorn
+
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.serve.api import make_app
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.load import LoadConfig
+    from engine.serve.load import sweep as load_sweep
+    from engine.serve.service import Service
+
+    root = tmp_path_factory.mktemp("load")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(4))
+    )
+    url = migrated(f"sqlite:///{root / 'load.db'}")
+    store = Store(url)
+    d = tiny_dirs["qwen3"]
+    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, 60, "the server")
+    cfg = LoadConfig(
+        url=f"http://127.0.0.1:{port}",
+        prompts=str(prompts),
+        limit=4,
+        max_new_tokens=12,
+        chat=False,
+        concurrency="1,3",
+        variants="none,auto,k2",
+    )
+    runs = load_sweep(store, cfg, say=lambda _line: None)
+    server.should_exit = True
+    thread.join(30)
+    return store, url, runs, service.run_id
+
+
+def test_each_level_is_a_run_with_every_variant_side_by_side_and_identical_to_speculation_off(swept):
+    store, _, runs, _ = swept
+    assert len(runs) == 2
+    for run_id, c in zip(runs, (1, 3)):
+        info = store.get_run(run_id)
+        assert info.status == "done" and info.config["level"] == c
+        recs = store.requests(run_id)
+        assert sorted({r.mode for r in recs}) == sorted(f"phoenix-{v}_c{c}" for v in ("none", "auto", "k2"))
+        assert all(r.error is None and r.ttft_s is not None and 0 < r.ttft_s <= r.latency_s for r in recs)
+        spec = [r for r in recs if not r.mode.startswith("phoenix-none")]
+        assert all(r.identical for r in spec) and sum(r.proposed for r in spec) > 0
+        assert all(r.positions and r.batch_size >= 1 for r in spec)
+        assert set(info.config["wall_s"]) == {"none", "auto", "k2"}
+    assert store.get_run(runs[1]).config["order"] == ["k2", "auto", "none"]  # reversed every other level
+
+
+@pytest.mark.pages
+def test_the_levels_table_and_the_live_runs_loop_are_on_the_run_pages(swept, monkeypatch):
+    store, url, runs, live_id = swept
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("run", run=runs[1])
+    assert any("Under load: concurrency 3" in s.value for s in at.subheader)
+    table = next(d.value for d in at.dataframe if "TTFT p95 (s)" in d.value.columns)
+    assert len(table) == 3 and (table["throughput tok/s"] > 0).all()
+    assert table.loc[table["mode"] == "phoenix-none_c3", "throughput x reference (ratio of totals)"].iloc[0] == 1.0
+    at = open_page("run", run=live_id)
+    assert any("Phoenix serving: drafter model, max batch 4" in s.value for s in at.subheader)
+    by_batch = next(d.value for d in at.dataframe if "share k = 0" in d.value.columns)
+    assert by_batch["n"].sum() == sum(1 for s in store.serve_steps(live_id) if s.k is not None)
+
+
+def serve_process(tiny_dirs, tmp_path, port: int) -> subprocess.Popen:
+    d = tiny_dirs["qwen3"]
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "serve",
+            "--target",
+            d["target"],
+            "--draft",
+            d["near"],
+            "--drafter",
+            "model",
+            "--port",
+            str(port),
+            "--no-profile",
+            "--db",
+            str(tmp_path / "p.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def post(port: int, body: dict, timeout: float = 60):
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def test_sigterm_drains_the_request_in_flight_and_records_it(tiny_dirs, tmp_path):
+    port = free_port()
+    proc = serve_process(tiny_dirs, tmp_path, port)
+    try:
+        wait_for(lambda: healthy(port) or proc.poll() is not None, 120, "the server")
+        lines: list[str] = []
+        with post(port, {"prompt": "def f(x):\n", "max_tokens": 300, "stream": True}) as resp:
+            for raw in resp:
+                lines.append(raw.decode())
+                if len(lines) == 3:
+                    proc.send_signal(signal.SIGTERM)  # mid-stream: the answer still arrives whole
+        assert lines[-2].strip() == "data: [DONE]" or any("[DONE]" in x for x in lines[-3:])
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    (run,) = store.list_runs()
+    (rec,) = store.requests(run.id)
+    assert run.status == "done" and rec.error is None and rec.output_tokens > 0
+
+
+def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):
+    port = free_port()
+    proc = serve_process(tiny_dirs, tmp_path, port)
+    try:
+        wait_for(lambda: healthy(port) or proc.poll() is not None, 120, "the server")
+        for i in range(2):
+            with post(port, {"prompt": f"x = {i}\n", "max_tokens": 5}) as r:
+                assert r.status == 200
+        store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+        (run,) = store.list_runs()
+        wait_for(lambda: store.count_requests(run.id) == 2, 30, "both rows")
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert store.count_requests(run.id) == 2
+    out = proc.stdout.read() if proc.stdout else ""
+    assert "Phoenix serves" in out and "Traceback" not in out
