@@ -74,7 +74,7 @@ def test_each_level_is_a_run_with_every_variant_side_by_side_and_identical_to_sp
         assert all(r.error is None and r.ttft_s is not None and 0 < r.ttft_s <= r.latency_s for r in recs)
         spec = [r for r in recs if not r.mode.startswith("phoenix-none")]
         assert all(r.identical for r in spec) and sum(r.proposed for r in spec) > 0
-        assert all(r.positions and r.batch_size >= 1 for r in spec)
+        assert all(bool(r.positions) == bool(r.proposed) and (r.passes == 0 or r.batch_size >= 1) for r in spec)
         assert set(info.config["wall_s"]) == {"none", "auto", "k2"}
     assert store.get_run(runs[1]).config["order"] == ["k2", "auto", "none"]  # reversed every other level
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import sys
+import threading
+import time
 
 from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
 from engine.config import add_options, from_args
@@ -50,7 +53,7 @@ def cmd_serve(args) -> int:
 
     from engine.decode.decoder import Decoder  # lazy: torch and transformers load only for a server
     from engine.decode.loading import load_pair  # lazy: as above
-    from engine.serve.api import make_app  # lazy: FastAPI loads only for a server
+    from engine.serve.api import make_app, ready_line  # lazy: FastAPI loads only for a server
     from engine.serve.service import Service  # lazy: torch loads only for a server
 
     cfg = check_serve(from_args(ServeConfig, args))
@@ -61,6 +64,30 @@ def cmd_serve(args) -> int:
     decoder = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
     service = Service(cfg, decoder, store, telemetry=telemetry)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    app = make_app(service)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
-    return 0
+    service.start(loop_thread=False)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            make_app(service, manage=False), host=cfg.host, port=cfg.port, log_level="warning", access_log=False
+        )
+    )
+    http = threading.Thread(target=server.run, name="phoenix-http", daemon=True)
+
+    def drain(_signum=None, _frame=None) -> None:  # uvicorn stops accepting and lets requests in flight finish
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, drain)
+    signal.signal(signal.SIGINT, drain)
+    http.start()
+
+    def stop_when_http_ends() -> None:  # in flight answered: the loop drains what is left, then stops
+        http.join()
+        service.request_stop()
+
+    threading.Thread(target=stop_when_http_ends, daemon=True).start()
+    while not server.started and http.is_alive():
+        time.sleep(0.05)
+    if server.started:
+        logging.getLogger("phoenix.serve").info(ready_line(service))
+    service.run_loop()  # the main thread: where torch's forwards run fastest
+    service.stop()
+    return 0 if server.started else 1

@@ -60,17 +60,18 @@ def error_response(status: int, message: str, param: str | None = None, code: st
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def make_app(service: Service) -> FastAPI:
+def make_app(service: Service, manage: bool = True) -> FastAPI:
+    """``manage``: the app starts and stops the service itself (its loop on a thread of its own: tests, embedding);
+    the command-line server starts it before uvicorn and runs the loop on the main thread (``engine.cli.serving``)."""
+
     @asynccontextmanager
     async def lifespan(_app):
-        await asyncio.to_thread(service.start)
-        cfg = service.cfg
-        log.info(
-            f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, max "
-            f"batch {cfg.max_batch}, run #{service.run_id}); Ctrl-C or SIGTERM drains and stops"
-        )
+        if manage:
+            await asyncio.to_thread(service.start)
+            log.info(ready_line(service))
         yield
-        await asyncio.to_thread(service.stop)  # SIGTERM: uvicorn lets requests in flight finish, then this drains
+        if manage:
+            await asyncio.to_thread(service.stop)  # uvicorn lets requests in flight finish first, then this drains
 
     app = FastAPI(title="Phoenix", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -129,6 +130,14 @@ def make_app(service: Service) -> FastAPI:
         return await generate(service, request, chat=True)
 
     return app
+
+
+def ready_line(service: Service) -> str:
+    cfg = service.cfg
+    return (
+        f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, max "
+        f"batch {cfg.max_batch}, run #{service.run_id}); Ctrl-C or SIGTERM drains and stops"
+    )
 
 
 async def read_body(request: Request) -> dict:

@@ -82,7 +82,11 @@ class Service:
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
 
     # lifecycle ----------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, loop_thread: bool = True) -> None:
+        """Profile, open the run, start the recorder and (``loop_thread``) the batching loop on its own thread.
+        Without it the caller runs ``run_loop`` itself, on the main thread: measured here, torch's forwards cost
+        40-75% more on a thread other than the one that first ran them (SmolLM2, 2-core AMD EPYC, 2026-12-01), so
+        the command-line server keeps the loop on the main thread and HTTP on another."""
         if self.cfg.profile:
             batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
             widths = sorted({1, 2, 3, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
@@ -103,19 +107,26 @@ class Service:
                 0,
             )
             self.run_id = run.id
-        self._threads = [
-            threading.Thread(target=self.scheduler.run, args=(self._stop,), name="phoenix-loop", daemon=True),
-            threading.Thread(target=self._record_loop, name="phoenix-recorder", daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._record_loop, name="phoenix-recorder", daemon=True)]
+        if loop_thread:
+            self._threads.append(threading.Thread(target=self.run_loop, name="phoenix-loop", daemon=True))
         for t in self._threads:
             t.start()
+
+    def run_loop(self) -> None:
+        """The batching loop, until ``stop`` is asked and nothing admitted or waiting is left."""
+        self.scheduler.run(self._stop)
+
+    def request_stop(self) -> None:
+        self._stop.set()
 
     def stop(self, timeout_s: float = 600.0) -> None:
         """Drain: what was admitted or waits finishes and is recorded; then the run is done."""
         self._stop.set()
-        self._threads[0].join(timeout_s)
+        for t in self._threads[1:]:
+            t.join(timeout_s)  # the loop's thread, where it has one
         self._recorded.set()
-        self._threads[1].join(timeout_s)
+        self._threads[0].join(timeout_s)
         if self.store is not None and self.run_id is not None:
             self.store.set_status(self.run_id, "done")
         self.telemetry.flush()
