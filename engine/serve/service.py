@@ -23,6 +23,7 @@ from transformers import DynamicCache
 
 from db.entities import RequestRecord, ServeStepRecord
 from db.store import HEARTBEAT_S, Store
+from engine.bench.setup import environment
 from engine.decode.decoder import Decoder, first_divergence, sha256_text
 from engine.measure import measured
 from engine.observe.prometheus import Metrics
@@ -101,6 +102,7 @@ class Service:
                     "phoenix_serve": stored_config(self.cfg),
                     "drafter": self.drafter,
                     "cost_profile": self.tuner.cost.as_rows(),
+                    "environment": environment(),  # the CPU every figure of this run was measured on
                 },
                 pair.target_name,
                 pair.draft_name,
