@@ -108,12 +108,9 @@ def other_vocab_dir(tmp_path_factory):
 
 @pytest.fixture
 def prompt_file(tmp_path):
-    import json
+    from helpers import write_prompts
 
-    path = tmp_path / "prompts.jsonl"
-    rows = [{"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"} for i in range(4)]
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return str(path)
+    return write_prompts(tmp_path / "prompts.jsonl")
 
 
 @pytest.fixture

@@ -313,3 +313,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def write_prompts(path: Path, n: int = 4) -> str:
+    """A JSONL prompt file of ``n`` small functions (p0, p1, ...), the one every test that needs a set uses."""
+    import json
+
+    path.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(n))
+    )
+    return str(path)

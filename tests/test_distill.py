@@ -43,15 +43,12 @@ def cfg_for(tiny_dirs, prompt_file, tmp_path, **kw):
 @pytest.fixture(scope="module")
 def distilled(tiny_dirs, tmp_path_factory):
     """One distillation with --eval, built once: the tests that only read its output share it."""
-    from helpers import migrated
+    from helpers import migrated, write_prompts
 
     from db.store import Store
 
     root = tmp_path_factory.mktemp("distilled")
-    prompt_file = root / "prompts.jsonl"
-    prompt_file.write_text(
-        "".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(4))
-    )
+    prompt_file = write_prompts(root / "prompts.jsonl")
     url = f"sqlite:///{root / 'phoenix.db'}"
     migrated(url)
     store = Store(url)

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 from apptest import open_page
-from helpers import free_port, migrated, wait_for
+from helpers import free_port, migrated, wait_for, write_prompts
 
 from db.store import Store
 
@@ -34,10 +34,7 @@ def swept(tiny_dirs, tmp_path_factory):
     from engine.serve.service import Service
 
     root = tmp_path_factory.mktemp("load")
-    prompts = root / "prompts.jsonl"
-    prompts.write_text(
-        "".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(4))
-    )
+    prompts = write_prompts(root / "prompts.jsonl")
     url = migrated(f"sqlite:///{root / 'load.db'}")
     store = Store(url)
     d = tiny_dirs["qwen3"]
@@ -50,7 +47,7 @@ def swept(tiny_dirs, tmp_path_factory):
     wait_for(lambda: server.started, 60, "the server")
     cfg = LoadConfig(
         url=f"http://127.0.0.1:{port}",
-        prompts=str(prompts),
+        prompts=prompts,
         limit=4,
         max_new_tokens=12,
         chat=False,

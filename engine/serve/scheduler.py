@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from db.entities import ServeStepRecord
 from engine.decode.decoder import Decoder
 from engine.decode.spec import Drafter, RequestStats, draft, hook, prefill, taps_of
 from engine.serve.batch import BatchCache, accept_batch, verify_batch
@@ -52,23 +53,6 @@ class Finished:
 
 
 @dataclass
-class StepRecord:
-    """One step of the loop: what it ran and the decision behind it."""
-
-    step: int
-    at_s: float  # seconds since the loop started
-    batch: int
-    width: int  # tokens per row of the forward (1 + the longest draft)
-    drafter: str
-    choice: Choice | None  # the tuner's, for the batch's main drafter; None where every row fixed its k
-    draft_s: float
-    verify_s: float
-    proposed: int
-    accepted: int
-    emitted: int
-
-
-@dataclass
 class Row:
     req: ServeRequest
     stats: RequestStats
@@ -90,7 +74,7 @@ class Scheduler:
         self.waiting: deque[ServeRequest] = deque()
         self.rows: list[Row] = []
         self.batch = BatchCache.empty(self.target.device)
-        self.steps: deque[StepRecord] = deque(maxlen=100_000)  # the recorder drains it
+        self.steps: deque[ServeStepRecord] = deque(maxlen=100_000)  # the recorder drains it
         self.step_count = 0
         self.arms: Counter[int] = Counter()
         self._cv = threading.Condition()
@@ -218,18 +202,21 @@ class Scheduler:
             self.arms[k] += 1
         self.step_count += 1
         self.steps.append(
-            StepRecord(
-                self.step_count,
-                start - self.started,
-                b,
-                width,
-                main,
-                choice,
-                sum(draft_times),
-                verify_s,
-                sum(o.proposed for o in outcomes),
-                sum(o.accepted for o in outcomes),
-                emitted,
+            ServeStepRecord(
+                step=self.step_count,
+                at_s=start - self.started,
+                batch=b,
+                width=width,
+                drafter=main,
+                k=choice.k if choice else None,  # None where every row fixed its own k
+                explored=choice.explored if choice else None,
+                estimate=choice.estimate if choice else None,
+                estimate_off=choice.estimate_off if choice else None,
+                draft_s=sum(draft_times),
+                verify_s=verify_s,
+                proposed=sum(o.proposed for o in outcomes),
+                accepted=sum(o.accepted for o in outcomes),
+                emitted=emitted,
             )
         )
 

@@ -21,7 +21,7 @@ from dataclasses import asdict
 import torch
 from transformers import DynamicCache
 
-from db.entities import RequestRecord, ServeStepRecord
+from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
 from engine.bench.setup import environment
 from engine.decode.decoder import Decoder, first_divergence, sha256_text
@@ -30,7 +30,7 @@ from engine.observe.prometheus import Metrics
 from engine.observe.sentry import Telemetry
 from engine.serve.batch import BatchCache, verify_batch
 from engine.serve.config import ServeConfig, stored_config
-from engine.serve.scheduler import Finished, Scheduler, ServeRequest, StepRecord
+from engine.serve.scheduler import Finished, Scheduler, ServeRequest
 from engine.serve.tuner import LoadTuner, profile_cost
 
 
@@ -265,27 +265,7 @@ class Service:
         steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
         if self.store is None or self.run_id is None:
             return
-        self.store.add_serve_steps(self.run_id, [step_record(s) for s in steps])
+        self.store.add_serve_steps(self.run_id, steps)
         if records:
             done = self.stats["finished"] + self.stats["cancelled"]
             self.store.add_requests(records, progress=(self.run_id, done))
-
-
-def step_record(s: StepRecord) -> ServeStepRecord:
-    c = s.choice
-    return ServeStepRecord(
-        s.step,
-        s.at_s,
-        s.batch,
-        s.width,
-        s.drafter,
-        c.k if c else None,
-        c.explored if c else None,
-        c.estimate if c else None,
-        c.estimate_off if c else None,
-        s.draft_s,
-        s.verify_s,
-        s.proposed,
-        s.accepted,
-        s.emitted,
-    )
