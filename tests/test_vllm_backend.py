@@ -155,6 +155,7 @@ def test_a_missing_llama_server_is_one_line_naming_the_install_command(monkeypat
     from engine.serve import llamacpp
 
     monkeypatch.setattr(llamacpp.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(llamacpp, "built_binary", lambda: None)
     with pytest.raises(PhoenixError, match=re.escape(llamacpp.INSTALL)):
         llamacpp.binary()
 

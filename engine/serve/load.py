@@ -3,22 +3,25 @@ every request has its time to first token; each level is one run, its variants s
 
 A variant is what speculation does for a request: on Phoenix's server, ``none`` (off), ``auto`` (the server's
 tuner) or ``k<N>`` (a fixed k), sent per request as ``"speculation"``; on another server, ``as-served`` (it ignores
-per-request settings: start one server per setting instead). Variants run one after another within a level, their
-order reversed at every other level, so a slow drift of the machine does not always favour the same one. The first
-variant is the level's reference: every speedup of the run is against it, per prompt, as on every other page. Each
-variant's output is compared with the reference's for the same prompt (text identity).
+per-request settings), or for llama.cpp one managed ``llama-server`` per ``--spec-types`` entry, which the sweep
+starts and stops itself. The prompts are cut into blocks (by default as many prompts as the level's concurrency),
+and each block runs every variant in turn, the order rotating from block to block, so a slow drift of the machine
+falls on every variant alike instead of on whichever ran last. A variant's throughput is its tokens over the sum of
+its blocks' wall times. The first variant is the level's reference: every speedup of the run is against it, per
+prompt, as on every other page. Each variant's output is compared with the reference's for the same prompt.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, cast, get_args
 
 from db.entities import PositionCount, RequestRecord
 from db.store import Store
@@ -27,6 +30,8 @@ from engine.decode.decoder import sha256_text
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
+from engine.serve import llamacpp
+from engine.serve.llamacpp import LlamaCppConfig, SpecType
 from engine.serve.record import levels_of
 
 
@@ -40,29 +45,73 @@ class LoadConfig:
     max_new_tokens: int = 96
     chat: bool = True  # through the server's chat template (/v1/chat/completions); off: /v1/completions
     concurrency: str = "1,2,4,8,16"  # levels: each one run, every prompt sent once per variant
-    variants: str = "none,auto"  # Phoenix: none | auto | k<N>, the first is the reference; another server: as-served
+    variants: str = "none,auto"  # Phoenix: none, auto, k<N>, <drafter>[-k<N>]; first: the reference. Else as-served
     timeout_s: float = 600.0
     name: str = ""  # run names get ' c=<level>' appended
+    block: int = 0  # prompts per block, each run by every variant in turn; 0 (or below the level): the level's c
+    spec_types: str = ""  # llama.cpp: one managed llama-server per type, none first; they replace --variants
+    gguf: str = "smollm2"  # what those servers serve (see llamacpp start --model)
+    port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
+    draft_max: int = 8  # their --spec-draft-n-max
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:
+    if cfg.spec_types:
+        return [c.spec_type for c in managed(cfg)]
+    if cfg.block < 0:
+        raise PhoenixError(f"--block must be 0 or more, got {cfg.block}", field="block")
     names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
     if not names or len(set(names)) != len(names):
         raise PhoenixError(f"--variants must name each variant once, got {cfg.variants!r}")
     for v in names:
         if cfg.engine != "phoenix" and v != "as-served":
             raise PhoenixError(f"--variants: {cfg.engine} ignores per-request speculation; use as-served")
-        if cfg.engine == "phoenix" and not (v in ("none", "auto") or (v[:1] == "k" and v[1:].isdigit())):
-            raise PhoenixError(f"--variants: unknown {v!r}; use none, auto or k<N>")
+        if cfg.engine == "phoenix":
+            speculation(v)
     return names
 
 
+def managed(cfg: LoadConfig) -> list[LlamaCppConfig]:
+    """The llama-servers a llama.cpp sweep starts: one per speculation type, each with a slot per request of the
+    highest level (so the server batches them) and 1,024 tokens of context a slot."""
+    if cfg.engine != "llamacpp":
+        raise PhoenixError("--spec-types starts llama-servers: it needs --engine llamacpp", field="spec_types")
+    types = [t.strip() for t in cfg.spec_types.split(",") if t.strip()]
+    if not types or types[0] != "none" or len(set(types)) != len(types):
+        raise PhoenixError("--spec-types must start with none and name each type once", field="spec_types")
+    bad = [t for t in types if t not in get_args(SpecType) or t.startswith("draft-")]
+    if bad:
+        raise PhoenixError(f"--spec-types: unknown {', '.join(bad)}; use none or an ngram-* type", field="spec_types")
+    slots = max(levels_of(cfg.concurrency))
+    return [
+        LlamaCppConfig(
+            model=cfg.gguf,
+            spec_type=cast(SpecType, t),
+            draft_max=cfg.draft_max,
+            port=cfg.port + i,
+            parallel=slots,
+            ctx=1024 * slots,
+        )
+        for i, t in enumerate(types)
+    ]
+
+
+# none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k) | <drafter>-k<N>
+_VARIANT = re.compile(r"^(?:none|auto|k(?P<k>\d+)|(?P<drafter>model|ngram|suffix|eagle3)(?:-k(?P<dk>\d+))?)$")
+
+
 def speculation(variant: str) -> dict | None:
+    """What a variant asks of Phoenix's server in each request's "speculation" (None: nothing, as served)."""
     if variant == "as-served":
         return None
     if variant == "none":
         return {"drafter": "none"}
-    return {} if variant == "auto" else {"k": int(variant[1:])}
+    m = _VARIANT.match(variant)
+    if m is None:
+        raise PhoenixError(f"--variants: unknown {variant!r}; use none, auto, k<N>, <drafter> or <drafter>-k<N>")
+    spec: dict = {"drafter": m["drafter"]} if m["drafter"] else {}
+    k = m["k"] or m["dk"]
+    return {**spec, "k": int(k)} if k else spec
 
 
 def stream_one(url: str, model: str, prompt: str, max_tokens: int, chat: bool, spec: dict | None, timeout_s: float):
@@ -102,12 +151,12 @@ def stream_one(url: str, model: str, prompt: str, max_tokens: int, chat: bool, s
     return out
 
 
-def record_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict) -> RequestRecord:
+def record_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k_served: int | None = None) -> RequestRecord:
     usage, spec = r["usage"] or {}, r["speculation"] or {}
     timings = r["timings"] or {}
     n_out = int(usage.get("completion_tokens", 0))
     arms = spec.get("arms") or {}
-    k = max(arms, key=lambda a: arms[a], default=0)
+    k = max(arms, key=lambda a: arms[a], default=0) if k_served is None else k_served  # a server's own k
     proposed = int(spec.get("proposed", timings.get("draft_n") or 0))
     accepted = int(spec.get("accepted", timings.get("draft_n_accepted") or 0))
     lat = r["latency_s"]
@@ -150,57 +199,104 @@ def served_model(url: str, timeout_s: float) -> str:
         raise PhoenixError(f"cannot read {url}/v1/models ({exc}); start the server or fix --url") from None
 
 
-def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: list[str]) -> dict[str, tuple]:
-    """Every variant at concurrency ``c``: per variant its wall time and (prompt, result) pairs."""
-    out = {}
-    for variant in order:
-        spec = speculation(variant)
-        start = time.perf_counter()
+def blocks_of(prompts: list[Prompt], size: int) -> list[list[Prompt]]:
+    return [prompts[i : i + size] for i in range(0, len(prompts), size)]
 
-        def send(p: Prompt, spec=spec) -> dict:
-            return stream_one(cfg.url, model, p.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)
 
-        with ThreadPoolExecutor(max_workers=c) as pool:
-            results = list(pool.map(send, prompts))
-        out[variant] = (time.perf_counter() - start, list(zip(prompts, results)))
-    return out
+def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: list[str], urls: dict[str, str]):
+    """Every variant at concurrency ``c``, block by block: per variant its summed wall time and (prompt, result)
+    pairs in prompt order."""
+    walls = dict.fromkeys(order, 0.0)
+    pairs: dict[str, list] = {v: [] for v in order}
+    for b, block in enumerate(blocks_of(prompts, max(cfg.block, c))):
+        turn = order[b % len(order) :] + order[: b % len(order)]
+        for variant in turn:
+            spec = None if cfg.spec_types else speculation(variant)
+
+            def send(p: Prompt, spec=spec, url=urls[variant]) -> dict:
+                return stream_one(url, model, p.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)
+
+            start = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=c) as pool:
+                results = list(pool.map(send, block))
+            walls[variant] += time.perf_counter() - start
+            pairs[variant] += list(zip(block, results))
+    return {v: (walls[v], pairs[v]) for v in order}
 
 
 def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> list[int]:
-    """One run per concurrency level; returns their ids."""
+    """One run per concurrency level; returns their ids. Managed llama-servers are started first and stopped at the
+    end (only those this sweep started: one already running for the same settings is left running)."""
     levels, names = levels_of(cfg.concurrency), variants_of(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
-    model = cfg.model or served_model(cfg.url, cfg.timeout_s)
-    run_ids = []
-    for i, c in enumerate(levels):
-        order = names if i % 2 == 0 else names[::-1]
-        run = store.create_run(
-            f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} c={c}",
-            {"load": asdict(cfg), "level": c, "variants": names, "order": order, "environment": environment()},
-            model,
-            None,
-            len(prompts) * len(names),
-        )
-        try:
-            results = level(cfg, model, prompts, c, order)
-        except KeyboardInterrupt:
-            store.set_status(run.id, "interrupted")
-            raise
-        records: list[RequestRecord] = []
-        walls: dict[str, float] = {}
-        reference = {p.id: r["text"] for p, r in results[names[0]][1]}
-        for variant in order:
-            wall, pairs = results[variant]
-            walls[variant] = wall
-            for p, r in pairs:
-                rec = record_of(run.id, len(records), f"{cfg.engine}-{variant}_c{c}", p, r)
-                if variant != names[0] and rec.error is None:
-                    rec.identical = r["text"] == reference.get(p.id)
-                records.append(rec)
-        store.add_requests(records, progress=(run.id, len(records)))
-        store.merge_config(run.id, {"wall_s": walls})
-        failed = sum(r.error is not None for r in records)
-        store.set_status(run.id, "failed" if failed == len(records) else "done", records[0].error if failed else None)
-        run_ids.append(run.id)
-        say(f"c={c}: run {run.id}, " + ", ".join(f"{v} {walls[v]:.1f} s" for v in names) + f", {failed} failed")
-    return run_ids
+    configs = managed(cfg) if cfg.spec_types else []
+    started: list[LlamaCppConfig] = []
+    try:
+        servers = []
+        for server in configs:
+            servers.append(llamacpp.start(server))
+            if servers[-1]["state"] == "started":
+                started.append(server)
+        urls = {v: s["url"] for v, s in zip(names, servers)} if configs else dict.fromkeys(names, cfg.url)
+        model = cfg.model or served_model(urls[names[0]], cfg.timeout_s)
+        extra = {"servers": [{"spec_type": c.spec_type, "command": s["command"]} for c, s in zip(configs, servers)]}
+        return [
+            _level_run(store, cfg, model, prompts, c, names if i % 2 == 0 else names[::-1], urls, extra, say)
+            for i, c in enumerate(levels)
+        ]
+    finally:
+        for server in started:
+            llamacpp.stop(server)
+
+
+def _level_run(
+    store: Store,
+    cfg: LoadConfig,
+    model: str,
+    prompts: list[Prompt],
+    c: int,
+    order: list[str],
+    urls: dict[str, str],
+    extra: dict,
+    say: Callable[[str], None],
+) -> int:
+    names = variants_of(cfg)
+    run = store.create_run(
+        f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} c={c}",
+        {
+            "load": asdict(cfg),
+            "level": c,
+            "variants": names,
+            "order": order,
+            "block": max(cfg.block, c),
+            **(extra if extra["servers"] else {}),
+            "environment": environment(),
+        },
+        model,
+        None,
+        len(prompts) * len(names),
+    )
+    try:
+        results = level(cfg, model, prompts, c, order, urls)
+    except KeyboardInterrupt:
+        store.set_status(run.id, "interrupted")
+        raise
+    records: list[RequestRecord] = []
+    walls: dict[str, float] = {}
+    reference = {p.id: r["text"] for p, r in results[names[0]][1]}
+    for variant in names:  # the reference's rows first, as every table lists them
+        wall, pairs = results[variant]
+        walls[variant] = wall
+        k = cfg.draft_max if cfg.spec_types and variant != "none" else None
+        for p, r in pairs:
+            rec = record_of(run.id, len(records), f"{cfg.engine}-{variant}_c{c}", p, r, k)
+            if variant != names[0] and rec.error is None:
+                rec.identical = r["text"] == reference.get(p.id)
+            records.append(rec)
+    store.add_requests(records, progress=(run.id, len(records)))
+    store.merge_config(run.id, {"wall_s": walls})
+    failed = sum(r.error is not None for r in records)
+    first_error = next((r.error for r in records if r.error is not None), None)
+    store.set_status(run.id, "failed" if failed == len(records) else "done", first_error)
+    say(f"c={c}: run {run.id}, " + ", ".join(f"{v} {walls[v]:.1f} s" for v in names) + f", {failed} failed")
+    return run.id

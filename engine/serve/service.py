@@ -90,7 +90,7 @@ class Service:
         the command-line server keeps the loop on the main thread and HTTP on another."""
         if self.cfg.profile:
             batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
-            widths = sorted({1, 2, 3, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
+            widths = sorted({1, 2, 3, 4, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
             self.tuner.cost = profile_cost(self._timed_forward, batches, widths, repeats=3)
             self._profile_rows = self._profile_batch = None
         self.metrics.prepare(self.model_name, self.cfg.k_max, [])
