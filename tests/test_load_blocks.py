@@ -18,7 +18,7 @@ PROMPTS = [Prompt(id=f"p{i}", text=f"prompt {i}") for i in range(5)]
 def _record_calls(monkeypatch) -> list[tuple[str, str]]:
     calls: list[tuple[str, str]] = []
 
-    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s):
+    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None):
         calls.append((url if spec is None else str(spec), prompt))
         return {"text": prompt.upper(), "ttft_s": 0.01, "usage": {}, "speculation": None, "timings": None,
                 "error": None, "latency_s": 0.02}  # fmt: skip
@@ -29,21 +29,22 @@ def _record_calls(monkeypatch) -> list[tuple[str, str]]:
 
 def test_at_concurrency_1_every_prompt_runs_through_every_variant_before_the_next_and_the_order_rotates(monkeypatch):
     calls = _record_calls(monkeypatch)
-    out = level(LoadConfig(), "m", PROMPTS[:3], 1, ["none", "k3"], {"none": "u", "k3": "u"})
+    blocks: list[dict] = []
+    walls = level(LoadConfig(), "m", PROMPTS[:3], 1, ["none", "k3"], {"none": "u", "k3": "u"}, blocks.append)
     none, k3 = str({"drafter": "none"}), str({"k": 3})
     assert calls == [
         (none, "prompt 0"), (k3, "prompt 0"),
         (k3, "prompt 1"), (none, "prompt 1"),
         (none, "prompt 2"), (k3, "prompt 2"),
     ]  # fmt: skip
-    assert [p.id for p, _ in out["k3"][1]] == ["p0", "p1", "p2"]  # results stay in prompt order
-    assert out["none"][0] > 0 and out["k3"][0] > 0
+    assert [[p.id for p, _ in b["k3"]] for b in blocks] == [["p0"], ["p1"], ["p2"]]  # each block kept as it ends
+    assert walls["none"] > 0 and walls["k3"] > 0
 
 
 def test_a_block_never_holds_fewer_prompts_than_the_level_runs_at_once(monkeypatch):
     calls = _record_calls(monkeypatch)
     cfg = LoadConfig(engine="llamacpp", spec_types="none,ngram-mod", block=1)  # served as-is: calls name the url
-    level(cfg, "m", PROMPTS, 2, ["a", "b"], {"a": "ua", "b": "ub"})
+    level(cfg, "m", PROMPTS, 2, ["a", "b"], {"a": "ua", "b": "ub"}, lambda got: None)
     urls = [u for u, _ in calls]
     # blocks of 2, 2 and 1 prompts: a a b b, then b b a a, then a b
     assert urls == ["ua", "ua", "ub", "ub", "ub", "ub", "ua", "ua", "ua", "ub"]
@@ -92,3 +93,34 @@ def test_a_variant_names_the_speculation_each_request_asks_for(variant, spec):
 def test_an_unknown_variant_is_one_line_before_anything_is_sent():
     with pytest.raises(PhoenixError, match=r"^--variants: unknown 'ngram-3'; use none, auto, k<N>, <drafter>"):
         variants_of(LoadConfig(variants="none,ngram-3"))
+
+
+def test_a_sweep_stopped_mid_block_keeps_every_answered_request_and_ends_interrupted(tmp_path, monkeypatch):
+    from helpers import migrated
+
+    from db.store import Store
+    from engine.prompts import sets
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 'cut.db'}"))
+    sent: list[str] = []
+
+    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None):
+        sent.append(prompt)
+        if len(sent) == 4:  # the second block's second variant: Ctrl-C arrives
+            raise KeyboardInterrupt
+        return {"text": "same", "ttft_s": 0.01, "usage": {"completion_tokens": 3}, "speculation": None,
+                "timings": None, "error": None, "latency_s": 0.02}  # fmt: skip
+
+    monkeypatch.setattr(load, "stream_one", fake)
+    monkeypatch.setattr(sets, "load", lambda name, limit: PROMPTS[:3])
+    monkeypatch.setattr(load, "load_prompts", lambda name, limit: PROMPTS[:3])
+    cfg = LoadConfig(model="m", concurrency="1", variants="none,k3")
+    with pytest.raises(KeyboardInterrupt):
+        load.sweep(store, cfg, say=lambda _: None)
+    (run,) = store.list_runs()
+    assert run.status == "interrupted"
+    recs = store.requests(run.id)
+    # block 1 whole (none, k3), block 2's first answer (k3 ran first there); the interrupted request is not a row
+    assert [(r.mode, r.prompt_id) for r in recs] == [("phoenix-none_c1", "p0"), ("phoenix-k3_c1", "p0"),
+                                                     ("phoenix-k3_c1", "p1")]  # fmt: skip
+    assert recs[1].identical is True and recs[2].identical is None  # p1's reference never answered

@@ -194,3 +194,33 @@ def test_the_cost_model_interpolates_between_measured_cells_and_refines_online()
     assert cost.seconds(8, 1) > cost.seconds(4, 1)
     cost.observe(1, 1, 0.03)
     assert 0.01 < cost.seconds(1, 1) < 0.03
+
+
+def test_rows_drafting_with_one_eagle3_head_share_its_forwards_and_propose_what_each_would_alone(decoders):
+    from transformers import DynamicCache
+
+    from engine.decode.eagle3.batch import propose_batch
+    from engine.decode.spec import prefill, taps_of
+
+    dec = decoders["eagle3"]
+    ks = [4, 1, 6, 0, 3]
+
+    def rows():
+        drafters, contexts = [], []
+        for p in PROMPTS:  # prompts of 1 to 20-odd tokens: caches of different lengths
+            ids = dec.encode(p)
+            d = dec.row_drafter("eagle3")
+            first, feats = prefill(dec.pair.target, DynamicCache(config=dec.pair.target.config), ids, taps_of(d))
+            d.observe(feats)
+            d.reset(ids)
+            drafters.append(d)
+            contexts.append(ids + [first])
+        return drafters, contexts
+
+    with torch.inference_mode():
+        alone, contexts = rows()
+        expected = [d.propose(c, k) if k else [] for d, c, k in zip(alone, contexts, ks)]
+        together, contexts = rows()
+        got = propose_batch(together, contexts, ks)
+    assert got == expected and [len(g) for g in got] == ks
+    assert [d.cache.length for d in together] == [d.cache.length for d in alone]  # the same state for the next pass

@@ -30,7 +30,7 @@ from engine.errors import PhoenixError
 from engine.export.files import EXPORT_FORMATS, export, export_sqlite
 from engine.export.mlflow import MlflowTarget, export_run
 from engine.prompts.sets import load as load_prompts
-from engine.queue.worker import Heartbeat, worker_id
+from engine.queue.owned import Heartbeat, worker_id
 
 
 def add_bench_options(p) -> None:

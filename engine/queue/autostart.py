@@ -33,6 +33,37 @@ def pid_alive(pid: int, *words: str) -> bool:
     return not zombie and all(word in cmdline for word in words)
 
 
+def identity(pid: int) -> str | None:
+    """A process as more than its pid: this boot's id and the clock tick it started at (/proc/<pid>/stat, field
+    22), which a reused pid never repeats. None where the process is gone (or /proc is unreadable)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # after the command name, which may hold spaces and parentheses
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
+def is_process(pid: int, recorded: str | None) -> bool:
+    """Whether ``pid`` is alive and is the very process whose identity() was recorded when Phoenix started it:
+    a stale pid file never names somebody else's process (their server, a `tail -f` of its log)."""
+    return bool(recorded) and pid > 0 and pid_alive(pid) and identity(pid) == recorded
+
+
+def pid_record(path: Path) -> tuple[int, str | None] | None:
+    """A pid file as Phoenix writes it, "<pid> <identity>"; None where it is missing or unreadable."""
+    try:
+        pid, _, ident = path.read_text().strip().partition(" ")
+        return int(pid), ident or None
+    except (OSError, ValueError):
+        return None
+
+
+def write_pid(path: Path, pid: int) -> None:
+    path.write_text(f"{pid} {identity(pid) or ''}".strip())
+
+
 def worker_alive_here(worker_id: str) -> bool:
     """A run's worker id is host:pid; True when that host is this one and the process still lives."""
     host, _, pid = (worker_id or "").rpartition(":")
@@ -54,9 +85,10 @@ def registry(data_dir: Path, db_url: str) -> Path:
 
 
 def register(data_dir: Path, db_url: str, pid: int) -> Path:
+    """The worker's entry, named by its pid and holding its identity (a pid alone is not one)."""
     folder = registry(data_dir, db_url)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / str(pid)).touch()
+    (folder / str(pid)).write_text(identity(pid) or "")
     return folder / str(pid)
 
 
@@ -65,7 +97,11 @@ def live_workers(db_url: str, data_dir: Path | None = None) -> list[int]:
     folder = registry(Path(data_dir or DATA_DIR), db_url)
     pids = []
     for entry in sorted(folder.glob("*")) if folder.is_dir() else []:
-        if entry.name.isdigit() and pid_alive(int(entry.name), *WORKER):
+        try:
+            recorded = entry.read_text().strip()
+        except OSError:
+            recorded = ""
+        if entry.name.isdigit() and is_process(int(entry.name), recorded):
             pids.append(int(entry.name))
         else:
             entry.unlink(missing_ok=True)
@@ -75,21 +111,19 @@ def live_workers(db_url: str, data_dir: Path | None = None) -> list[int]:
 def stop_workers(db_url: str, data_dir: Path | None = None, wait_s: float = 30.0) -> list[tuple[int, bool]]:
     """SIGTERM to every worker of ``db_url`` on this host, then wait: an idle worker exits at once, a busy one
     stops its run as Ctrl-C would (rows kept, run interrupted and resumable). (pid, stopped in time) per worker."""
-    pids = live_workers(db_url, data_dir)
-    for pid in pids:
+    folder = registry(Path(data_dir or DATA_DIR), db_url)
+    ids = {pid: (folder / str(pid)).read_text().strip() for pid in live_workers(db_url, data_dir)}
+    for pid in ids:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(pid_alive(p, *WORKER) for p in pids):
+    while time.monotonic() < deadline and any(is_process(p, i) for p, i in ids.items()):
         time.sleep(0.1)
-    return [(p, not pid_alive(p, *WORKER)) for p in pids]
+    return [(p, not is_process(p, i)) for p, i in ids.items()]
 
 
 def worker_pid(data_dir: Path, db_url: str) -> int | None:
-    try:
-        pid = int(worker_files(data_dir, db_url)["pid"].read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid, *WORKER) else None
+    record = pid_record(worker_files(data_dir, db_url)["pid"])
+    return record[0] if record is not None and is_process(*record) else None
 
 
 def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]:
@@ -117,7 +151,7 @@ def ensure_worker(db_url: str, data_dir: Path | None = None) -> tuple[str, Path]
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        files["pid"].write_text(str(proc.pid))
+        write_pid(files["pid"], proc.pid)
         # until the child has exec'd, /proc shows our own command line and a second call would start another
         for _ in range(100):
             if proc.poll() is not None or pid_alive(proc.pid, *WORKER):

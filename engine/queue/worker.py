@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import sys
-import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from db.store import HEARTBEAT_S, STALE_AFTER_S, Store
+from db.store import STALE_AFTER_S, Store
 from engine.bench.config import BenchConfig, stored, validate
 from engine.bench.run import execute, load_decoder
 from engine.decode.decoder import Decoder
@@ -23,6 +21,7 @@ from engine.decode.fetch import ensure_present
 from engine.errors import PhoenixError
 from engine.modes import Mode
 from engine.observe.prometheus import Metrics
+from engine.queue.owned import Heartbeat, worker_id
 
 
 @dataclass
@@ -56,34 +55,6 @@ def mode_arms(bench: BenchConfig) -> list[tuple[str, int]]:
         ks = sorted({a.k or 0 for a in bench.arm_modes()}) or bench.arms
         pairs += [(mode.text, k) for k in ks] if mode.is_bandit else [(mode.text, mode.k or 0)]
     return pairs
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Heartbeat:
-    """Beats for a run from a side thread, so long requests do not look like a crash."""
-
-    def __init__(self, store: Store, run_id: int, every_s: float = HEARTBEAT_S):
-        self.store, self.run_id, self.every_s = store, run_id, every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="phoenix-heartbeat")
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self.store.heartbeat(self.run_id)
-            except Exception:
-                pass  # a locked database must not kill the run; the next beat retries
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 class CancelCheck:

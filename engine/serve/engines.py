@@ -12,6 +12,7 @@ from db.store import Store
 from engine.bench.setup import environment
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
+from engine.queue.owned import owned
 from engine.serve import llamacpp
 from engine.serve.client import GREEDY, one_request
 from engine.serve.llamacpp import LlamaCppConfig, SpecType
@@ -55,9 +56,13 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
     configs = servers(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
     started: list[dict] = []
+    ours: list[LlamaCppConfig] = []  # what this run started, and so stops: a server already running is left alone
     run_id = None
     try:
-        started = [llamacpp.start(c) for c in configs]
+        for c in configs:
+            started.append(llamacpp.start(c))
+            if started[-1]["state"] == "started":
+                ours.append(c)
         clients = [client_for(info["url"], cfg.model) for info in started]
         identity = clients[0].identity("llamacpp")
         run_id = store.create_run(
@@ -73,61 +78,54 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
             None,
             len(prompts) * len(configs),
         ).id
-        modes = [f"llamacpp-{c.spec_type}_c1" for c in configs]
-        seq = 0
-        if cfg.warmup:  # each server's first request loads its caches: stored, left out of every figure
-            warm = [
-                request_row(run_id, seq + i, m, 0, one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat))
-                for i, (m, cl) in enumerate(zip(modes, clients))
-            ]
-            for rec in warm:
-                rec.warmup = True
-            store.add_requests(warm)
-            seq += len(warm)
-        before = [cl.metrics() for cl in clients]
-        for n, prompt in enumerate(prompts, 1):
-            recs = []
-            for mode, c, cl in zip(modes, configs, clients):
-                recs.append(
-                    request_row(
-                        run_id,
-                        seq,
-                        mode,
-                        c.draft_max if c.spec_type != "none" else 0,
-                        one_request(cl, prompt, cfg.max_new_tokens, cfg.chat),
+        with owned(store, run_id):  # heartbeat; Ctrl-C or SIGTERM: interrupted; an error: failed
+            modes = [f"llamacpp-{c.spec_type}_c1" for c in configs]
+            seq = 0
+            if cfg.warmup:  # each server's first request loads its caches: stored, left out of every figure
+                warm = [
+                    request_row(run_id, seq + i, m, 0, one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat))
+                    for i, (m, cl) in enumerate(zip(modes, clients))
+                ]
+                for rec in warm:
+                    rec.warmup = True
+                store.add_requests(warm)
+                seq += len(warm)
+            before = [cl.metrics() for cl in clients]
+            for n, prompt in enumerate(prompts, 1):
+                recs = []
+                for mode, c, cl in zip(modes, configs, clients):
+                    recs.append(
+                        request_row(
+                            run_id,
+                            seq,
+                            mode,
+                            c.draft_max if c.spec_type != "none" else 0,
+                            one_request(cl, prompt, cfg.max_new_tokens, cfg.chat),
+                        )
                     )
+                    seq += 1
+                for rec in recs[1:]:  # greedy: every server must give the target-only server's text
+                    rec.identical = rec.output_text == recs[0].output_text
+                store.add_requests(recs, progress=(run_id, n * len(configs)))
+                say(
+                    f"prompt {n}/{len(prompts)} {prompt.id}: "
+                    + ", ".join(f"{r.mode} {r.tokens_per_s:.1f} tok/s" for r in recs)
                 )
-                seq += 1
-            for rec in recs[1:]:  # greedy: every server must give the target-only server's text
-                rec.identical = rec.output_text == recs[0].output_text
-            store.add_requests(recs, progress=(run_id, n * len(configs)))
-            say(
-                f"prompt {n}/{len(prompts)} {prompt.id}: "
-                + ", ".join(f"{r.mode} {r.tokens_per_s:.1f} tok/s" for r in recs)
-            )
-        levels = [
-            {
-                "concurrency": 1,
-                "spec_type": c.spec_type,
-                "requests": len(prompts),
-                "failed": sum(1 for r in store.requests(run_id) if r.mode == m and r.error),
-                "wall_s": 0.0,
-                "throughput_tokens_per_s": 0.0,
-                **cl.metrics().minus(b).summary(),
-            }
-            for c, m, cl, b in zip(configs, modes, clients, before)
-        ]
-        store.merge_config(run_id, {"server_counters": levels})
+            levels = [
+                {
+                    "concurrency": 1,
+                    "spec_type": c.spec_type,
+                    "requests": len(prompts),
+                    "failed": sum(1 for r in store.requests(run_id) if r.mode == m and r.error),
+                    "wall_s": 0.0,
+                    "throughput_tokens_per_s": 0.0,
+                    **cl.metrics().minus(b).summary(),
+                }
+                for c, m, cl, b in zip(configs, modes, clients, before)
+            ]
+            store.merge_config(run_id, {"server_counters": levels})
         store.set_status(run_id, "done")
         return run_id
-    except PhoenixError as exc:
-        if run_id is not None:
-            store.set_status(run_id, "failed", str(exc))
-        raise
-    except KeyboardInterrupt:
-        if run_id is not None:
-            store.set_status(run_id, "interrupted")
-        raise
     finally:
-        for c in configs:
+        for c in ours:
             llamacpp.stop(c)

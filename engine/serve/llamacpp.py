@@ -9,6 +9,7 @@ running without a file that names it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -25,7 +26,7 @@ from typing import Literal
 from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR
-from engine.queue.autostart import pid_alive
+from engine.queue.autostart import identity, is_process, pid_record, write_pid
 from engine.serve.llamacpp_build import built_binary
 
 INSTALL = ".venv/bin/pip install -r requirements-engines.txt"
@@ -119,8 +120,16 @@ def model_path(name: str) -> Path:
 def command(cfg: LlamaCppConfig) -> list[str]:
     if cfg.spec_type.startswith("draft-") and not cfg.draft_model:
         raise PhoenixError(f"--spec-type {cfg.spec_type} needs --draft-model (a GGUF)", field="draft_model")
-    if not 1 <= cfg.draft_max <= 64:
-        raise PhoenixError(f"--draft-max must be in 1..64, got {cfg.draft_max}", field="draft_max")
+    for name, low, high in (
+        ("draft_max", 1, 64),
+        ("port", 1, 65535),
+        ("threads", 1, 512),
+        ("ctx", 64, 1 << 20),
+        ("parallel", 1, 256),
+    ):
+        value = getattr(cfg, name)
+        if not low <= value <= high:
+            raise PhoenixError(f"--{name.replace('_', '-')} must be in {low}..{high}, got {value}", field=name)
     model = model_path(cfg.model)  # a wrong path is its own line, whether or not the server is installed
     argv = [
         str(binary()),
@@ -147,8 +156,10 @@ def command(cfg: LlamaCppConfig) -> list[str]:
 
 
 def files(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict[str, Path]:
-    key = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:12]
-    return {kind: data_dir / f"llamacpp-{key}.{kind}" for kind in ("pid", "log", "json")}
+    """The server's files, keyed by what identifies a server (how long `start` waits for it does not)."""
+    ident = {k: v for k, v in asdict(cfg).items() if k != "startup_s"}
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+    return {kind: data_dir / f"llamacpp-{key}.{kind}" for kind in ("pid", "log", "json", "lock")}
 
 
 def url_of(cfg: LlamaCppConfig) -> str:
@@ -164,30 +175,36 @@ def healthy(url: str) -> bool:
 
 
 def running_pid(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> int | None:
-    try:
-        pid = int(files(cfg, data_dir)["pid"].read_text())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid, "llama-server") else None
+    """The pid of the server Phoenix started for ``cfg``, if that very process still runs (pid and start time)."""
+    record = pid_record(files(cfg, data_dir)["pid"])
+    return record[0] if record is not None and is_process(*record) else None
 
 
 def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
-    """Start (or find running) the server for ``cfg``; returns its url, pid, log and command line."""
+    """Start (or find running) the server for ``cfg``; returns its url, pid, log and command line. Two starts of
+    one configuration at once take turns on its lock: the second finds the first's server."""
+    argv = command(cfg)  # bad settings are one line before any file is written
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(files(cfg, data_dir)["lock"], "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _start(cfg, argv, data_dir)
+
+
+def _start(cfg: LlamaCppConfig, argv: list[str], data_dir: Path) -> dict:
     f = files(cfg, data_dir)
     pid = running_pid(cfg, data_dir)
     if pid is not None:
         return {**json.loads(f["json"].read_text()), "state": "running"}
-    argv = command(cfg)
     if healthy(url_of(cfg)):
         raise PhoenixError(f"port {cfg.port} already serves something Phoenix did not start; pass --port")
-    data_dir.mkdir(parents=True, exist_ok=True)
     with open(f["log"], "ab") as log:
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
     url = url_of(cfg)
-    info = {"url": url, "pid": proc.pid, "log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
-    f["pid"].write_text(str(proc.pid))
+    info = {"url": url, "pid": proc.pid, "identity": identity(proc.pid)}
+    info |= {"log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
+    write_pid(f["pid"], proc.pid)
     f["json"].write_text(json.dumps(info, indent=1))
     end = time.monotonic() + cfg.startup_s
     while time.monotonic() < end:
@@ -210,16 +227,19 @@ def _forget(f: dict[str, Path]) -> None:
 
 
 def stop(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR, wait_s: float = 20.0) -> bool:
-    """SIGTERM the configuration's server, wait, SIGKILL if it will not go; False when none was running."""
-    f, pid = files(cfg, data_dir), running_pid(cfg, data_dir)
-    if pid is None:
+    """SIGTERM the server Phoenix started for ``cfg``, wait, SIGKILL if it will not go; False when none was running.
+    Only that very process is signalled: a stale pid file naming another process leaves it alone."""
+    f = files(cfg, data_dir)
+    record = pid_record(f["pid"])
+    if record is None or not is_process(*record):
         _forget(f)
         return False
+    pid, ident = record
     os.kill(pid, signal.SIGTERM)
     end = time.monotonic() + wait_s
-    while time.monotonic() < end and pid_alive(pid, "llama-server"):
+    while time.monotonic() < end and is_process(pid, ident):
         time.sleep(0.1)
-    if pid_alive(pid, "llama-server"):
+    if is_process(pid, ident):
         os.kill(pid, signal.SIGKILL)
     _forget(f)
     return True
@@ -243,6 +263,6 @@ def command_at(url: str, data_dir: Path = DATA_DIR) -> str | None:
             info = json.loads(record.read_text())
         except (OSError, ValueError):
             continue
-        if info.get("url") == base and pid_alive(int(info.get("pid", 0)), "llama-server"):
+        if info.get("url") == base and is_process(int(info.get("pid", 0)), info.get("identity")):
             return info.get("command")
     return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,9 +31,11 @@ from engine.decode.decoder import sha256_text
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
+from engine.queue.owned import owned
 from engine.serve import llamacpp
 from engine.serve.llamacpp import LlamaCppConfig, SpecType
 from engine.serve.record import levels_of
+from engine.serve.stream import stream_one
 
 
 @dataclass
@@ -114,43 +117,6 @@ def speculation(variant: str) -> dict | None:
     return {**spec, "k": int(k)} if k else spec
 
 
-def stream_one(url: str, model: str, prompt: str, max_tokens: int, chat: bool, spec: dict | None, timeout_s: float):
-    """One streamed greedy request: its text, time to first token, latency, usage and what the server said it
-    drafted (Phoenix's ``speculation``, llama.cpp's ``timings``); ``error`` instead where it failed."""
-    path = "/v1/chat/completions" if chat else "/v1/completions"
-    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    body["stream_options"] = {"include_usage": True}
-    body.update({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})
-    if spec is not None:
-        body["speculation"] = spec
-    req = urllib.request.Request(
-        url.rstrip("/").removesuffix("/v1") + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    start = time.perf_counter()
-    out: dict = {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None, "error": None}
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                for choice in chunk.get("choices") or []:
-                    piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    if piece:
-                        out["ttft_s"] = out["ttft_s"] or time.perf_counter() - start
-                        out["text"] += piece
-                for key in ("usage", "speculation", "timings"):
-                    if chunk.get(key):
-                        out[key] = chunk[key]
-    except urllib.error.HTTPError as exc:
-        out["error"] = f"HTTP {exc.code}: {exc.read(300).decode(errors='replace')}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    out["latency_s"] = time.perf_counter() - start
-    return out
-
-
 def record_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k_served: int | None = None) -> RequestRecord:
     usage, spec = r["usage"] or {}, r["speculation"] or {}
     timings = r["timings"] or {}
@@ -203,25 +169,49 @@ def blocks_of(prompts: list[Prompt], size: int) -> list[list[Prompt]]:
     return [prompts[i : i + size] for i in range(0, len(prompts), size)]
 
 
-def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: list[str], urls: dict[str, str]):
-    """Every variant at concurrency ``c``, block by block: per variant its summed wall time and (prompt, result)
-    pairs in prompt order."""
+class Cut(Exception):
+    """A block stopped (Ctrl-C, SIGTERM) part-way: what it had answered, by variant, so it can be kept."""
+
+    def __init__(self, answered: dict[str, list]):
+        self.answered = answered
+
+
+def send_block(cfg: LoadConfig, model: str, block: list[Prompt], c: int, url: str, spec: dict | None, abort):
+    """One variant's requests for a block, ``c`` at a time: (wall seconds, (prompt, result) pairs in order). On
+    Ctrl-C, ``abort`` ends the requests in flight at their next chunk and Cut carries the ones already answered."""
+    start = time.perf_counter()
+    pool = ThreadPoolExecutor(max_workers=c)
+    args = (cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, abort)
+    futures = [pool.submit(stream_one, url, model, p.text, *args) for p in block]
+    try:
+        results = [f.result() for f in futures]
+    except KeyboardInterrupt:
+        abort.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        done = [(p, f.result()) for p, f in zip(block, futures) if f.done() and not f.cancelled() and not f.exception()]
+        raise Cut({"": [(p, r) for p, r in done if r["error"] != "the sweep was stopped"]}) from None
+    pool.shutdown()
+    return time.perf_counter() - start, list(zip(block, results))
+
+
+def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: list[str], urls: dict[str, str], on_block):
+    """Every variant at concurrency ``c``, block by block, the order rotating; ``on_block`` gets each block's
+    (prompt, result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time."""
     walls = dict.fromkeys(order, 0.0)
-    pairs: dict[str, list] = {v: [] for v in order}
+    abort = threading.Event()
     for b, block in enumerate(blocks_of(prompts, max(cfg.block, c))):
         turn = order[b % len(order) :] + order[: b % len(order)]
+        got: dict[str, list] = {}
         for variant in turn:
             spec = None if cfg.spec_types else speculation(variant)
-
-            def send(p: Prompt, spec=spec, url=urls[variant]) -> dict:
-                return stream_one(url, model, p.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)
-
-            start = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=c) as pool:
-                results = list(pool.map(send, block))
-            walls[variant] += time.perf_counter() - start
-            pairs[variant] += list(zip(block, results))
-    return {v: (walls[v], pairs[v]) for v in order}
+            try:
+                wall, got[variant] = send_block(cfg, model, block, c, urls[variant], spec, abort)
+            except Cut as cut:
+                on_block({**got, variant: cut.answered[""]})
+                raise KeyboardInterrupt from None
+            walls[variant] += wall
+        on_block(got)
+    return walls
 
 
 def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> list[int]:
@@ -276,27 +266,28 @@ def _level_run(
         None,
         len(prompts) * len(names),
     )
-    try:
-        results = level(cfg, model, prompts, c, order, urls)
-    except KeyboardInterrupt:
-        store.set_status(run.id, "interrupted")
-        raise
-    records: list[RequestRecord] = []
-    walls: dict[str, float] = {}
-    reference = {p.id: r["text"] for p, r in results[names[0]][1]}
-    for variant in names:  # the reference's rows first, as every table lists them
-        wall, pairs = results[variant]
-        walls[variant] = wall
-        k = cfg.draft_max if cfg.spec_types and variant != "none" else None
-        for p, r in pairs:
-            rec = record_of(run.id, len(records), f"{cfg.engine}-{variant}_c{c}", p, r, k)
-            if variant != names[0] and rec.error is None:
-                rec.identical = r["text"] == reference.get(p.id)
-            records.append(rec)
-    store.add_requests(records, progress=(run.id, len(records)))
+    written: list[RequestRecord] = []
+
+    def keep(got: dict[str, list]) -> None:
+        """A block's answers, recorded at once: the reference's rows first, each other one checked against the
+        reference's text for its prompt (where the reference answered it)."""
+        reference = {p.id: r["text"] for p, r in got.get(names[0], []) if r["error"] is None}
+        records: list[RequestRecord] = []
+        for variant in [v for v in names if v in got]:
+            k = cfg.draft_max if cfg.spec_types and variant != "none" else None
+            for p, r in got[variant]:
+                rec = record_of(run.id, len(written) + len(records), f"{cfg.engine}-{variant}_c{c}", p, r, k)
+                if variant != names[0] and rec.error is None and p.id in reference:
+                    rec.identical = r["text"] == reference[p.id]
+                records.append(rec)
+        store.add_requests(records, progress=(run.id, len(written) + len(records)))
+        written.extend(records)
+
+    with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted, answered blocks kept; error: failed
+        walls = level(cfg, model, prompts, c, order, urls, keep)
     store.merge_config(run.id, {"wall_s": walls})
-    failed = sum(r.error is not None for r in records)
-    first_error = next((r.error for r in records if r.error is not None), None)
-    store.set_status(run.id, "failed" if failed == len(records) else "done", first_error)
+    failed = sum(r.error is not None for r in written)
+    first_error = next((r.error for r in written if r.error is not None), None)
+    store.set_status(run.id, "failed" if failed == len(written) else "done", first_error)
     say(f"c={c}: run {run.id}, " + ", ".join(f"{v} {walls[v]:.1f} s" for v in names) + f", {failed} failed")
     return run.id

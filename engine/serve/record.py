@@ -14,6 +14,7 @@ from engine.bench.setup import environment
 from engine.decode.decoder import sha256_text
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
+from engine.queue.owned import owned
 from engine.serve.client import GREEDY, ServerClient, SpecCounters, sweep_level
 from engine.serve.llamacpp import command_at
 
@@ -82,7 +83,7 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
         len(prompts) * len(levels),
     )
     seq, summary = 0, []
-    try:
+    with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted; an error: failed, with its line
         for c in levels:
             results, level = sweep_level(client, prompts, c, cfg.max_new_tokens)
             k = len(level["per_position"])
@@ -95,12 +96,6 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
                 on_level(level)
             if level["failed"] == level["requests"]:  # nothing got through: a wrong model name, a dead backend
                 raise PhoenixError(f"every request at concurrency {c} failed; the first: {results[0]['error']}")
-    except PhoenixError as exc:
-        store.set_status(run.id, "failed", str(exc))
-        raise
-    except KeyboardInterrupt:
-        store.set_status(run.id, "interrupted")
-        raise
     store.set_status(run.id, "done")
     return run.id
 
@@ -138,6 +133,8 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
     """Each interval becomes one watch interval of the run (db: watch_intervals): the counters' deltas."""
     if cfg.interval_s <= 0:
         raise PhoenixError(f"--interval-s must be positive, got {cfg.interval_s}")
+    if cfg.samples is not None and cfg.samples < 1:
+        raise PhoenixError(f"--samples must be 1 or more (or left out: until Ctrl-C), got {cfg.samples}")
     client = client_for(cfg.url, cfg.model or "watched")
     prev, t_prev = client.metrics(), time.perf_counter()
     served = {**client.identity(cfg.engine), **launched(cfg.url)}
@@ -149,17 +146,15 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
         cfg.samples or 0,
     )
     n = 0
-    try:
-        while cfg.samples is None or n < cfg.samples:
-            sleep(cfg.interval_s)
-            now, t_now = client.metrics(), time.perf_counter()
-            store.add_interval(run.id, _interval(n, now.minus(prev), t_now - t_prev))
-            prev, t_prev, n = now, t_now, n + 1
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is how a watch ends; every interval so far is kept
-    except PhoenixError as exc:
-        store.set_status(run.id, "failed", str(exc))
-        raise
+    with owned(store, run.id):
+        try:
+            while cfg.samples is None or n < cfg.samples:
+                sleep(cfg.interval_s)
+                now, t_now = client.metrics(), time.perf_counter()
+                store.add_interval(run.id, _interval(n, now.minus(prev), t_now - t_prev))
+                prev, t_prev, n = now, t_now, n + 1
+        except KeyboardInterrupt:
+            pass  # Ctrl-C (or SIGTERM) is how a watch ends; every interval so far is kept
     store.set_status(run.id, "done")
     return run.id
 

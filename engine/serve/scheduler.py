@@ -14,12 +14,15 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from transformers import DynamicCache
 
 from db.entities import ServeStepRecord
 from engine.decode.decoder import Decoder
+from engine.decode.eagle3.batch import propose_batch
+from engine.decode.eagle3.drafter import Eagle3Drafter
 from engine.decode.spec import Drafter, RequestStats, draft, hook, prefill, taps_of
 from engine.serve.batch import BatchCache, accept_batch, verify_batch
 from engine.serve.tuner import Choice, LoadTuner
@@ -169,12 +172,9 @@ class Scheduler:
 
     def _pass(self) -> None:
         ks, choice, main = self._plan()
-        drafted, draft_times = [], []
-        for row, k in zip(self.rows, ks):
-            t = self.clock()
-            drafted.append(draft(row.drafter, row.seq, k))
-            draft_times.append(self.clock() - t)
-            row.stats.draft_s += draft_times[-1]
+        drafted, draft_times = self._draft(ks)
+        for row, dt in zip(self.rows, draft_times):
+            row.stats.draft_s += dt
         taps = next((taps_of(r.drafter) for r in self.rows if taps_of(r.drafter)), ())
         start = self.clock()
         pending = [[r.seq[-1]] + d for r, d in zip(self.rows, drafted)]
@@ -219,6 +219,32 @@ class Scheduler:
                 emitted=emitted,
             )
         )
+
+    def _draft(self, ks: list[int]) -> tuple[list[list[int]], list[float]]:
+        """Every row's drafts and its share of the drafting time. Rows drafting with one EAGLE-3 head share its
+        forwards (engine.decode.eagle3.batch); every other drafter, and a head with one row, drafts per row."""
+        drafted: list[list[int]] = [[] for _ in self.rows]
+        times = [0.0] * len(self.rows)
+        heads: dict[int, list[int]] = {}
+        for j, (row, k) in enumerate(zip(self.rows, ks)):
+            if isinstance(row.drafter, Eagle3Drafter) and k > 0:
+                heads.setdefault(id(row.drafter.head), []).append(j)
+        groups = [g for g in heads.values() if len(g) > 1]
+        shared = {j for g in groups for j in g}
+        for j in (j for j in range(len(self.rows)) if j not in shared):
+            t = self.clock()
+            drafted[j] = draft(self.rows[j].drafter, self.rows[j].seq, ks[j])
+            times[j] = self.clock() - t
+        for group in groups:
+            t = self.clock()
+            rows = [self.rows[j] for j in group]
+            out = propose_batch(
+                [cast(Eagle3Drafter, r.drafter) for r in rows], [r.seq for r in rows], [ks[j] for j in group]
+            )
+            share = (self.clock() - t) / len(group)
+            for j, proposal in zip(group, out):
+                drafted[j], times[j] = proposal[: ks[j]], share
+        return drafted, times
 
     def _release(self) -> None:
         keep = []

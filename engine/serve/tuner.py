@@ -2,7 +2,12 @@
 
 Two models, both measured here, both updated after every step:
 - **cost**: seconds of one target forward over B rows of n tokens each (profiled at start-up on a grid, refined by
-  an exponential moving average of every forward the server runs; between grid points, interpolated on B and n);
+  every forward the server runs: the mean of the cell's last WINDOW forwards; between grid points, interpolated on
+  B and n). On these CPUs a forward now and then takes 2-4 times its usual time, and how often depends on the
+  width (SmolLM2, one row, 2026-12-01: width 4 median 64 ms, mean 80 ms; width 5 median 69 ms, mean 72 ms), so the
+  mean is what throughput follows and the median would mislead. A window, not an exponential average: one slow
+  forward in a rarely chosen cell weighed on it for dozens of steps, and the tuner stayed off the k that was
+  faster (it kept k = 3 at concurrency 1 while k = 4 was 12% faster); in a window it counts 1/15 and then leaves;
 - **acceptance**, per drafter: for each draft position i, the share of passes that asked for more than i tokens in
   which the drafter proposed position i, and in which positions 0..i were all accepted. A chain draft asked at k
   shows what every smaller k would have done, so one pass updates every arm at once.
@@ -18,10 +23,12 @@ from __future__ import annotations
 
 import bisect
 import random
+import statistics
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-EMA = 0.2  # weight of the newest forward in a cost cell
+WINDOW = 15  # the forwards a cost cell's mean is taken over
 PRIOR_PASSES = 2.0  # pseudo-passes behind each position's acceptance estimate
 PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked for it
 
@@ -30,11 +37,15 @@ PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked 
 class CostModel:
     """Seconds of a target forward over ``b`` rows of ``n`` tokens each: measured cells, interpolated between."""
 
-    cells: dict[tuple[int, int], float] = field(default_factory=dict)
+    cells: dict[tuple[int, int], float] = field(default_factory=dict)  # each cell's estimate: its recent mean
+    recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
 
     def observe(self, b: int, n: int, seconds: float) -> None:
-        old = self.cells.get((b, n))
-        self.cells[(b, n)] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+        window = self.recent.get((b, n))
+        if window is None:
+            window = self.recent[(b, n)] = deque([self.cells[(b, n)]] if (b, n) in self.cells else [], WINDOW)
+        window.append(seconds)
+        self.cells[(b, n)] = statistics.fmean(window)
 
     def seconds(self, b: int, n: int) -> float:
         if (b, n) in self.cells:
@@ -170,6 +181,7 @@ def profile_cost(forward: Callable[[int, int], float], batches: list[int], width
     for b in batches:
         for n in widths:
             forward(b, n)
-            times = sorted(forward(b, n) for _ in range(repeats))
-            model.cells[(b, n)] = times[len(times) // 2]
+            times = [forward(b, n) for _ in range(repeats)]
+            model.recent[(b, n)] = deque(times, WINDOW)
+            model.cells[(b, n)] = statistics.median(times)
     return model

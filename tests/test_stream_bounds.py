@@ -1,0 +1,117 @@
+"""A load sweep's request meets a hostile server: every read is bounded in time (a deadline for the whole
+request, not one per read) and in size, and every malformed answer is one line, with what arrived before it kept."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from engine.serve import stream
+from engine.serve.stream import stream_one
+
+pytestmark = pytest.mark.fast
+
+GOOD = 'data: {"choices": [{"text": "hello"}]}\n\n'
+
+
+def serve(body_of):
+    """A server on a free port whose answer to any POST is what ``body_of(write)`` writes."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                body_of(lambda text: (self.wfile.write(text.encode()), self.wfile.flush()))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture
+def hostile():
+    servers = []
+
+    def make(body_of):
+        server, url = serve(body_of)
+        servers.append(server)
+        return url
+
+    yield make
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _send(url: str, timeout_s: float = 5.0, abort=None) -> dict:
+    return stream_one(url, "m", "p", 8, False, None, timeout_s, abort)
+
+
+def test_a_server_that_sends_a_byte_a_second_is_cut_at_the_requests_deadline(hostile):
+    def trickle(write):
+        write(GOOD)
+        for _ in range(100):
+            write("d")
+            time.sleep(0.2)
+
+    out = _send(hostile(trickle), timeout_s=1.0)
+    assert out["error"] == "no complete answer within 1 s"
+    assert out["latency_s"] < 2.5 and out["text"] == "hello"  # what came before the cut is kept
+
+
+def test_an_answer_past_the_size_cap_is_not_read_further(hostile, monkeypatch):
+    monkeypatch.setattr(stream, "MAX_BYTES", 1000)
+    out = _send(hostile(lambda write: [write(GOOD) for _ in range(200)]))
+    assert out["error"].startswith("the answer passed 0 MB") and len(out["text"]) < 1000
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("<html><body>Bad gateway</body></html>\n", "the server answered 200 with no server-sent events"),
+        ('data: {"choices": [{"text": "he\n\n', "a malformed chunk: "),
+        ("data: [1, 2]\n\n", "a chunk that is not an object: "),
+    ],
+)
+def test_a_malformed_answer_is_one_line(hostile, body, error):
+    out = _send(hostile(lambda write: write(body)))
+    assert out["error"].startswith(error) and "\n" not in out["error"]
+
+
+def test_odd_but_harmless_chunks_are_skipped(hostile):
+    body = 'data: {"choices": [{"text": null}, 7]}\n\ndata: {"choices": "x", "usage": [1]}\n\n' + GOOD
+    out = _send(hostile(lambda write: write(body)))
+    assert out["error"] is None and out["text"] == "hello" and out["usage"] == {}
+
+
+def test_a_refused_port_is_one_line(hostile):
+    server, url = serve(lambda write: None)
+    server.shutdown()
+    server.server_close()
+    out = _send(url)
+    assert out["error"].startswith("ConnectionRefusedError") and out["text"] == ""
+
+
+def test_a_stopped_sweep_ends_a_request_in_flight_at_its_next_chunk(hostile):
+    abort = threading.Event()
+
+    def slow(write):
+        for _ in range(50):
+            write(GOOD)
+            time.sleep(0.1)
+
+    threading.Timer(0.3, abort.set).start()
+    out = _send(hostile(slow), abort=abort)
+    assert out["error"] == "the sweep was stopped" and out["latency_s"] < 2
