@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_table, over_time
+from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_method, level_table, over_time, short_command
 from engine.analysis.speedup import SPEEDUP, speedups
 from engine.modes import reference_mode
 
@@ -46,6 +46,10 @@ def level(url: str, info) -> None:
     st.subheader(f"Under load: concurrency {info.config.get('level')}, every variant against {ref or 'nothing'}")
     st.caption(f"{THROUGHPUT}; {TPOT}. {SPEEDUP}")
     st.dataframe(table[list(LEVEL_COLUMNS)].rename(columns=LEVEL_COLUMNS), hide_index=True, width="stretch")
+    st.caption("How it ran: " + level_method(info.config) + ".")
+    servers = info.config.get("servers") or []
+    if servers:  # commands as code: verbatim, never read as Markdown
+        st.code("\n".join(f"# {sv['spec_type']}\n{short_command(sv['command'])}" for sv in servers), language=None)
 
 
 def live(url: str, info) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 
 from db.entities import RunInfo
 from db.store import Store
-from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_table
+from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_method, level_table, short_command
 from engine.analysis.speedup import speedups
 from engine.modes import reference_mode
 from engine.serve.config import ServeConfig
@@ -39,11 +39,6 @@ def _f(v, fmt: str) -> str:
     return "" if v is None or v != v else format(v, fmt)
 
 
-def _short(command: str) -> str:
-    """A server's command line without this machine's paths: the binary and model by their file names."""
-    return " ".join(part.rsplit("/", 1)[-1] if "/" in part else part for part in command.split())
-
-
 def level_md(store: Store, info: RunInfo) -> str:
     """A load level (`engines load`): its command, CPU and the variants' table."""
     cfg = info.config["load"]
@@ -69,15 +64,9 @@ def level_md(store: Store, info: RunInfo) -> str:
     command = " ".join(
         ["python -m engine engines load", *_flags(LoadConfig, cfg, ("url",)), "--db benchmarks/results.db"]
     )
-    order = ", ".join(info.config["order"])
-    how = (
-        f"blocks of {info.config['block']} prompts, each through every variant in turn, the order rotating from "
-        f"block to block (first: {order})"
-        if "block" in info.config
-        else f"variants one after another, in the order {order}"
-    )
+    how = level_method(info.config)
     where = "the llama-servers it started" if cfg.get("spec_types") else f"`{cfg.get('url')}`"
-    servers = [f"- `{sv['spec_type']}`: `{_short(sv['command'])}`" for sv in info.config.get("servers") or []]
+    servers = [f"- `{sv['spec_type']}`: `{short_command(sv['command'])}`" for sv in info.config.get("servers") or []]
     return "\n".join(
         [
             f"Command: `{command}` against {where}; {how}. " + cpu_line(info),

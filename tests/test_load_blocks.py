@@ -114,7 +114,7 @@ def test_a_sweep_stopped_mid_block_keeps_every_answered_request_and_ends_interru
     monkeypatch.setattr(load, "stream_one", fake)
     monkeypatch.setattr(sets, "load", lambda name, limit: PROMPTS[:3])
     monkeypatch.setattr(load, "load_prompts", lambda name, limit: PROMPTS[:3])
-    cfg = LoadConfig(model="m", concurrency="1", variants="none,k3")
+    cfg = LoadConfig(model="m", concurrency="1", variants="none,k3", warmup=False)
     with pytest.raises(KeyboardInterrupt):
         load.sweep(store, cfg, say=lambda _: None)
     (run,) = store.list_runs()

@@ -99,3 +99,28 @@ def k_by_batch(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {"n": g.size(), "k_mean": g["k"].mean(), "off_share": g["off"].mean(), "estimate_x_off": g["gain"].mean()}
     ).reset_index()
+
+
+def short_command(command: str) -> str:
+    """A server's command line without this machine's paths: the binary and model by their file names."""
+    return " ".join(part.rsplit("/", 1)[-1] if "/" in part else part for part in command.split())
+
+
+def level_method(config: dict) -> str:
+    """How a load level ran, in one sentence: its blocks and order, and the warm-up it had."""
+    order = ", ".join(config.get("order") or [])
+    how = (
+        f"blocks of {config['block']} prompt{'s' if config['block'] != 1 else ''}, each through every variant in "
+        "turn, the order rotating from block "
+        f"to block (first: {order})"
+        if "block" in config
+        else f"variants one after another, in the order {order}"
+    )
+    warm = config.get("warmup_s")
+    if warm:
+        how += (
+            "; one warm-up request per variant before the first level ("
+            + ", ".join(f"{v} {s:.2f} s" for v, s in warm.items())
+            + "), in no figure"
+        )
+    return how

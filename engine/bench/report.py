@@ -6,6 +6,8 @@ as the median with its IQR and n (``engine.analysis.speedup``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from db.entities import ModeSummary, RunInfo
@@ -97,7 +99,7 @@ def served_setting(info: RunInfo) -> str:
     load = info.config.get("load")
     if load:  # a load level (`engines load`)
         return (
-            f"engine {load.get('engine')}, model {info.target}, prompts {load.get('prompts')} "
+            f"engine {load.get('engine')}, model {Path(info.target).name}, prompts {load.get('prompts')} "
             f"({'chat' if load.get('chat') else 'raw'}), {load.get('max_new_tokens')} new tokens, "
             f"concurrency {info.config.get('level')}"
         )

@@ -56,6 +56,7 @@ class LoadConfig:
     gguf: str = "smollm2"  # what those servers serve (see llamacpp start --model)
     port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
     draft_max: int = 8  # their --spec-draft-n-max
+    warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:
@@ -229,7 +230,12 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
                 started.append(server)
         urls = {v: s["url"] for v, s in zip(names, servers)} if configs else dict.fromkeys(names, cfg.url)
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s)
-        extra = {"servers": [{"spec_type": c.spec_type, "command": s["command"]} for c, s in zip(configs, servers)]}
+        extra: dict = {
+            "servers": [{"spec_type": c.spec_type, "command": s["command"]} for c, s in zip(configs, servers)]
+        }
+        extra = {k: v for k, v in extra.items() if v}
+        if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
+            extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
         return [
             _level_run(store, cfg, model, prompts, c, names if i % 2 == 0 else names[::-1], urls, extra, say)
             for i, c in enumerate(levels)
@@ -237,6 +243,11 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
     finally:
         for server in started:
             llamacpp.stop(server)
+
+
+def _warm(cfg: LoadConfig, model: str, prompt: Prompt, url: str, variant: str) -> float:
+    spec = None if cfg.spec_types else speculation(variant)
+    return stream_one(url, model, prompt.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)["latency_s"]
 
 
 def _level_run(
@@ -259,7 +270,7 @@ def _level_run(
             "variants": names,
             "order": order,
             "block": max(cfg.block, c),
-            **(extra if extra["servers"] else {}),
+            **extra,
             "environment": environment(),
         },
         model,
