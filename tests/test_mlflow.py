@@ -86,3 +86,18 @@ def test_without_mlflow_the_export_is_one_line_naming_the_install_command(monkey
     store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
     with pytest.raises(PhoenixError, match="requirements-mlflow.txt"):
         export_run(store, 1, MlflowTarget(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}"))
+
+
+@pytest.mark.parametrize(
+    ("uri", "stored"),
+    [
+        ("http://user:hunter2@mlflow.internal:5000/", "http://user:***@mlflow.internal:5000/"),
+        ("https://me:s%40cret@example.org/mlflow", "https://me:***@example.org/mlflow"),
+        ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+        ("sqlite:////tmp/mlflow.db", "sqlite:////tmp/mlflow.db"),
+    ],
+)
+def test_a_tracking_uris_password_is_never_stored_with_the_run(uri, stored):
+    from engine.export.mlflow import without_password
+
+    assert without_password(uri) == stored

@@ -73,3 +73,28 @@ def test_a_watch_with_a_negative_sample_count_is_one_line_before_anything_is_rec
     with pytest.raises(PhoenixError, match=r"^--samples must be 1 or more \(or left out: until Ctrl-C\), got -3$"):
         watch(store, WatchConfig(url="http://127.0.0.1:9", samples=-3))
     assert store.list_runs() == []
+
+
+def test_a_side_by_side_run_in_which_every_request_failed_ends_failed_and_counts_no_failure_identical(
+    store, monkeypatch
+):
+    from engine.serve import engines as side
+    from engine.serve.client import SpecCounters
+
+    class Dead:  # a server that answers /metrics and fails every completion
+        def identity(self, engine):
+            return {"engine": engine, "version": "test"}
+
+        def metrics(self):
+            return SpecCounters()
+
+    failed = {"prompt": None, "error": "HTTP 500: boom", "latency_s": 0.01, "prompt_tokens": 0, "output_tokens": 0,
+              "text": "", "draft_n": None, "draft_n_accepted": None}  # fmt: skip
+    monkeypatch.setattr(side.llamacpp, "start", lambda c: {"state": "running", "url": "u", "command": "llama-server"})
+    monkeypatch.setattr(side, "client_for", lambda url, model: Dead())
+    monkeypatch.setattr(side, "one_request", lambda cl, p, n, chat: {**failed, "prompt": p})
+    with pytest.raises(PhoenixError, match=r"^every request failed; the first: HTTP 500: boom$"):
+        side.engines(store, side.EnginesConfig(spec_types="none,ngram-mod", limit=2), say=lambda _: None)
+    (run,) = store.list_runs()
+    assert run.status == "failed" and run.error.startswith("every request failed")
+    assert all(r.identical is None for r in store.requests(run.id))

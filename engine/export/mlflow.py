@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +96,17 @@ def metrics_of(store: Store, run_id: int) -> list[tuple[str, float, int]]:
     return out
 
 
+def without_password(uri: str) -> str:
+    """The tracking URI as Phoenix stores it: a password in it (http://user:PASSWORD@host) never reaches the run's
+    config, and so never an export of the run."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.password:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
     """Log the run into MLflow; a second export of the same run to the same store updates the same MLflow run."""
     info = store.get_run(run_id)
@@ -105,7 +117,8 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
 
     previous = info.config.get("mlflow") or {}
     mlflow_run = None
-    if previous.get("tracking_uri") == target.tracking_uri and previous.get("run_id"):
+    stored_uri = without_password(target.tracking_uri)
+    if previous.get("tracking_uri") == stored_uri and previous.get("run_id"):
         try:
             mlflow_run = client.get_run(previous["run_id"])
         except Exception:  # deleted on the MLflow side: log a new one
@@ -148,7 +161,5 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
         "FINISHED" if info.status == "done" else "KILLED",
         end_time=int((info.finished_at or info.created_at).timestamp() * 1000),
     )
-    store.merge_config(
-        run_id, {"mlflow": {"tracking_uri": target.tracking_uri, "run_id": mid, "experiment": target.experiment}}
-    )
+    store.merge_config(run_id, {"mlflow": {"tracking_uri": stored_uri, "run_id": mid, "experiment": target.experiment}})
     return {"run_id": mid, "params": len(new), "metrics": len(metrics), "updated": bool(previous.get("run_id") == mid)}

@@ -105,7 +105,8 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
                     )
                     seq += 1
                 for rec in recs[1:]:  # greedy: every server must give the target-only server's text
-                    rec.identical = rec.output_text == recs[0].output_text
+                    if rec.error is None and recs[0].error is None:  # a failure is never "identical"
+                        rec.identical = rec.output_text == recs[0].output_text
                 store.add_requests(recs, progress=(run_id, n * len(configs)))
                 say(
                     f"prompt {n}/{len(prompts)} {prompt.id}: "
@@ -124,6 +125,9 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
                 for c, m, cl, b in zip(configs, modes, clients, before)
             ]
             store.merge_config(run_id, {"server_counters": levels})
+            if all(level["failed"] == level["requests"] for level in levels):  # nothing to compare: not "done"
+                first = next((r.error for r in store.requests(run_id) if r.error and not r.warmup), None)
+                raise PhoenixError(f"every request failed; the first: {first}")
         store.set_status(run_id, "done")
         return run_id
     finally:
