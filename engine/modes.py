@@ -42,9 +42,9 @@ CacheKind = Literal["dynamic", "static"]
 _GRAMMAR = re.compile(
     r"^(?:(?P<target>target)"
     r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
-    r"|(?P<kind>model|ngram|suffix|eagle3|hf|fixed)_(?P<k>\d+)"
+    r"|(?P<kind>model|ngram|suffix|eagle3|hf|fixed)_(?P<k>[0-9]+)"
     r"|(?P<served>vllm|sglang|llamacpp|phoenix)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?"
-    r"_(?:c(?P<level>\d+)|(?P<watch>watch)|(?P<live>live)))$"
+    r"_(?:c(?P<level>[0-9]+)|(?P<watch>watch)|(?P<live>live)))$"
 )
 SERVING_ENGINES = ("vllm", "sglang", "llamacpp", "phoenix")  # OpenAI-compatible servers whose spec-decode counters
 # Phoenix reads; phoenix is its own (`python -m engine serve`): phoenix-<variant>_live is a request its server

@@ -123,3 +123,9 @@ def test_limit_per_column_keeps_n_per_leaderboard_column_and_reads_its_old_name(
     args = build_parser().parse_args(["bench", "--limit-per-category", "3"])
     assert args.limit_per_column == "3"  # the old flag still works
     assert stored({"bench": {"limit_per_category": 3}}).limit_per_column == 3  # and old runs still open
+
+
+@pytest.mark.parametrize("text", ["ngram_٤", "eagle3_３", "phoenix-auto_c٢"])
+def test_a_mode_whose_digits_are_not_ascii_is_unknown_not_a_second_spelling(text):
+    with pytest.raises(PhoenixError, match="unknown mode"):
+        Mode.parse(text)

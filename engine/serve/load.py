@@ -101,7 +101,7 @@ def managed(cfg: LoadConfig) -> list[LlamaCppConfig]:
 
 
 # none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k) | <drafter>-k<N>
-_VARIANT = re.compile(r"^(?:none|auto|k(?P<k>\d+)|(?P<drafter>model|ngram|suffix|eagle3)(?:-k(?P<dk>\d+))?)$")
+_VARIANT = re.compile(r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3)(?:-k(?P<dk>[0-9]+))?)$")
 
 
 def speculation(variant: str) -> dict | None:
