@@ -121,3 +121,19 @@ def test_a_run_that_kept_its_resolved_settings_beside_bench_reads_them_as_its_ow
     config = {"bench": asdict(BenchConfig()), "device": "cpu", "dtype": "bfloat16", "prompt_format": "chat"}
     b = stored(config)
     assert (b.device, b.dtype, b.prompt_format) == ("cpu", "bfloat16", "chat")
+
+
+def test_the_prompt_cap_holds_through_limit_per_column(tmp_path):
+    from helpers import migrated
+
+    from db.store import Store
+    from engine.errors import PhoenixError
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 'cap.db'}"))
+    from engine.bench.config import BenchConfig
+    from engine.bench.setup import create_run
+
+    cfg = BenchConfig(target="embedded", prompts="spec-bench-test", limit=None, limit_per_column=10, max_prompts=50)
+    with pytest.raises(PhoenixError, match=r"^\d+ prompts would be queued \(--limit-per-column 10 .* the cap is 50"):
+        create_run(store, cfg)
+    assert store.list_runs() == []

@@ -15,6 +15,7 @@ from pathlib import Path
 from db.entities import RunInfo
 from db.store import Store
 from engine.bench.config import BenchConfig
+from engine.errors import PhoenixError
 from engine.paths import ROOT
 from engine.prompts.sets import load as load_prompts
 
@@ -76,6 +77,12 @@ def cpu(cpuinfo: str | None = None) -> dict:
 def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunInfo:
     """Count the prompts and write the run row with the full config (validated where it entered)."""
     prompts = load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column)
+    if len(prompts) > cfg.max_prompts:  # --limit-per-column counts per column: the cap holds for the whole run
+        raise PhoenixError(
+            f"{len(prompts)} prompts would be queued (--limit-per-column {cfg.limit_per_column} over every column, "
+            f"second turns included); the cap is {cfg.max_prompts}: lower --limit-per-column or pass --limit",
+            field="limit_per_column",
+        )
     name = cfg.name or ",".join(cfg.modes)
     config = {"bench": asdict(cfg), "environment": environment()}
     return store.create_run(name, config, cfg.target, cfg.draft, len(prompts) * len(cfg.modes), status=status)
