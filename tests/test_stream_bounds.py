@@ -115,3 +115,67 @@ def test_a_stopped_sweep_ends_a_request_in_flight_at_its_next_chunk(hostile):
     threading.Timer(0.3, abort.set).start()
     out = _send(hostile(slow), abort=abort)
     assert out["error"] == "the sweep was stopped" and out["latency_s"] < 2
+
+
+# the engines' client (`engines sweep`, `watch`, `side-by-side`): one clear line for every malformed answer
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("<html>Bad gateway</html>", "is not Prometheus text"),
+        ("vllm:spec_decode_num_drafts_total NaN\n", "is nan, not a count"),
+        ("vllm:spec_decode_num_drafts_total -4\n", "is -4, not a count"),
+        ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1000000000"} 1\n', "not a whole number below"),
+        ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1\n', "not a whole number below"),
+    ],
+)
+def test_hostile_metrics_are_one_line(body, error):
+    from engine.errors import PhoenixError
+    from engine.serve.client import parse_metrics
+
+    with pytest.raises(PhoenixError, match=error):
+        parse_metrics(body)
+
+
+def _client_against(hostile, body_of, timeout_s=5.0):
+    from engine.serve.client import ServerClient
+
+    return ServerClient(hostile(body_of), "m", timeout_s)
+
+
+@pytest.mark.parametrize(
+    "body",
+    ['{"choices": [{"text": "he', "[1, 2]", '{"choices": [{"text": "x"}], "usage": {"completion_tokens": "many"}}'],
+)
+def test_a_completion_that_is_not_one_is_one_line(hostile, body):
+    from engine.errors import PhoenixError
+
+    client = _client_against(hostile, lambda write: write(body))
+    with pytest.raises(PhoenixError, match="answered with something that is not an OpenAI completion"):
+        client.complete("p", 4)
+
+
+def test_a_null_text_is_an_empty_answer(hostile):
+    client = _client_against(hostile, lambda write: write('{"choices": [{"text": null}], "usage": {}}'))
+    assert client.complete("p", 4)["text"] == ""
+
+
+def test_a_trickling_or_huge_answer_from_an_engine_is_cut_off(hostile, monkeypatch):
+    from engine.errors import PhoenixError
+    from engine.serve import client as engine_client
+
+    def trickle(write):
+        for _ in range(100):
+            write("{")
+            time.sleep(0.2)
+
+    slow = _client_against(hostile, trickle, timeout_s=1.0)
+    start = time.perf_counter()
+    with pytest.raises(PhoenixError, match=r"did not finish within 1 s"):
+        slow.complete("p", 4)
+    assert time.perf_counter() - start < 3
+    monkeypatch.setattr(engine_client, "MAX_BODY", 1000)
+    big = _client_against(hostile, lambda write: [write("x" * 500) for _ in range(10)])
+    with pytest.raises(PhoenixError, match=r"sent more than 0 MB"):
+        big.complete("p", 4)

@@ -13,6 +13,7 @@ SGLang (``sglang:``) exports acceptance as gauges over its last logging window (
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.error
 import urllib.request
@@ -104,34 +105,49 @@ def split_name(sample_name: str) -> tuple[str | None, str]:
     return (prefix, rest) if sep and prefix in SERVING_ENGINES else (None, name)
 
 
+MAX_POSITION = 1024  # no engine drafts further ahead; a larger label is a hostile or broken server
+MAX_BODY = 16 << 20  # bytes of one answer (a completion, /metrics, /version) read at most
+
+
 def parse_metrics(body: str) -> SpecCounters:
     """Sum the spec-decode counters of whichever engine wrote ``body`` over every label set (engines, models)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     c = SpecCounters()
-    for family in text_string_to_metric_families(body):
-        for s in family.samples:
-            engine, name = split_name(s.name)
-            if engine is None:
-                continue
-            c.engine = c.engine or engine
-            if name.startswith(SPEC) or name in ("spec_accept_rate", "spec_accept_length"):
-                c.seen = True
-            if name == SPEC + "num_drafts":
-                c.drafts += s.value
-            elif name == SPEC + "num_draft_tokens":
-                c.draft_tokens += s.value
-            elif name == SPEC + "num_accepted_tokens":
-                c.accepted += s.value
-            elif name == SPEC + "num_accepted_tokens_per_pos":
-                pos = int(s.labels["position"])
-                c.per_pos[pos] = c.per_pos.get(pos, 0.0) + s.value
-            elif name in GENERATED:
-                c.generation_tokens += s.value
-            elif name == "spec_accept_rate":
-                c.gauge_rate = s.value
-            elif name == "spec_accept_length":
-                c.gauge_length = s.value
+    try:
+        samples = [s for family in text_string_to_metric_families(body) for s in family.samples]
+    except (ValueError, TypeError, IndexError) as exc:
+        raise PhoenixError(f"/metrics is not Prometheus text ({str(exc)[:80]}): is this the serving engine?") from None
+    for s in samples:
+        engine, name = split_name(s.name)
+        if engine is None:
+            continue
+        counted = name.startswith(SPEC) or name in GENERATED  # other series (gauges, histograms) are not read
+        if counted and (not math.isfinite(s.value) or s.value < 0):
+            raise PhoenixError(f"/metrics: {s.name} is {s.value}, not a count: refusing the server's counters")
+        c.engine = c.engine or engine
+        if name.startswith(SPEC) or name in ("spec_accept_rate", "spec_accept_length"):
+            c.seen = True
+        if name == SPEC + "num_drafts":
+            c.drafts += s.value
+        elif name == SPEC + "num_draft_tokens":
+            c.draft_tokens += s.value
+        elif name == SPEC + "num_accepted_tokens":
+            c.accepted += s.value
+        elif name == SPEC + "num_accepted_tokens_per_pos":
+            label = s.labels.get("position", "")
+            if not (label.isascii() and label.isdigit() and int(label) < MAX_POSITION):
+                raise PhoenixError(
+                    f"/metrics: a draft position {label[:20]!r}, not a whole number below {MAX_POSITION}"
+                )
+            pos = int(label)
+            c.per_pos[pos] = c.per_pos.get(pos, 0.0) + s.value
+        elif name in GENERATED:
+            c.generation_tokens += s.value
+        elif name == "spec_accept_rate":
+            c.gauge_rate = s.value
+        elif name == "spec_accept_length":
+            c.gauge_length = s.value
     return c
 
 
@@ -157,10 +173,26 @@ class ServerClient:
                 f"cannot reach the server at {self.base} ({getattr(exc, 'reason', exc)}); start it or fix --url"
             ) from None
 
+    def _read(self, resp, path: str) -> bytes:
+        """The whole body, within ``timeout_s`` for the whole read (a server sending a byte a second is cut off,
+        not waited for) and at most MAX_BODY bytes."""
+        deadline, chunks, size = time.monotonic() + self.timeout_s, [], 0
+        try:
+            while chunk := resp.read1(65536):
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise PhoenixError(f"the server {self.base}{path} sent more than {MAX_BODY >> 20} MB: not read")
+                if time.monotonic() > deadline:
+                    raise PhoenixError(f"the server {self.base}{path} did not finish within {self.timeout_s:g} s")
+                chunks.append(chunk)
+        except OSError as exc:
+            raise PhoenixError(f"the server {self.base}{path} broke off its answer ({exc})") from None
+        return b"".join(chunks)
+
     def _json(self, path: str) -> dict | None:
         try:
             with self._open(path) as resp:
-                body = json.loads(resp.read())
+                body = json.loads(self._read(resp, path))
             return body if isinstance(body, dict) else None
         except (PhoenixError, ValueError):
             return None
@@ -185,7 +217,7 @@ class ServerClient:
 
     def metrics(self) -> SpecCounters:
         with self._open("/metrics") as resp:
-            return parse_metrics(resp.read().decode())
+            return parse_metrics(self._read(resp, "/metrics").decode(errors="replace"))
 
     def complete(self, prompt: str, max_tokens: int, chat: bool = False) -> dict:
         """One greedy completion: latency, prompt and completion token counts from the server's usage. ``chat``:
@@ -197,20 +229,15 @@ class ServerClient:
             else ("/v1/completions", {"prompt": prompt})
         )
         with self._open(path, {"model": self.model, **payload, "max_tokens": max_tokens, **GREEDY}) as resp:
-            body = json.loads(resp.read())
+            raw = self._read(resp, path)
         latency = time.perf_counter() - t0
-        usage = body.get("usage") or {}
-        choice = body["choices"][0] if body.get("choices") else {}
-        text = (choice.get("message") or {}).get("content", "") if chat else choice.get("text", "")
-        timings = body.get("timings") or {}  # llama.cpp: this request's own drafted and accepted tokens
-        return {
-            "latency_s": latency,
-            "prompt_tokens": int(usage.get("prompt_tokens", 0)),
-            "output_tokens": int(usage.get("completion_tokens", 0)),
-            "text": text,
-            "draft_n": timings.get("draft_n"),
-            "draft_n_accepted": timings.get("draft_n_accepted"),
-        }
+        try:
+            return {"latency_s": latency, **_completion(json.loads(raw), chat)}
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError):
+            raise PhoenixError(
+                f"the server {self.base}{path} answered with something that is not an OpenAI completion: "
+                f"{raw[:80].decode(errors='replace')!r}"
+            ) from None
 
 
 VllmClient = ServerClient  # the name before other engines came
@@ -279,3 +306,26 @@ def level_notes(level: dict) -> list[str]:
             "the time since the restart"
         )
     return notes
+
+
+def _count(value) -> int:
+    """A token count from a server: a whole non-negative number, or a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a count: {value!r}")
+    return int(value)
+
+
+def _completion(body: dict, chat: bool) -> dict:
+    usage = body.get("usage") or {}
+    choices = body.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+    text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+    timings = body.get("timings") or {}  # llama.cpp: this request's own drafted and accepted tokens
+    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    return {
+        "prompt_tokens": _count(usage.get("prompt_tokens", 0)),
+        "output_tokens": _count(usage.get("completion_tokens", 0)),
+        "text": text if isinstance(text, str) else "",  # text: null is an empty answer, not a crash
+        "draft_n": None if drafted is None else _count(drafted),
+        "draft_n_accepted": None if accepted is None else _count(accepted),
+    }
