@@ -40,28 +40,77 @@ def save_head(head: Eagle3Head, path: Path, dtype: torch.dtype = torch.float16, 
         (path / "phoenix_card.json").write_text(json.dumps(card, indent=2) + "\n")
 
 
-def load_head(path: Path, where: str, dtype: torch.dtype, device: str = "cpu") -> Eagle3Head:
-    """Read a head folder; ``layers.0.*`` (some exporters' name for ``midlayer.*``) is accepted as well."""
+# Bounds far above any real head (Llama-3-70B's are 8,192 wide, 28,672 MLP, 128,256 tokens), so an absurd
+# config.json is one line instead of a multi-terabyte allocation.
+LIMITS = {
+    "hidden_size": 1 << 16,
+    "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10,
+    "intermediate_size": 1 << 18,
+    "vocab_size": 1 << 21,
+    "draft_vocab_size": 1 << 21,
+    "target_hidden_size": 1 << 16,
+}
+
+
+def check_config(c: HeadConfig, where: str) -> None:
+    """Every size a positive whole number within LIMITS, and the shapes consistent, before anything is allocated."""
+    for name, top in LIMITS.items():
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise PhoenixError(f"{where}: config.json {name} = {value!r} is not a size in 1..{top}")
+    if c.hidden_size % c.num_attention_heads or c.num_attention_heads % c.num_key_value_heads:
+        raise PhoenixError(
+            f"{where}: config.json heads do not divide: hidden_size {c.hidden_size}, num_attention_heads "
+            f"{c.num_attention_heads}, num_key_value_heads {c.num_key_value_heads}"
+        )
+    if c.draft_vocab_size > c.vocab_size:
+        raise PhoenixError(f"{where}: draft_vocab_size {c.draft_vocab_size} exceeds vocab_size {c.vocab_size}")
+
+
+def _read_weights(path: Path, where: str) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    path = Path(path)
-    try:
-        c = HeadConfig.from_json(json.loads((path / "config.json").read_text(encoding="utf-8")), where)
-    except (OSError, ValueError) as exc:
-        raise PhoenixError(f"{where}: could not read config.json ({exc}); re-export the head") from None
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise PhoenixError(f"{where}: no *.safetensors weights; pass a complete EAGLE-3 head folder")
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update({k.replace("layers.0.", "midlayer.", 1): v for k, v in load_file(str(f)).items()})
+        if not f.is_file():  # a FIFO or device named *.safetensors would block the read forever
+            raise PhoenixError(f"{where}: {f.name} is not a regular file")
+        try:
+            state.update({k.replace("layers.0.", "midlayer.", 1): v for k, v in load_file(str(f)).items()})
+        except Exception as exc:  # safetensors raises its own error type for a torn or foreign file
+            raise PhoenixError(f"{where}: cannot read {f.name} ({str(exc)[:120]}); re-export the head") from None
+    return state
+
+
+def load_head(path: Path, where: str, dtype: torch.dtype, device: str = "cpu") -> Eagle3Head:
+    """Read a head folder; ``layers.0.*`` (some exporters' name for ``midlayer.*``) is accepted as well. A head
+    that could not draft (non-finite weights, a vocabulary map out of range or folding ids onto one token) is
+    refused with one line instead of drafting at 0% without a word."""
+    path = Path(path)
+    try:
+        c = HeadConfig.from_json(json.loads((path / "config.json").read_text(encoding="utf-8")), where)
+    except (OSError, ValueError, TypeError) as exc:
+        raise PhoenixError(f"{where}: could not read config.json ({exc}); re-export the head") from None
+    check_config(c, where)
+    state = _read_weights(path, where)
     state.pop("embed_tokens.weight", None)  # the target's embedding is used: Phoenix verifies with the target anyway
-    head = Eagle3Head(c)
     if "d2t" not in state and c.draft_vocab_size == c.vocab_size:
         state["d2t"] = torch.zeros(c.draft_vocab_size, dtype=torch.long)
+    if "d2t" in state:
+        check_d2t(state["d2t"], c, where)
+    bad = [k for k, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise PhoenixError(f"{where}: weights hold NaN or infinity ({', '.join(bad[:3])}): the head cannot draft")
     if "t2d" not in state:
         state["t2d"] = _mask_from(state.get("d2t"), c.vocab_size)
-    missing, unexpected = head.load_state_dict(state, strict=False)
+    head = Eagle3Head(c)
+    try:
+        missing, unexpected = head.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a tensor whose shape is not the config's
+        raise PhoenixError(f"{where}: weights do not fit config.json ({str(exc).splitlines()[-1][:160]})") from None
     missing = [m for m in missing if not m.startswith("rotary")]
     if missing or unexpected:
         raise PhoenixError(
@@ -69,6 +118,20 @@ def load_head(path: Path, where: str, dtype: torch.dtype, device: str = "cpu") -
             f"{unexpected[:3]}); re-export it in the vLLM format"
         )
     return head.to(device=device, dtype=dtype).eval()
+
+
+def check_d2t(d2t: torch.Tensor, c: HeadConfig, where: str) -> None:
+    """d2t holds offsets: draft id i proposes target id i + d2t[i], each inside the vocabulary and all distinct."""
+    if d2t.dim() != 1 or len(d2t) != c.draft_vocab_size or d2t.is_floating_point():
+        raise PhoenixError(f"{where}: d2t must be {c.draft_vocab_size} integer offsets, got {tuple(d2t.shape)}")
+    ids = torch.arange(len(d2t)) + d2t.long()
+    if bool((ids < 0).any() or (ids >= c.vocab_size).any()):
+        raise PhoenixError(f"{where}: d2t maps draft ids outside the target's {c.vocab_size} tokens")
+    distinct = int(ids.unique().numel())
+    if distinct < len(ids):
+        raise PhoenixError(
+            f"{where}: d2t folds {len(ids)} draft ids onto {distinct} target tokens: the head cannot draft"
+        )
 
 
 def _mask_from(d2t: torch.Tensor | None, vocab: int) -> torch.Tensor:
