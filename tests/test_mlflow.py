@@ -101,3 +101,44 @@ def test_a_tracking_uris_password_is_never_stored_with_the_run(uri, stored):
     from engine.export.mlflow import without_password
 
     assert without_password(uri) == stored
+
+
+def test_a_refused_tracking_server_is_one_line_soon(tmp_path):
+    import socket
+    import time
+
+    from engine.errors import PhoenixError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
+    start = time.monotonic()
+    with pytest.raises(PhoenixError, match=rf"^MLflow at http://u:\*\*\*@127\.0\.0\.1:{port}: "):
+        export_run(store, 1, MlflowTarget(tracking_uri=f"http://u:pw@127.0.0.1:{port}", experiment="x"))
+    assert time.monotonic() - start < 60  # MLflow's own retries took about four minutes
+    assert "mlflow" not in store.get_run(1).config
+
+
+def test_a_failed_export_ends_the_mlflow_run_it_created_and_a_deleted_one_is_replaced(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from engine.errors import PhoenixError
+
+    store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
+    target = MlflowTarget(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="e")
+
+    def broken(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(MlflowClient, "log_artifacts", broken)
+        with pytest.raises(PhoenixError, match=r"^MLflow at sqlite:///.*: disk full$"):
+            export_run(store, 1, target)
+    client = _client(target)
+    (orphan,) = client.search_runs([client.get_experiment_by_name("e").experiment_id])
+    assert orphan.info.status == "FAILED"
+    first = export_run(store, 1, target)
+    client.delete_run(first["run_id"])
+    again = export_run(store, 1, target)
+    assert again["run_id"] != first["run_id"] and client.get_run(again["run_id"]).info.status == "FINISHED"

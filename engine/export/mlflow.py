@@ -7,6 +7,7 @@ fixed by the run, and a param already logged with the same value is not logged a
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import urllib.parse
@@ -36,7 +37,19 @@ def _client(uri: str):
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise PhoenixError(f"MLflow export needs mlflow-skinny: run `{INSTALL}`") from None
-    return MlflowClient(tracking_uri=uri)
+    # A refused or unreachable server: a few tries with a short timeout, not MLflow's defaults (about four
+    # minutes of retries against a closed port); a user's own settings win.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except Exception as exc:  # an unknown scheme, a malformed URI
+        raise PhoenixError(f"--tracking-uri {without_password(uri)}: {_line(exc)}") from None
+
+
+def _line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
 
 
 def key(text: str) -> str:
@@ -108,11 +121,29 @@ def without_password(uri: str) -> str:
 
 
 def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
-    """Log the run into MLflow; a second export of the same run to the same store updates the same MLflow run."""
+    """Log the run into MLflow; a second export of the same run to the same store updates the same MLflow run.
+    Any failure on MLflow's side is one line, and an MLflow run this export created is ended FAILED, never left
+    RUNNING."""
     info = store.get_run(run_id)
     if info is None:
         raise PhoenixError(f"run {run_id} does not exist")
     client = _client(target.tracking_uri)
+    created: list[str] = []
+    try:
+        return _export(store, info, target, client, created)
+    except PhoenixError:
+        raise
+    except Exception as exc:
+        for mid in created:
+            try:
+                client.set_terminated(mid, "FAILED")
+            except Exception:
+                pass  # the server that failed the export may refuse this too; the line below says why
+        raise PhoenixError(f"MLflow at {without_password(target.tracking_uri)}: {_line(exc)}") from None
+
+
+def _export(store: Store, info, target: MlflowTarget, client, created: list[str]) -> dict:
+    run_id = info.id
     from mlflow.entities import Metric, Param, RunTag  # importable once _client found mlflow
 
     previous = info.config.get("mlflow") or {}
@@ -121,7 +152,9 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
     if previous.get("tracking_uri") == stored_uri and previous.get("run_id"):
         try:
             mlflow_run = client.get_run(previous["run_id"])
-        except Exception:  # deleted on the MLflow side: log a new one
+        except Exception:  # gone on the MLflow side: log a new one
+            mlflow_run = None
+        if mlflow_run is not None and mlflow_run.info.lifecycle_stage == "deleted":  # in MLflow's bin: a new one
             mlflow_run = None
     if mlflow_run is None:
         mlflow_run = client.create_run(
@@ -129,6 +162,7 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
             run_name=f"phoenix #{info.id} {info.name}"[:250],
             start_time=int(info.created_at.timestamp() * 1000),
         )
+        created.append(mlflow_run.info.run_id)
     mid = mlflow_run.info.run_id
     logged = mlflow_run.data.params
     params = {key(k): v for k, v in _flat({k: v for k, v in info.config.items() if k != "mlflow"}).items()}
