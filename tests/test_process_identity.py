@@ -41,12 +41,18 @@ def decoy():
         proc.wait()
 
 
-def test_an_identity_is_stable_for_one_process_and_differs_between_two(decoy):
-    a, b = decoy("x"), decoy("y")
+def test_an_identity_is_stable_for_one_process_and_differs_for_one_started_later(decoy):
+    a = decoy("x")
+    time.sleep(0.05)  # start times count clock ticks (10 ms): a reused pid belongs to a process started later
+    b = decoy("y")
     assert identity(a.pid) == identity(a.pid) is not None
     assert identity(a.pid) != identity(b.pid)
     assert is_process(a.pid, identity(a.pid)) and not is_process(a.pid, identity(b.pid))
     assert not is_process(a.pid, None) and not is_process(a.pid, "")
+    recorded = identity(a.pid)
+    a.kill()
+    a.wait()
+    assert not is_process(a.pid, recorded)  # gone: its own record no longer names a running process
 
 
 @pytest.mark.parametrize("recorded", ["bare pid", "another identity"])

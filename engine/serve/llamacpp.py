@@ -91,7 +91,7 @@ def binary() -> Path:
         )
     problem = cpu_problem()
     if problem is not None:
-        raise PhoenixError(f"{problem}: run `{BUILD}` (about 30 min on 2 cores)")
+        raise PhoenixError(f"{problem}: run `{BUILD}` (about 6 minutes on 2 cores)")
     return wheel
 
 

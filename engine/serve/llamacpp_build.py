@@ -134,7 +134,7 @@ def build(cfg: BuildConfig, data_dir: Path = DATA_DIR, say: Callable[[str], None
     if not (root / "build" / "build.ninja").is_file():
         flags = [*CMAKE_FLAGS, f"-DLLAMA_BUILD_COMMIT={cfg.commit}"]
         _run(["cmake", "-S", str(src), "-B", str(root / "build"), "-G", "Ninja", *flags], log, "cmake")
-    say(f"compiling llama-server with {cfg.jobs} jobs (about 30 min on 2 cores); log: {log}")
+    say(f"compiling llama-server with {cfg.jobs} jobs (about 6 minutes on 2 cores); log: {log}")
     _run(["ninja", "-C", str(root / "build"), f"-j{cfg.jobs}", "llama-server"], log, "compiling llama-server")
     if not binary.is_file():
         raise PhoenixError(f"the build ended without {binary}; its log is {log}")
