@@ -8,6 +8,7 @@ writes. ``StoreBase`` is what each part of ``db.store.Store`` builds on.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -114,8 +115,16 @@ def make_engine(url: str) -> Engine:
 
 
 def safe_url(url: str) -> str:
-    """The URL with any password hidden, for messages and logs."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL with any password hidden, for messages, logs and stored config: a database URL, or any other
+    (an MLflow tracking URI such as http://user:PASSWORD@host, or a bare `databricks`)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL SQLAlchemy parses: hide the password of whatever authority it has
+        parts = urllib.parse.urlsplit(url)
+        if not parts.password:
+            return url
+        netloc = f"{parts.username}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 class StoreBase:

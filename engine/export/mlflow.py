@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from db.store import Store
+from db.store import Store, safe_url
 from engine.analysis.breakeven import rates
 from engine.analysis.fit import reached_of
 from engine.bench import report
@@ -44,7 +43,7 @@ def _client(uri: str):
     try:
         return MlflowClient(tracking_uri=uri)
     except Exception as exc:  # an unknown scheme, a malformed URI
-        raise PhoenixError(f"--tracking-uri {without_password(uri)}: {_line(exc)}") from None
+        raise PhoenixError(f"--tracking-uri {safe_url(uri)}: {_line(exc)}") from None
 
 
 def _line(exc: Exception) -> str:
@@ -109,17 +108,6 @@ def metrics_of(store: Store, run_id: int) -> list[tuple[str, float, int]]:
     return out
 
 
-def without_password(uri: str) -> str:
-    """The tracking URI as Phoenix stores it: a password in it (http://user:PASSWORD@host) never reaches the run's
-    config, and so never an export of the run."""
-    parts = urllib.parse.urlsplit(uri)
-    if not parts.password:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
 def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
     """Log the run into MLflow; a second export of the same run to the same store updates the same MLflow run.
     Any failure on MLflow's side is one line, and an MLflow run this export created is ended FAILED, never left
@@ -139,7 +127,7 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
                 client.set_terminated(mid, "FAILED")
             except Exception:
                 pass  # the server that failed the export may refuse this too; the line below says why
-        raise PhoenixError(f"MLflow at {without_password(target.tracking_uri)}: {_line(exc)}") from None
+        raise PhoenixError(f"MLflow at {safe_url(target.tracking_uri)}: {_line(exc)}") from None
 
 
 def _export(store: Store, info, target: MlflowTarget, client, created: list[str]) -> dict:
@@ -148,7 +136,7 @@ def _export(store: Store, info, target: MlflowTarget, client, created: list[str]
 
     previous = info.config.get("mlflow") or {}
     mlflow_run = None
-    stored_uri = without_password(target.tracking_uri)
+    stored_uri = safe_url(target.tracking_uri)
     if previous.get("tracking_uri") == stored_uri and previous.get("run_id"):
         try:
             mlflow_run = client.get_run(previous["run_id"])
