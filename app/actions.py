@@ -10,10 +10,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import data
+from app import data, form
+from app.form import drafters_of
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
-from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, present
+from engine.catalog import NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, present
+from engine.decode.eagle3 import is_head_dir
 from engine.decode.fetch import FETCHERS
 from engine.decode.loading import check_same_tokenizer_files, resolve
 from engine.errors import PhoenixError
@@ -24,7 +26,6 @@ from engine.prompts.sets import load as load_prompts
 from engine.queue.autostart import ensure_worker, worker_alive_here
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
-FORM_LIMITS = {"max_prompts": 50, "max_new_tokens": 512}  # the form is no DoS lever
 
 
 def token_field(key: str) -> str:
@@ -53,24 +54,35 @@ def permission(given: str) -> str | None:
     )
 
 
-def real_pair_present() -> bool:
-    return present(SMOLLM2) and present(SMOLLM2_DRAFT)
-
-
 def demo_config(real: bool | None = None) -> BenchConfig:
     """The quick demo: the real pair once it is here (or when asked for: the worker fetches the target first),
-    else the embedded one."""
-    real = real_pair_present() if real is None else real
-    # 8 prompts and arms 0, 2, 4: the bandit's forced first tries (each arm twice) end at decision 6, so its
-    # epsilon and running estimates have real decisions to show (5 prompts over 5 arms never left them)
+    else the embedded one. On the real pair it leads with the drafters that pay there (the EAGLE-3 head where it
+    is built, suffix trees and prompt lookup, model_1 of the draft model), not the draft model at k = 4 (0.55x)."""
+    real = form.real_pair_present() if real is None else real
+    if not real:
+        # 8 prompts and arms 0, 2, 4: the bandit's forced first tries (each arm twice) end at decision 6, so its
+        # epsilon and running estimates have real decisions to show (5 prompts over 5 arms never left them)
+        return BenchConfig(
+            limit=8,
+            max_new_tokens=64,
+            name="demo (embedded pair)",
+            modes=["target", "model_4", "bandit"],
+            arms=[0, 2, 4],
+        )
+    # the head where it is built, else the draft model at its best k, else (a fresh machine: the worker fetches
+    # the target, and nothing builds a draft) the model-free drafters alone
+    head, draft = form.present(SMOLLM2_EAGLE3), form.present(SMOLLM2_DRAFT)
+    drafted = (["eagle3_3"], SMOLLM2_EAGLE3, "eagle3") if head else (["model_1"], SMOLLM2_DRAFT, "model")
+    modes, draft_name, drafter = drafted if head or draft else ([], None, "model")
     return BenchConfig(
-        target=SMOLLM2 if real else EMBEDDED,
-        draft=SMOLLM2_DRAFT if real else EMBEDDED,
+        target=SMOLLM2,
+        draft=draft_name,
+        drafter=drafter,
         limit=8,
         max_new_tokens=64,
-        name="demo (SmolLM2-135M)" if real else "demo (embedded pair)",
-        modes=["target", "model_4", "bandit"],
-        arms=[0, 2, 4],
+        prompt_format="chat",
+        name="demo (SmolLM2-135M)",
+        modes=["target", *modes, "suffix_16", "ngram_8"],
     )
 
 
@@ -146,11 +158,13 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
     if cfg.draft is not None:  # "" is other… with nothing typed: said so, not taken for no draft
         cfg.draft = _check(errors, "draft", lambda: form_model(cfg.draft, "draft")) or cfg.draft
     cfg.prompts = _check(errors, "prompts", lambda: form_prompts(cfg.prompts)) or cfg.prompts
-    if errors:
-        return errors
+    # every field is checked, not just the first bad one: a bad model id must not hide k = 99 until the next submit
     fetched_later = cfg.target in FETCHERS and not present(cfg.target)  # the worker fetches it before the run
-    t = None if fetched_later else _check(errors, "target", lambda: resolve(cfg.target, "target"))
-    d = _check(errors, "draft", lambda: resolve(cfg.draft, "draft")) if cfg.draft else None
+    t = d = None
+    if "target" not in errors and not fetched_later:
+        t = _check(errors, "target", lambda: resolve(cfg.target, "target"))
+    if "draft" not in errors and cfg.draft:
+        d = _check(errors, "draft", lambda: resolve(cfg.draft, "draft"))
     if t is not None and d is not None:
         _check(errors, "draft", lambda: check_same_tokenizer_files(t, d, cfg.target, cfg.draft))
     _check(errors, "modes", lambda: _check_modes(cfg))
@@ -158,13 +172,64 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
         cfg.arms = [int(a) for a in arms_text.split(",") if a.strip()]
     except ValueError:
         errors["arms"] = f"arms must be comma-separated whole numbers, got {arms_text!r}"
-    _check(errors, "prompts", lambda: load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column))
-    if not errors:
-        try:
-            validate(cfg)
-        except PhoenixError as exc:  # the error names its field; the form puts the message beside it
-            errors[(exc.field or "form").split(".")[0]] = str(exc)
+    if "prompts" not in errors:
+        _check(errors, "prompts", lambda: load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column))
+    for field, message in validation_errors(cfg).items():
+        errors.setdefault(field, message)
+    if "draft" not in errors and "modes" not in errors and "drafter_arms" not in errors:
+        _check(errors, "draft", lambda: check_draft_kind(cfg, d))
     return errors
+
+
+def validation_errors(cfg: BenchConfig) -> dict[str, str]:
+    """validate's complaint about each field: it stops at the first, so the field it named is set right (a copy
+    of it) and it runs again, until the config passes or a field repeats."""
+    import copy
+
+    errors: dict[str, str] = {}
+    trial = copy.deepcopy(cfg)
+    defaults = BenchConfig()
+    for _ in range(12):
+        try:
+            validate(trial)
+        except PhoenixError as exc:  # the error names its field; the form puts the message beside it
+            field = (exc.field or "form").split(".")[0]
+            if field in errors or not hasattr(defaults, field):
+                errors.setdefault(field, str(exc))
+                break
+            errors[field] = str(exc)
+            setattr(trial, field, copy.deepcopy(getattr(defaults, field)))
+            if field == "modes":
+                trial.modes = ["target"]
+            continue
+        break
+    if not errors:
+        validate(cfg)  # the real one: it names every mode under its drafter's name
+    return errors
+
+
+def check_draft_kind(cfg: BenchConfig, draft_dir) -> None:
+    """eagle3 modes draft with an EAGLE-3 head and model modes with a draft model: the wrong one for the modes
+    would load and then fail in the worker, so the form says it first."""
+    if not cfg.draft:
+        return
+    if draft_dir is not None:
+        head = is_head_dir(draft_dir)
+    elif cfg.draft in NAMED:
+        head = cfg.draft == SMOLLM2_EAGLE3
+    else:
+        return
+    drafters = drafters_of(cfg)
+    if "eagle3" in drafters and not head:
+        raise PhoenixError(
+            f"eagle3 modes draft with an EAGLE-3 head, and {cfg.draft} is a draft model: pick smollm2-eagle3 "
+            "or your head's folder as the draft, or use model_<k> modes"
+        )
+    if head and drafters & {"model"}:
+        raise PhoenixError(
+            f"{cfg.draft} is an EAGLE-3 head; model_<k> modes (and bandits of --drafter model) need a draft model: "
+            "use eagle3_<k> modes, the eagle3 drafter, or pick a draft model"
+        )
 
 
 def queue_run(cfg: BenchConfig):

@@ -14,6 +14,15 @@ MIN_HEIGHT = 160  # px: no chart on a page is a sliver
 COUNT_AXIS = dict(tickMinStep=1, format="d")  # axes that count decisions: whole numbers only
 
 
+def show(chart, width: str = "stretch") -> None:
+    """Every chart is drawn here: legend, axis and facet labels whole (Vega-Lite cuts them at 160 px or less,
+    and bandit:category_thompson and phoenix-eagle3-auto_live are longer)."""
+    import streamlit as st
+
+    whole = chart.configure_legend(labelLimit=0).configure_axis(labelLimit=0).configure_header(labelLimit=0)
+    st.altair_chart(whole, width=width)
+
+
 def unit_top(df: pd.DataFrame, *columns: str) -> float:
     """The top of a rate axis: 1, or higher when a value is (a bad counter must show, never be clipped away)."""
     values = [float(df[c].max()) for c in columns if c in df and df[c].notna().any()]
@@ -369,6 +378,7 @@ def column_position_chart(df: pd.DataFrame) -> alt.FacetChart:
     return (
         alt.Chart(df)
         .mark_line(point=True)
+        .transform_calculate(position="datum.position + 1")  # stored from 0; every chart counts from 1
         .encode(
             x=alt.X("position:O", title="draft position"),
             y=alt.Y(
@@ -376,9 +386,9 @@ def column_position_chart(df: pd.DataFrame) -> alt.FacetChart:
                 title="acceptance (accepted / proposed)",
                 scale=alt.Scale(domain=[0, unit_top(df, "acceptance")]),
             ),
-            color=alt.Color("column:N", title="column group"),
-            tooltip=["mode", "column", "position", alt.Tooltip("acceptance:Q", format=".3f"), "accepted", "proposed"],
+            color=alt.Color("column:N", title="column group", legend=alt.Legend(orient="bottom", columns=3)),
+            tooltip=["mode", "column", "position:O", alt.Tooltip("acceptance:Q", format=".3f"), "accepted", "proposed"],
         )
-        .properties(height=180, width=260)
-        .facet(facet=alt.Facet("mode:N", title=None), columns=3)
+        .properties(height=180, width=300)  # two panels to a row and the legend below fit an 820 px column
+        .facet(facet=alt.Facet("mode:N", title=None), columns=2)
     )

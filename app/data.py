@@ -124,7 +124,7 @@ def _best_speedups(store: Store, run_ids: list[int]) -> dict[int, dict]:
         if top is not None:
             mode = top[0]
             s = speedup.speedups(g[g["mode"].isin([ref, mode])], ref)[mode]  # the interval for the best mode only
-            out[int(run_id)] = {"best_mode": mode, "best_speedup": s.median, "best_interval": s.interval_text()}
+            out[int(run_id)] = {"best_mode": mode, "best_speedup": s.median, "best_interval": s.ci_text()}
     return out
 
 

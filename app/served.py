@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import charts, data
+from app import charts, data, tables
 from engine.serve.client import level_notes
 
 
@@ -56,8 +56,8 @@ def watch(url: str, info) -> bool:
             tooltip=["interval", alt.Tooltip("acceptance:Q", format=".3f"), "drafts", "draft tokens"],
         )
     )
-    st.altair_chart(chart.properties(height=charts.MIN_HEIGHT), width="stretch")
-    st.dataframe(frame, hide_index=True, width="stretch")
+    charts.show(chart.properties(height=charts.MIN_HEIGHT), width="stretch")
+    tables.show(frame)
     st.caption(
         "Deltas of the server's own counters over each interval, vLLM's definitions: acceptance is accepted "
         "/ draft tokens, per position the drafts whose first i+1 tokens were all accepted over all drafts."
@@ -85,10 +85,10 @@ def server_counters(info) -> None:
             for lv in levels
         ]
     )
-    st.dataframe(table, hide_index=True, width="stretch")
+    tables.show(table)
     st.caption(
         "From each llama-server's /metrics before and after the run (vLLM's definitions). The per-request "
-        "rows above carry each response's own draft_n and draft_n_accepted."
+        "rows above carry each response's own `draft_n` and `draft_n_accepted`."
     )
 
 
@@ -104,11 +104,11 @@ def sweep(info) -> None:
         f"engine {served['engine']} · version {served.get('version') or 'not reported'}"
         + (f" · started as: {served['command']}" if served.get("command") else "")
     )
-    st.altair_chart(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
+    charts.show(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
     per_request = [lv for lv in levels if lv.get("requests_with_draft_counts")]
     if per_request:
         st.caption(
-            "Per request, from each response's timings (draft_n, draft_n_accepted), against the counters: "
+            "Per request, from each response's timings (`draft_n`, `draft_n_accepted`), against the counters: "
             + "; ".join(
                 f"concurrency {lv['concurrency']}: {lv['request_draft_tokens']} drafted and "
                 f"{lv['request_accepted']} accepted, counters {lv['draft_tokens']:.0f} and "

@@ -8,7 +8,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import data
+from app import charts, data, tables
 from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_method, level_table, over_time, short_command
 from engine.analysis.speedup import SPEEDUP, speedups
 from engine.modes import reference_mode
@@ -45,7 +45,7 @@ def level(url: str, info) -> None:
     table["speedup"] = table["mode"].map(lambda m: spread[m].text() if m in spread else "")
     st.subheader(f"Under load: concurrency {info.config.get('level')}, every variant against {ref or 'nothing'}")
     st.caption(f"{THROUGHPUT}; {TPOT}. {SPEEDUP}")
-    st.dataframe(table[list(LEVEL_COLUMNS)].rename(columns=LEVEL_COLUMNS), hide_index=True, width="stretch")
+    tables.show(table[list(LEVEL_COLUMNS)].rename(columns=LEVEL_COLUMNS))
     st.caption("How it ran: " + level_method(info.config) + ".")
     servers = info.config.get("servers") or []
     if servers:  # commands as code: verbatim, never read as Markdown
@@ -69,7 +69,7 @@ def live(url: str, info) -> None:
     cols[1].metric("decode tok/s (last 5 s)", f"{last['tokens_per_s']:.1f}")
     cols[2].metric("batch (last 5 s)", f"{last['batch']:.1f}")
     cols[3].metric("k (last 5 s)", "n/a" if pd.isna(last["k"]) else f"{last['k']:.1f}")
-    st.altair_chart(over_time_chart(windows), width="stretch")
+    charts.show(over_time_chart(windows), width="stretch")
     by_batch = k_by_batch(steps)
     st.markdown("**What the tuner chose at each batch size** (n = steps)")
     st.caption(
@@ -77,15 +77,14 @@ def live(url: str, info) -> None:
         "refined by every step) and each position's measured acceptance; 'estimate x off' is its own estimate of "
         "that k over speculation off."
     )
-    st.dataframe(
-        by_batch.rename(columns={"k_mean": "mean k", "off_share": "share k = 0", "estimate_x_off": "estimate x off"}),
-        hide_index=True,
+    tables.show(
+        by_batch.rename(columns={"k_mean": "mean k", "off_share": "share k = 0", "estimate_x_off": "estimate x off"})
     )
     profile = pd.DataFrame(info.config.get("cost_profile") or [])
     if not profile.empty:
         st.markdown("**Forward cost at start-up** (ms, rows x tokens per row)")
         grid = profile.assign(ms=profile["seconds"] * 1000).pivot(index="batch", columns="tokens", values="ms")
-        st.dataframe(grid.round(1))
+        tables.show(grid.reset_index().rename(columns=lambda c: f"{c} tokens" if isinstance(c, int) else c), formats={})
 
 
 def over_time_chart(windows: pd.DataFrame) -> alt.VConcatChart:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 from markdown_it import MarkdownIt
 
-from app import actions, data, likeness, urlstate
+from app import actions, data, likeness, tables, urlstate
 from db.tracker import TrackerError
 from engine.analysis.compare import TOKENS_PER_S, compare
 
@@ -132,16 +132,11 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
             + ". "
             + likeness.unlike_warning(likeness.unlike(diff))
         )
-    ratio = st.column_config.NumberColumn(format="%.2fx")
-    st.dataframe(
+    ratio = "%.2fx"
+    tables.show(
         pd.DataFrame(rows),
-        hide_index=True,
-        column_config={
-            "x baseline": ratio,
-            "95% CI low": ratio,
-            "95% CI high": ratio,
-            "p-value": st.column_config.NumberColumn(format="%.4f"),
-        },
+        name="baseline",
+        formats={"x baseline": ratio, "95% CI low": ratio, "95% CI high": ratio, "p-value": "%.4f"},
     )
     st.caption(
         TOKENS_PER_S + "; x baseline is the ratio of means (not the paired speedup), its interval on the log scale."

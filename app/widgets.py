@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import actions, data
+from app import actions, data, form, tables
 from app.urlstate import qp_int, set_qp
 from engine.paths import ROOT
 
@@ -85,7 +85,7 @@ def demo_buttons(key: str, token: str = "") -> None:
         st.caption(locked)
         return
     choices = [(actions.demo_config(), f"{key}_demo", "primary", "")]
-    if not actions.real_pair_present():
+    if not form.real_pair_present():
         choices.append(
             (
                 actions.demo_config(real=True),
@@ -102,7 +102,9 @@ def demo_buttons(key: str, token: str = "") -> None:
             if denied:
                 st.error(denied)
             else:
-                queued(*actions.queue_run(cfg))
+                run, _, _ = actions.queue_run(cfg)
+                # to the run itself: the page it was queued from would go on saying "No runs yet" beside it
+                st.switch_page("views/run.py", query_params={"run": str(run.id)})
 
 
 def queued(run, worker: str, log) -> None:
@@ -144,7 +146,7 @@ def identity_banner(url: str, run_id: int, info=None) -> None:
             "llama.cpp's Q4_1, batched verification can flip near-tie argmaxes."
         )
         # a server returns text, not tokens, and an untraced request has no trace id: blank, not Python's None
-        st.dataframe(bad.astype(object).where(bad.notna(), ""), hide_index=True, width="stretch")
+        tables.show(bad)
         csv_download(bad, f"run{run_id}-divergences", key="dl_div")
 
 

@@ -55,7 +55,7 @@ def test_the_runs_page_filters_by_tag_hides_archived_and_pages_in_sql(app_db):
     assert table["id"].tolist() == [1]  # run 2 is archived
     at.toggle(key="f_archived").set_value(True).run()
     table = next(d.value for d in at.dataframe if "open" in d.value.columns)
-    assert table["id"].tolist() == [2, 1] and table["tags"].tolist() == ["", "baseline-run"]
+    assert table["id"].tolist() == [2, 1] and table["tags"].tolist() == ["–", "baseline-run"]
     at = open_page("runs", tag="baseline-run", archived=1)
     assert next(d.value for d in at.dataframe if "open" in d.value.columns)["id"].tolist() == [1]
     assert "2 runs" in open_page("runs", archived=1).number_input(key="f_page").label
@@ -83,7 +83,7 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
     assert diff["setting"].tolist() == ["bench.seed"] and diff["2:model_4"].tolist() == ["7"]
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
-    assert set(verdict["metric"]) == {"tokens_per_s", "latency_s", "acceptance"}
+    assert set(verdict["metric"]) == {"tokens/s", "latency (s)", "acceptance"}
 
 
 def test_saving_only_the_note_keeps_a_tag_that_holds_a_comma_whole(app_db):
@@ -155,11 +155,13 @@ def _spec_bench_run(app_db):
 def test_a_spec_bench_run_shows_the_leaderboard_with_n_and_welch_in_every_cell(app_db):
     run_id = _spec_bench_run(app_db)
     at = open_page("run", run=run_id)
-    board = next(d.value for d in at.dataframe if "mean_accepted" in d.value.columns)
+    board = next(d.value for d in at.dataframe if "mean accepted" in d.value.columns)
     assert set(board["column"]) == {"QA", "RAG", "Overall"} and set(board["n"]) == {2, 4}
-    assert board[board["mode"] == "ngram_4"]["p_value"].notna().all()
-    ngram = board[board["mode"] == "ngram_4"]  # every cell's median carries its interval
-    assert ((ngram["ci_low"] <= ngram["speedup"]) & (ngram["speedup"] <= ngram["ci_high"])).all()
+    ngram = board[board["mode"] == "ngram_4"]
+    assert (ngram["p_value"] != "–").all() and ngram["p_value"].map(lambda p: 0 <= float(p) <= 1).all()
+    for x, ci in zip(ngram["x target"], ngram["95% CI"]):  # every cell's median carries its interval
+        low, high = map(float, ci.split("-"))
+        assert low <= float(x) <= high
     assert any("column group" in json.dumps(sp) for sp in charts(at))  # acceptance per position per column
 
 
@@ -168,7 +170,7 @@ def test_compare_overlays_one_column_group_of_a_spec_bench_run(app_db):
     at = open_page("compare", series=f"{run_id}:target@rag,{run_id}:ngram_4@rag")
     assert at.multiselect(key="series").value == [f"{run_id}:target@rag", f"{run_id}:ngram_4@rag"]
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
-    assert set(verdict["n series"]) == {2}  # the two RAG questions only
+    assert {n.split(" / ")[1] for n in verdict["n (base / series)"]} == {"2"}  # the two RAG questions only
 
 
 def test_the_policies_page_shows_which_drafter_arm_each_decision_took(app_db):
@@ -326,7 +328,8 @@ def test_compare_names_the_drafter_each_series_used_not_the_runs_drafter_flag(ap
     app_db.add_requests([app_record(2, 100 + i, "suffix_4", 4, random.Random(i)) for i in range(3)])
     at = open_page("compare", series="1:model_4,2:suffix_4")
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
-    assert set(verdict["series"]) == {"2:suffix_4 (suffix)"} and set(verdict["baseline"]) == {"1:model_4 (model)"}
+    assert set(verdict["series"]) == {"2:suffix_4 (suffix)"}
+    assert any(h.value == "Series against the baseline, 1:model_4 (model)" for h in at.subheader)
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
     assert diff.set_index("setting").loc["drafter"].tolist() == ["model", "suffix"]
     assert "bench.drafter" not in set(diff["setting"])

@@ -1,6 +1,7 @@
 """The newcomer's walk in Chromium: a quick demo from the home page run by the autostarted worker, every page at
 1280 and 1920 px, Compare across two runs and a shared link in a fresh context. Each page is screenshotted into
-test-artifacts/walk/ (CI prints the folder) and checked for cut KPI values, sliver charts and Python's None."""
+test-artifacts/walk/ (CI prints the folder) and checked for cut KPI values, sliver or overflowing charts, cut
+tables, nulls, Python's None and raw identifiers."""
 
 from __future__ import annotations
 
@@ -65,9 +66,81 @@ EMPTY_PANELS = """c => {
 }"""
 
 
+# Tables a decision is read from: every column on screen (None), or the columns named, which lead the table. Glide
+# lists a column among its headers once any of it is on screen, so the column after the named ones being listed
+# proves they are whole.
+WHOLE = {
+    "runs": ("id", "open", "name", "status", "best x reference", "best mode", "best: 95% CI, n"),
+    "spec_bench": None,
+    "compare": None,
+    "compare_speedups": None,
+    "baseline": None,
+    "latency": None,
+    "policies": ("mode", "n", "x reference (95% CI, n)", "share of best fixed (95% CI)", "p-value", "verdict"),
+}
+TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].map(d => {
+  const s = d.querySelector('.dvn-scroller'), box = d.closest('[class*="st-key-table_"]');
+  const key = box && [...box.classList].find(c => c.startsWith('st-key-table_'));
+  return {name: key ? key.slice('st-key-table_'.length) : null, scroll: s ? s.scrollWidth : 0,
+          width: s ? s.clientWidth : 0,
+          headers: [...d.querySelectorAll('[role=columnheader]')].map(t => t.textContent.trim()),
+          blank: [...d.querySelectorAll('[role=gridcell]')].filter(c => !c.textContent.trim()).length};
+})"""
+# The page's words as a reader sees them: code blocks (commands, paths) and icon ligatures left out.
+WORDS = """() => {
+  const out = [], skip = ['code', 'pre', 'script', 'style', ...['stIconMaterial', 'stDataFrame', 'stJson'].map(
+    id => `[data-testid="${id}"]`)].join(', ');
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (el && !el.closest(skip) && (el.offsetParent !== null || el.closest('svg'))) out.push(n.textContent);
+  }
+  return out;
+}"""
+CHART_WIDTHS = """c => { const s = c.querySelector('svg, canvas'), p = c.parentElement;
+  return s && p ? [s.getBoundingClientRect().width, p.getBoundingClientRect().width] : null; }"""
+
+
+def raw_words(text: str) -> list[str]:
+    """Python names and enum constants in the page's prose (a mode such as bandit:epsilon_greedy is the field's
+    word; PHOENIX_* names environment variables a user sets; avx512_vnni is the CPU flag as lscpu spells it)."""
+    from app.tables import is_raw
+    from engine.bench.setup import SPEED_FLAGS
+
+    found = []
+    for word in re.findall(r"(?<![:\w-])[A-Za-z0-9][\w:-]*", text):  # ":x" continues a label split in two
+        word = word.rstrip(":")
+        if word in SPEED_FLAGS:
+            continue
+        if is_raw(word) or (re.fullmatch(r"[A-Z]{2,}(?:_[A-Z0-9]+)+", word) and not word.startswith("PHOENIX_")):
+            found.append(word)
+    return sorted(set(found))
+
+
+def table_problems(page) -> list[str]:
+    from app.tables import is_raw
+
+    found = []
+    for t in page.evaluate(TABLES):
+        name = t["name"] or "a table"
+        raw = [h for h in t["headers"] if is_raw(h)]
+        if raw:
+            found.append(f"{name}: raw column names {raw}")
+        if t["blank"]:
+            found.append(f"{name}: {t['blank']} blank cells (a null, which the grid paints as None)")
+        if t["name"] not in WHOLE:
+            continue
+        named = WHOLE[t["name"]]
+        if named is None and t["scroll"] > t["width"] + 1:
+            found.append(f"{name}: {t['scroll']} px of columns in {t['width']} px; {t['headers'][-1]!r} is cut")
+        if named is not None and not (t["headers"][: len(named)] == list(named) and len(t["headers"]) > len(named)):
+            found.append(f"{name}: the columns {named} are not all on screen (shown: {t['headers']})")
+    return found
+
+
 def problems(page) -> list[str]:
-    """What a newcomer would see wrong: a KPI value cut short, a chart squeezed flat or drawing nothing, Python's
-    None as text."""
+    """What a newcomer would see wrong: a KPI value cut short, a chart squeezed flat, drawing nothing or wider than
+    its column, a table cut or showing a null, Python's None or a raw identifier as text."""
     found = []
     for value in page.locator('[data-testid="stMetricValue"]').all():
         cut = value.evaluate("e => [...e.querySelectorAll('*'), e].some(n => n.scrollWidth > n.clientWidth + 1)")
@@ -79,8 +152,20 @@ def problems(page) -> list[str]:
             found.append(f"chart {box['height']:.0f} px tall")
         for panel in chart.evaluate(EMPTY_PANELS):
             found.append(f"chart {chart.get_attribute('id') or ''} panel {panel} draws no marks")
-    if re.search(r"\bNone\b", page.inner_text("body")):
+        widths = chart.evaluate(CHART_WIDTHS)
+        if widths and widths[0] > widths[1] + 1:
+            found.append(f"chart {widths[0]:.0f} px wide in a {widths[1]:.0f} px column")
+    found += table_problems(page)
+    texts = page.evaluate(WORDS)
+    cut = sorted({t.strip() for t in texts if t.strip().endswith("…")})  # Vega-Lite's ellipsis: a label cut
+    if cut:
+        found.append(f"labels cut short: {cut}")
+    text = " ".join(t for t in texts if not t.strip().endswith("…"))
+    if re.search(r"\bNone\b", text):
         found.append("'None' in the page text")
+    raw = raw_words(text)
+    if raw:
+        found.append(f"raw identifiers in the text: {raw}")
     return found
 
 
@@ -109,10 +194,10 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
     demos.first.wait_for(timeout=60000)
     assert demos.count() >= 1  # reachable from the home page even though runs exist
     demos.first.click()
-    home.get_by_text(re.compile(r"Run #3 queued")).wait_for(timeout=60000)
-    # the dashboard is on a free port, not 8501: its links must take you to the run there, in this tab
-    home.get_by_role("link", name="Watch run #3 live").click()
+    # the demo opens its run (on this free port, not 8501, in this tab): no "No runs yet" beside a queued run
     home.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run=3$"), timeout=60000)
+    home.get_by_text("Run again with these settings").wait_for(timeout=60000)
+    assert "No runs yet" not in home.inner_text("body")
     share = home.locator('[data-testid="stExpander"]', has_text="Copy link to this view")
     share.get_by_text("Copy link to this view").click(timeout=60000)
     assert share.locator('[data-testid="stCode"]').inner_text().strip() == f"{base}/run?run=3"
@@ -144,20 +229,18 @@ def test_the_second_demo_fetches_the_real_pair_first_and_says_so_on_its_run_page
     """Where SmolLM2 is not here yet (CI), the second demo button queues the real pair's demo and the worker fetches
     the model first, saying each stage on the run's page. The fetch and the run itself are left to the worker (the
     module's teardown stops it); here the click-to-stage path is checked."""
-    from app import actions
+    from app import form
     from db.store import Store
 
-    if actions.real_pair_present():
+    if form.real_pair_present():
         pytest.skip("SmolLM2 is already fetched here, so the home page offers one demo, on the real pair (the walk)")
     base, url = walk_server
     page = chromium.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(base)
     page.get_by_text("Quick demo", exact=True).first.click(timeout=60000)
     page.get_by_role("button", name=re.compile("fetches SmolLM2-135M first")).click(timeout=60000)
-    queued = page.get_by_text(re.compile(r"Run #\d+ queued"))
-    queued.wait_for(timeout=60000)
-    run_id = int(re.search(r"Run #(\d+)", queued.inner_text()).group(1))
+    page.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run=\d+$"), timeout=60000)
+    run_id = int(page.url.rsplit("=", 1)[1])
     assert Store(url).get_run(run_id).target == "smollm2"
-    page.goto(f"{base}/run?run={run_id}")
     page.get_by_text("Preparing the models").wait_for(timeout=120000)
     page.close()

@@ -6,11 +6,19 @@ import math
 
 import streamlit as st
 
-from app import charts, data, urlstate, widgets
-from engine.analysis.breakeven import breakeven_c, diagnose, expected_tokens, optimum_k, predicted_speedup
+from app import charts, data, tables, urlstate, widgets
+from engine.analysis.breakeven import (
+    breakeven_c,
+    diagnose,
+    expected_tokens,
+    optimum_k,
+    optimum_note,
+    predicted_speedup,
+)
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
-from engine.modes import K_MAX
+from engine.errors import PhoenixError
+from engine.modes import K_MAX, Mode
 
 MODEL = (
     "the break-even model's prediction E / (1 + c·k): a ratio of mean step rates, not the measured speedup "
@@ -26,6 +34,23 @@ def _float_qp(name: str, default: float) -> float:
     return min(max(value, 0.0), 1.0) if math.isfinite(value) else default
 
 
+def fittable_run(runs) -> int | None:
+    """The newest run with what a fit needs: target-only requests and a mode that drafts."""
+    for r in runs.itertuples() if not runs.empty else []:
+        modes = [m for m in str(r.modes or "").split(",") if m]
+        if "target" in modes and any(drafts(m) for m in modes):
+            return int(r.id)
+    return None
+
+
+def drafts(mode: str) -> bool:
+    try:
+        m = Mode.parse(mode)
+    except PhoenixError:
+        return False
+    return m.is_bandit or bool(m.k)
+
+
 def render() -> None:
     url = data.db_url()
     st.title("Break-even")
@@ -33,6 +58,10 @@ def render() -> None:
         "Expected tokens per verification pass: **E(a,k) = 1 + a + … + a^k**. A pass costs **1 + c·k** target "
         "steps, so **speedup = E / (1 + c·k)**. The optimum k is interior: more drafts add less and less."
     )
+    by_hand = ("a" in st.query_params or "c" in st.query_params) and "run" not in st.query_params
+    default = None if by_hand else fittable_run(data.runs(url))
+    if "run" not in st.query_params and default is not None:
+        st.query_params["run"] = str(default)  # opens on the newest run it can fit, not on made-up values
     use_run = st.toggle("Fit from a run", value="run" in st.query_params, key="fit_toggle")
     measured, fit = None, None
     a, c = _float_qp("a", 0.7), _float_qp("c", 0.1)
@@ -74,7 +103,9 @@ def render() -> None:
     m2.metric(f"model's speedup at k={k}", f"{predicted_speedup(a, c, k):.2f}x", help=MODEL)
     m3.metric(f"optimum k (model: {predicted_speedup(a, c, k_opt):.2f}x)", f"{k_opt}", help=MODEL)
     m4.metric(f"break-even c at k={k}", f"{breakeven_c(a, k):.3f}")
-    st.altair_chart(charts.breakeven_chart(a, c, K_MAX, measured), width="stretch")
+    charts.show(charts.breakeven_chart(a, c, K_MAX, measured), width="stretch")
+    if fit is not None and fit.a is not None and fit.c is not None:
+        st.caption(optimum_note(fit.a, fit.c, fit.measured, K_MAX))
     if fit is not None and fit.a is not None:
         st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
         st.caption(
@@ -84,7 +115,7 @@ def render() -> None:
             "this run measured per arm (verify seconds per pass over the target-only step; column 'verify "
             "cost'). Where diamonds sit below the dashed curve too, the rest is drafting or Python overhead."
         )
-        st.dataframe(fit.measured, hide_index=True)
+        tables.show(fit.measured, formats={"measured speedup": "%.2fx", "verify cost": "%.2f"})
         widgets.csv_download(fit.measured, "breakeven-measured", key="dl_be")
     urlstate.show_share_link("breakeven")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import charts, data, likeness, urlstate, widgets
+from app import charts, data, likeness, tables, urlstate, widgets
 from engine.analysis.compare import TOKENS_PER_S, compare
 from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 from engine.analysis.stats import cross_run_drift
@@ -76,18 +76,17 @@ def render() -> None:
         df["acceptance"] = (df["accepted"] / df["proposed"]).where(df["proposed"] > 0)
         frames.append(df)
     all_rows = pd.concat(frames)
-    st.altair_chart(charts.compare_chart(all_rows), width="stretch")
+    charts.show(charts.compare_chart(all_rows), width="stretch")
     st.subheader("Each series against its own run's reference")
-    st.dataframe(
-        speedup_table(url, series),
-        hide_index=True,
-        width="stretch",
-        column_config={"x reference": st.column_config.NumberColumn(format="%.2fx", help=SPEEDUP)},
-    )
+    tables.show(speedup_table(url, series), name="compare_speedups", formats={"x reference": "%.2fx"})
     st.caption(SPEEDUP + ". Series from different runs each pair with their own run's reference.")
-    st.subheader("Series against the baseline (the first)")
+    st.subheader(f"Series against the baseline, {label(url, series[0])}")
     table = verdicts(frames, alpha)
-    st.dataframe(table, hide_index=True, width="stretch")
+    tables.show(
+        shown_verdicts(table),
+        name="compare",
+        formats={"mean baseline": "%.3f", "mean series": "%.3f", "p-value": "%.4f"},
+    )
     st.caption(
         f"{TOKENS_PER_S}. 'ratio of means' is {RATIO_OF_MEANS.split(': ', 1)[1]}: its interval is computed on the "
         "log scale, and the verdict is Welch's test of the difference."
@@ -109,7 +108,7 @@ def render() -> None:
     elif diff.empty:
         st.caption("The runs' recorded settings are identical apart from the mode.")
     else:
-        st.dataframe(diff, hide_index=True, width="stretch")
+        tables.show(diff)
     urlstate.show_share_link("compare")
 
 
@@ -139,7 +138,7 @@ def curves(url: str, series: list[str]) -> None:
     if not parts:
         return
     st.subheader("Per-position acceptance")
-    st.altair_chart(charts.acceptance_chart(pd.concat(parts)), width="stretch")
+    charts.show(charts.acceptance_chart(pd.concat(parts)), width="stretch")
     st.caption("Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
 
 
@@ -180,6 +179,34 @@ def speedup_table(url: str, series: list[str]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def shown_verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table as a 1280 px screen shows it whole: the baseline is the subheader's, each interval is one
+    cell. The CSV keeps every column apart."""
+    if table.empty:
+        return table
+    interval = [c for c in table.columns if c.startswith("ratio CI low")][0]
+    level = interval.removeprefix("ratio CI low ")
+    high = table[interval.replace("low", "high")]
+
+    def ratio(r, lo, hi) -> str:
+        if r is None or r != r:
+            return ""
+        return f"{r:.3f}" + ("" if lo is None or lo != lo else f" ({lo:.2f}-{hi:.2f})")
+
+    return pd.DataFrame(
+        {
+            "series": table["series"],
+            "metric": table["metric"].map(tables.header),
+            "n (base / series)": [f"{a} / {b}" for a, b in zip(table["n baseline"], table["n series"])],
+            "mean baseline": table["mean baseline"],
+            "mean series": table["mean series"],
+            f"ratio of means {level}": [ratio(*v) for v in zip(table["ratio of means"], table[interval], high)],
+            "p-value": table["p-value"],
+            "verdict": table["verdict"],
+        }
+    )
 
 
 def verdicts(frames: list[pd.DataFrame], alpha: float) -> pd.DataFrame:

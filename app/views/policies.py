@@ -6,7 +6,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import data, urlstate, widgets
+from app import charts, data, tables, urlstate, widgets
 from engine.analysis.regret import best_fixed, is_bandit, policy_table, regret_curves
 from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 
@@ -46,31 +46,54 @@ def render() -> None:
     st.caption(
         f"Best fixed arm in hindsight (the highest speedup): {best} · {n_prompts} prompts. {SPEEDUP}. 'share of "
         f"best fixed' is a {RATIO_OF_MEANS.split(': ', 1)[0]}: the mode's mean tokens/s over {best}'s, with its "
-        f"95% interval on the log scale and Welch's t-test of the difference (alpha {alpha}); NOT_SIGNIFICANT "
+        f"95% interval on the log scale and Welch's t-test of the difference (alpha {alpha}); 'not significant' "
         "means the run cannot tell the two apart. tokens/s is the mean of per-request tokens/sec, the policies' "
         "reward."
     )
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "x reference": st.column_config.NumberColumn("x reference", format="%.2fx", help=SPEEDUP),
-            "share of best fixed": st.column_config.NumberColumn(format="%.3f", help=RATIO_OF_MEANS),
-            "p-value": st.column_config.NumberColumn(format="%.4f"),
-            "tokens/s": st.column_config.NumberColumn(format="%.2f"),
-        },
+    tables.show(
+        shown_policies(table),
+        name="policies",
+        formats={"tokens/s": "%.2f", "p-value": "%.4f", "mean k": "%.2f", "explored": "%.0f%%", "fallback": "%.0f%%"},
+        labels={"x reference, 95% CI": "x reference (95% CI, n)"},
     )
     widgets.csv_download(table, f"run{run_id}-policies", key="dl_pol")
     curves = regret_curves(frame, best)
     st.subheader("Cumulative regret")
-    st.altair_chart(regret_chart(curves), width="stretch")
+    charts.show(regret_chart(curves), width="stretch")
     drafter_arms = curves["arm"].map(lambda a: not str(a).startswith("k=")).any()
     st.subheader("Chosen arm over time" if drafter_arms else "Chosen k over time")
-    st.altair_chart(arm_chart(curves) if drafter_arms else k_chart(curves), width="content")
+    charts.show(arm_chart(curves) if drafter_arms else k_chart(curves), width="content")
     st.subheader("Tokens/sec per policy")
-    st.altair_chart(tps_chart(frame), width="stretch")
+    charts.show(tps_chart(frame), width="stretch")
     urlstate.show_share_link("policies")
+
+
+def shown_policies(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns a decision rests on first, each interval in one cell, so a 1280 px screen shows the verdict;
+    the CSV keeps every column apart."""
+
+    def share(r) -> str:
+        if r["share of best fixed"] is None or r["share of best fixed"] != r["share of best fixed"]:
+            return ""
+        ci = r["share CI low"]
+        spread = "" if ci is None or ci != ci else f" ({ci:.2f}-{r['share CI high']:.2f})"
+        return f"{r['share of best fixed']:.3f}{spread}"
+
+    return pd.DataFrame(
+        {
+            "mode": table["mode"],
+            "n": table["n"],
+            "x reference, 95% CI": table["x reference, 95% CI"],
+            "share of best fixed (95% CI)": [share(r) for _, r in table.iterrows()],
+            "p-value": table["p-value"],
+            "verdict": table["verdict"],
+            "tokens/s": table["tokens/s"],
+            "mean k": table["mean k"],
+            "explored": table["explored"] * 100,
+            "fallback": table["fallback"] * 100,
+            "arms chosen": table["arms chosen"],
+        }
+    )
 
 
 def regret_chart(curves: pd.DataFrame) -> alt.Chart:
@@ -97,10 +120,14 @@ def k_chart(curves: pd.DataFrame) -> alt.FacetChart:
             y=alt.Y(
                 "k:Q", title="k", scale=alt.Scale(domain=[0, int(curves["k"].max() or 1)]), axis=alt.Axis(tickMinStep=1)
             ),
-            color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
+            color=alt.Color(
+                "explored:N",
+                scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"]),
+                legend=alt.Legend(orient="bottom"),
+            ),
             tooltip=["mode", "decision", "k", "explored", "fallback", "prompt_id"],
         )
-        .properties(height=90, width=700)
+        .properties(height=90, width=520)  # with the policy names beside it: an 820 px column
         .facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
     )
 
@@ -113,10 +140,14 @@ def arm_chart(curves: pd.DataFrame) -> alt.FacetChart:
         .encode(
             x=alt.X("decision:Q", axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("arm:N", title="arm"),
-            color=alt.Color("explored:N", scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"])),
+            color=alt.Color(
+                "explored:N",
+                scale=alt.Scale(domain=[False, True], range=["#54a24b", "#f58518"]),
+                legend=alt.Legend(orient="bottom"),
+            ),
             tooltip=["mode", "decision", "arm", "k", "explored", "prompt_id"],
         )
-        .properties(width=700)
+        .properties(width=480)  # the arm names on its axis and the policy names beside it fit 820 px
         .facet(row=alt.Row("mode:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
     )
 

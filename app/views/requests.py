@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, urlstate, widgets
+from app import data, tables, urlstate, widgets
 from engine.modes import K_MAX
 
 IDENTITY = ["", "yes", "no", "unchecked"]
@@ -43,7 +43,7 @@ def render() -> None:
             "trace ids are shown so links work once it is."
         )
         cfg = {}
-    st.dataframe(df, hide_index=True, width="stretch", column_config=cfg)
+    tables.show(df, name="requests", formats={"latency_s": "%.3f", "tokens_per_s": "%.2f"}, config=cfg)
     st.caption(f"{len(df)} requests shown (at most 500; narrow the filters for more).")
     widgets.csv_download(df, f"run{run_id}-requests", key="dl_req")
     if not df.empty:
@@ -70,8 +70,10 @@ def detail(url: str, run_id: int, df) -> None:
     link = urlstate.trace_url(info["trace_id"])
     if link:
         st.link_button("Open Sentry trace", link)
-    else:
+    elif info["trace_id"]:
         st.caption(f"trace id: {info['trace_id']}")
+    else:
+        st.caption("No trace: Sentry was off when this request ran.")
     prompt = data.prompt_text(url, run_id, info["prompt_id"])
     st.markdown("Prompt")
     st.code(
@@ -81,7 +83,7 @@ def detail(url: str, run_id: int, df) -> None:
     st.markdown("Output")
     st.code(info["output_text"], language="python")
     if not pos.empty:
-        st.dataframe(pos, hide_index=True)
+        tables.show(pos)
 
 
 render()

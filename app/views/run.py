@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import actions, charts, data, served, serving, tracking, urlstate, widgets
+from app import actions, charts, data, provenance, served, serving, specbench, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
-from engine.bench.leaderboard import COLUMN_TITLES
 from engine.modes import Mode, reference_mode
 
 
@@ -46,7 +45,9 @@ def live(url: str, run_id: int, status: str) -> None:
 
 
 def run_actions(info) -> None:
-    """Cancel a queued or running run; resume an interrupted, failed or cancelled one."""
+    """Cancel a queued or running run; resume an interrupted, failed or cancelled one; run a bench run again."""
+    if info.bench is not None and not data.read_only():
+        st.page_link("views/new_run.py", label="Run again with these settings", query_params={"from": str(info.id)})
     can_cancel = info.status in ("queued", "running")
     can_resume = info.status in ("interrupted", "failed", "cancelled")
     if not (can_cancel or can_resume) or data.read_only():
@@ -86,6 +87,7 @@ def body(url: str, run_id: int) -> None:
         f"{info.progress_done}/{info.progress_total} requests"
         + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else "")
     )
+    provenance.panel(url, info)
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
     if info.status == "queued":
@@ -109,9 +111,10 @@ def body(url: str, run_id: int) -> None:
         st.info("No requests recorded yet.")
         return
     kpis(summaries)
+    provenance.latency(url, info)
     serving.level(url, info)  # a load level: its variants side by side
     tracking.baseline_table(url, info, [m.mode for m in summaries])
-    spec_bench_columns(url, run_id)
+    specbench.columns(url, run_id)
     served.sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     drafter = info.bench.drafter if info.bench else "model"
@@ -124,18 +127,18 @@ def body(url: str, run_id: int) -> None:
         st.caption("No drafted tokens in this run.")
     else:
         frame, fits = charts.acceptance_frame(pos)
-        st.altair_chart(charts.acceptance_chart(frame), width="stretch")
+        charts.show(charts.acceptance_chart(frame), width="stretch")
         st.caption(ACCEPTANCE_NOTE + " Fitted a per arm: " + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
         widgets.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
     draft_lengths(info, pos, split)
     st.subheader("Tokens/sec per arm")
-    st.altair_chart(charts.tokens_per_arm_chart(sample, urlstate.trace_url), width="stretch")
+    charts.show(charts.tokens_per_arm_chart(sample, urlstate.trace_url), width="stretch")
     st.subheader("Where the time goes")
-    st.altair_chart(charts.time_split_chart(split), width="stretch")
+    charts.show(charts.time_split_chart(split), width="stretch")
     widgets.csv_download(split, f"run{run_id}-time-split", key="dl_split")
     bandit(data.bandit(url, run_id))
     st.subheader("Latency distribution")
-    st.altair_chart(charts.latency_chart(sample), width="stretch")
+    charts.show(charts.latency_chart(sample), width="stretch")
     widgets.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
 
 
@@ -190,7 +193,7 @@ def draft_lengths(info, pos, split) -> None:
     if frame is None or frame.empty:
         return
     st.subheader("Draft length per pass")
-    st.altair_chart(charts.draft_length_chart(frame), width="stretch")
+    charts.show(charts.draft_length_chart(frame), width="stretch")
     none = frame[frame["draft length"] == 0]
     st.caption(
         "Share of passes that proposed nothing: "
@@ -222,7 +225,7 @@ def bandit(history: dict) -> None:
         st.caption(
             f"{decisions:,} decisions drawn as {len(shown['signals']):,} windows; point size is decisions per window."
         )
-    st.altair_chart(charts.bandit_charts(shown, urlstate.trace_url), width="stretch")
+    charts.show(charts.bandit_charts(shown, urlstate.trace_url), width="stretch")
 
 
 def kpis(summaries) -> None:
@@ -324,42 +327,6 @@ def compile_line(stats: dict | None) -> None:
         f"{stats['graph_breaks']} graph breaks, {stats['recompiles']} recompiles after the warm-up."
     )
     (st.error if stats["recompiles"] else st.caption)(text)
-
-
-def spec_bench_columns(url: str, run_id: int) -> None:
-    """Spec-Bench's leaderboard shape, with n and Welch's p in every cell, and acceptance per position per column."""
-    table = data.spec_bench(url, run_id)
-    if table.empty:
-        return
-    st.subheader("Spec-Bench: per column group")
-    shown = table.assign(column=table["column"].map(COLUMN_TITLES))
-    st.dataframe(
-        shown,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "speedup": st.column_config.NumberColumn("x target (median)", format="%.2f"),
-            "ci_low": st.column_config.NumberColumn("95% CI low", format="%.2f"),
-            "ci_high": st.column_config.NumberColumn("95% CI high", format="%.2f"),
-            "p25": st.column_config.NumberColumn(format="%.2f"),
-            "p75": st.column_config.NumberColumn(format="%.2f"),
-            "mean_accepted": st.column_config.NumberColumn("mean accepted tokens", format="%.2f"),
-            "tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
-            "target_tokens_per_s": st.column_config.NumberColumn("target tok/s", format="%.1f"),
-            "p_value": st.column_config.NumberColumn("Welch p", format="%.4f"),
-        },
-    )
-    st.caption(
-        "Median per-prompt speedup against target-only in this run, with its 95% interval (bootstrap), its "
-        "IQR and n requests; Welch's "
-        "t-test of tokens/s against target-only on the same prompts; mean accepted tokens per verify step, "
-        "bonus included (1.00 for target-only). `python -m engine report RUN --by column --format md` prints "
-        "the same table in the leaderboard's shape."
-    )
-    widgets.csv_download(table, f"run{run_id}-spec-bench", key="dl_sb")
-    curves = data.spec_bench_positions(url, run_id)
-    if not curves.empty:
-        st.altair_chart(charts.column_position_chart(curves), width="content")
 
 
 def distill_link(url: str, run_id: int) -> None:

@@ -6,7 +6,7 @@ import math
 
 import streamlit as st
 
-from app import data, urlstate, widgets
+from app import data, tables, urlstate, widgets
 from db.entities import RunFilter
 from db.queries import RUN_SORTS
 from engine.analysis.speedup import SPEEDUP
@@ -88,23 +88,22 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int) 
             "modes",
             "prompts",
             "tags",
-            "progress_done",
-            "progress_total",
             "created_at",
             "archived",
         ]
     ].copy()
     view.insert(1, "open", [urlstate.link("run", run=i) for i in view["id"]])
-    st.dataframe(
+    view.insert(
+        len(view.columns) - 2, "requests", [f"{d}/{t}" for d, t in zip(df["progress_done"], df["progress_total"])]
+    )
+    view["created_at"] = view["created_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M") if hasattr(t, "strftime") else t)
+    tables.show(
         view,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "open": st.column_config.LinkColumn("open", display_text="Run page"),
-            "best_mode": st.column_config.TextColumn("best mode"),
-            "best_speedup": st.column_config.NumberColumn("best x reference", format="%.2fx"),
-            "best_interval": st.column_config.TextColumn("best, 95% CI"),
-        },
+        name="runs",
+        formats={"best_speedup": "%.2fx"},
+        labels={"best_speedup": "best x reference", "best_mode": "best mode", "best_interval": "best: 95% CI, n"},
+        config={"open": st.column_config.LinkColumn("open", display_text="Run page")},
+        widths={"name": 200},  # long names are cut in the cell (the Run page has them whole), not the verdict
     )
     st.caption(SPEEDUP + "; each run's best mode other than its reference.")
     widgets.csv_download(view.drop(columns=["open"]), "runs", key="dl_runs")

@@ -113,3 +113,34 @@ def diagnose(a: float | None, best_speedup: float | None, c: float | None, k_bes
             "assumes, or k is past the peak. Try a smaller k."
         )
     return f"Speculation pays here (a = {a:.2f})."
+
+
+def optimum_note(a: float, c: float, measured, k_max: int = K_MAX) -> str:
+    """Why the model's optimum k and the run's best measured k agree or not, in one sentence. ``measured``: the
+    fit's per-arm table (k, measured speedup, verify cost). The model prices a verify of k+1 tokens at one target
+    step; where the run measured it dearer, the optimum under the measured cost is the one to compare with."""
+    k_opt = optimum_k(a, c, k_max)
+    points = measured.dropna(subset=["measured speedup"])
+    points = points[points["k"] > 0]
+    if points.empty:
+        return f"The model's optimum is k = {k_opt}; the run measured no drafting arm to check it against."
+    best = points.loc[points["measured speedup"].idxmax()]
+    k_best, s_best = int(best["k"]), float(best["measured speedup"])
+    head = f"The model's optimum is k = {k_opt} ({predicted_speedup(a, c, k_opt):.2f}x predicted)"
+    if k_best == k_opt:
+        return f"{head}; the run's best measured arm is the same k ({best['arm']}, {s_best:.2f}x)."
+    tried = sorted(int(k) for k in points["k"].unique())
+    costed = points.dropna(subset=["verify cost"])
+    text = f"{head}; the run's best measured arm is {best['arm']} ({s_best:.2f}x)."
+    if k_opt not in tried:
+        text += f" The run did not try k = {k_opt} (it tried {', '.join(map(str, tried))})."
+    if not costed.empty:
+        by_v = {int(k): predicted_speedup(a, c, int(k), float(v)) for k, v in zip(costed["k"], costed["verify cost"])}
+        k_v = max(by_v, key=by_v.get)
+        worst = costed.loc[costed["verify cost"].idxmax()]
+        text += (
+            f" With the verify cost this run measured (up to {float(worst['verify cost']):.2f} target steps at "
+            f"k = {int(worst['k'])}, not 1), the model's best tried k is {k_v} ({by_v[k_v]:.2f}x)"
+            + (", the measured one." if k_v == k_best else "; the rest of the gap is drafting and Python overhead.")
+        )
+    return text

@@ -38,7 +38,7 @@ class Comparison:
     ratio_high: float | None
     difference: float | None
     p_value: float | None
-    verdict: str  # 'significant', 'NOT_SIGNIFICANT' or TOO_FEW
+    verdict: str  # 'significant', 'not significant' or TOO_FEW
 
 
 def _mean(values: list[float]) -> float | None:

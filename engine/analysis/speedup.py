@@ -45,9 +45,15 @@ class Spread:
         """The median with its 95% interval and n, as every decision on the dashboard shows it."""
         if self.median is None:
             return "n/a"
+        return f"{self.median:.2f}x ({self.ci_text()})"
+
+    def ci_text(self) -> str:
+        """The 95% interval and n without the median, for a table whose next column holds it."""
+        if self.median is None:
+            return "n/a"
         ci = f"95% CI {self.low:.2f}-{self.high:.2f}" if self.low is not None else "no interval from one request"
         few = f"; fewer than {FEW} requests: a hint, not a finding" if self.n < FEW else ""
-        return f"{self.median:.2f}x ({ci}, n={self.n}{few})"
+        return f"{ci}, n={self.n}{few}"
 
 
 def spread(values: list[float], interval: bool = True) -> Spread:

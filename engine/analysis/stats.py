@@ -31,7 +31,7 @@ def welch(a: list[float], b: list[float], alpha: float = 0.05) -> Welch | None:
     res = stats.ttest_ind(xb, xa, equal_var=False)
     ci = res.confidence_interval(confidence_level=1 - alpha)
     p = float(res.pvalue)
-    verdict = "significant" if p < alpha else "NOT_SIGNIFICANT"
+    verdict = "significant" if p < alpha else "not significant"
     return Welch(
         float(xa.mean()),
         float(xb.mean()),

@@ -1,0 +1,76 @@
+"""What a run was and where it ran, as a tracker shows it: when and how long, the machine and its CPU (every speed
+figure is this CPU's), the library versions and git commit, the whole stored config; and per mode the latency a
+server user reads first, time to first token and time per output token."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import data, tables
+from engine.analysis.load import TPOT, level_table
+
+
+def duration_text(info) -> str:
+    start, end = info.created_at, info.finished_at
+    if start is None:
+        return ""
+    began = f"created {start:%Y-%m-%d %H:%M} UTC"
+    if end is None:
+        return began + (" · not finished" if info.status not in ("queued", "running") else "")
+    seconds = max(0.0, (end - start).total_seconds())
+    minutes, rest = divmod(int(round(seconds)), 60)
+    took = f"{minutes} min {rest} s" if minutes else f"{rest} s"
+    return f"{began} · finished {end:%H:%M} · took {took} (queue wait included)"
+
+
+def machine_text(env: dict) -> str:
+    """The CPU, its cores and the instruction sets that change a forward's cost; the versions; the commit."""
+    if not env:
+        return "machine: not recorded (this run predates the environment record)"
+    parts = []
+    if env.get("cpu"):
+        flags = ", ".join(env.get("cpu_flags") or []) or "no AVX2 or newer"
+        parts.append(f"CPU {env['cpu']}, {env.get('cores', '?')} cores ({flags})")
+    versions = [f"{name} {env[name]}" for name in ("torch", "transformers", "python") if env.get(name)]
+    if versions:
+        parts.append(", ".join(versions))
+    sha = env.get("git_sha")
+    parts.append(f"git {sha[:12]}" if sha else "git: not a checkout")
+    return " · ".join(parts)
+
+
+def panel(url: str, info) -> None:
+    """The run's provenance in two lines of text and its config in full, folded."""
+    st.text(duration_text(info))
+    st.text(machine_text(info.config.get("environment") or {}))
+    with st.expander("Full config, as stored with the run"):
+        st.json(info.config, expanded=2)
+
+
+def latency(url: str, info) -> None:
+    """TTFT and TPOT per mode, from the one definition (engine.analysis.load). A load level's own table has them
+    already; a served watch has no requests."""
+    if "load" in info.config:
+        return
+    requests = data.served_requests(url, info.id)
+    if requests.empty or requests["ttft_s"].isna().all():
+        return
+    table = level_table(requests)
+    shown = table[["mode", "n", "ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "latency_p50_s", "latency_p95_s"]]
+    st.subheader("Time to first token and per output token")
+    tables.show(
+        shown,
+        name="latency",
+        labels={
+            "ttft_p50_s": "TTFT p50 (s)",
+            "ttft_p95_s": "TTFT p95 (s)",
+            "tpot_p50_s": "TPOT p50 (s)",
+            "latency_p50_s": "latency p50 (s)",
+            "latency_p95_s": "latency p95 (s)",
+        },
+        formats={c: "%.4f" for c in shown.columns if c.endswith("_s")},
+    )
+    st.caption(
+        f"TTFT: the prefill and the first token, one request at a time; {TPOT}. Percentiles are numpy's linear "
+        "interpolation, as every latency here."
+    )
