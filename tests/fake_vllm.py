@@ -34,6 +34,7 @@ class FakeVllm:
             prefix,
         )  # spec=False: started without a speculative config; prefix "ray_": Ray Serve
         self.bodies: list[dict] = []
+        self.dies_after: int | None = None  # answers before it fails every request, /metrics too (a dying server)
         self.lock = threading.Lock()
         self.running = 0
         self.c = {
@@ -49,6 +50,8 @@ class FakeVllm:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
+                if fake.dead():
+                    return self._send(503, b"gone", "text/plain")
                 if self.path != "/metrics":
                     return self._send(404, b"not found", "text/plain")
                 self._send(200, fake.render().encode(), "text/plain; version=0.0.4")
@@ -57,6 +60,8 @@ class FakeVllm:
                 if self.path != "/v1/completions":
                     return self._send(404, b"{}", "application/json")
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if fake.dead():
+                    return self._send(503, b"{}", "application/json")
                 fake.bodies.append(body)
                 if (
                     fake.max_model_len
@@ -90,6 +95,9 @@ class FakeVllm:
         threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         ).start()  # quick shutdown
+
+    def dead(self) -> bool:
+        return self.dies_after is not None and len(self.bodies) >= self.dies_after
 
     def complete(self, body: dict) -> dict:
         with self.lock:

@@ -23,14 +23,18 @@ pytestmark = [
 WIDTHS = (1280, 1920)
 MIN_CHART_PX = 150  # charts.MIN_HEIGHT is 160 px of plot; a rendered chart below this is a sliver
 SHOTS = ARTIFACTS / "walk"
+DEMO = 4  # the run the walk's demo button queues, after the three recorded ones
 
 
 @pytest.fixture(scope="module")
 def walk_server(tmp_path_factory):
-    """The dashboard with worker autostart on, over a database holding two recorded runs (for Compare)."""
+    """The dashboard with worker autostart on, over a database holding two recorded runs (for Compare) and a
+    Spec-Bench run whose bandit chose drafters (run 3: the leaderboard table, long policy names)."""
+    from test_app_tracker import _spec_bench_run
+
     folder = tmp_path_factory.mktemp("walk")
     url = f"sqlite:///{folder / 'walk.db'}"
-    build_db(url)
+    assert _spec_bench_run(build_db(url)) == 3
     proc, base = start_dashboard(url, folder, autostart="1")
     yield base, url
     proc.terminate()
@@ -195,25 +199,28 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
     assert demos.count() >= 1  # reachable from the home page even though runs exist
     demos.first.click()
     # the demo opens its run (on this free port, not 8501, in this tab): no "No runs yet" beside a queued run
-    home.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run=3$"), timeout=60000)
+    home.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run={DEMO}$"), timeout=60000)
     home.get_by_text("Run again with these settings").wait_for(timeout=60000)
     assert "No runs yet" not in home.inner_text("body")
     share = home.locator('[data-testid="stExpander"]', has_text="Copy link to this view")
     share.get_by_text("Copy link to this view").click(timeout=60000)
-    assert share.locator('[data-testid="stCode"]').inner_text().strip() == f"{base}/run?run=3"
+    assert share.locator('[data-testid="stCode"]').inner_text().strip() == f"{base}/run?run={DEMO}"
     home.close()
     end = time.monotonic() + 600
-    while time.monotonic() < end and store.get_run(3).status in ("queued", "running"):
+    while time.monotonic() < end and store.get_run(DEMO).status in ("queued", "running"):
         time.sleep(2)
-    assert store.get_run(3).status == "done", store.get_run(3).error
+    assert store.get_run(DEMO).status == "done", store.get_run(DEMO).error
     pages = [
         ("", "runs", '[data-testid="stDataFrame"]'),
-        ("run?run=3", "run", '[data-testid="stVegaLiteChart"]'),
-        ("breakeven?run=3", "breakeven", '[data-testid="stVegaLiteChart"]'),
+        (f"run?run={DEMO}", "run", '[data-testid="stVegaLiteChart"]'),
+        ("run?run=3", "run-spec-bench", '[data-testid="stDataFrame"]'),
+        ("breakeven", "breakeven", '[data-testid="stVegaLiteChart"]'),
         ("compare?series=1:model_4,2:model_4", "compare", '[data-testid="stVegaLiteChart"]'),
-        ("policies?run=3", "policies", '[data-testid="stVegaLiteChart"]'),
-        ("requests?run=3", "requests", '[data-testid="stDataFrame"]'),
+        ("policies?run=1", "policies", '[data-testid="stVegaLiteChart"]'),  # the demo has a bandit only on embedded
+        ("policies?run=3", "policies-drafter-arms", '[data-testid="stVegaLiteChart"]'),
+        (f"requests?run={DEMO}", "requests", '[data-testid="stDataFrame"]'),
         ("new", "new-run", '[data-testid="stForm"]'),
+        (f"new?from={DEMO}", "run-again", '[data-testid="stForm"]'),
     ]
     found = []
     for width in WIDTHS:

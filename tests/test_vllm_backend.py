@@ -53,6 +53,24 @@ def test_a_concurrency_sweep_records_every_request_and_the_counters_of_each_leve
     assert c1["throughput_tokens_per_s"] > 0
 
 
+def test_a_level_cut_short_by_a_dying_server_keeps_the_requests_it_answered(store, server, prompt_file):
+    """The server answers the first level's 4 and 2 of the second's, then fails everything, /metrics too: the
+    second level never gets its counters, and its 2 answers (and the failures after them) are rows all the same."""
+    server.dies_after = 6
+    cfg = SweepConfig(
+        url=server.url, model=server.model, prompts=prompt_file, limit=4, max_new_tokens=16, concurrency="1,1"
+    )
+    with pytest.raises(PhoenixError):
+        sweep(store, cfg)
+    (run,) = store.list_runs()
+    rows = store.requests(run.id)
+    second = [r for r in rows if r.seq >= 4]
+    assert len(rows) == 8 and run.status == "failed" and run.progress_done == 8
+    assert sum(r.error is None for r in second) == 2 and all(r.output_tokens == 16 for r in second if not r.error)
+    assert run.config["cut_level"] == {"concurrency": 1, "recorded": 4, "of": 4}
+    assert {r.k for r in second} == {len(run.config["vllm_levels"][0]["per_position"])}
+
+
 def test_watch_records_counter_deltas_as_intervals_with_their_per_position_counts(store, server):
     calls = iter(range(100))
 

@@ -103,7 +103,8 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int) 
         formats={"best_speedup": "%.2fx"},
         labels={"best_speedup": "best x reference", "best_mode": "best mode", "best_interval": "best: 95% CI, n"},
         config={"open": st.column_config.LinkColumn("open", display_text="Run page")},
-        widths={"name": 200},  # long names are cut in the cell (the Run page has them whole), not the verdict
+        # long names and interval notes are cut in their cells (the Run page has them whole), not the verdict
+        widths={"name": 200, "best_interval": 150},
     )
     st.caption(SPEEDUP + "; each run's best mode other than its reference.")
     widgets.csv_download(view.drop(columns=["open"]), "runs", key="dl_runs")

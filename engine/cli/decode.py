@@ -12,6 +12,7 @@ from engine.decode.fetch import FetchConfig, fetch
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
+from engine.export.gguf import ExportConfig
 from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Loop, PromptFormat, check_k
 from engine.prompts.sets import check_prompt
 from engine.train.draft import DraftConfig, build_draft
@@ -103,6 +104,18 @@ def cmd_zoo_build_head(args) -> int:
     return 0
 
 
+def cmd_zoo_export(args) -> int:
+    from engine.export.gguf import export
+
+    done = export(args.name, from_args(ExportConfig, args))
+    print(
+        f"{args.name}: {done['kind']} GGUF at {done['path']} ({done['tensors']} tensors, from weights sha256 "
+        f"{done['source_sha256'][:12]}); serve it with `llamacpp start --spec-type "
+        f"{'draft-eagle3' if done['kind'] == 'eagle3' else 'draft-simple'} --draft-model {done['path']}`"
+    )
+    return 0
+
+
 def add_commands(sub) -> None:
     g = sub.add_parser("generate", help="decode one prompt and print the text and stats")
     add_options(g, GenerateConfig)
@@ -131,3 +144,10 @@ def add_commands(sub) -> None:
     zh.add_argument("name", choices=[SMOLLM2], help="the target whose head to build")
     add_options(zh, HeadBuildConfig)
     zh.set_defaults(func=cmd_zoo_build_head)
+    ze = zsub.add_parser(
+        "export", help="write a draft model or an EAGLE-3 head as a GGUF llama.cpp's server drafts with"
+    )
+    ze.add_argument("name", help="smollm2-draft, smollm2-eagle3 or a model folder")
+    ze.add_argument("--to", choices=["gguf"], default="gguf", help="the format (GGUF, for llama.cpp)")
+    add_options(ze, ExportConfig)
+    ze.set_defaults(func=cmd_zoo_export)

@@ -17,7 +17,8 @@ import math
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
 from engine.errors import PhoenixError
@@ -243,12 +244,15 @@ class ServerClient:
 VllmClient = ServerClient  # the name before other engines came
 
 
-def sweep_level(client: ServerClient, prompts, concurrency: int, max_tokens: int) -> tuple[list[dict], dict]:
-    """All prompts at one concurrency level; returns per-request results and the level's counter deltas."""
+def sweep_level(
+    client: ServerClient, prompts, concurrency: int, max_tokens: int, on_result: Callable[[dict], None] | None = None
+) -> tuple[list[dict], dict]:
+    """All prompts at one concurrency level; returns per-request results (in prompt order) and the level's counter
+    deltas. ``on_result`` gets each answer as it arrives, so a level cut short (Ctrl-C, a server that dies and
+    takes its /metrics with it) still leaves every answered request with its caller."""
     before = client.metrics()
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(lambda p: one_request(client, p, max_tokens), prompts))
+    results = answered_in_order(prompts, concurrency, lambda p: one_request(client, p, max_tokens), on_result)
     wall = time.perf_counter() - t0
     delta = client.metrics().minus(before)
     tokens = sum(r["output_tokens"] for r in results)
@@ -266,6 +270,23 @@ def sweep_level(client: ServerClient, prompts, concurrency: int, max_tokens: int
         "request_accepted": sum(int(r["draft_n_accepted"] or 0) for r in drafted),
     }
     return results, level
+
+
+def answered_in_order(prompts, concurrency: int, ask: Callable, on_result: Callable[[dict], None] | None) -> list:
+    """``ask`` for every prompt, ``concurrency`` at a time; each answer goes to ``on_result`` as it arrives. Ctrl-C
+    cancels what has not started and leaves at once (the requests in flight end at their deadline) instead of
+    waiting in the pool for every prompt, as map would."""
+    pool = ThreadPoolExecutor(max_workers=concurrency)
+    futures = {pool.submit(ask, p): i for i, p in enumerate(prompts)}
+    results: list = [None] * len(prompts)
+    try:
+        for done in as_completed(futures):
+            results[futures[done]] = done.result()
+            if on_result:
+                on_result(results[futures[done]])
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return results
 
 
 def one_request(client: ServerClient, prompt, max_tokens: int, chat: bool = False) -> dict:

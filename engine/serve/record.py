@@ -82,10 +82,21 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
         None,
         len(prompts) * len(levels),
     )
-    seq, summary = 0, []
+    seq, summary, k = 0, [], 0
     with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted; an error: failed, with its line
         for c in levels:
-            results, level = sweep_level(client, prompts, c, cfg.max_new_tokens)
+            answered: list[dict] = []
+            try:
+                results, level = sweep_level(client, prompts, c, cfg.max_new_tokens, on_result=answered.append)
+            except BaseException:
+                # the level did not finish (Ctrl-C, a server gone with its /metrics): every answer it got is kept,
+                # under the k the last whole level measured (the counters that would say it never came)
+                recs = [request_row(run.id, seq + i, f"{engine}_c{c}", k, r) for i, r in enumerate(answered)]
+                if recs:
+                    store.add_requests(recs, progress=(run.id, seq + len(recs)))
+                    cut = {"concurrency": c, "recorded": len(recs), "of": len(prompts)}
+                    store.merge_config(run.id, {"cut_level": cut})
+                raise
             k = len(level["per_position"])
             recs = [request_row(run.id, seq + i, f"{engine}_c{c}", k, r) for i, r in enumerate(results)]
             seq += len(recs)

@@ -1,0 +1,183 @@
+"""Phoenix's drafts as GGUF for llama.cpp: the files read back as llama.cpp expects them, bad sources are one
+line, and a real llama-server drafts with an exported draft model and an exported EAGLE-3 head and accepts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+from test_browser import free_port
+from test_llamacpp import pytestmark as needs_llama_server
+
+from engine.decode.eagle3.checkpoint import save_head
+from engine.decode.eagle3.head import Eagle3Head, HeadConfig, default_taps
+from engine.errors import PhoenixError
+from engine.export.gguf import ExportConfig, export, permute
+from engine.paths import EMBEDDED_DIR
+from engine.serve import llamacpp
+from engine.serve.llamacpp import LlamaCppConfig
+
+TOKEN = 300  # the one token the tiny target always says (an ordinary token of the embedded tokenizer)
+LAYERS, HIDDEN = 2, 64
+
+
+def tiny_target(path):
+    """A Llama of the embedded tokenizer that says TOKEN after anything: every embedding is the same vector and
+    every block adds nothing, so the last hidden state is one known vector whose logit is highest at TOKEN."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=0,
+        max_position_embeddings=1024,
+    )
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.fill_(1.0)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[TOKEN] = 1.0
+    model.save_pretrained(path)
+    shutil.copy(EMBEDDED_DIR / "target" / "tokenizer.json", path / "tokenizer.json")
+    return path
+
+
+def tiny_head(path):
+    """A head that drafts TOKEN: the target's taps are all ones, fc averages them into ones, the layer adds
+    nothing, so the normed state is ones and only draft id 0's logit is not zero; d2t maps id 0 to TOKEN."""
+    head = Eagle3Head(
+        HeadConfig(
+            hidden_size=HIDDEN,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            vocab_size=4096,
+            draft_vocab_size=16,
+            target_hidden_size=HIDDEN,
+            taps=default_taps(LAYERS),
+        )
+    )
+    with torch.no_grad():
+        head.fc.weight.fill_(1.0 / (3 * HIDDEN))
+        head.midlayer.self_attn.o_proj.weight.zero_()
+        head.midlayer.mlp.down_proj.weight.zero_()
+        head.lm_head.weight.zero_()
+        head.lm_head.weight[0] = 1.0
+        head.get_buffer("d2t")[0] = TOKEN  # an offset: draft id 0 is target id 0 + TOKEN
+    save_head(head, path, dtype=torch.float32)
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf")
+    target = tiny_target(root / "target")
+    out = {"target": export(str(target), ExportConfig(out=str(root / "target.gguf"), tokenizer="hf"))}
+    out["draft"] = export(str(target), ExportConfig(out=str(root / "draft.gguf"), tokenizer=str(root / "target.gguf")))
+    head = tiny_head(root / "head")
+    out["head"] = export(str(head), ExportConfig(out=str(root / "head.gguf"), tokenizer=str(root / "target.gguf")))
+    return out
+
+
+def read(path):
+    import gguf
+
+    return gguf.GGUFReader(path)
+
+
+def test_q_and_k_rows_move_into_llama_cpps_rope_pairs():
+    w = np.arange(8)[:, None].repeat(2, axis=1)  # one head of 8 rows: halves (0..3) and (4..7)
+    assert permute(w, 1)[:, 0].tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+
+
+def test_a_draft_model_reads_back_as_llama_with_the_targets_tokenizer_key_for_key(exported):
+    target, draft = read(exported["target"]["path"]), read(exported["draft"]["path"])
+    assert draft.fields["general.architecture"].contents() == "llama" and exported["draft"]["kind"] == "llama"
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"):
+        assert draft.fields[key].contents() == target.fields[key].contents()
+    names = {t.name for t in draft.tensors}
+    assert {"token_embd.weight", "output.weight", "blk.1.attn_q.weight", "output_norm.weight"} <= names
+    digest = exported["draft"]["source_sha256"]
+    assert draft.fields["phoenix.source_sha256"].contents() == digest
+
+
+def test_a_head_reads_back_as_eagle3_with_its_taps_and_absolute_target_ids(exported):
+    head = read(exported["head"]["path"])
+    assert head.fields["general.architecture"].contents() == "eagle3"
+    assert head.fields["eagle3.target_layers"].contents() == list(default_taps(LAYERS))
+    assert head.fields["eagle3.target_hidden_size"].contents() == HIDDEN
+    d2t = next(t for t in head.tensors if t.name == "d2t")
+    assert d2t.data.dtype == np.int64 and d2t.data[0] == TOKEN and d2t.data[1:].tolist() == list(range(1, 16))
+    names = {t.name for t in head.tensors}
+    assert "t2d" not in names and "token_embd.weight" not in names and "blk.0.attn_norm_2.weight" in names
+
+
+def test_the_default_name_carries_the_source_hash(tmp_path, monkeypatch):
+    import engine.export.gguf as g
+
+    monkeypatch.setattr(g, "DATA_DIR", tmp_path)
+    done = export(str(tiny_target(tmp_path / "t")), ExportConfig(tokenizer="hf", dtype="f32"))
+    assert done["path"] == str(tmp_path / "gguf" / f"t-{done['source_sha256'][:12]}.gguf")
+    assert not list((tmp_path / "gguf").glob("*.partial"))
+
+
+def test_what_cannot_be_exported_is_one_line(tmp_path):
+    with pytest.raises(PhoenixError, match="no config.json and model.safetensors"):
+        export(str(tmp_path), ExportConfig())
+    head = tiny_head(tmp_path / "head")
+    cfg = json.loads((head / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1]
+    (head / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PhoenixError, match="needs 3 target layers"):
+        export(str(head), ExportConfig(out=str(tmp_path / "h.gguf"), tokenizer="hf"))
+    with pytest.raises(PhoenixError, match="no such GGUF"):
+        export(str(tiny_target(tmp_path / "t")), ExportConfig(tokenizer=str(tmp_path / "missing.gguf")))
+
+
+def _drafts(exported, spec_type: str, draft: str) -> dict:
+    cfg = LlamaCppConfig(
+        model=exported["target"]["path"],
+        spec_type=spec_type,
+        draft_model=exported[draft]["path"],
+        draft_max=4,
+        draft_p_min=0.0,  # a tiny head's softmax over 16 ids is not confident: any probability drafts
+        port=free_port(),
+        ctx=512,
+        parallel=1,
+        startup_s=60,
+    )
+    llamacpp.start(cfg)
+    try:
+        body = json.dumps({"prompt": "def add(a, b):", "max_tokens": 24, "temperature": 0}).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{cfg.port}/completion", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read())
+    finally:
+        llamacpp.stop(cfg)
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("spec_type,draft", [("draft-simple", "draft"), ("draft-eagle3", "head")])
+def test_a_real_llama_server_drafts_with_the_exported_draft_and_accepts(exported, spec_type, draft):
+    for mark in needs_llama_server:
+        if mark.name == "skipif" and mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    answer = _drafts(exported, spec_type, draft)
+    timings = answer["timings"]
+    assert timings.get("draft_n", 0) > 0, f"{spec_type}: llama.cpp served without drafting: {timings}"
+    assert timings["draft_n_accepted"] > 0
