@@ -176,6 +176,34 @@ def engines_command(stored: dict) -> str:
     return " ".join(["python -m engine engines side-by-side", *flags])
 
 
+def pass_md(store: Store, run_id: int) -> str:
+    """The engine's break-even from its own counts (engine.analysis.pass_cost): what a pass yields and costs."""
+    from engine.analysis.pass_cost import PASS_COST
+    from engine.bench.report import pass_table
+
+    table = pass_table(store, run_id)
+    if table.empty or "tokens_per_pass" not in table:
+        return ""
+    lines = [
+        "| mode | n | k | tokens per pass | pass cost (target tokens) | model's speedup | acceptance | a needed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in table.dropna(subset=["tokens_per_pass"]).itertuples():
+        need = "none can" if r.a_needed is None or r.a_needed != r.a_needed else f"{r.a_needed:.2f}"
+        lines.append(
+            f"| {r.mode} | {r.n} | {r.k} | {r.tokens_per_pass:.2f} | {r.pass_cost:.2f} | {r.model_speedup:.2f}x | "
+            f"{_pct(r.acceptance)} | {need} |"
+        )
+    return "\n".join(
+        lines
+        + [
+            "",
+            f"The engine's break-even: {PASS_COST}; a needed: the per-token acceptance at which "
+            "k drafts would yield the pass's cost (E(a, k) = 1 + a + ... + a^k).",
+        ]
+    )
+
+
 def divergence_md(store: Store, run_id: int) -> str:
     identical, checked, diverged = store.identity(run_id)
     text = f"Outputs checked against target-only on the same prompt and dtype: {identical} of {checked} identical"
@@ -204,14 +232,17 @@ def run_md(store: Store, info: RunInfo) -> str:
             "",
             "Per draft position, from each server's own counters (accepted at position i / drafts): "
             + "; ".join(
-                f"{lv['spec_type']}: "
+                f"{sv.get('variant') or lv['spec_type']}: "
                 + (" ".join(f"{r:.3f}" for r in lv["per_position"][:8]) or "no drafts")
                 + f" ({lv['drafts']:.0f} drafts)"
-                for lv in info.config.get("server_counters", [])
+                for lv, sv in zip(info.config.get("server_counters", []), info.config["servers"])
                 if lv["spec_type"] != "none"
             )
             + ".",
         ]
+        passes = pass_md(store, info.id)
+        if passes:
+            parts += ["", passes]
     elif "load" in info.config:
         parts.append(level_md(store, info))
     elif "phoenix_serve" in info.config:

@@ -93,7 +93,7 @@ CASES = [  # (argv, pattern of the one line)
     ("submit --db {dir}/p.db --shadow-rate nan", "--shadow-rate must be a finite number, got 'nan'"),
     ("distill --lr inf", "--lr must be a finite number, got 'inf'"),
     ("engines side-by-side --db {dir}/p.db --spec-types ngram-simple", "--spec-types must start with none"),
-    ("engines side-by-side --db {dir}/p.db --spec-types none,draft-simple", "--spec-types: unknown draft-simple"),
+    ("engines side-by-side --db {dir}/p.db --spec-types none,draft-simple-x", "--spec-types: unknown 'draft-simple-x'"),
     ("engines sweep --db {dir}/p.db --engine tgi", "argument --engine: invalid choice: 'tgi'"),
     ("llamacpp start --spec-type draft-simple", "--spec-type draft-simple needs --draft-model"),
     ("llamacpp start --spec-type ngram-simple --draft-max 0", "--draft-max must be in 1..64, got 0"),

@@ -9,10 +9,13 @@ import pathlib
 import re
 
 import pandas as pd
+import pytest
 from apptest import open_page
 
 from app import tables
 from engine.analysis.breakeven import optimum_k, optimum_note
+
+pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
 
 
 def test_headers_read_as_words_and_modes_keep_their_names():

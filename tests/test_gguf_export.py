@@ -16,9 +16,9 @@ from test_llamacpp import pytestmark as needs_llama_server
 from engine.decode.eagle3.checkpoint import save_head
 from engine.decode.eagle3.head import Eagle3Head, HeadConfig, default_taps
 from engine.errors import PhoenixError
-from engine.export.gguf import ExportConfig, export, permute
 from engine.paths import EMBEDDED_DIR
 from engine.serve import llamacpp
+from engine.serve.gguf_export import ExportConfig, export, permute
 from engine.serve.llamacpp import LlamaCppConfig
 
 TOKEN = 300  # the one token the tiny target always says (an ordinary token of the embedded tokenizer)
@@ -126,7 +126,7 @@ def test_a_head_reads_back_as_eagle3_with_its_taps_and_absolute_target_ids(expor
 
 
 def test_the_default_name_carries_the_source_hash(tmp_path, monkeypatch):
-    import engine.export.gguf as g
+    import engine.serve.gguf_export as g
 
     monkeypatch.setattr(g, "DATA_DIR", tmp_path)
     done = export(str(tiny_target(tmp_path / "t")), ExportConfig(tokenizer="hf", dtype="f32"))
@@ -181,3 +181,53 @@ def test_a_real_llama_server_drafts_with_the_exported_draft_and_accepts(exported
     timings = answer["timings"]
     assert timings.get("draft_n", 0) > 0, f"{spec_type}: llama.cpp served without drafting: {timings}"
     assert timings["draft_n_accepted"] > 0
+
+
+def test_a_variant_names_its_spec_type_and_settings_and_a_bad_one_is_one_line():
+    from engine.serve.llamacpp import variant
+
+    head = variant("draft-eagle3-k3-p0", LlamaCppConfig())
+    assert (head.spec_type, head.draft_max, head.draft_p_min) == ("draft-eagle3", 3, 0.0)
+    ngram = variant("ngram-simple-n4-m8", LlamaCppConfig())
+    assert (ngram.spec_type, ngram.ngram_n, ngram.ngram_m) == ("ngram-simple", 4, 8)
+    with pytest.raises(PhoenixError, match="unknown 'draft-eagle3-x'"):
+        variant("draft-eagle3-x", LlamaCppConfig())
+    with pytest.raises(PhoenixError, match="draft-p-min must be in 0..1"):
+        llamacpp.command(LlamaCppConfig(spec_type="draft-eagle3", draft_model="h.gguf", draft_p_min=1.5))
+
+
+def test_side_by_side_drafts_with_phoenixs_own_exports_and_says_when_llama_cpp_refused_one(exported, tmp_path):
+    from engine.serve import engines
+
+    cfg = engines.EnginesConfig(
+        spec_types="none,draft-eagle3-k3,draft-simple-k1",
+        head=exported["head"]["path"],
+        draft=exported["draft"]["path"],
+    )
+    servers = engines.servers(cfg)
+    assert [s.draft_model for s in servers] == ["", exported["head"]["path"], exported["draft"]["path"]]
+    assert servers[1].draft_max == 3 and servers[2].draft_max == 1
+    with pytest.raises(PhoenixError, match="names a variant twice"):
+        engines.servers(engines.EnginesConfig(spec_types="none,ngram-mod,ngram-mod"))
+    log = tmp_path / "server.log"
+    log.write_text("I common_speculative_are_compatible: vocabs are not compatible\n")
+    files = llamacpp.files
+    try:
+        llamacpp.files = lambda c, data_dir=None: {"log": log}
+        said = engines.refused_draft(servers[2], {"error": None, "draft_n": None})
+        assert said and "without drafting" in said and "vocabs are not compatible" in said
+        assert engines.refused_draft(servers[2], {"error": None, "draft_n": 5}) is None
+        assert engines.refused_draft(servers[0], {"error": None, "draft_n": None}) is None  # none drafts nothing
+    finally:
+        llamacpp.files = files
+
+
+def test_each_servers_requests_carry_the_longest_draft_it_proposes():
+    from engine.serve.engines import draft_length
+    from engine.serve.llamacpp import variant
+
+    base = LlamaCppConfig()
+    assert draft_length(variant("none", base)) == 0
+    assert draft_length(variant("draft-eagle3-k2", base)) == 2
+    assert draft_length(variant("ngram-simple-n3-m6", base)) == 6  # ngram-simple drafts size-m, not n-max
+    assert draft_length(variant("ngram-mod", base)) == base.draft_max

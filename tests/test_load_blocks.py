@@ -60,13 +60,22 @@ def test_llama_cpp_sweeps_start_one_server_per_type_with_a_slot_per_request_of_t
     assert variants_of(cfg) == ["none", "ngram-mod"]
 
 
+def test_a_llama_cpp_load_sweep_drafts_with_phoenixs_exported_head_under_its_variants_settings(tmp_path):
+    head = tmp_path / "head.gguf"
+    head.write_bytes(b"GGUF")  # a .gguf path is taken as it is; named heads are exported on first use
+    cfg = LoadConfig(engine="llamacpp", spec_types="none,draft-eagle3-k2", concurrency="1,4", head=str(head))
+    servers = managed(cfg)
+    assert (servers[1].spec_type, servers[1].draft_max, servers[1].draft_model) == ("draft-eagle3", 2, str(head))
+    assert variants_of(cfg) == ["none", "draft-eagle3-k2"]
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"spec_types": "none,ngram-mod"}, "^--spec-types starts llama-servers: it needs --engine llamacpp$"),
         ({"engine": "llamacpp", "spec_types": "ngram-mod,none"}, "^--spec-types must start with none"),
-        ({"engine": "llamacpp", "spec_types": "none,none"}, "name each type once$"),
-        ({"engine": "llamacpp", "spec_types": "none,draft-eagle3"}, "^--spec-types: unknown draft-eagle3; use none"),
+        ({"engine": "llamacpp", "spec_types": "none,none"}, "name each variant once$"),
+        ({"engine": "llamacpp", "spec_types": "none,draft-eagle3-x"}, "^--spec-types: unknown 'draft-eagle3-x'; use"),
         ({"block": -1}, r"^--block must be 0 or more, got -1$"),
     ],
 )

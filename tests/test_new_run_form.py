@@ -16,6 +16,8 @@ from app import form
 from db.store import Store
 from engine.bench.config import BenchConfig, stored
 
+pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
+
 # what makes two runs the same experiment: everything the worker reads, not the name
 SAME = (
     "target",

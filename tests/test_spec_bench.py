@@ -179,3 +179,14 @@ def test_the_shipped_questions_are_the_file_the_provenance_note_names():
     note = (SPEC_BENCH.parent / "PROVENANCE.md").read_text(encoding="utf-8")
     assert hashlib.sha256(SPEC_BENCH.read_bytes()).hexdigest() in note
     assert (SPEC_BENCH.parent / "LICENSE").read_text(encoding="utf-8").lstrip().startswith("Apache License")
+
+
+def test_a_served_run_gets_the_leaderboard_against_its_own_no_speculation_server():
+    rows = []
+    for i, base in enumerate((10.0, 11.0, 12.0)):
+        rows.append((f"qa-{i}", "llamacpp-none_c1", base, 0, 0))
+        rows.append((f"qa-{i}", "llamacpp-ngram-mod_c1", base * 1.5, 10, 5))
+    table = leaderboard(_frame(rows)).set_index(["mode", "column"])
+    assert table.loc[("llamacpp-ngram-mod_c1", "qa"), "speedup"] == pytest.approx(1.5)
+    assert table.loc[("llamacpp-none_c1", "qa"), "verdict"] == "reference"
+    assert "| llamacpp-none_c1 | 1.00x (n=3) |" in markdown(leaderboard(_frame(rows)))

@@ -56,9 +56,9 @@ def render() -> None:
         formats={"tokens/s": "%.2f", "p-value": "%.4f", "mean k": "%.2f", "explored": "%.0f%%", "fallback": "%.0f%%"},
         labels={"x reference, 95% CI": "x reference (95% CI, n)"},
         widths={
-            "mode": 170,
-            "x reference, 95% CI": 210,
-            "share of best fixed (95% CI)": 130,
+            "mode": 150,
+            "x reference, 95% CI": 200,
+            "share of best fixed (95% CI)": 175,
         },  # notes cut, not verdicts
     )
     widgets.csv_download(table, f"run{run_id}-policies", key="dl_pol")

@@ -13,6 +13,7 @@ import pandas as pd
 
 from engine.analysis.compare import compare
 from engine.analysis.speedup import speedups
+from engine.modes import reference_mode
 from engine.prompts.sets import SPEC_BENCH_ORDER, spec_bench_column, spec_bench_column_of
 
 OVERALL = "overall"
@@ -59,7 +60,8 @@ def column_of(frame: pd.DataFrame) -> pd.Series:
 def leaderboard(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """One row per (mode, column) and per mode overall. ``frame`` has prompt_id, mode, tokens_per_s, passes and
     accepted (category optional). Empty unless the run is Spec-Bench with a target mode."""
-    if frame.empty or "target" not in set(frame["mode"]):
+    ref = reference_mode(frame["mode"].unique()) if not frame.empty else None
+    if ref is None:  # target-only, or a server's own no-speculation mode (llamacpp-none_c1)
         return pd.DataFrame(columns=COLUMNS)
     frame = frame.assign(column=column_of(frame))
     if frame["column"].isna().any():
@@ -67,21 +69,21 @@ def leaderboard(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     groups = [(c, frame[frame["column"] == c]) for c in SPEC_BENCH_ORDER if (frame["column"] == c).any()]
     rows = []
     for column, part in groups + [(OVERALL, frame)]:
-        paired = speedups(part)
-        base = part[part["mode"] == "target"]
+        paired = speedups(part, ref)
+        base = part[part["mode"] == ref]
         for mode, g in part.groupby("mode", sort=False):
-            rows.append(_row(str(mode), column, g, base, paired.get(str(mode)), alpha))
+            rows.append(_row(str(mode), column, g, base, paired.get(str(mode)), alpha, ref))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _row(mode: str, column: str, g: pd.DataFrame, base: pd.DataFrame, spread, alpha: float) -> dict:
+def _row(mode: str, column: str, g: pd.DataFrame, base: pd.DataFrame, spread, alpha: float, ref: str) -> dict:
     passes = float(g["passes"].sum())
     same = base[base["prompt_id"].isin(g["prompt_id"])]
-    test = compare(same["tokens_per_s"].tolist(), g["tokens_per_s"].tolist(), alpha) if mode != "target" else None
+    test = compare(same["tokens_per_s"].tolist(), g["tokens_per_s"].tolist(), alpha) if mode != ref else None
     return {
         "mode": mode,
         "column": column,
-        "speedup": 1.0 if mode == "target" else (spread.median if spread else None),
+        "speedup": 1.0 if mode == ref else (spread.median if spread else None),
         "ci_low": spread.low if spread else None,
         "ci_high": spread.high if spread else None,
         "p25": spread.p25 if spread else None,
@@ -98,7 +100,7 @@ def _row(mode: str, column: str, g: pd.DataFrame, base: pd.DataFrame, spread, al
 def _cell(row: pd.Series) -> str:
     if row["speedup"] is None or row["speedup"] != row["speedup"]:
         return f"n/a (n={row['n']})"
-    if row["mode"] == "target":
+    if row["verdict"] == "reference":
         return f"1.00x (n={row['n']})"
     p = row["p_value"]
     mark = "" if p is None or p != p or p >= 0.05 else "*"

@@ -12,13 +12,14 @@ import pandas as pd
 
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
+from engine.analysis.pass_cost import pass_costs
 from engine.analysis.speedup import Spread, speedups
 from engine.analysis.stats import wilson
 from engine.bench.leaderboard import leaderboard, per_position
 from engine.modes import reference_mode
 
 REPORT_FORMATS = ("table", "md", "csv")
-REPORT_BY = ("mode", "column")  # the results table, or Spec-Bench's per-column leaderboard
+REPORT_BY = ("mode", "column", "pass")  # the results table, or Spec-Bench's per-column leaderboard
 
 
 def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
@@ -122,6 +123,32 @@ def served_setting(info: RunInfo) -> str:
 def spec_bench(store: Store, run_id: int) -> pd.DataFrame:
     """Spec-Bench runs: the leaderboard's table (engine.bench.leaderboard), empty for other prompts."""
     return leaderboard(store.category_requests(run_id))
+
+
+def pass_table(store: Store, run_id: int) -> pd.DataFrame:
+    """Per drafting mode of a run: tokens per pass, the pass's cost in reference tokens, the model's speedup and
+    the acceptance it would need (engine.analysis.pass_cost), from the requests the run answered."""
+    rows = [r for r in store.requests(run_id) if not r.warmup]
+    frame = pd.DataFrame(
+        [
+            {
+                "mode": r.mode,
+                "prompt_id": r.prompt_id,
+                "output_tokens": r.output_tokens,
+                "latency_s": r.latency_s,
+                "passes": r.passes,
+                "proposed": r.proposed,
+                "accepted": r.accepted,
+                "error": r.error,
+                "k": r.k,
+            }
+            for r in rows
+        ]
+    )
+    ref = reference_mode(frame["mode"].unique()) if not frame.empty else None
+    if ref is None:
+        return pd.DataFrame()
+    return pass_costs(frame, ref, frame.groupby("mode")["k"].max().to_dict())
 
 
 def spec_bench_positions(store: Store, run_id: int) -> pd.DataFrame:

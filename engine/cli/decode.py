@@ -12,9 +12,9 @@ from engine.decode.fetch import FetchConfig, fetch
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
-from engine.export.gguf import ExportConfig
 from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Loop, PromptFormat, check_k
 from engine.prompts.sets import check_prompt
+from engine.serve.gguf_export import ExportConfig, export
 from engine.train.draft import DraftConfig, build_draft
 from engine.train.eagle3 import HeadBuildConfig
 from engine.train.eagle3_build import build_head
@@ -105,8 +105,6 @@ def cmd_zoo_build_head(args) -> int:
 
 
 def cmd_zoo_export(args) -> int:
-    from engine.export.gguf import export
-
     done = export(args.name, from_args(ExportConfig, args))
     print(
         f"{args.name}: {done['kind']} GGUF at {done['path']} ({done['tensors']} tensors, from weights sha256 "

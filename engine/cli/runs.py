@@ -10,6 +10,7 @@ from pathlib import Path
 
 from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
+from engine.analysis.pass_cost import PASS_COST
 from engine.bench.config import BenchConfig, validate
 from engine.bench.leaderboard import markdown as leaderboard_markdown
 from engine.bench.report import (
@@ -18,6 +19,7 @@ from engine.bench.report import (
     csv_rows,
     format_table,
     markdown,
+    pass_table,
     report,
     spec_bench,
     summaries,
@@ -161,6 +163,8 @@ def cmd_report(args) -> int:
     run = get_run(store, args.run)
     if args.by == "column":
         return _report_columns(store, run.id, args.format)
+    if args.by == "pass":
+        return _report_passes(store, run.id, args.format)
     rows = summaries(store, run.id)
     if args.format == "md":
         print(markdown(run, rows))
@@ -170,6 +174,20 @@ def cmd_report(args) -> int:
         writer.writerows(csv_rows(rows))
     else:
         print(format_table(rows))
+    return 0
+
+
+def _report_passes(store, run_id: int, fmt: str) -> int:
+    table = pass_table(store, run_id)
+    if table.empty:
+        raise PhoenixError(f"run {run_id} has no pass costs: it needs a reference mode and modes that drafted")
+    if fmt == "md":
+        print(table.to_markdown(index=False, floatfmt=".3f"))
+    elif fmt == "csv":
+        table.to_csv(sys.stdout, index=False)
+    else:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"\n{PASS_COST}.", file=sys.stderr)  # the definition, apart from the table a pipe reads
     return 0
 
 
@@ -217,7 +235,8 @@ def add_commands(sub) -> None:
         choices=REPORT_BY,
         default="mode",
         help="mode: the results table; column: Spec-Bench's leaderboard (speedup, n and Welch's p per "
-        "column group, mean accepted tokens)",
+        "column group, mean accepted tokens); pass: per drafting mode, tokens per pass, the pass's cost in "
+        "reference tokens and the acceptance it would need to pay (a serving engine's break-even)",
     )
     e = add_run_command(sub, "export", "write a run's requests as CSV or JSON, or the run as a SQLite file", cmd_export)
     e.add_argument("--format", choices=EXPORT_FORMATS, default="csv")

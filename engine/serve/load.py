@@ -21,8 +21,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import Literal, cast, get_args
+from dataclasses import asdict, dataclass, replace
+from typing import Literal
 
 from db.entities import PositionCount, RequestRecord
 from db.store import Store
@@ -33,7 +33,8 @@ from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import owned
 from engine.serve import llamacpp
-from engine.serve.llamacpp import LlamaCppConfig, SpecType
+from engine.serve.gguf_export import gguf_of
+from engine.serve.llamacpp import LlamaCppConfig
 from engine.serve.record import levels_of
 from engine.serve.stream import stream_one
 
@@ -55,13 +56,16 @@ class LoadConfig:
     spec_types: str = ""  # llama.cpp: one managed llama-server per type, none first; they replace --variants
     gguf: str = "smollm2"  # what those servers serve (see llamacpp start --model)
     port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
-    draft_max: int = 8  # their --spec-draft-n-max
+    draft_max: int = 8  # their --spec-draft-n-max (a variant's -k<N> sets its own)
+    draft: str = "smollm2-draft"  # draft-simple's draft: a named draft model (exported to GGUF once) or a .gguf
+    head: str = "smollm2-eagle3"  # draft-eagle3's head: a named EAGLE-3 head (exported to GGUF once) or a .gguf
     warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:
     if cfg.spec_types:
-        return [c.spec_type for c in managed(cfg)]
+        managed(cfg)  # every variant checked before anything starts
+        return [t.strip() for t in cfg.spec_types.split(",") if t.strip()]
     if cfg.block < 0:
         raise PhoenixError(f"--block must be 0 or more, got {cfg.block}", field="block")
     names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
@@ -82,22 +86,16 @@ def managed(cfg: LoadConfig) -> list[LlamaCppConfig]:
         raise PhoenixError("--spec-types starts llama-servers: it needs --engine llamacpp", field="spec_types")
     types = [t.strip() for t in cfg.spec_types.split(",") if t.strip()]
     if not types or types[0] != "none" or len(set(types)) != len(types):
-        raise PhoenixError("--spec-types must start with none and name each type once", field="spec_types")
-    bad = [t for t in types if t not in get_args(SpecType) or t.startswith("draft-")]
-    if bad:
-        raise PhoenixError(f"--spec-types: unknown {', '.join(bad)}; use none or an ngram-* type", field="spec_types")
+        raise PhoenixError("--spec-types must start with none and name each variant once", field="spec_types")
     slots = max(levels_of(cfg.concurrency))
-    return [
-        LlamaCppConfig(
-            model=cfg.gguf,
-            spec_type=cast(SpecType, t),
-            draft_max=cfg.draft_max,
-            port=cfg.port + i,
-            parallel=slots,
-            ctx=1024 * slots,
-        )
-        for i, t in enumerate(types)
-    ]
+    base = LlamaCppConfig(model=cfg.gguf, draft_max=cfg.draft_max, parallel=slots, ctx=1024 * slots)
+    out = []
+    for i, text in enumerate(types):  # llamacpp.variant: a spec type and its settings (draft-eagle3-k2)
+        c = replace(llamacpp.variant(text, base), port=cfg.port + i)
+        if c.spec_type in ("draft-simple", "draft-eagle3"):
+            c.draft_model = str(gguf_of(cfg.head if c.spec_type == "draft-eagle3" else cfg.draft))
+        out.append(c)
+    return out
 
 
 # none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k) | <drafter>-k<N>
@@ -231,7 +229,10 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
         urls = {v: s["url"] for v, s in zip(names, servers)} if configs else dict.fromkeys(names, cfg.url)
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s)
         extra: dict = {
-            "servers": [{"spec_type": c.spec_type, "command": s["command"]} for c, s in zip(configs, servers)]
+            "servers": [
+                {"spec_type": c.spec_type, "variant": v, "command": s["command"]}
+                for c, s, v in zip(configs, servers, names)
+            ]
         }
         extra = {k: v for k, v in extra.items() if v}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures

@@ -23,8 +23,10 @@ from typing import Literal
 import numpy as np
 
 from engine.catalog import named_dir
+from engine.decode.eagle3.checkpoint import is_head_dir
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR, ROOT
+from engine.serve.llamacpp import smollm2_gguf
 
 WEIGHTS = "model.safetensors"
 
@@ -64,8 +66,6 @@ def tokenizer_fields(source: str, model_dir: Path) -> list[tuple]:
     if source == "hf":
         return hf_tokenizer_fields(model_dir)
     if source == "smollm2":
-        from engine.serve.llamacpp import smollm2_gguf
-
         path = smollm2_gguf()
     else:
         path = Path(source)
@@ -221,8 +221,6 @@ def write_eagle3(head_dir: Path, out: Path, fields: list[tuple], dtype: str, sou
     import gguf
     from safetensors.torch import load_file
 
-    from engine.decode.eagle3.checkpoint import is_head_dir
-
     if not is_head_dir(head_dir):
         raise PhoenixError(f"{head_dir}: not an EAGLE-3 head (its config.json names no Eagle3 architecture)")
     cfg = json.loads((head_dir / "config.json").read_text(encoding="utf-8"))
@@ -273,8 +271,6 @@ def _finish(w) -> None:
 def export(name: str, cfg: ExportConfig) -> dict:
     """Write the GGUF of ``name`` (a named draft: smollm2-draft, smollm2-eagle3; or a model folder) into a
     temporary name, renamed when whole, and say what it is."""
-    from engine.decode.eagle3.checkpoint import is_head_dir
-
     path = source_dir(name)
     digest = source_hash(path)
     head = is_head_dir(path)
@@ -290,3 +286,16 @@ def export(name: str, cfg: ExportConfig) -> dict:
     finally:
         partial.unlink(missing_ok=True)
     return {"path": str(out), "kind": "eagle3" if head else "llama", "tensors": n, "source_sha256": digest}
+
+
+def gguf_of(name: str) -> Path:
+    """The GGUF llama.cpp drafts with for ``name``: a .gguf file as it is, else the named draft's export (written
+    once per weights: its name carries their hash)."""
+    if name.endswith(".gguf"):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise PhoenixError(f"{name}: no such GGUF file")
+        return path
+    path = source_dir(name)
+    out = DATA_DIR / "gguf" / f"{Path(name).name}-{source_hash(path)[:12]}.gguf"
+    return out if out.is_file() else Path(export(name, ExportConfig(out=str(out)))["path"])
