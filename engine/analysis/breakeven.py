@@ -136,7 +136,7 @@ def optimum_note(a: float, c: float, measured, k_max: int = K_MAX) -> str:
         text += f" The run did not try k = {k_opt} (it tried {', '.join(map(str, tried))})."
     if not costed.empty:
         by_v = {int(k): predicted_speedup(a, c, int(k), float(v)) for k, v in zip(costed["k"], costed["verify cost"])}
-        k_v = max(by_v, key=by_v.get)
+        k_v = max(by_v, key=lambda k: by_v[k])
         worst = costed.loc[costed["verify cost"].idxmax()]
         text += (
             f" With the verify cost this run measured (up to {float(worst['verify cost']):.2f} target steps at "
