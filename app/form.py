@@ -151,7 +151,7 @@ def label(choice: str) -> str:
         SMOLLM2_DRAFT: "draft model",
         SMOLLM2_EAGLE3: "EAGLE-3 head",
     }
-    state = "" if present(choice) else (" · not here yet: fetched first" if choice in FETCHERS else " · not here yet")
+    state = "" if present(choice) else (" · not here: fetched first" if choice in FETCHERS else " · not here")
     return f"{choice} ({short.get(choice, 'model')}, {NAMED[choice].size_mb} MB){state}"
 
 

@@ -283,7 +283,7 @@ def test_the_form_names_the_real_pair_with_its_size_and_whether_it_is_here(tmp_p
     )
     at = open_page("new_run")
     box = at.selectbox(key="n_target")
-    assert "smollm2 (target, 517 MB) · not here yet: fetched first" in box.options  # short: no label is cut
+    assert "smollm2 (target, 517 MB) · not here: fetched first" in box.options  # short: no label is cut
     assert "**smollm2**: SmolLM2-135M-Instruct" in box.help
 
 
