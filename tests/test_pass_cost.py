@@ -17,57 +17,28 @@ def test_a_needed_is_where_a_chain_of_k_drafts_yields_the_passes_cost():
     assert a_needed(5.0, 3) is None  # four tokens a pass at most: no drafter can
 
 
+def req(mode, prompt_id, output_tokens, latency_s, passes=0, proposed=0, accepted=0, error=None) -> dict:
+    """One answered request as the store reads it."""
+    return {
+        "mode": mode,
+        "prompt_id": prompt_id,
+        "output_tokens": output_tokens,
+        "latency_s": latency_s,
+        "passes": passes,
+        "proposed": proposed,
+        "accepted": accepted,
+        "error": error,
+    }
+
+
 def test_pass_cost_and_tokens_per_pass_come_from_the_same_prompts_requests():
     rows = (
-        [
-            # reference: 100 tokens in 1.0 s on each prompt (10 ms a token)
-            {
-                "mode": "none",
-                "prompt_id": p,
-                "output_tokens": 100,
-                "latency_s": 1.0,
-                "passes": 0,
-                "proposed": 0,
-                "accepted": 0,
-                "error": None,
-            }
-            for p in ("a", "b", "c")
-        ]
+        [req("none", p, 100, 1.0) for p in ("a", "b", "c")]  # reference: 100 tokens in 1.0 s (10 ms a token)
+        # 100 tokens in 50 passes (2 a pass), 1.5 s: 30 ms a pass, 3 target tokens
+        + [req("draft-k3", p, 100, 1.5, passes=50, proposed=150, accepted=50) for p in ("a", "b")]
         + [
-            # 100 tokens in 50 passes (2 a pass), 1.5 s: 30 ms a pass, 3 target tokens
-            {
-                "mode": "draft-k3",
-                "prompt_id": p,
-                "output_tokens": 100,
-                "latency_s": 1.5,
-                "passes": 50,
-                "proposed": 150,
-                "accepted": 50,
-                "error": None,
-            }
-            for p in ("a", "b")
-        ]
-        + [
-            {
-                "mode": "draft-k3",
-                "prompt_id": "c",
-                "output_tokens": 0,
-                "latency_s": 0.1,
-                "passes": 0,
-                "proposed": 0,
-                "accepted": 0,
-                "error": "boom",
-            },  # a failure is no evidence
-            {
-                "mode": "ngram",
-                "prompt_id": "a",
-                "output_tokens": 100,
-                "latency_s": 1.0,
-                "passes": 0,
-                "proposed": 0,
-                "accepted": 0,
-                "error": None,
-            },  # never drafted: no pass to cost
+            req("draft-k3", "c", 0, 0.1, error="boom"),  # a failure is no evidence
+            req("ngram", "a", 100, 1.0),  # never drafted: no pass to cost
         ]
     )
     table = pass_costs(pd.DataFrame(rows), "none", {"draft-k3": 3}).set_index("mode")

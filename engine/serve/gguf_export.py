@@ -186,6 +186,16 @@ def _gguf_name(hf: str, table: dict) -> str | None:
     return table.get(hf)
 
 
+def _add_weight(w, target: str, t, dtype: str, heads: int, kv: int) -> None:
+    """One weight under its GGUF name: norms in f32, matrices in ``dtype``, q and k rows in llama.cpp's RoPE order."""
+    array = t.float().numpy().astype(np.float32) if t.ndim == 1 else _matrix(t, dtype)
+    if target.endswith("attn_q.weight"):
+        array = permute(array, heads)
+    elif target.endswith("attn_k.weight"):
+        array = permute(array, kv)
+    w.add_tensor(target, array)
+
+
 def write_llama(model_dir: Path, out: Path, fields: list[tuple], dtype: str, source: str) -> int:
     """A LlamaForCausalLM draft; tied embeddings write no output.weight (llama.cpp then uses token_embd)."""
     from safetensors.torch import load_file
@@ -205,12 +215,7 @@ def write_llama(model_dir: Path, out: Path, fields: list[tuple], dtype: str, sou
             raise PhoenixError(f"{model_dir}: tensor {name} has no place in a llama GGUF")
         if target == "output.weight" and cfg.get("tie_word_embeddings"):
             continue
-        array = t.float().numpy().astype(np.float32) if t.ndim == 1 else _matrix(t, dtype)
-        if target.endswith("attn_q.weight"):
-            array = permute(array, heads)
-        elif target.endswith("attn_k.weight"):
-            array = permute(array, kv)
-        w.add_tensor(target, array)
+        _add_weight(w, target, t, dtype, heads, kv)
         n += 1
     _finish(w)
     return n
@@ -242,12 +247,7 @@ def write_eagle3(head_dir: Path, out: Path, fields: list[tuple], dtype: str, sou
         target = _gguf_name(name, EAGLE3)
         if target is None:
             raise PhoenixError(f"{head_dir}: tensor {name} has no place in an eagle3 GGUF")
-        array = t.float().numpy().astype(np.float32) if t.ndim == 1 else _matrix(t, dtype)
-        if target.endswith("attn_q.weight"):
-            array = permute(array, heads)
-        elif target.endswith("attn_k.weight"):
-            array = permute(array, kv)
-        w.add_tensor(target, array)
+        _add_weight(w, target, t, dtype, heads, kv)
         n += 1
     _finish(w)
     return n
