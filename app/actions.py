@@ -220,10 +220,11 @@ def check_draft_kind(cfg: BenchConfig, draft_dir) -> None:
     else:
         return
     drafters = drafters_of(cfg)
-    if "eagle3" in drafters and not head:
+    headed = sorted(drafters & {"eagle3", "hybrid"})
+    if headed and not head:
         raise PhoenixError(
-            f"eagle3 modes draft with an EAGLE-3 head, and {cfg.draft} is a draft model: pick smollm2-eagle3 "
-            "or your head's folder as the draft, or use model_<k> modes"
+            f"{' and '.join(headed)} modes draft with an EAGLE-3 head, and {cfg.draft} is a draft model: pick "
+            "smollm2-eagle3 or your head's folder as the draft, or use model_<k> modes"
         )
     if head and drafters & {"model"}:
         raise PhoenixError(

@@ -37,14 +37,16 @@ def acceptance_frame(pos: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]
     """Per arm and position: unconditional and conditional rates, each with its n (the passes it is a share of)
     and Wilson's 95% interval, and the fitted a^(i+1)."""
     rows, fits = [], {}
-    for (mode, k), g in pos.groupby(["mode", "k"], sort=True):
+    keys = ["mode", "k"] + (["arm"] if "arm" in pos else [])  # an arm column names its own curves (per source)
+    for key, g in pos.groupby(keys, sort=True):
+        mode, k = key[0], key[1]
         g = g.sort_values("position")
         proposed, accepted = g["proposed"].astype(int).tolist(), g["accepted"].astype(int).tolist()
         reached = reached_of(g)
         uncond, cond = rates(proposed, accepted, reached)
         drafts, bases = trials(proposed, accepted, reached)
         a = fit_a(proposed, accepted, reached)
-        arm = arm_label(mode, int(k))
+        arm = str(key[2]) if len(keys) > 2 else arm_label(mode, int(k))
         if a is not None:
             fits[arm] = a
         for i, (u, c, p, acc, base) in enumerate(zip(uncond, cond, proposed, accepted, bases)):

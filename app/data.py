@@ -170,6 +170,23 @@ def spec_bench(url: str, run_id: int) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def oracle(url: str, run_id: int) -> pd.DataFrame:
+    """The per-prompt oracle and every mode's share of it (engine.analysis.oracle)."""
+    return report.oracle(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def sources(url: str, run_id: int) -> pd.DataFrame:
+    """A hybrid's passes by source (engine.analysis.sources)."""
+    return report.sources(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def source_positions(url: str, run_id: int) -> pd.DataFrame:
+    return report.source_positions(_store(url), run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def spec_bench_positions(url: str, run_id: int) -> pd.DataFrame:
     return report.spec_bench_positions(_store(url), run_id)
 

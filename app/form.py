@@ -24,6 +24,7 @@ MODE_CHOICES = (
     + [f"ngram_{k}" for k in (4, 8)]
     + [f"suffix_{k}" for k in (4, 16)]
     + [f"eagle3_{k}" for k in (2, 3, 4, 6, 8)]
+    + ["eagle3-conf_8", "hybrid_16", "model-conf_8"]
     + ["hf_4", "bandit"]
     + [
         f"bandit:{p}"

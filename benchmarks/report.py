@@ -204,6 +204,32 @@ def pass_md(store: Store, run_id: int) -> str:
     )
 
 
+def oracle_md(store: Store, run_id: int) -> str:
+    """The per-prompt oracle and every mode's share of it (engine.analysis.oracle), for runs of several fixed modes."""
+    from engine.analysis.oracle import ORACLE_NOTE
+    from engine.bench.report import oracle, oracle_markdown
+
+    table = oracle_markdown(oracle(store, run_id))
+    return f"{table}\n\n{ORACLE_NOTE[0].upper()}{ORACLE_NOTE[1:]}." if table else ""
+
+
+def sources_md(store: Store, run_id: int) -> str:
+    """A hybrid's passes by the source that drafted them."""
+    from engine.bench.report import sources
+
+    table = sources(store, run_id)
+    if table.empty:
+        return ""
+    lines = ["| mode | source | passes | share of passes | drafted | accepted | acceptance | accepted per pass |"]
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['mode']} | {r['source']} | {r['passes']} | {r['share of passes']:.2f} | {r['drafted']} | "
+            f"{r['accepted']} | {_pct(r['acceptance'])} | {r['accepted per pass']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def divergence_md(store: Store, run_id: int) -> str:
     identical, checked, diverged = store.identity(run_id)
     text = f"Outputs checked against target-only on the same prompt and dtype: {identical} of {checked} identical"
@@ -249,6 +275,8 @@ def run_md(store: Store, info: RunInfo) -> str:
         parts.append(live_md(store, info))
     for line in (
         leaderboard_md(spec_bench(store, info.id)),
+        oracle_md(store, info.id),
+        sources_md(store, info.id),
         per_position_md(store, info.id),
         fit_md(store, info.id),
         policies_md(store, info.id),

@@ -84,6 +84,7 @@ class Request(Base):
     category: Mapped[str | None] = mapped_column(String(40), nullable=True)  # the prompt's category (0019)
     queue_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # served: waiting before the prefill (0024)
     batch_size: Mapped[float | None] = mapped_column(Float, nullable=True)  # served: its passes' mean batch (0024)
+    per_source: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # a hybrid by source (0025)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     __table_args__ = (

@@ -138,6 +138,15 @@ class Series(StoreBase):
         r, p = Request, RequestPosition
         return self._frame(_summed_positions(run_id, "mode", "k").order_by(r.mode, r.k, p.position))
 
+    def source_counts(self, run_id: int) -> pd.DataFrame:
+        """mode, k and per_source (a dict) of every non-warm-up request a drafter with several sources drafted:
+        the hybrid's passes by source (engine.analysis.sources sums them)."""
+        r = Request
+        q = select(r.mode, r.k, r.per_source).where(
+            r.run_id == run_id, r.warmup.is_(False), r.per_source.is_not(None), r.error.is_(None)
+        )
+        return self._frame(q.order_by(r.seq))
+
     def bandit_history(self, run_id: int, points: int = BANDIT_POINTS) -> dict[str, pd.DataFrame]:
         """The bandit over time, aggregated in SQL into at most ``points`` windows of decisions per mode,
         so a long run costs the page about what a short one does. A window of one decision keeps its trace id.

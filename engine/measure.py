@@ -37,6 +37,10 @@ class Measured:
     verify_s: float = 0.0  # target verification, decode passes only
     ttft_s: float | None = None
     latency_s: float = 0.0
+    # A drafter with several sources (hybrid: the suffix trees or the EAGLE-3 head) counts each source's passes
+    # apart: {source: {"passes": n, "proposed": [...], "accepted": [...], "reached": [...]}} per position, the
+    # counts' meaning as above; None where one source drafted every pass
+    per_source: dict[str, dict] | None = None
 
     @property
     def acceptance(self) -> float | None:
@@ -53,6 +57,18 @@ class Measured:
         self.proposed += proposed
         self.accepted += accepted
         self.passes += 1
+
+    def count_source(self, source: str, proposed: int, accepted: int) -> None:
+        """The pass just counted was drafted by ``source``."""
+        if self.per_source is None:
+            self.per_source = {}
+        tally = self.per_source.setdefault(source, {"passes": 0, "proposed": [], "accepted": [], "reached": []})
+        tally["passes"] += 1
+        for key, n in (("proposed", proposed), ("accepted", accepted), ("reached", min(accepted + 1, proposed))):
+            counts = tally[key]
+            counts.extend([0] * (proposed - len(counts)))
+            for i in range(n):
+                counts[i] += 1
 
     # the per-position counts as lists, position 0 first
     @property
@@ -75,4 +91,10 @@ def measured(source: Measured) -> dict:
     """The measured fields of any request shape, to build another from (positions copied, never shared)."""
     out = {name: getattr(source, name) for name in MEASURED}
     out["positions"] = [PositionCount(p.position, p.proposed, p.accepted, p.reached) for p in source.positions]
+    per_source = source.per_source
+    out["per_source"] = (
+        {name: {key: list(v) if isinstance(v, list) else v for key, v in t.items()} for name, t in per_source.items()}
+        if per_source
+        else None
+    )
     return out

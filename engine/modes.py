@@ -18,22 +18,25 @@ GRANULARITIES = ("request", "pass")  # how often a policy may change k
 # Three words, three things. A drafter proposes tokens: none (target-only), the draft model, or a model-free one. A
 # loop runs the request: Phoenix's own, or transformers' assisted generation (hf_<k>) for comparison. An engine is
 # a serving engine only (vLLM, SGLang, llama.cpp), answering served modes.
-DRAFTERS = ("none", "model", "ngram", "suffix", "eagle3")
+# hybrid drafts from the suffix trees where their match is confident and from the EAGLE-3 head elsewhere, pass by pass
+DRAFTERS = ("none", "model", "ngram", "suffix", "eagle3", "hybrid")
 RUN_DRAFTERS = (
     "model",
     "ngram",
     "suffix",
     "eagle3",
+    "hybrid",
 )  # what a run's bandit modes (and old runs' fixed_<k>) draft with (--drafter)
-DRAFT_MODEL_DRAFTERS = ("model", "eagle3")  # need --draft: a draft model, or an EAGLE-3 head
+DRAFT_MODEL_DRAFTERS = ("model", "eagle3", "hybrid")  # need --draft: a draft model, or an EAGLE-3 head
+CONFIDENT_KINDS = ("model", "eagle3", "hybrid")  # may stop drafting when unsure: <kind>-conf_<k>
 LOOPS = ("phoenix", "hf")
 PROMPT_FORMATS = (
     "auto",
     "chat",
     "raw",
 )  # how prompt text becomes token ids: auto = chat when the target has a template
-Drafter = Literal["none", "model", "ngram", "suffix", "eagle3"]
-RunDrafter = Literal["model", "ngram", "suffix", "eagle3"]
+Drafter = Literal["none", "model", "ngram", "suffix", "eagle3", "hybrid"]
+RunDrafter = Literal["model", "ngram", "suffix", "eagle3", "hybrid"]
 Loop = Literal["phoenix", "hf"]
 PromptFormat = Literal["auto", "chat", "raw"]
 Granularity = Literal["request", "pass"]
@@ -42,7 +45,7 @@ CacheKind = Literal["dynamic", "static"]
 _GRAMMAR = re.compile(
     r"^(?:(?P<target>target)"
     r"|(?P<bandit>bandit)(?::(?P<policy>[a-z0-9_]+))?(?::(?P<gran>request|pass))?"
-    r"|(?P<kind>model|ngram|suffix|eagle3|hf|fixed)_(?P<k>[0-9]+)"
+    r"|(?P<kind>model|ngram|suffix|eagle3|hybrid|hf|fixed)(?P<conf>-conf)?_(?P<k>[0-9]+)"
     r"|(?P<served>vllm|sglang|llamacpp|phoenix)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?"
     r"_(?:c(?P<level>[0-9]+)|(?P<watch>watch)|(?P<live>live)))$"
 )
@@ -51,9 +54,14 @@ SERVING_ENGINES = ("vllm", "sglang", "llamacpp", "phoenix")  # OpenAI-compatible
 # recorded, phoenix-<variant>_c<N> one a load sweep sent at concurrency N
 # Every mode names its drafter: model_<k> is the draft model. fixed_<k>, which took its drafter from the run's
 # --drafter, is read as an alias (a new run stores <drafter>_<k>; migration 0020 renamed old runs' rows).
-FIXED_ARM_KINDS = ("target", "model", "ngram", "suffix", "eagle3", "fixed")
-ARM_HELP = "use target, model_<k>, ngram_<k>, suffix_<k> or eagle3_<k>"
-HELP = "use target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit or bandit:<policy>[:request|pass]"
+# <kind>-conf_<k> (model, eagle3, hybrid) drafts up to k while the drafter's top probability stays at or above the run's
+# confidence_threshold: transformers' assistant_confidence_threshold (DISCO)
+FIXED_ARM_KINDS = ("target", "model", "ngram", "suffix", "eagle3", "hybrid", "fixed")
+ARM_HELP = "use target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hybrid_<k> or <model|eagle3|hybrid>-conf_<k>"
+HELP = (
+    "use target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hybrid_<k>, <model|eagle3|hybrid>-conf_<k>, hf_<k>, "
+    "bandit or bandit:<policy>[:request|pass]"
+)
 
 
 def check_k(k: int) -> int:
@@ -65,12 +73,13 @@ def check_k(k: int) -> int:
 @dataclass(frozen=True)
 class Mode:
     text: str
-    kind: str  # target | model | ngram | suffix | eagle3 | hf | bandit | served (a server's), fixed (old), other
-    k: int | None = None  # fixed draft length; None for bandit (the policy picks) and served modes
+    kind: str  # target | model | ngram | suffix | eagle3 | hybrid | hf | bandit | served, fixed (old), other
+    k: int | None = None  # fixed draft length (the most a -conf mode drafts); None for bandit and served modes
     policy: str | None = None  # bandit:<policy>; None means the run's --policy
     granularity: str | None = None  # bandit:<policy>:<granularity>; None means the run's --granularity
     server: str | None = None  # served modes: vllm, sglang or llamacpp
     variant: str | None = None  # served modes: the server's speculation (llamacpp-ngram-simple_c1: ngram-simple)
+    confident: bool = False  # <kind>-conf_<k>: drafting stops at the first token under the confidence threshold
 
     @classmethod
     def parse(cls, text: str) -> Mode:
@@ -85,7 +94,12 @@ class Mode:
             k = int(m["k"])
             if not 1 <= k <= K_MAX:
                 raise PhoenixError(f"mode {text!r}: k must be in 1..{K_MAX}")
-            return cls(text, m["kind"], k)
+            if m["conf"] and m["kind"] not in CONFIDENT_KINDS:
+                raise PhoenixError(
+                    f"mode {text!r}: only a drafter with probabilities stops when unsure: use "
+                    f"{', '.join(f'{c}-conf_<k>' for c in CONFIDENT_KINDS)}"
+                )
+            return cls(text, m["kind"], k, confident=bool(m["conf"]))
         return cls(text, "served", server=m["served"], variant=m["variant"])
 
     @classmethod
@@ -109,8 +123,8 @@ class Mode:
     def named(self, run_drafter: str) -> str:
         """The mode as every page names it: fixed_<k> (an old run's, or typed by habit) under its drafter's name,
         and k written once (ngram_04 is ngram_4); any other mode as it is."""
-        if self.kind in ("fixed", "model", "ngram", "suffix", "eagle3", "hf") and self.k is not None:
-            return f"{run_drafter if self.kind == 'fixed' else self.kind}_{self.k}"
+        if self.kind in ("fixed", "model", "ngram", "suffix", "eagle3", "hybrid", "hf") and self.k is not None:
+            return f"{run_drafter if self.kind == 'fixed' else self.kind}{'-conf' if self.confident else ''}_{self.k}"
         return self.text
 
     def drafts_with(self, run_drafter: str) -> bool:
@@ -137,6 +151,7 @@ class Mode:
             "ngram": "ngram",
             "suffix": "suffix",
             "eagle3": "eagle3",
+            "hybrid": "hybrid",
         }.get(self.kind, "none")
 
     @property

@@ -108,8 +108,8 @@ def request_record(
 class CorruptingDecoder(Decoder):
     """Flips one token of every speculative output, as a bf16 near-tie would."""
 
-    def run(self, prompt_ids, k, max_new_tokens, drafter="none", loop="phoenix", choose_k=None, timed=True):
-        stats = super().run(prompt_ids, k, max_new_tokens, drafter, loop, choose_k, timed)
+    def run(self, prompt_ids, k, max_new_tokens, drafter="none", loop="phoenix", choose_k=None, timed=True, **kw):
+        stats = super().run(prompt_ids, k, max_new_tokens, drafter, loop, choose_k, timed, **kw)
         if k > 0 and len(stats.output_ids) > 3:
             stats.output_ids[3] += 1
         return stats

@@ -78,7 +78,7 @@ CASES = [  # (argv, pattern of the one line)
     ("bench --db {dir}/p.db --modes suffix_0", "k must be in 1..16"),
     (
         "bench --db {dir}/p.db --drafter tree",
-        r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix', 'eagle3'\)",
+        r"argument --drafter: invalid choice: 'tree' \(choose from 'model', 'ngram', 'suffix', 'eagle3', 'hybrid'\)",
     ),
     ("bench --db {dir}/p.db --dtype bogus", "argument --dtype: invalid choice: 'bogus'"),
     ("submit --db {dir}/p.db --device tpu", "--device must be auto, cpu, cuda, cuda:N or mps, got 'tpu'"),

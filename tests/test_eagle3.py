@@ -265,22 +265,24 @@ def test_prompt_tokens_do_not_count_toward_the_vocabulary():
 
 def test_training_prompts_never_hold_a_held_out_prompt(monkeypatch):
     from engine.prompts.sets import humaneval, spec_bench, split
-    from engine.train import eagle3_build as head_build
+    from engine.train import head_data
     from engine.train.eagle3_build import training_prompts
 
     # a third of the standard library is enough stdlib rows to check; parsing all of it cost 1.5 s of the loop
-    texts = head_build.stdlib_texts()
-    monkeypatch.setattr(head_build, "stdlib_texts", lambda: texts[: len(texts) // 3])
+    texts = head_data.stdlib_texts()
+    monkeypatch.setattr(head_data, "stdlib_texts", lambda: texts[: len(texts) // 3])
     rows, data = training_prompts(HeadBuildConfig(stdlib_prompts=40))
-    held = split(humaneval())[1] + spec_bench("test")
-    ids, texts = {pid for pid, _, _ in rows}, [t for _, t, _ in rows]
+    held = split(humaneval())[1] + spec_bench("test", later_turns=True)
+    ids, texts = {r.id for r in rows}, [r.text + r.earlier for r in rows]
     assert not ids & {p.id for p in held}
     assert not any(p.text.strip() in t for p in held for t in texts)
-    assert data["spec_bench_train"] == 240 and data["humaneval_train"] == 114
+    assert data["spec_bench"] == 240 and data["humaneval"] == 114 and data["second_turns"] == 40
+    assert data["code_styles"] == 120 and data["stdlib"] == 40
 
 
 @pytest.mark.train
-def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path):
+def test_training_raises_held_out_agreement_and_a_resumed_stage_continues_the_build(tmp_path, monkeypatch):
+    from engine.train import eagle3_build
     from engine.train.eagle3_build import build_head
 
     cfg = HeadBuildConfig(
@@ -288,6 +290,8 @@ def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path)
         out=str(tmp_path / "head"),
         humaneval_prompts=12,
         spec_bench_prompts=0,
+        second_turns=0,
+        code_style_prompts=0,
         stdlib_prompts=6,
         max_new_tokens=32,
         epochs=8,
@@ -296,25 +300,70 @@ def test_training_raises_held_out_agreement_on_the_targets_own_answers(tmp_path)
         gen_batch=6,
         ttt_steps=2,
         answers_dir=str(tmp_path / "answers"),
+        state_dir=str(tmp_path / "state"),
         fixed_text_tokens=2000,
     )
     result = build_head(cfg)
-    assert result["held_out_top1_after"][0] > result["held_out_top1_before"][0] + 0.2
+    first = result["held_out_top1_after"]["humaneval-test"][0]
+    assert first > result["held_out_top1_before"]["humaneval-test"][0] + 0.2
     card = json.loads((tmp_path / "head" / "phoenix_card.json").read_text())
     assert card["stage_seconds"]["training"] > 0 and card["draft_vocab"]["size"] == 256
+    assert set(card["held_out"]) == {"humaneval-test", "spec-bench-test", "code-edits (no training data)"}
     dec = Decoder(load_pair("embedded", str(tmp_path / "head"), "cpu", "float32"))
     ids = dec.encode(PROMPTS[0])
     assert dec.run(ids, 4, 40, "eagle3").output_ids == dec.run(ids, 0, 40).output_ids
 
+    # stage 2 adds a source: only that one is answered, the rest come from the caches; the optimizer continues
+    answered_now: list[int] = []
+    real = eagle3_build.answer_with_taps
+    monkeypatch.setattr(
+        eagle3_build,
+        "answer_with_taps",
+        lambda t, prompts, *a, **kw: answered_now.append(len(prompts)) or real(t, prompts, *a, **kw),
+    )
+    published = eagle3_build.weights_sha(tmp_path / "head")
+    second = build_head(
+        HeadBuildConfig(**{**vars(cfg), "resume": True, "code_style_prompts": 6, "epochs": 2, "lr": 5e-4})
+    )
+    assert answered_now == [6] and second["stage"] == 2
+    card = json.loads((tmp_path / "head" / "phoenix_card.json").read_text())
+    assert [st["stage"] for st in card["stages"]] == [1, 2] and card["stages"][1]["optimizer"] == "continued"
+    assert card["stages"][1]["resumed_from_sha256"] == published and card["stages"][1]["data"]["code_styles"] == 6
+    assert list(card["draft_vocab"]["coverage"]) == ["256"]  # this stage's answers under the vocabulary it kept
+    assert card["stages"][1]["held_out"]["humaneval-test"]["before"][0] == pytest.approx(first, abs=0.02)
+    assert (tmp_path / "state" / f"head-{published[:16]}" / "model.safetensors").exists()  # the old head, kept
+    dec = Decoder(load_pair("embedded", str(tmp_path / "head"), "cpu", "float32"))
+    assert dec.run(ids, 4, 40, "eagle3").output_ids == dec.run(ids, 0, 40).output_ids
+
+
+def test_resuming_where_no_head_was_built_is_one_clear_line(tmp_path):
+    from engine.train.eagle3_build import build_head
+
+    cfg = HeadBuildConfig(
+        target="embedded",
+        out=str(tmp_path / "none"),
+        resume=True,
+        humaneval_prompts=1,
+        spec_bench_prompts=0,
+        second_turns=0,
+        code_style_prompts=0,
+        stdlib_prompts=0,
+        eval_prompts=1,
+        answers_dir=str(tmp_path / "a"),
+        state_dir=str(tmp_path / "s"),
+    )
+    with pytest.raises(PhoenixError, match="no head at .* to continue"):
+        build_head(cfg)
+
 
 def test_a_held_out_prompt_among_the_training_texts_stops_the_build_before_any_work(monkeypatch):
     from engine.prompts.sets import humaneval, split
-    from engine.train import eagle3_build as head_build
+    from engine.train import head_data
 
     leaked = split(humaneval())[1][0].text
-    monkeypatch.setattr(head_build, "stdlib_functions", lambda texts: ["def ok():\n    pass\n", "# copy\n" + leaked])
+    monkeypatch.setattr(head_data, "stdlib_functions", lambda texts: ["def ok():\n    pass\n", "# copy\n" + leaked])
     with pytest.raises(PhoenixError, match="held-out"):
-        head_build.training_prompts(HeadBuildConfig(stdlib_prompts=2))
+        head_data.training_prompts(HeadBuildConfig(stdlib_prompts=2, code_style_prompts=0))
 
 
 def test_training_keeps_the_last_prompt_tokens_and_the_whole_answer():
@@ -342,3 +391,25 @@ def test_fixed_text_taps_match_one_forward_per_text_whatever_the_batch(tiny_dirs
         assert sample.tokens.tolist() == ids and not sample.greedy
         expected = torch.cat([hs[i][0, :-1] for i in (0, 1, 2)], -1).to(torch.bfloat16)
         assert torch.allclose(sample.feats.float(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_a_malformed_resume_state_continues_from_the_published_weights_with_one_line(tmp_path, capsys):
+    from engine.decode.loading import load_model
+    from engine.train.eagle3_build import resumed, weights_sha
+
+    target, _ = load_model("embedded", "target", "cpu", torch.float32)
+    capsys.readouterr()  # the loader's progress bar is not the line under test
+    taps = default_taps(target.config.num_hidden_layers)
+    head = random_head(target, [1, 2, 3, 50])
+    head.config.taps = taps
+    save_head(head, tmp_path / "head", torch.float32)
+    state = tmp_path / "state" / f"head-{weights_sha(tmp_path / 'head')[:16]}.pt"
+    state.parent.mkdir()
+    state.write_bytes(b"not a torch file")
+    cfg = HeadBuildConfig(out=str(tmp_path / "head"), state_dir=str(state.parent), resume=True)
+    loaded, vocab_ids, optimizer, stages, sha = resumed(cfg, target, taps)
+    assert optimizer is None and stages == [] and sha == weights_sha(tmp_path / "head")
+    assert vocab_ids.tolist() == [1, 2, 3, 50]
+    assert torch.equal(loaded.fc.weight, head.fc.weight)
+    err = capsys.readouterr().err
+    assert "unreadable" in err and "continuing from the published weights" in err and len(err.strip().splitlines()) == 1

@@ -40,7 +40,7 @@ def decoders(tiny_dirs, tmp_path_factory):
     path = tmp_path_factory.mktemp("head") / "h"
     save_head(random_head(near.pair.target, sorted(sorted(counts, key=lambda t: -counts[t])[:3])), path, torch.float32)
     head = Decoder(load_pair(d["target"], str(path), "cpu", "float32"))
-    return {"model": near, "ngram": near, "suffix": near, "none": near, "eagle3": head}
+    return {"model": near, "ngram": near, "suffix": near, "none": near, "eagle3": head, "hybrid": head}
 
 
 def references(dec: Decoder, n: int = N) -> list[list[int]]:
@@ -73,7 +73,7 @@ def decode_all(dec, drafter: str, max_batch: int, seed: int, k_choices=(None, 0,
 @pytest.mark.parametrize(
     "max_batch", [pytest.param(1, marks=pytest.mark.e2e), 3, pytest.param(8, marks=pytest.mark.e2e)]
 )
-@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "eagle3", "none"])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "eagle3", "hybrid", "none"])
 def test_every_row_equals_single_stream_target_only_at_any_batch_and_k(decoders, drafter, max_batch):
     dec = decoders[drafter]
     refs = references(dec)
@@ -86,6 +86,10 @@ def test_every_row_equals_single_stream_target_only_at_any_batch_and_k(decoders,
         assert sum(f.stats.proposed for f in done.values()) > 0
     if drafter in ("model", "ngram"):  # the agreeing draft and the repeated prompt: accepts and rejects both ran
         assert 0 < sum(f.stats.accepted for f in done.values()) < sum(f.stats.proposed for f in done.values())
+    if drafter == "hybrid":  # every drafting pass is counted under the source that drafted it
+        for f in done.values():
+            counted = sum(t["passes"] for t in (f.stats.per_source or {}).values())
+            assert counted == sum(1 for n in f.stats.k_per_pass if n)
     if max_batch > 1:
         assert max(max(f.batch_sizes, default=0) for f in done.values()) > 1  # rows really shared forwards
 

@@ -100,8 +100,8 @@ def test_speculation_slower_than_target_falls_back_to_k0_with_a_warning(
     class SlowSpeculation(Decoder):
         """Speculative requests report 3x their latency, as an expensive draft would."""
 
-        def run(self, prompt_ids, k, max_new_tokens, drafter="none", engine="phoenix", choose_k=None):
-            stats = super().run(prompt_ids, k, max_new_tokens, drafter, engine, choose_k)
+        def run(self, prompt_ids, k, max_new_tokens, drafter="none", engine="phoenix", choose_k=None, **kw):
+            stats = super().run(prompt_ids, k, max_new_tokens, drafter, engine, choose_k, **kw)
             if k > 0:
                 stats.latency_s *= 3
             return stats

@@ -6,7 +6,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import charts, data, tables, urlstate, widgets
+from app import charts, data, oracle, tables, urlstate, widgets
 from engine.analysis.regret import best_fixed, is_bandit, policy_table, regret_curves
 from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 
@@ -62,6 +62,7 @@ def render() -> None:
         },  # notes cut, not verdicts
     )
     widgets.csv_download(table, f"run{run_id}-policies", key="dl_pol")
+    oracle.panel(url, run_id, policies_only=True)
     curves = regret_curves(frame, best)
     st.subheader("Cumulative regret")
     charts.show(regret_chart(curves), width="stretch")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import actions, charts, data, provenance, served, serving, specbench, tracking, urlstate, widgets
+from app import actions, charts, data, oracle, provenance, served, serving, specbench, tracking, urlstate, widgets
 from engine.analysis.breakeven import diagnose
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
@@ -115,6 +115,7 @@ def body(url: str, run_id: int) -> None:
     serving.level(url, info)  # a load level: its variants side by side
     tracking.baseline_table(url, info, [m.mode for m in summaries])
     specbench.columns(url, run_id)
+    oracle.panel(url, run_id)
     served.sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
     drafter = info.bench.drafter if info.bench else "model"
@@ -130,6 +131,7 @@ def body(url: str, run_id: int) -> None:
         charts.show(charts.acceptance_chart(frame), width="stretch")
         st.caption(ACCEPTANCE_NOTE + " Fitted a per arm: " + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
         widgets.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
+    oracle.sources(url, run_id)
     draft_lengths(info, pos, split)
     st.subheader("Tokens/sec per arm")
     charts.show(charts.tokens_per_arm_chart(sample, urlstate.trace_url), width="stretch")

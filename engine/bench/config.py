@@ -7,6 +7,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from engine.config import check_choices, from_dict
+from engine.decode.hybrid import HybridConfig
 from engine.decode.loading import PairConfig
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
@@ -17,7 +18,7 @@ from engine.policies.wrappers import FallbackConfig
 
 @dataclass
 class BenchConfig(PairConfig):
-    drafter: RunDrafter = "model"  # what bandit modes draft with: model | ngram | suffix | eagle3
+    drafter: RunDrafter = "model"  # what bandit modes draft with: model | ngram | suffix | eagle3 | hybrid
     prompts: str = (
         "humaneval-test"  # humaneval-test | humaneval-train | humaneval | spec-bench-test | spec-bench-train |
         # spec-bench | FILE.jsonl
@@ -32,7 +33,8 @@ class BenchConfig(PairConfig):
     )
     modes: list[str] = field(
         default_factory=lambda: ["target", "model_4", "bandit"]
-    )  # target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, bandit, bandit:<policy>[:pass]
+    )  # target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hybrid_<k>, <model|eagle3|hybrid>-conf_<k>, hf_<k>,
+    # bandit, bandit:<policy>[:pass]
     arms: list[int] = field(default_factory=lambda: list(DEFAULT_ARMS))  # the k values a policy chooses from
     drafter_arms: list[str] = field(
         default_factory=list
@@ -41,6 +43,9 @@ class BenchConfig(PairConfig):
     granularity: Granularity = "request"  # request | pass: may k change between verification passes of one request
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the suffix drafter (suffix_<k>, --drafter suffix)
+    hybrid: HybridConfig = field(default_factory=HybridConfig)  # hybrid_<k>: when the suffix trees draft, not the head
+    confidence_threshold: float = 0.4  # <drafter>-conf_<k>: stop a draft after its first token whose top probability
+    # is under this (transformers' assistant_confidence_threshold default)
     cache: CacheKind = (
         "dynamic"  # dynamic | static: Phoenix's loop on a KV cache preallocated once per run (rejection moves
         # its write position back)
@@ -120,6 +125,11 @@ def validate(cfg: BenchConfig) -> BenchConfig:
             )
     cfg.fallback.validate()
     cfg.suffix.validate()
+    cfg.hybrid.validate()
+    if not 0.0 < cfg.confidence_threshold < 1.0:  # NaN fails this too
+        raise PhoenixError(
+            f"--confidence-threshold must be in (0, 1), got {cfg.confidence_threshold}", field="confidence_threshold"
+        )
     if not 1 <= cfg.max_new_tokens <= cfg.max_new_tokens_cap:
         raise PhoenixError(
             f"--max-new-tokens must be in 1..{cfg.max_new_tokens_cap}, got {cfg.max_new_tokens}", field="max_new_tokens"

@@ -12,14 +12,18 @@ import pandas as pd
 
 from db.entities import ModeSummary, RunInfo
 from db.store import Store
+from engine.analysis.oracle import oracle_table
 from engine.analysis.pass_cost import pass_costs
+from engine.analysis.sources import source_passes
+from engine.analysis.sources import source_positions as summed_source_positions
 from engine.analysis.speedup import Spread, speedups
 from engine.analysis.stats import wilson
 from engine.bench.leaderboard import leaderboard, per_position
 from engine.modes import reference_mode
 
 REPORT_FORMATS = ("table", "md", "csv")
-REPORT_BY = ("mode", "column", "pass")  # the results table, or Spec-Bench's per-column leaderboard
+REPORT_BY = ("mode", "column", "pass", "oracle", "source")  # the results table, Spec-Bench's per-column
+# leaderboard, a serving engine's pass costs, the per-prompt oracle, a hybrid's passes by source
 
 
 def summaries(store: Store, run_id: int, totals=None) -> list[ModeSummary]:
@@ -149,6 +153,43 @@ def pass_table(store: Store, run_id: int) -> pd.DataFrame:
     if ref is None:
         return pd.DataFrame()
     return pass_costs(frame, ref, frame.groupby("mode")["k"].max().to_dict())
+
+
+def oracle(store: Store, run_id: int) -> pd.DataFrame:
+    """The per-prompt oracle and every mode's share of it (engine.analysis.oracle); empty below two fixed modes."""
+    return oracle_table(store.prompt_rewards(run_id))
+
+
+def sources(store: Store, run_id: int) -> pd.DataFrame:
+    """A hybrid's passes by the source that drafted them (engine.analysis.sources); empty without one."""
+    return source_passes(store.source_counts(run_id))
+
+
+def source_positions(store: Store, run_id: int) -> pd.DataFrame:
+    """A hybrid's per-position counts by source, in the shape every acceptance curve is drawn from."""
+    return summed_source_positions(store.source_counts(run_id))
+
+
+def oracle_markdown(table: pd.DataFrame) -> str:
+    """The oracle table as Markdown, for the docs."""
+    if table.empty:
+        return ""
+    lines = [
+        "| mode | n | x reference | share of oracle, median (IQR) | oracle picks |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for _, r in table.iterrows():
+        share = r["share of oracle"]
+        shown = (
+            "1"
+            if r["mode"] == "oracle"
+            else "n/a"
+            if pd.isna(share)
+            else f"{share:.3f} ({r['share p25']:.3f}-{r['share p75']:.3f})"
+        )
+        picks = "" if pd.isna(r["oracle picks"]) else str(int(r["oracle picks"]))
+        lines.append(f"| {r['mode']} | {r['n']} | {_f(r['x reference'], '.2f')}x | {shown} | {picks} |")
+    return "\n".join(lines)
 
 
 def spec_bench_positions(store: Store, run_id: int) -> pd.DataFrame:

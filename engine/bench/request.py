@@ -43,12 +43,13 @@ class RunState:
     answers: dict[str, str] = field(default_factory=dict)  # target-only text by prompt id: a next turn's context
     prompts: dict[str, Prompt] = field(default_factory=dict)  # the run's prompts by id (a later turn finds its parent)
 
-    def arm(self, decision_k: int, run_drafter: str) -> tuple[str, int]:
-        """(drafter, k) of a bandit's choice: its k with the run's drafter, or the drafter arm it indexes."""
+    def arm(self, decision_k: int, run_drafter: str) -> tuple[str, int, bool]:
+        """(drafter, k, confident?) of a bandit's choice: its k with the run's drafter, or the drafter arm it
+        indexes."""
         if not self.arm_labels:
-            return run_drafter, decision_k
+            return run_drafter, decision_k, False
         mode = Mode.parse(self.arm_labels[decision_k])
-        return mode.drafter(run_drafter, self.decoder.pair.draft is not None), mode.k or 0
+        return mode.drafter(run_drafter, self.decoder.pair.draft is not None), mode.k or 0, mode.confident
 
     def labelled(self, per_arm: dict) -> dict:
         """A policy's per-arm snapshot keyed by what the arm is: str(k), or the drafter arm's label."""
@@ -107,18 +108,22 @@ def run_one(
     """Decode one (prompt, mode) and build its record; updates the policy."""
     parsed = Mode.parse(mode)
     drafter, k = parsed.drafter(cfg.drafter, state.decoder.pair.draft is not None), parsed.k or 0
+    confident = parsed.confident
     decision, choose_k = None, None
     if parsed.is_bandit:
         policy = state.policies[mode]
         decision = policy.choose(len(ids), category_group(prompt.category)) if not warmup else None
-        drafter, k = state.arm(decision.arm if decision else max(cfg.policy_arms()), cfg.drafter)
+        drafter, k, confident = state.arm(decision.arm if decision else max(cfg.policy_arms()), cfg.drafter)
         choose_k = policy.pass_controller(decision) if decision else None
         if decision is not None and decision.event:
             state.telemetry.policy_event(run_id, mode, decision.event)
     trace_id = new_trace_id()
     span = nullcontext() if warmup else state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id)
     with span as txn:
-        stats = state.decoder.run(ids, k, cfg.max_new_tokens, drafter, parsed.loop or "phoenix", choose_k)
+        threshold = cfg.confidence_threshold if confident else 0.0
+        stats = state.decoder.run(
+            ids, k, cfg.max_new_tokens, drafter, parsed.loop or "phoenix", choose_k, confidence=threshold
+        )
         rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
         rec.drafter = drafter if (k > 0 or choose_k) else "none"
         state.seq += 1

@@ -19,7 +19,7 @@ from engine.bench.recorder import Recorder
 from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
 from engine.decode.compiled import finish, graph_count
 from engine.decode.decoder import Decoder
-from engine.decode.loading import load_pair
+from engine.decode.loading import fingerprint, load_pair
 from engine.errors import PhoenixError
 from engine.modes import K_MAX, Mode
 from engine.prompts.sets import Prompt
@@ -112,14 +112,15 @@ def execute(
     except PhoenixError as exc:
         store.set_status(run_id, "failed", str(exc))
         raise
-    decoder.start_run(cfg.suffix)
+    decoder.start_run(cfg.suffix, cfg.hybrid)
     # The stored config says what ran: auto resolved to the device, dtype and prompt format actually used.
     resolved = {
         "device": decoder.pair.device,
         "dtype": decoder.pair.dtype,
         "prompt_format": decoder.prompt_format(cfg.prompt_format),
     }
-    store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}})
+    # the draft's weights as loaded: which head or draft ran (a build stage changes a head under the same name)
+    store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}, "draft_sha256": fingerprint(decoder.pair.draft)})
     state = make_state(decoder, cfg, telemetry)
     state.prompts = {p.id: p for p in prompts}
     existing = store.requests(run_id, include_warmup=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
+from engine.analysis.oracle import ORACLE_NOTE, oracle_lines
 from engine.analysis.pass_cost import PASS_COST
 from engine.bench.config import BenchConfig, validate
 from engine.bench.leaderboard import markdown as leaderboard_markdown
@@ -19,8 +20,10 @@ from engine.bench.report import (
     csv_rows,
     format_table,
     markdown,
+    oracle,
     pass_table,
     report,
+    sources,
     spec_bench,
     summaries,
 )
@@ -31,6 +34,7 @@ from engine.config import add_options, from_args
 from engine.errors import PhoenixError
 from engine.export.files import EXPORT_FORMATS, export, export_sqlite
 from engine.export.mlflow import MlflowTarget, export_run
+from engine.modes import reference_mode
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import Heartbeat, worker_id
 
@@ -165,6 +169,8 @@ def cmd_report(args) -> int:
         return _report_columns(store, run.id, args.format)
     if args.by == "pass":
         return _report_passes(store, run.id, args.format)
+    if args.by in ("oracle", "source"):
+        return _report_frame(store, run.id, args.by, args.format)
     rows = summaries(store, run.id)
     if args.format == "md":
         print(markdown(run, rows))
@@ -174,21 +180,39 @@ def cmd_report(args) -> int:
         writer.writerows(csv_rows(rows))
     else:
         print(format_table(rows))
+        lines = oracle_lines(oracle(store, run.id), reference_mode(m.mode for m in rows))
+        if lines:
+            print("\n" + "\n".join(lines))
     return 0
 
 
-def _report_passes(store, run_id: int, fmt: str) -> int:
-    table = pass_table(store, run_id)
-    if table.empty:
-        raise PhoenixError(f"run {run_id} has no pass costs: it needs a reference mode and modes that drafted")
+def _print_table(table, fmt: str, note: str = "") -> int:
+    """A report table in the chosen format; its definition (``note``) on stderr, apart from what a pipe reads."""
     if fmt == "md":
         print(table.to_markdown(index=False, floatfmt=".3f"))
     elif fmt == "csv":
         table.to_csv(sys.stdout, index=False)
     else:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"\n{PASS_COST}.", file=sys.stderr)  # the definition, apart from the table a pipe reads
+    if note:
+        print(f"\n{note}.", file=sys.stderr)
     return 0
+
+
+def _report_frame(store, run_id: int, by: str, fmt: str) -> int:
+    """The oracle table or the hybrid's per-source table, in any of the formats."""
+    table = oracle(store, run_id) if by == "oracle" else sources(store, run_id)
+    if table.empty:
+        need = "two or more fixed modes on the same prompts" if by == "oracle" else "a hybrid_<k> mode"
+        raise PhoenixError(f"run {run_id} has no {by} table: it needs {need}")
+    return _print_table(table, fmt, ORACLE_NOTE if by == "oracle" else "")
+
+
+def _report_passes(store, run_id: int, fmt: str) -> int:
+    table = pass_table(store, run_id)
+    if table.empty:
+        raise PhoenixError(f"run {run_id} has no pass costs: it needs a reference mode and modes that drafted")
+    return _print_table(table, fmt, PASS_COST)
 
 
 def _report_columns(store, run_id: int, fmt: str) -> int:
@@ -236,7 +260,9 @@ def add_commands(sub) -> None:
         default="mode",
         help="mode: the results table; column: Spec-Bench's leaderboard (speedup, n and Welch's p per "
         "column group, mean accepted tokens); pass: per drafting mode, tokens per pass, the pass's cost in "
-        "reference tokens and the acceptance it would need to pay (a serving engine's break-even)",
+        "reference tokens and the acceptance it would need to pay (a serving engine's break-even); oracle: "
+        "the best fixed mode per prompt in hindsight and every mode's share of it; source: a hybrid's passes "
+        "by the source that drafted them",
     )
     e = add_run_command(sub, "export", "write a run's requests as CSV or JSON, or the run as a SQLite file", cmd_export)
     e.add_argument("--format", choices=EXPORT_FORMATS, default="csv")

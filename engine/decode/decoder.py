@@ -11,6 +11,7 @@ from engine.decode.compiled import CompileStats, StaticCaches, compile_models
 from engine.decode.drafters import ModelDrafter, NgramDrafter
 from engine.decode.eagle3 import Eagle3Drafter, Eagle3Head
 from engine.decode.hf_assisted import generate_hf
+from engine.decode.hybrid import HybridConfig, HybridDrafter
 from engine.decode.loading import LoadedPair
 from engine.decode.spec import Drafter, RequestStats, generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter
@@ -91,6 +92,7 @@ class Decoder:
         )
         self._ngram = NgramDrafter()
         self._suffix = SuffixDrafter()
+        self._hybrid_cfg = HybridConfig()
         self.eos_id = self.pair.tokenizer.eos_token_id
 
     def prompt_format(self, wanted: str = "auto") -> str:
@@ -122,9 +124,11 @@ class Decoder:
                 f"context of {ctx}; shorten the prompt or lower --max-new-tokens"
             )
 
-    def start_run(self, suffix: SuffixConfig) -> None:
-        """A new run: the suffix drafter's global tree starts empty, with the run's settings."""
+    def start_run(self, suffix: SuffixConfig, hybrid: HybridConfig | None = None) -> None:
+        """A new run: the suffix drafter's global tree starts empty, with the run's settings (the hybrid's trees
+        are the suffix drafter's: one global tree per run)."""
         self._suffix = SuffixDrafter(suffix)
+        self._hybrid_cfg = hybrid or HybridConfig()
 
     def drafter(self, kind: str) -> Drafter | None:
         if kind == "none":
@@ -133,12 +137,14 @@ class Decoder:
             return self._ngram
         if kind == "suffix":
             return self._suffix
-        if kind == "eagle3":
+        if kind in ("eagle3", "hybrid"):
             if self._eagle3 is None:
                 raise PhoenixError(
-                    "drafter 'eagle3' needs an EAGLE-3 head: pass --draft smollm2-eagle3 (or your head's folder)",
+                    f"drafter {kind!r} needs an EAGLE-3 head: pass --draft smollm2-eagle3 (or your head's folder)",
                     field="draft",
                 )
+            if kind == "hybrid":
+                return HybridDrafter(self._suffix, self._eagle3, self._hybrid_cfg)
             return self._eagle3
         if kind != "model":
             raise PhoenixError(f"unknown drafter {kind!r}: use {', '.join(DRAFTERS)}", field="drafter")
@@ -163,7 +169,7 @@ class Decoder:
             return ModelDrafter(shared.model, shared.vocab_limit)
         if isinstance(shared, Eagle3Drafter):
             return Eagle3Drafter(shared.head, shared.embed, shared.taps)
-        if isinstance(shared, SuffixDrafter):
+        if isinstance(shared, (SuffixDrafter, HybridDrafter)):
             return shared.fork()
         return shared
 
@@ -187,9 +193,11 @@ class Decoder:
         loop: str = "phoenix",
         choose_k=None,
         timed: bool = True,
+        confidence: float = 0.0,
     ) -> RequestStats:
         """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter. ``timed``
-        off (a shadow check's reference, a warm-up) runs without the clock and its device syncs."""
+        off (a shadow check's reference, a warm-up) runs without the clock and its device syncs. ``confidence``
+        above 0 (a -conf mode) stops each draft after the first token the drafter's top probability is under."""
         check_k(k)
         if (k > 0 or choose_k) and drafter == "none":
             raise PhoenixError(f"k={k} needs a drafter: pass --drafter model, ngram or suffix, or k=0", field="drafter")
@@ -202,6 +210,10 @@ class Decoder:
                     self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id
                 )
             used = self.drafter(drafter) if (k > 0 or choose_k) else None
+            if used is not None and hasattr(used, "stop_below"):
+                used.stop_below = confidence  # per request: the shared drafter serves every mode of the run
+            elif confidence > 0:
+                raise PhoenixError(f"drafter {drafter!r} has no probabilities to stop on", field="modes")
             positions = max(self.cache_positions, len(prompt_ids) + max_new_tokens + K_MAX + 1)
             cache = self._caches.get(self._target, positions) if self.cache == "static" else None
             if self._model_drafter is not None:

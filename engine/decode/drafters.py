@@ -14,6 +14,12 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
 
+def unsure(logits: torch.Tensor, threshold: float) -> bool:
+    """The drafter's top probability is under ``threshold``: a confident drafter stops after this token
+    (transformers' assistant_confidence_threshold keeps the unsure token and drafts no further)."""
+    return bool(threshold > 0 and torch.softmax(logits.float(), dim=-1).max() < threshold)
+
+
 class ModelDrafter:
     """A small causal LM with its own KV cache, kept in step with the target's."""
 
@@ -22,6 +28,7 @@ class ModelDrafter:
     def __init__(self, model, vocab_limit: int | None = None):
         self.model = model
         self.vocab_limit = vocab_limit  # propose only ids the target also has (padded output layers differ)
+        self.stop_below = 0.0  # a -conf mode's confidence threshold for this request; 0: always draft k
         self.cache: Cache | None = None
         self.cache_len = 0
         self.new_cache: Callable[[], Cache] | None = None  # an empty static cache for the next request; None: dynamic
@@ -32,21 +39,22 @@ class ModelDrafter:
         self._feed(prompt_ids)
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
+        """The logits after ``ids``, fed on top of the cache."""
         x = torch.tensor([ids], device=self.model.device)
         logits = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=1).logits
         self.cache_len += len(ids)
-        return logits[0, -1, : self.vocab_limit].argmax()
+        return logits[0, -1, : self.vocab_limit]
 
     def propose(self, context: list[int], k: int) -> list[int]:
         # After a full accept the cache lags by one drafted token; feeding every
         # uncached token of the context in the first call catches it up in the same pass.
-        tok = self._feed(context[self.cache_len :])
-        out = [tok]
-        for _ in range(k - 1):
-            logits = self.model(input_ids=tok.view(1, 1), cache=self.cache, use_cache=True).logits
+        logits = self._feed(context[self.cache_len :])
+        out = [logits.argmax()]
+        while len(out) < k and not unsure(logits, self.stop_below):
+            logits = self.model(input_ids=out[-1].view(1, 1), cache=self.cache, use_cache=True).logits
             self.cache_len += 1
-            tok = logits[0, -1, : self.vocab_limit].argmax()
-            out.append(tok)
+            logits = logits[0, -1, : self.vocab_limit]
+            out.append(logits.argmax())
         return torch.stack(out).tolist()
 
     def rollback(self, final_len: int) -> None:

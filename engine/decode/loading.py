@@ -38,6 +38,26 @@ class LoadedPair:
     shared_vocab: int | None = None  # output rows both models have; the draft proposes only from these
 
 
+def fingerprint(model) -> str | None:
+    """sha256 of a model's weights as loaded (names, dtypes and bytes): which draft or head a run drafted with, so
+    two runs of `smollm2-eagle3` before and after a build stage say they drafted with different heads."""
+    if model is None:
+        return None
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch_uint8()).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
 def pick_device(device: str) -> str:
     import torch
 

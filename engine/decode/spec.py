@@ -33,7 +33,9 @@ class Drafter(Protocol):
     - ``taps`` and ``observe(features)``: a drafter that reads the target's hidden states (EAGLE-3) names the
       layers and is handed their states at the positions each target pass cached, the prompt's first;
     - ``finish(prompt_ids, output_ids)``: the request ended (after the clock), for drafters that learn across
-      requests (the suffix trees' global tree).
+      requests (the suffix trees' global tree);
+    - ``source``: a drafter with several sources (the hybrid) names the one behind its last proposal, and the
+      request counts each source's passes apart.
     """
 
     name: str
@@ -221,6 +223,8 @@ def generate(
         last = accept(cache, drafted, predicted, feats)
         stats.verify_s += clock.lap()
         stats.count_pass(last.proposed, last.accepted)
+        if drafted and (source := getattr(drafter, "source", None)):  # a hybrid says which of its sources drafted
+            stats.count_source(source, last.proposed, last.accepted)
         seq += last.new
         if drafting:
             hook(drafter, "rollback", len(seq) - 1)

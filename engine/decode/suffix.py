@@ -199,6 +199,11 @@ class SuffixDrafter:
         self._fed += len(tokens)
 
     def propose(self, context: list[int], k: int) -> list[int]:
+        return self.speculate(context, k)[0]
+
+    def speculate(self, context: list[int], k: int) -> tuple[list[int], float]:
+        """The draft and its score (the sum of its tokens' path probabilities: the tokens the trees expect to be
+        accepted), the better of the request tree's and the global tree's."""
         self._feed(context[self._fed :])
         # the request tree's active nodes are exactly the matches of the text's suffixes, longest first
         depth = len(self.local.active)
@@ -206,8 +211,8 @@ class SuffixDrafter:
         if self._global_matches:
             other, other_score = best_draft(self._global_matches, k, self.cfg)
             if other_score > score:
-                tokens = other
-        return tokens
+                tokens, score = other, other_score
+        return tokens, score
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
         """The request ended: its output joins the global tree; the oldest leave past max_cached_requests."""

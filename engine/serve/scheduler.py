@@ -186,6 +186,8 @@ class Scheduler:
         emitted = 0
         for row, k, out, dt in zip(self.rows, ks, outcomes, draft_times):
             row.stats.count_pass(out.proposed, out.accepted)
+            if out.proposed and (source := getattr(row.drafter, "source", None)):  # a hybrid's source, as in generate
+                row.stats.count_source(source, out.proposed, out.accepted)
             row.stats.verify_s += verify_s
             row.batch_sizes.append(b)
             if row.drafter is not None:

@@ -182,6 +182,7 @@ class Service:
             "accepted": s.accepted,
             "acceptance": s.acceptance,
             "per_position": [asdict(p) for p in s.positions],
+            "per_source": s.per_source,  # a hybrid's passes by the source that drafted them; None otherwise
             "batch_size_mean": sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
             "batch_size_max": max(f.batch_sizes, default=None),
             "queue_s": f.queue_s,

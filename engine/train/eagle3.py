@@ -32,11 +32,14 @@ class HeadBuildConfig:
     )
     humaneval_prompts: int = 114  # from HumanEval's train split (114 = all of it)
     spec_bench_prompts: int = 240  # from Spec-Bench's train half (240 = all of it)
+    second_turns: int = 40  # MT-bench second turns of that half, after the target's own first answer (40 = all)
+    code_style_prompts: int = 120  # stdlib functions asked about in chat: explain, annotate, test, rewrite
     stdlib_prompts: int = 60  # windows of standard-library code, continued as raw text
-    max_prompt_tokens: int = 384  # longer prompts keep their last tokens: prompt positions are context, not the goal
+    max_prompt_tokens: int = 1024  # longer prompts keep their last tokens (Spec-Bench's longest run to ~1,000)
     max_new_tokens: int = 128  # answer length per prompt
     gen_batch: int = 24  # prompts answered together
-    train_prompt_tokens: int = 64  # prompt tokens kept as context in training: the taps already carry the rest
+    train_prompt_tokens: int = 1024  # prompt tokens kept as context in training: a head drafts after long contexts
+    # too, so it must attend over them in training (the first build kept 64)
     fixed_text_tokens: int = 200_000  # teacher-forced fixed text (EAGLE-1's data): one cheap forward per batch
     text_window: int = 256  # tokens per fixed-text window (the Python docs and stdlib code)
     ttt_steps: int = 4  # training-time-test unroll (EAGLE-3 uses 7; 4 fits a CPU budget)
@@ -46,12 +49,14 @@ class HeadBuildConfig:
     lr: float = 2e-3  # peak AdamW learning rate (cosine decay after warm-up)
     warmup_steps: int = 20
     time_budget_s: float = 0.0  # stop training after this many seconds (0: run every epoch)
-    eval_prompts: int = 8  # held-out prompts whose answers measure top-1 agreement
+    eval_prompts: int = 6  # held-out prompts per held-out source whose answers measure top-1 agreement
     eval_every: int = 40  # optimizer steps between held-out checks (the go/no-go curve in the model card)
     seed: int = 1234
     answers_dir: str = str(DATA_DIR / "head-answers")  # the target's answers with their taps, kept for the next build
     dtype: str = "float32"  # the target's dtype while answering
     save_dtype: str = "float16"  # the head on disk
+    resume: bool = False  # continue the head at --out: its weights, optimizer state and stages, on this stage's data
+    state_dir: str = str(DATA_DIR / "head-state")  # fp32 weights and optimizer state per head, for --resume
 
 
 @dataclass
@@ -139,6 +144,20 @@ def _sample(seq: torch.Tensor, layers: list[torch.Tensor], pad: int, width: int,
             end = width + int(hits[0]) + 1
     feats = torch.cat(layers[:-1], dim=-1)[pad : end - 1].to(torch.bfloat16)
     return Sample(seq[pad:end].clone(), feats, layers[-1][pad : end - 1].to(torch.bfloat16), width - pad)
+
+
+def kept_coverage(samples: list[Sample], vocab_ids: torch.Tensor, vocab: int) -> dict:
+    """The share of the samples' answer tokens a kept draft vocabulary covers (a resumed stage keeps its head's)."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for s in samples:
+        if s.greedy:
+            counts += torch.bincount(s.tokens[s.prompt_len :], minlength=vocab)[:vocab]
+    total = max(int(counts.sum()), 1)
+    return {
+        "answer_tokens": int(counts.sum()),
+        "distinct": int((counts > 0).sum()),
+        "coverage": {len(vocab_ids): round(float(counts[vocab_ids].sum()) / total, 4)},
+    }
 
 
 def pick_vocab(samples: list[Sample], size: int, vocab: int) -> tuple[torch.Tensor, dict]:
@@ -262,11 +281,20 @@ def clip_prompt(sample: Sample, keep: int) -> Sample:
 
 
 def train(
-    trainer: Trainer, samples: list[Sample], cfg: HeadBuildConfig, on_step=None, held: list[Sample] | None = None
+    trainer: Trainer,
+    samples: list[Sample],
+    cfg: HeadBuildConfig,
+    on_step=None,
+    held: list[Sample] | None = None,
+    optimizer_state: dict | None = None,
 ) -> dict:
+    """Train; ``optimizer_state`` continues an earlier stage's AdamW moments. The result holds the optimizer's state
+    (``optimizer``) for the next stage."""
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in trainer.head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    if optimizer_state is not None:
+        opt.load_state_dict(optimizer_state)
     total_steps = cfg.epochs * len(batches(samples, cfg.batch_tokens, torch.Generator().manual_seed(0)))
     history: list[dict] = []
     start, step = time.perf_counter(), 0
@@ -297,9 +325,9 @@ def train(
                 on_step(history[-1])
             if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
                 trainer.head.eval()
-                return {"steps": step, "stopped": "time budget", "history": history}
+                return {"steps": step, "stopped": "time budget", "history": history, "optimizer": opt.state_dict()}
     trainer.head.eval()
-    return {"steps": step, "stopped": "epochs done", "history": history}
+    return {"steps": step, "stopped": "epochs done", "history": history, "optimizer": opt.state_dict()}
 
 
 def _lr(step: int, total: int, cfg: HeadBuildConfig) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.decode.drafters import unsure
 from engine.decode.eagle3.head import HeadCache
 
 
@@ -23,6 +24,7 @@ class Eagle3Drafter:
         self.cache = HeadCache()
         self.real = 0  # pairs in the cache that rest on the target's own taps
         self.pending: torch.Tensor | None = None  # taps [n, 3H] of cached target positions not yet paired
+        self.stop_below = 0.0  # a -conf mode's confidence threshold for this request; 0: always draft k
 
     def observe(self, features: torch.Tensor) -> None:
         self.pending = features if self.pending is None else torch.cat([self.pending, features])
@@ -51,16 +53,15 @@ class Eagle3Drafter:
         return self.head.to_target_ids(self.head.logits(prenorm)[0, -1].argmax())
 
     def propose(self, context: list[int], k: int) -> list[int]:
-        seq = context
         self.cache.crop(self.real)
-        h = self._run(seq)
-        tok = self._pick(h)
-        out = [tok]
-        for i in range(1, k):
-            positions = torch.tensor([[self.real + i - 1]], device=h.device)
-            h = self.head.step(self.embed(tok.view(1, 1)), h, positions, self.cache)
-            tok = self._pick(h)
-            out.append(tok)
+        h = self._run(context)
+        logits = self.head.logits(h)[0, -1]
+        out = [self.head.to_target_ids(logits.argmax())]
+        while len(out) < k and not unsure(logits, self.stop_below):
+            positions = torch.tensor([[self.real + len(out) - 1]], device=h.device)
+            h = self.head.step(self.embed(out[-1].view(1, 1)), h, positions, self.cache)
+            logits = self.head.logits(h)[0, -1]
+            out.append(self.head.to_target_ids(logits.argmax()))
         return torch.stack(out).tolist()
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
