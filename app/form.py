@@ -17,6 +17,12 @@ PROMPT_SETS = list(NAMED_SETS)
 PROMPT_FORMATS = ["auto", "chat", "raw"]
 DTYPES = ["auto", "float32", "bfloat16", "float16"]
 DEVICES = ["auto", "cpu", "cuda"]
+FAST = ["off", "exact", "auto"]  # BenchConfig.fast
+FAST_HELP = (
+    "The forward path: off runs the dtype above eagerly; exact takes the fastest path `python -m benchmarks.limits "
+    "--compile` measured on this CPU in that dtype; auto may also take bfloat16 (outputs then checked against "
+    "bfloat16 target-only). The run stores what it chose."
+)
 # What the list offers; any other mode of the grammar can be typed (Mode.parse checks it).
 MODE_CHOICES = (
     ["target"]
@@ -104,6 +110,7 @@ def values_of(cfg: BenchConfig, targets: list[str], drafts: list[str]) -> dict:
         "n_format": cfg.prompt_format,
         "n_dtype": cfg.dtype,
         "n_device": cfg.device if cfg.device in DEVICES else "auto",
+        "n_fast": cfg.fast,
         "n_name": cfg.name,
     }
 
@@ -128,6 +135,7 @@ def config_of(values: dict) -> BenchConfig:
         prompt_format=values["n_format"],
         dtype=values["n_dtype"],
         device=values["n_device"],
+        fast=values.get("n_fast", "off"),
         modes=[m.strip() for m in values["n_modes"] if m.strip()],
         drafter_arms=[a.strip() for a in values["n_drafter_arms"].split(",") if a.strip()],
         policy=values["n_policy"],

@@ -4,10 +4,13 @@ server user reads first, time to first token and time per output token."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import streamlit as st
 
 from app import data, tables
 from engine.analysis.load import TPOT, level_table
+from engine.bench import fast
 
 
 def duration_text(info) -> str:
@@ -23,14 +26,34 @@ def duration_text(info) -> str:
     return f"{began} · finished {end:%H:%M} · took {took} (queue wait included)"
 
 
+def cpu_text(env: dict) -> str:
+    """The CPU with its cores and speed flags, or a sentence saying it was not recorded."""
+    if not env.get("cpu"):
+        return "CPU not recorded (this run predates the environment record)"
+    flags = ", ".join(env.get("cpu_flags") or []) or "no AVX2 or newer"
+    return f"CPU {env['cpu']}, {env.get('cores', '?')} cores ({flags})"
+
+
+def path_text(info) -> str:
+    """The dtype and forward path a run's figures were measured on, and what --fast chose where it was asked."""
+    bench = info.config.get("bench") or {}
+    compiled = info.config.get("compile") or {}
+    if compiled and not compiled.get("compiled"):
+        path = "eager (compile failed)"
+    else:
+        path = fast.path_of(SimpleNamespace(**{"cache": "dynamic", "compile": False, "freeze": False, **bench}))
+    text = f"{bench.get('dtype', '?')} {path}"
+    chosen = info.config.get("fast")
+    if chosen:
+        text += f" (--fast {chosen['asked']}: " + ("chosen from " + chosen["from"] if chosen["chose"] else "kept") + ")"
+    return text
+
+
 def machine_text(env: dict) -> str:
     """The CPU, its cores and the instruction sets that change a forward's cost; the versions; the commit."""
     if not env:
         return "machine: not recorded (this run predates the environment record)"
-    parts = []
-    if env.get("cpu"):
-        flags = ", ".join(env.get("cpu_flags") or []) or "no AVX2 or newer"
-        parts.append(f"CPU {env['cpu']}, {env.get('cores', '?')} cores ({flags})")
+    parts = [cpu_text(env)] if env.get("cpu") else []
     versions = [f"{name} {env[name]}" for name in ("torch", "transformers", "python") if env.get(name)]
     if versions:
         parts.append(", ".join(versions))
@@ -43,6 +66,8 @@ def panel(url: str, info) -> None:
     """The run's provenance in two lines of text and its config in full, folded."""
     st.text(duration_text(info))
     st.text(machine_text(info.config.get("environment") or {}))
+    if info.config.get("bench"):
+        st.text("path: " + path_text(info))
     with st.expander("Full config, as stored with the run"):
         st.json(info.config, expanded=2)
 

@@ -44,10 +44,16 @@ def bench_command(b: BenchConfig) -> str:
     """The command that repeats a run: every setting that differs from the default, as its flag."""
     default = BenchConfig()
     flags = []
+    # --fast chose the path (cache, compile, freeze and, for auto, the dtype): the command asks for --fast again
+    chosen = {"cache", "compile", "freeze"} if b.fast != "off" else set()
     for f in dataclasses.fields(BenchConfig):
         value, base = getattr(b, f.name), getattr(default, f.name)
-        if f.name in ("device", "dtype", "prompt_format", "max_new_tokens_cap", "max_prompts"):
+        if f.name in ("device", "dtype", "prompt_format", "max_new_tokens_cap", "max_prompts") or f.name in chosen:
             continue  # resolved at run time (auto) or form limits
+        if isinstance(value, bool):
+            if value != base:
+                flags.append(f"--{f.name.replace('_', '-')}" if value else f"--no-{f.name.replace('_', '-')}")
+            continue
         if dataclasses.is_dataclass(value):
             for g in dataclasses.fields(value):
                 if getattr(value, g.name) != getattr(base, g.name):
@@ -57,7 +63,7 @@ def bench_command(b: BenchConfig) -> str:
             flags.append(
                 f"--{f.name.replace('_', '-')} '{text}'" if " " in text else f"--{f.name.replace('_', '-')} {text}"
             )
-    if b.dtype not in ("float32", "auto"):
+    if b.dtype not in ("float32", "auto") and b.fast != "auto":
         flags.append(f"--dtype {b.dtype}")
     return "python -m engine bench " + " ".join(flags)
 

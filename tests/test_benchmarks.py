@@ -191,18 +191,31 @@ def test_the_limits_benchmark_measures_floor_step_and_verify_cost_in_one_process
             "8",
             "--stream-mb",
             "8",
+            "--batches",
+            "1,2",
+            "--batch-widths",
+            "1,5",  # past the longest verify (k_max + 1 = 3): measured at 3
             "--out",
             str(tmp_path),
         ]
     )
     r = result["dtypes"][0]
-    assert r["bandwidth"]["gb_per_s"]["median"] > 0 and r["weight_bytes"] > 0
-    assert r["floor_step_s"] == pytest.approx(r["weight_bytes"] / (r["bandwidth"]["gb_per_s"]["median"] * 1e9))
+    bw = r["bandwidth"]
+    assert bw["gb_per_s"]["median"] > 0 and bw["read_gb_per_s"]["median"] > 0 and r["weight_bytes"] > 0
+    fastest = max(bw["gb_per_s"]["median"], bw["read_gb_per_s"]["median"])  # the floor takes the faster read
+    assert r["floor_step_s"] == pytest.approx(r["weight_bytes"] / (fastest * 1e9))
     for engine_name in ("eager", "static"):
-        assert set(r[engine_name]["verify_over_step"]) == {1, 2, 3}
-        assert r[engine_name]["verify_over_step"][1] == 1.0 and r[engine_name]["step_over_floor"] > 0
+        e = r[engine_name]
+        assert set(e["verify_over_step"]) == {1, 2, 3}  # every width 1 .. k_max + 1
+        assert e["verify_over_step"][1] == 1.0 and e["step_over_floor"] > 0
+        assert set(e["batched"]) == {1, 2} and set(e["batched"][2]) == {1, 3}  # rows x tokens, 3 = k_max + 1
+        assert e["batched"][1][3]["over_step"] == e["verify_over_step"][3] and e["batched"][2][3]["over_step"] > 0
+        assert e["graphs"] == {"one_row": 0, "batched": 0}  # eager paths compile nothing
     stored = latest("limits", tmp_path)
-    assert "| float32 |" in limits.markdown(stored)
+    assert stored["provenance"]["cpu"] and "cpu_flags" in stored["provenance"]  # every figure names its CPU
+    text = limits.markdown(stored)
+    assert "| float32 |" in text and text.startswith(f"CPU: {stored['provenance']['cpu']}")
+    assert "| float32 | eager | 2 |" in text  # the batched grid's row
 
 
 def _slug(heading: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import bench_cfg
+from transformers import StaticCache
 
 from engine.bench.run import execute
 from engine.bench.setup import create_run
@@ -86,16 +87,34 @@ def test_compiled_decoding_equals_eager_and_adds_no_graph_inside_measured_reques
 
 
 @pytest.mark.compile
-def test_a_compiled_run_records_its_compile_time_and_recompiles(store, tiny_dirs, prompt_file):
+def test_frozen_weights_decoding_equals_eager_in_fp32_and_adds_no_graph_inside_measured_requests(pairs):
+    """Freezing folds and prepacks the weights into the graphs: a different kernel, the same greedy outputs."""
+    eager, dec = Decoder(pairs["llama"]), Decoder(pairs["llama"])
+    stats = dec.compile(4, 200, freeze=True)
+    assert stats.compiled and stats.frozen and stats.error is None and stats.graphs > 0
+    after_warmup = compiled.graph_count()
+    for prompt in PROMPTS:
+        ids = eager.encode(prompt)
+        reference = eager.run(ids, 0, 40).output_ids
+        for drafter, k in (("none", 0), ("model", 1), ("model", 4), ("ngram", 4)):
+            assert dec.run(ids, k, 40, drafter).output_ids == reference, f"{drafter} k={k} diverged when frozen"
+    assert compiled.finish(stats, after_warmup)["recompiles"] == 0
+
+
+@pytest.mark.compile
+def test_a_frozen_bf16_run_records_its_compile_and_counts_drift_against_bf16_target_only(store, tiny_dirs, prompt_file):
+    """bf16 is not exact: what a run owes is the count, every request checked against target-only in bf16."""
     from engine.bench.run import load_decoder
 
-    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], compile=True, limit=2)
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_2"], freeze=True, dtype="bfloat16", limit=2)
+    cfg.compile = True  # as validate() sets it: --freeze implies --compile
     run = create_run(store, cfg)
     assert execute(store, run.id, cfg, decoder=load_decoder(cfg), progress=False) == "done"
     info = store.get_run(run.id)
-    assert info.config["compile"]["compiled"] and info.config["compile"]["recompiles"] == 0
-    assert info.config["bench"]["compile"] is True
-    assert all(r.identical for r in store.requests(run.id))
+    assert info.config["compile"]["compiled"] and info.config["compile"]["frozen"]
+    assert info.config["compile"]["recompiles"] == 0 and info.config["bench"]["dtype"] == "bfloat16"
+    requests = [r for r in store.requests(run.id) if not r.warmup]
+    assert len(requests) == 4 and all(r.identical is not None for r in requests)
 
 
 def test_a_static_cache_run_keeps_every_output_identical(store, tiny_dirs, prompt_file, decoder):
@@ -105,3 +124,32 @@ def test_a_static_cache_run_keeps_every_output_identical(store, tiny_dirs, promp
     assert decoder.cache == "static" and decoder.cache_positions > 0
     assert all(r.identical for r in store.requests(run.id))
     decoder.cache, decoder.cache_positions = "dynamic", 0  # the fixture is shared by the module
+
+
+def test_a_one_token_forward_runs_as_two_and_leaves_the_cache_and_outputs_of_one(pairs):
+    """Compiled pads a single token to two (a size-1 length is a graph of its own, and the slowest frozen); the
+    copy must leave no trace: the logits and hidden states of one position, the cache one token longer."""
+    model = pairs["llama"].target
+    wrapper = compiled.Compiled(model, 4)
+    wrapper.fn = model.forward  # the padding's bookkeeping, without minutes of compiling
+    caches = StaticCaches()
+    with torch.inference_mode():
+        prompt, token = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[9]])
+        plain, padded = caches.get(model, 64), StaticCache(config=model.config, max_cache_len=64)
+        for cache in (plain, padded):
+            model(input_ids=prompt, cache=cache, use_cache=True)
+        want = model(input_ids=token, cache=plain, use_cache=True, output_hidden_states=True)
+        got = wrapper(token, cache=padded, logits_to_keep=1, output_hidden_states=True)
+        # a two-token GEMM rounds differently from a one-token one: equal to fp32 rounding, not bit for bit
+        assert got.logits.shape == want.logits[:, -1:].shape
+        assert torch.allclose(got.logits, want.logits[:, -1:], atol=1e-5)
+        assert all(
+            g.shape[1] == 1 and torch.allclose(g, w, atol=1e-5) for g, w in zip(got.hidden_states, want.hidden_states)
+        )
+        assert int(padded.get_seq_length()) == int(plain.get_seq_length()) == 5
+        after = torch.tensor([[3, 4]])  # the next forward writes over the copy's slot and sees only real tokens
+        assert torch.allclose(
+            model(input_ids=after, cache=padded, use_cache=True).logits,
+            model(input_ids=after, cache=plain, use_cache=True).logits,
+            atol=1e-5,
+        )

@@ -97,7 +97,7 @@ def test_a_sigkilled_worker_leaves_an_interrupted_run_that_resumes_without_loss(
     assert len(real) == 16 and len({(r.prompt_id, r.mode) for r in real}) == 16
     steps = [s.t for _, s in store.bandit_steps(run.id)]
     assert steps == list(range(4))  # the bandit resumed at the next t
-    assert store.get_run(run.id).status == "done"
+    assert store.get_run(run.id).status == "done", store.get_run(run.id).error
 
 
 def test_two_workers_racing_never_take_the_same_run(any_store, any_db_url, tiny_dirs, prompt_file):
@@ -188,6 +188,7 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
     at.multiselect(key="n_modes").set_value(["target", "model_2"])
     at.number_input(key="n_limit").set_value(2)
     at.number_input(key="n_max_new").set_value(8)
+    at.selectbox(key="n_format").set_value("auto")  # the form opens on chat where the real pair is fetched
     at.get("form_submit_button")[0].click()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -199,7 +200,7 @@ def test_the_new_run_form_validates_each_field_then_queues(store, db_url, tiny_d
         proc.wait(180)
     finally:
         stop(proc)
-    assert store.get_run(run.id).status == "done"
+    assert store.get_run(run.id).status == "done", store.get_run(run.id).error
 
 
 def test_the_worker_fetches_a_missing_named_model_and_says_each_stage_on_the_run(

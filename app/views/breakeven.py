@@ -6,7 +6,7 @@ import math
 
 import streamlit as st
 
-from app import charts, data, tables, urlstate, widgets
+from app import charts, data, provenance, tables, urlstate, widgets
 from engine.analysis.breakeven import (
     breakeven_c,
     diagnose,
@@ -68,7 +68,8 @@ def render() -> None:
     if use_run:
         run_id = widgets.run_picker(url)
         if run_id is not None:
-            bench = data.run(url, run_id).bench
+            info = data.run(url, run_id)
+            bench = info.bench
             fit = fit_run(
                 data.positions(url, run_id),
                 data.arm_totals(url, run_id),
@@ -85,7 +86,9 @@ def render() -> None:
                 a, c, measured = fit.a, fit.c, fit.measured
                 st.caption(
                     f"Fitted a = {a:.3f} from per-position counts; c = {c:.3f} from draft seconds per drafted "
-                    f"token over one target step ({fit.target_step_s * 1000:.1f} ms)."
+                    f"token over one target step ({fit.target_step_s * 1000:.1f} ms), measured on "
+                    f"{provenance.cpu_text(info.config.get('environment') or {})}, {provenance.path_text(info)}. "
+                    "c and the verify cost belong to that CPU and path: on another they differ."
                 )
     else:
         urlstate.set_qp(run=None)

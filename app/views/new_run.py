@@ -168,6 +168,8 @@ def settings(slots: dict) -> None:
     c9.selectbox("dtype", form.DTYPES, key="n_dtype", help="auto: float32 on CPU, bfloat16 on CUDA")
     c10.selectbox("Device", form.DEVICES, key="n_device")
     slots["device"] = c10.empty()
+    c11, _, _ = st.columns(3)
+    c11.selectbox("Path", form.FAST, key="n_fast", help=form.FAST_HELP)
 
 
 render()

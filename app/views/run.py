@@ -324,8 +324,10 @@ def compile_line(stats: dict | None) -> None:
         st.warning("Compile failed on this platform; the run went on eager:")
         st.text(str(stats.get("error")))
         return
+    frozen = ", weights frozen" if stats.get("frozen") else ""
     text = (
-        f"Compiled (static cache): warm-up {stats['warmup_s']:.1f} s before any clock, {stats['graphs']} graphs, "
+        f"Compiled (static cache{frozen}): warm-up {stats['warmup_s']:.1f} s before any clock, "
+        f"{stats['graphs']} graphs, "
         f"{stats['graph_breaks']} graph breaks, {stats['recompiles']} recompiles after the warm-up."
     )
     (st.error if stats["recompiles"] else st.caption)(text)

@@ -1,3 +1,4 @@
-"""A benchmark run: its config and validation (`config`), its row and provenance (`setup`), one request (`request`), a
-whole run (`run`), the batched `recorder`, and its results (`report`, Spec-Bench's `leaderboard`).
+"""A benchmark run: its config and validation (`config`), the forward path `--fast` picks from this CPU's measurement
+(`fast`), its row and provenance (`setup`), one request (`request`), a whole run (`run`), the batched `recorder`, and
+its results (`report`, Spec-Bench's `leaderboard`).
 """

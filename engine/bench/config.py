@@ -6,6 +6,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
+from engine.bench.fast import FastChoice
 from engine.config import check_choices, from_dict
 from engine.decode.hybrid import HybridConfig
 from engine.decode.loading import PairConfig
@@ -54,6 +55,10 @@ class BenchConfig(PairConfig):
         False  # torch.compile the target's (and draft model's) forward, static cache implied; compiled and
         # warmed before the clock, compile time and recompiles recorded
     )
+    freeze: bool = False  # compile with the weights frozen into the graphs (inductor's freezing: folded, prepacked
+    # for oneDNN/MKL), the fastest CPU path where benchmarks.limits measures it so; implies --compile
+    fast: FastChoice = "off"  # off | exact | auto: the fastest path benchmarks.limits measured on this CPU (exact: in
+    # --dtype, outputs equal target-only; auto: bf16 too); the run stores what it chose and from which file
     seed: int = 42  # bandit decisions and shadow sampling
     name: str = ""  # defaults to the modes joined
     shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
@@ -123,6 +128,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
                 f"unknown policy {policy!r} in {where}: use {', '.join(policy_names())}",
                 field="modes" if mode.text != "bandit" else "policy",
             )
+    cfg.compile = cfg.compile or cfg.freeze
     cfg.fallback.validate()
     cfg.suffix.validate()
     cfg.hybrid.validate()

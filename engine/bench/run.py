@@ -46,7 +46,7 @@ def prepare_cache_and_compile(store: Store, run_id: int, cfg: BenchConfig, decod
         decoder.cache, decoder.cache_positions = "static", positions
     if not cfg.compile:
         return 0
-    stats = decoder.compile(cfg.k_max(), positions)
+    stats = decoder.compile(cfg.k_max(), positions, freeze=cfg.freeze)
     if stats.error:
         print(f"compile failed on this platform, the run goes on eager: {stats.error}")
     store.merge_config(run_id, {"compile": finish(stats, graph_count())})

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from db.entities import RunInfo
 from db.store import Store
+from engine.bench import fast
 from engine.bench.config import BenchConfig
 from engine.errors import PhoenixError
 from engine.paths import ROOT
@@ -84,5 +85,6 @@ def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunIn
             field="limit_per_column",
         )
     name = cfg.name or ",".join(cfg.modes)
-    config = {"bench": asdict(cfg), "environment": environment()}
+    chosen = fast.resolve(cfg)  # before the config is stored: the stored one is the path that runs
+    config = {"bench": asdict(cfg), "environment": environment(), **({"fast": chosen} if chosen else {})}
     return store.create_run(name, config, cfg.target, cfg.draft, len(prompts) * len(cfg.modes), status=status)

@@ -12,6 +12,7 @@ from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.analysis.oracle import ORACLE_NOTE, oracle_lines
 from engine.analysis.pass_cost import PASS_COST
+from engine.bench import fast
 from engine.bench.config import BenchConfig, validate
 from engine.bench.leaderboard import markdown as leaderboard_markdown
 from engine.bench.report import (
@@ -50,6 +51,9 @@ def cmd_bench(args) -> int:
     prompts = load_prompts(
         cfg.prompts, cfg.limit, cfg.limit_per_column
     )  # every input is checked before anything is written
+    chosen = fast.line(fast.resolve(cfg))  # the path decides the dtype the pair loads in
+    if chosen:
+        print(chosen, file=sys.stderr)
     decoder = load_decoder(cfg)
     encode_all(decoder, prompts, cfg.max_new_tokens, cfg.prompt_format)
     telemetry = start_telemetry(args)
@@ -85,13 +89,19 @@ def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) ->
     compiled = info.config.get("compile") if info is not None else None
     if compiled:
         print(
-            f"compile: {'on' if compiled['compiled'] else 'failed, ran eager: ' + str(compiled['error'])}; "
+            f"compile: {_compile_state(compiled)}; "
             f"warm-up {compiled['warmup_s']:.1f} s, {compiled['graphs']} graphs, {compiled['recompiles']} "
             f"recompiles after the warm-up, {compiled['graph_breaks']} graph breaks",
             file=sys.stderr,
         )
     print(f"run {run_id}: {status}", file=sys.stderr)
     return 0
+
+
+def _compile_state(compiled: dict) -> str:
+    if not compiled["compiled"]:
+        return "failed, ran eager: " + str(compiled["error"])
+    return "on, weights frozen" if compiled.get("frozen") else "on"
 
 
 def cmd_runs(args) -> int:

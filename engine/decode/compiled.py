@@ -6,13 +6,21 @@ that every forward of up to ``max_len`` tokens (each verify, each draft step, sh
 for that exact length, and longer ones (prefills) run eager, so prompt lengths never trigger a recompile. All
 lengths are compiled and run once in ``warm`` before any clock starts; graphs added later are counted as
 recompiles, which inside a measured request is a bug.
+
+``freeze`` adds inductor's weight freezing: the weights become constants of the graph, folded and prepacked for
+oneDNN / MKL once at compile time, instead of being read as inputs per call, so small-width forwards (a verify of
+a few tokens, a batch of rows) run a GEMM kernel laid out for them; `python -m benchmarks.limits` measures what it
+gains on the machine at hand. It keeps a second, packed copy of every weight: the eager forwards (long prefills)
+still use the model's own.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from transformers import StaticCache
@@ -44,6 +52,7 @@ class StaticCaches:
 @dataclass
 class CompileStats:
     compiled: bool = False  # False when compile was off or failed (then the run went on eager)
+    frozen: bool = False  # the weights were frozen into the graphs (inductor's freezing, prepacked)
     error: str | None = None  # why compile failed, one line
     warmup_s: float = 0.0  # compiling and first runs of every length, before any clock
     graphs: int = 0  # graphs after the warm-up
@@ -66,12 +75,14 @@ def _breaks() -> int:
 class Compiled:
     """A model whose forwards of 1..max_len tokens run compiled; attributes pass through to the model."""
 
-    def __init__(self, model, max_len: int, mode: str | None = None):
+    def __init__(self, model, max_len: int, mode: str | None = None, freeze: bool = False):
         self.model, self.max_len = model, max_len
         # dynamic=None: the first length compiles static, the next one a graph with the length symbolic, which
         # then serves every length: two compiles per model instead of one per verify length
-        # mode "reduce-overhead" adds CUDA graphs on a GPU (benchmarks/gpu.py); on a CPU the default is the one
-        self.fn = torch.compile(model.forward, dynamic=None, mode=mode)
+        # mode "reduce-overhead" adds CUDA graphs on a GPU (benchmarks/gpu.py); on a CPU the default is the one.
+        # Freezing applies only to graphs compiled with grad off: warm() compiles under inference_mode.
+        options: dict[str, str | int | bool | Callable[..., Any]] | None = {"freezing": True} if freeze else None
+        self.fn = torch.compile(model.forward, dynamic=None, mode=None if freeze else mode, options=options)
 
     def __call__(
         self,
@@ -92,6 +103,8 @@ class Compiled:
                 output_hidden_states=output_hidden_states,
                 **rest,
             )
+        if n == 1 and cache is not None:
+            return self._single(input_ids, cache, logits_to_keep, output_hidden_states)
         # One call form per length: every position's logits, then the ones asked for. A varying logits_to_keep
         # (1 for a draft model's catch-up, n for a verify) would otherwise be a guard, and a recompile.
         out = self.fn(
@@ -103,6 +116,25 @@ class Compiled:
         )
         if 0 < logits_to_keep < n:
             out.logits = out.logits[:, -logits_to_keep:]
+        return out
+
+    def _single(self, input_ids, cache, logits_to_keep: int, output_hidden_states: bool):
+        """A one-token forward run as two (the token twice), the second dropped from the cache and the outputs.
+        A size-1 length gets a graph of its own, specialised for it, and frozen that graph was the slowest of all
+        widths (bf16 on a Zen 5 EPYC: 32.4 ms for one token, 24.6 ms for two, benchmarks/results/
+        limits-20261202T032212.json); causal attention keeps the copy out of the first position's result, and the
+        cache's write position goes back over it."""
+        out = self.fn(
+            input_ids=input_ids.repeat(1, 2),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=2,
+            output_hidden_states=bool(output_hidden_states),
+        )
+        cache.crop(-1)
+        out.logits = out.logits[:, :1]
+        if output_hidden_states:
+            out.hidden_states = tuple(h[:, :1] for h in out.hidden_states)
         return out
 
     def __getattr__(self, name):
@@ -134,17 +166,20 @@ def compile_models(
     positions: int,
     taps: tuple[int, ...] = (),
     mode: str | None = None,
+    freeze: bool = False,
 ) -> tuple[list, CompileStats]:
     """The models wrapped and warmed, or (where compile fails on this platform) the models as they were, with
     the reason in the stats."""
     before = graph_count()
     try:
-        wrapped = [Compiled(m, max_len, mode) for m in models]
+        wrapped = [Compiled(m, max_len, mode, freeze) for m in models]
         seconds = warm(wrapped, caches, max_len, positions, taps)
     except Exception as exc:  # inductor needs a C++ compiler, and some platforms lack one: run eager instead
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         return models, CompileStats(error=f"{type(exc).__name__}: {first}")
-    return wrapped, CompileStats(compiled=True, warmup_s=seconds, graphs=graph_count() - before, graph_breaks=_breaks())
+    return wrapped, CompileStats(
+        compiled=True, frozen=freeze, warmup_s=seconds, graphs=graph_count() - before, graph_breaks=_breaks()
+    )
 
 
 def finish(stats: CompileStats, graphs_at_start: int) -> dict:

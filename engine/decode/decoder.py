@@ -223,15 +223,20 @@ class Decoder:
                 )
             return generate(self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache, timed)
 
-    def compile(self, k_max: int, positions: int) -> CompileStats:
-        """torch.compile the target's forward (and the draft model's), static cache implied; every verify length
-        1..k_max+1 is compiled and run once here, before any clock. Where compile fails, the run goes on eager and
-        the stats say why."""
+    def compile(self, k_max: int, positions: int, freeze: bool = False) -> CompileStats:
+        """torch.compile the target's forward (and the draft model's), static cache implied, with the weights frozen
+        into the graphs when ``freeze``; every verify length 1..k_max+1 is compiled and run once here, before any
+        clock. Where compile fails, the run goes on eager and the stats say why."""
         self.cache = "static"
         draft = self._model_drafter.model if self._model_drafter is not None else None
         taps = self._eagle3.taps if self._eagle3 is not None else ()
         models, self.compile_stats = compile_models(
-            [self.pair.target] + ([draft] if draft is not None else []), self._caches, k_max + 1, positions, taps
+            [self.pair.target] + ([draft] if draft is not None else []),
+            self._caches,
+            k_max + 1,
+            positions,
+            taps,
+            freeze=freeze,
         )
         self._target = models[0]
         if self._model_drafter is not None:
