@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, data, tables
-from engine.serve.client import level_notes
+from engine.engines.counters import level_notes
 
 
 def watch(url: str, info) -> bool:

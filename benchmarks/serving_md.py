@@ -9,9 +9,9 @@ from db.entities import RunInfo
 from db.store import Store
 from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_method, level_table, short_command
 from engine.analysis.speedup import speedups
+from engine.engines.load import LoadConfig
 from engine.modes import reference_mode
 from engine.serve.config import ServeConfig
-from engine.serve.load import LoadConfig
 
 
 def _flags(cls, stored: dict, skip: tuple[str, ...] = ()) -> list[str]:

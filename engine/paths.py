@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from engine.errors import PhoenixError
@@ -10,6 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / "models"
 EMBEDDED_DIR = MODELS_DIR / "phoenix-tiny"
 DATA_DIR = ROOT / "data"
+# what outlives a clone (the vLLM venv): CI's fresh clone on the same machine finds it here
+CACHE_DIR = Path(
+    os.environ.get("PHOENIX_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "phoenix"
+)
 RESULTS_DB = ROOT / "benchmarks" / "results.db"  # the committed runs behind every figure in the docs
 
 CARD = "phoenix_card.json"  # every model folder Phoenix writes carries one

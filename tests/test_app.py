@@ -249,7 +249,7 @@ def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
 def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_path, monkeypatch):
     from fake_vllm import FakeVllm
 
-    from engine.serve.record import SweepConfig, sweep
+    from engine.engines.record import SweepConfig, sweep
 
     url = f"sqlite:///{tmp_path / 'v.db'}"
     migrated(url)

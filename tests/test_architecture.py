@@ -30,6 +30,7 @@ ALLOWED = {
     "export": {"shape", "base", "analysis", "db", "bench", "export"},
     "train": {"shape", "base", "prompts", "decode", "analysis", "db", "bench", "train"},
     "serve": {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "serve"},
+    "engines": {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "engines"},
     "cli": {
         "shape",
         "base",
@@ -44,9 +45,23 @@ ALLOWED = {
         "export",
         "train",
         "serve",
+        "engines",
         "cli",
     },
-    "app": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "bench", "queue", "serve", "app"},
+    "app": {
+        "shape",
+        "base",
+        "prompts",
+        "decode",
+        "policies",
+        "analysis",
+        "db",
+        "bench",
+        "queue",
+        "serve",
+        "engines",
+        "app",
+    },
     "entry": {"shape", "cli"},
 }
 

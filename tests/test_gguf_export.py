@@ -15,11 +15,11 @@ from test_llamacpp import pytestmark as needs_llama_server
 
 from engine.decode.eagle3.checkpoint import save_head
 from engine.decode.eagle3.head import Eagle3Head, HeadConfig, default_taps
+from engine.engines import llamacpp
+from engine.engines.gguf_export import ExportConfig, export, permute
+from engine.engines.llamacpp import LlamaCppConfig
 from engine.errors import PhoenixError
 from engine.paths import EMBEDDED_DIR
-from engine.serve import llamacpp
-from engine.serve.gguf_export import ExportConfig, export, permute
-from engine.serve.llamacpp import LlamaCppConfig
 
 TOKEN = 300  # the one token the tiny target always says (an ordinary token of the embedded tokenizer)
 LAYERS, HIDDEN = 2, 64
@@ -126,7 +126,7 @@ def test_a_head_reads_back_as_eagle3_with_its_taps_and_absolute_target_ids(expor
 
 
 def test_the_default_name_carries_the_source_hash(tmp_path, monkeypatch):
-    import engine.serve.gguf_export as g
+    import engine.engines.gguf_export as g
 
     monkeypatch.setattr(g, "DATA_DIR", tmp_path)
     done = export(str(tiny_target(tmp_path / "t")), ExportConfig(tokenizer="hf", dtype="f32"))
@@ -184,7 +184,7 @@ def test_a_real_llama_server_drafts_with_the_exported_draft_and_accepts(exported
 
 
 def test_a_variant_names_its_spec_type_and_settings_and_a_bad_one_is_one_line():
-    from engine.serve.llamacpp import variant
+    from engine.engines.llamacpp import variant
 
     head = variant("draft-eagle3-k3-p0", LlamaCppConfig())
     assert (head.spec_type, head.draft_max, head.draft_p_min) == ("draft-eagle3", 3, 0.0)
@@ -197,7 +197,7 @@ def test_a_variant_names_its_spec_type_and_settings_and_a_bad_one_is_one_line():
 
 
 def test_side_by_side_drafts_with_phoenixs_own_exports_and_says_when_llama_cpp_refused_one(exported, tmp_path):
-    from engine.serve import engines
+    from engine.engines import side_by_side as engines
 
     cfg = engines.EnginesConfig(
         spec_types="none,draft-eagle3-k3,draft-simple-k1",
@@ -223,8 +223,8 @@ def test_side_by_side_drafts_with_phoenixs_own_exports_and_says_when_llama_cpp_r
 
 
 def test_each_servers_requests_carry_the_longest_draft_it_proposes():
-    from engine.serve.engines import draft_length
-    from engine.serve.llamacpp import variant
+    from engine.engines.llamacpp import variant
+    from engine.engines.side_by_side import draft_length
 
     base = LlamaCppConfig()
     assert draft_length(variant("none", base)) == 0

@@ -15,8 +15,8 @@ from helpers import migrated
 from test_browser import free_port
 
 from db.store import Store
-from engine.serve import llamacpp
-from engine.serve.llamacpp import LlamaCppConfig
+from engine.engines import llamacpp
+from engine.engines.llamacpp import LlamaCppConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,7 +179,7 @@ def test_the_run_page_renders_the_real_sweep(swept, monkeypatch):
 
 def test_servers_side_by_side_give_identical_text_paired_speedups_and_their_own_counters(prompts, tmp_path):
     from engine.bench import report
-    from engine.serve.engines import EnginesConfig, engines
+    from engine.engines.side_by_side import EnginesConfig, engines
 
     store = Store(migrated(f"sqlite:///{tmp_path / 'engines.db'}"))
     run_id = engines(

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.engines import llamacpp, llamacpp_build
+from engine.engines.llamacpp_build import BuildConfig, build, built_binary
 from engine.errors import PhoenixError
-from engine.serve import llamacpp, llamacpp_build
-from engine.serve.llamacpp_build import BuildConfig, build, built_binary
 
 pytestmark = pytest.mark.fast
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.engines import load
+from engine.engines.load import LoadConfig, level, managed, variants_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
-from engine.serve import load
-from engine.serve.load import LoadConfig, level, managed, variants_of
 
 pytestmark = pytest.mark.fast
 

@@ -68,7 +68,7 @@ def test_sigterm_interrupts_an_owned_run_in_another_process(tmp_path):
 
 
 def test_a_watch_with_a_negative_sample_count_is_one_line_before_anything_is_recorded(store):
-    from engine.serve.record import WatchConfig, watch
+    from engine.engines.record import WatchConfig, watch
 
     with pytest.raises(PhoenixError, match=r"^--samples must be 1 or more \(or left out: until Ctrl-C\), got -3$"):
         watch(store, WatchConfig(url="http://127.0.0.1:9", samples=-3))
@@ -78,8 +78,8 @@ def test_a_watch_with_a_negative_sample_count_is_one_line_before_anything_is_rec
 def test_a_side_by_side_run_in_which_every_request_failed_ends_failed_and_counts_no_failure_identical(
     store, monkeypatch
 ):
-    from engine.serve import engines as side
-    from engine.serve.client import SpecCounters
+    from engine.engines import side_by_side as side
+    from engine.engines.counters import SpecCounters
 
     class Dead:  # a server that answers /metrics and fails every completion
         def identity(self, engine):

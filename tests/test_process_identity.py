@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 
+from engine.engines import llamacpp
+from engine.engines.llamacpp import LlamaCppConfig
 from engine.errors import PhoenixError
 from engine.queue import autostart
 from engine.queue.autostart import identity, is_process, register, stop_workers, write_pid
-from engine.serve import llamacpp
-from engine.serve.llamacpp import LlamaCppConfig
 
 pytestmark = pytest.mark.fast
 

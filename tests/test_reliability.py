@@ -311,7 +311,7 @@ CPUINFO = "processor\t: 0\nmodel name\t: {model}\nflags\t\t: fpu sse avx2 avx512
 
 
 def test_a_cpu_without_avx_vnni_is_named_as_the_reason_llama_server_cannot_run_here():
-    from engine.serve.llamacpp import cpu_problem
+    from engine.engines.llamacpp import cpu_problem
 
     zen4 = cpu_problem(CPUINFO.format(model="AMD EPYC", extra="avx512_vnni"))
     assert zen4 is not None and "avx_vnni" in zen4 and "AMD EPYC" in zen4
@@ -319,14 +319,14 @@ def test_a_cpu_without_avx_vnni_is_named_as_the_reason_llama_server_cannot_run_h
 
 
 def test_a_llama_server_killed_by_an_illegal_instruction_says_so_in_one_line(tmp_path, monkeypatch):
+    from engine.engines import llamacpp
     from engine.errors import PhoenixError
-    from engine.serve import llamacpp
 
     monkeypatch.setattr(llamacpp, "command", lambda cfg: ["sh", "-c", "kill -ILL $$"])
-    monkeypatch.setattr(llamacpp, "healthy", lambda url: False)
+    monkeypatch.setattr(llamacpp.process, "healthy", lambda url: False)
     monkeypatch.setattr(llamacpp, "cpu_problem", lambda: "the prebuilt llama-server needs avx_vnni")
     with pytest.raises(
-        PhoenixError, match=r"^llama-server stopped at start: the prebuilt llama-server needs avx_vnni$"
+        PhoenixError, match=r"^llama-server exited at start \(the prebuilt llama-server needs avx_vnni\); its log is "
     ):
         llamacpp.start(llamacpp.LlamaCppConfig(port=1), data_dir=tmp_path)
     assert not list(tmp_path.glob("*.pid"))  # nothing left that names a dead server

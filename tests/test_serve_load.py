@@ -27,10 +27,10 @@ def swept(tiny_dirs, tmp_path_factory):
 
     from engine.decode.decoder import Decoder
     from engine.decode.loading import load_pair
+    from engine.engines.load import LoadConfig
+    from engine.engines.load import sweep as load_sweep
     from engine.serve.api import make_app
     from engine.serve.config import ServeConfig, check_serve
-    from engine.serve.load import LoadConfig
-    from engine.serve.load import sweep as load_sweep
     from engine.serve.service import Service
 
     root = tmp_path_factory.mktemp("load")

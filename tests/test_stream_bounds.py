@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engine.serve import stream
-from engine.serve.stream import stream_one
+from engine.engines import client as stream
+from engine.engines.client import stream_one
 
 pytestmark = pytest.mark.fast
 
@@ -131,15 +131,15 @@ def test_a_stopped_sweep_ends_a_request_in_flight_at_its_next_chunk(hostile):
     ],
 )
 def test_hostile_metrics_are_one_line(body, error):
+    from engine.engines.counters import parse_metrics
     from engine.errors import PhoenixError
-    from engine.serve.client import parse_metrics
 
     with pytest.raises(PhoenixError, match=error):
         parse_metrics(body)
 
 
 def _client_against(hostile, body_of, timeout_s=5.0):
-    from engine.serve.client import ServerClient
+    from engine.engines.client import ServerClient
 
     return ServerClient(hostile(body_of), "m", timeout_s)
 
@@ -162,8 +162,8 @@ def test_a_null_text_is_an_empty_answer(hostile):
 
 
 def test_a_trickling_or_huge_answer_from_an_engine_is_cut_off(hostile, monkeypatch):
+    from engine.engines import client as engine_client
     from engine.errors import PhoenixError
-    from engine.serve import client as engine_client
 
     def trickle(write):
         for _ in range(100):

@@ -7,9 +7,9 @@ import re
 import pytest
 from fake_vllm import FakeVllm
 
+from engine.engines.counters import level_notes, parse_metrics
+from engine.engines.record import SweepConfig, WatchConfig, sweep, watch
 from engine.errors import PhoenixError
-from engine.serve.client import level_notes, parse_metrics
-from engine.serve.record import SweepConfig, WatchConfig, sweep, watch
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ def test_a_counter_that_goes_down_is_a_restart_and_the_increase_starts_from_zero
 
 
 def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(store, server, prompt_file):
-    from engine.serve.client import GREEDY
+    from engine.engines.client import GREEDY
 
     run_id = sweep(
         store,
@@ -169,8 +169,8 @@ def test_every_greedy_sampling_field_is_sent_and_recorded_and_a_v1_url_works(sto
 
 
 def test_a_missing_llama_server_is_one_line_naming_the_install_command(monkeypatch):
+    from engine.engines import llamacpp
     from engine.errors import PhoenixError
-    from engine.serve import llamacpp
 
     monkeypatch.setattr(llamacpp.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(llamacpp, "built_binary", lambda: None)

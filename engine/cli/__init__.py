@@ -12,7 +12,7 @@ import os
 import sys
 
 from db.store import StoreError
-from engine.cli import decode, jobs, queue, runs, serving, tracker
+from engine.cli import decode, engines, jobs, queue, runs, serving, tracker
 from engine.errors import PhoenixError
 
 
@@ -26,7 +26,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (decode, runs, queue, jobs, serving, tracker):
+    for group in (decode, runs, queue, jobs, engines, serving, tracker):
         group.add_commands(sub)
     return parser
 

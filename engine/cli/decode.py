@@ -11,10 +11,10 @@ from engine.decode.decoder import Decoder, stats_dict
 from engine.decode.fetch import FetchConfig, fetch
 from engine.decode.loading import PairConfig, load_pair
 from engine.decode.suffix import SuffixConfig
+from engine.engines.gguf_export import ExportConfig, export
 from engine.errors import PhoenixError
 from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Loop, PromptFormat, check_k
 from engine.prompts.sets import check_prompt
-from engine.serve.gguf_export import ExportConfig, export
 from engine.train.draft import DraftConfig, build_draft
 from engine.train.eagle3 import HeadBuildConfig
 from engine.train.eagle3_build import build_head

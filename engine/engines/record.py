@@ -11,12 +11,13 @@ from typing import Literal
 from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.bench.setup import environment
-from engine.decode.decoder import sha256_text
+from engine.engines.client import GREEDY, ServerClient, sweep_level
+from engine.engines.counters import SpecCounters
+from engine.engines.llamacpp import command_at
+from engine.engines.rows import row_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import owned
-from engine.serve.client import GREEDY, ServerClient, SpecCounters, sweep_level
-from engine.serve.llamacpp import command_at
 
 EngineName = Literal["auto", "vllm", "sglang", "llamacpp", "phoenix"]
 
@@ -112,32 +113,8 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
 
 
 def request_row(run_id: int, seq: int, mode: str, k: int, r: dict) -> RequestRecord:
-    """One request. Where the engine says what this request drafted (llama.cpp's timings), its row carries the
-    proposed and accepted counts like Phoenix's own rows; each decode pass made one token plus its accepted drafts."""
-    lat = r["latency_s"]
-    proposed, accepted = int(r.get("draft_n") or 0), int(r.get("draft_n_accepted") or 0)
-    passes = max(0, r["output_tokens"] - accepted) if r.get("draft_n") is not None else 0
-    return RequestRecord(
-        run_id=run_id,
-        seq=seq,
-        mode=mode,
-        k=k,
-        prompt_id=r["prompt"].id,
-        prompt_text=r["prompt"].text,
-        prompt_tokens=r["prompt_tokens"],
-        output_tokens=r["output_tokens"],
-        latency_s=lat,
-        ttft_s=None,
-        tokens_per_s=r["output_tokens"] / lat if lat > 0 else 0.0,
-        proposed=proposed,
-        accepted=accepted,
-        passes=passes,
-        draft_s=0.0,
-        verify_s=0.0,
-        output_text=r["text"],
-        output_sha256=sha256_text(r["text"]),
-        error=r.get("error"),
-    )
+    """One request of a sweep or a side-by-side run (engine.engines.rows builds every such row)."""
+    return row_of(run_id, seq, mode, r["prompt"], r, k)
 
 
 def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.sleep) -> int:

@@ -9,14 +9,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 from db.store import Store
 from engine.bench.setup import environment
+from engine.engines import llamacpp
+from engine.engines.client import GREEDY, one_request
+from engine.engines.gguf_export import gguf_of
+from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.record import client_for, request_row
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import owned
-from engine.serve import llamacpp
-from engine.serve.client import GREEDY, one_request
-from engine.serve.gguf_export import gguf_of
-from engine.serve.llamacpp import LlamaCppConfig
-from engine.serve.record import client_for, request_row
 
 
 @dataclass

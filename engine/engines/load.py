@@ -24,19 +24,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from db.entities import PositionCount, RequestRecord
+from db.entities import RequestRecord
 from db.store import Store
 from engine.bench.setup import environment
-from engine.decode.decoder import sha256_text
+from engine.engines import llamacpp
+from engine.engines.client import stream_one
+from engine.engines.gguf_export import gguf_of
+from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.record import levels_of
+from engine.engines.rows import row_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import owned
-from engine.serve import llamacpp
-from engine.serve.gguf_export import gguf_of
-from engine.serve.llamacpp import LlamaCppConfig
-from engine.serve.record import levels_of
-from engine.serve.stream import stream_one
 
 
 @dataclass
@@ -114,46 +114,6 @@ def speculation(variant: str) -> dict | None:
     spec: dict = {"drafter": m["drafter"]} if m["drafter"] else {}
     k = m["k"] or m["dk"]
     return {**spec, "k": int(k)} if k else spec
-
-
-def record_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k_served: int | None = None) -> RequestRecord:
-    usage, spec = r["usage"] or {}, r["speculation"] or {}
-    timings = r["timings"] or {}
-    n_out = int(usage.get("completion_tokens", 0))
-    arms = spec.get("arms") or {}
-    k = max(arms, key=lambda a: arms[a], default=0) if k_served is None else k_served  # a server's own k
-    proposed = int(spec.get("proposed", timings.get("draft_n") or 0))
-    accepted = int(spec.get("accepted", timings.get("draft_n_accepted") or 0))
-    lat = r["latency_s"]
-    return RequestRecord(
-        run_id=run_id,
-        seq=seq,
-        mode=mode,
-        k=int(k),
-        prompt_id=prompt.id,
-        prompt_text=prompt.text,
-        prompt_tokens=int(usage.get("prompt_tokens", 0)),
-        output_tokens=n_out,
-        latency_s=lat,
-        ttft_s=r["ttft_s"],
-        tokens_per_s=n_out / lat if lat > 0 and r["error"] is None else 0.0,
-        proposed=proposed,
-        accepted=accepted,
-        passes=int(spec.get("passes", 0)),
-        draft_s=float(spec.get("draft_s") or 0.0),
-        verify_s=float(spec.get("verify_s") or 0.0),
-        prefill_s=spec.get("prefill_s"),
-        queue_s=spec.get("queue_s"),
-        batch_size=spec.get("batch_size_mean"),
-        output_text=r["text"],
-        output_sha256=sha256_text(r["text"]),
-        error=r["error"],
-        drafter=spec.get("drafter") or ("none" if spec else None),
-        positions=[
-            PositionCount(p["position"], p["proposed"], p["accepted"], p.get("reached", 0))
-            for p in spec.get("per_position") or []
-        ],
-    )
 
 
 def served_model(url: str, timeout_s: float) -> str:
@@ -288,7 +248,7 @@ def _level_run(
         for variant in [v for v in names if v in got]:
             k = cfg.draft_max if cfg.spec_types and variant != "none" else None
             for p, r in got[variant]:
-                rec = record_of(run.id, len(written) + len(records), f"{cfg.engine}-{variant}_c{c}", p, r, k)
+                rec = row_of(run.id, len(written) + len(records), f"{cfg.engine}-{variant}_c{c}", p, r, k)
                 if variant != names[0] and rec.error is None and p.id in reference:
                     rec.identical = r["text"] == reference[p.id]
                 records.append(rec)

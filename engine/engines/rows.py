@@ -1,0 +1,74 @@
+"""One request row from any engine's answer: the one place a measured request of another server (or of Phoenix's
+own, measured from outside) becomes a ``RequestRecord``.
+
+What the server said it drafted is read from whichever of three places it used: Phoenix's ``speculation`` object
+(every count per position), vLLM's ``metrics.speculative_decoding`` (per verify step, counted here as Phoenix
+counts its passes), or llama.cpp's ``timings`` (drafted and accepted totals only). A server that says nothing gets
+zeros and no positions: its acceptance is unknown, not zero, and its level's counters carry it.
+"""
+
+from __future__ import annotations
+
+from db.entities import PositionCount, RequestRecord
+from engine.decode.decoder import sha256_text
+from engine.engines.counters import per_request
+from engine.prompts.sets import Prompt
+
+
+def row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | None = None) -> RequestRecord:
+    """``r`` is a whole answer (ServerClient.complete via one_request) or a streamed one (stream_one). ``k``: the
+    server's own draft length where it is known; else the k Phoenix's server chose most, or vLLM's."""
+    usage, spec = r.get("usage") or {}, r.get("speculation") or {}
+    timings = r.get("timings") or {}
+    n_out = int(r.get("output_tokens", usage.get("completion_tokens", 0)) or 0)
+    lat = r["latency_s"]
+    row = RequestRecord(
+        run_id=run_id,
+        seq=seq,
+        mode=mode,
+        k=0,
+        prompt_id=prompt.id,
+        prompt_text=prompt.text,
+        prompt_tokens=int(r.get("prompt_tokens", usage.get("prompt_tokens", 0)) or 0),
+        output_tokens=n_out,
+        latency_s=lat,
+        ttft_s=r.get("ttft_s"),
+        tokens_per_s=n_out / lat if lat > 0 and r.get("error") is None else 0.0,
+        output_text=r["text"],
+        output_sha256=sha256_text(r["text"]),
+        error=r.get("error"),
+    )
+    vllm = per_request(r.get("metrics"))
+    if spec:
+        _phoenix(row, spec)
+    elif vllm is not None:
+        row.proposed, row.accepted, row.passes, row.positions = (
+            vllm.proposed,
+            vllm.accepted,
+            vllm.passes,
+            vllm.positions,
+        )
+        sd = r["metrics"]["speculative_decoding"]
+        row.k = int(sd.get("num_spec_tokens") or max((p.position + 1 for p in vllm.positions), default=0))
+    else:
+        drafted = timings.get("draft_n", r.get("draft_n"))
+        accepted = timings.get("draft_n_accepted", r.get("draft_n_accepted"))
+        row.proposed, row.accepted = int(drafted or 0), int(accepted or 0)
+        row.passes = max(0, n_out - row.accepted) if drafted is not None else 0  # one token a pass plus its drafts
+    if k is not None:
+        row.k = k
+    return row
+
+
+def _phoenix(row: RequestRecord, spec: dict) -> None:
+    arms = spec.get("arms") or {}
+    row.k = int(max(arms, key=lambda a: arms[a], default=0))
+    row.proposed, row.accepted = int(spec.get("proposed", 0)), int(spec.get("accepted", 0))
+    row.passes = int(spec.get("passes", 0))
+    row.draft_s, row.verify_s = float(spec.get("draft_s") or 0.0), float(spec.get("verify_s") or 0.0)
+    row.prefill_s, row.queue_s, row.batch_size = spec.get("prefill_s"), spec.get("queue_s"), spec.get("batch_size_mean")
+    row.drafter = spec.get("drafter") or "none"
+    row.positions = [
+        PositionCount(p["position"], p["proposed"], p["accepted"], p.get("reached", 0))
+        for p in spec.get("per_position") or []
+    ]
