@@ -205,8 +205,8 @@ def test_side_by_side_drafts_with_phoenixs_own_exports_and_says_when_llama_cpp_r
         draft=exported["draft"]["path"],
     )
     servers = engines.servers(cfg)
-    assert [s.draft_model for s in servers] == ["", exported["head"]["path"], exported["draft"]["path"]]
-    assert servers[1].draft_max == 3 and servers[2].draft_max == 1
+    assert [s.config.draft_model for s in servers] == ["", exported["head"]["path"], exported["draft"]["path"]]
+    assert servers[1].config.draft_max == 3 and servers[2].config.draft_max == 1
     with pytest.raises(PhoenixError, match="names a variant twice"):
         engines.servers(engines.EnginesConfig(spec_types="none,ngram-mod,ngram-mod"))
     log = tmp_path / "server.log"
@@ -223,8 +223,11 @@ def test_side_by_side_drafts_with_phoenixs_own_exports_and_says_when_llama_cpp_r
 
 
 def test_each_servers_requests_carry_the_longest_draft_it_proposes():
+    from engine.engines.fleet import Server
     from engine.engines.llamacpp import variant
-    from engine.engines.side_by_side import draft_length
+
+    def draft_length(c):
+        return Server("v", c).draft_length
 
     base = LlamaCppConfig()
     assert draft_length(variant("none", base)) == 0

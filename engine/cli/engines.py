@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from engine.bench.report import report
 from engine.cli.jobs import _command
-from engine.cli.options import open_store
+from engine.cli.options import add_db, open_store
+from engine.cli.options import run_id as run_id_arg
 from engine.config import from_args
 from engine.engines import llamacpp, vllm
 from engine.engines.counters import level_notes
+from engine.engines.crosscheck import CrossConfig
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.llamacpp_build import BuildConfig
 from engine.engines.llamacpp_build import build as build_llamacpp
@@ -90,6 +92,14 @@ def add_commands(sub) -> None:
                 "speculation variants side by side",
                 LoadConfig,
                 cmd_load,
+            )
+            _command(
+                vsub,
+                "crosscheck",
+                "Phoenix's load client and vLLM's own (`vllm bench serve`) on one server and level, in turns: do their "
+                "throughput and TTFT agree?",
+                CrossConfig,
+                cmd_crosscheck,
             )
             _command(
                 vsub,
@@ -191,6 +201,41 @@ def add_vllm(vsub) -> None:
         vsub, "stop", "stop the vLLM for these settings, or every one with --all", VllmConfig, cmd_vllm_stop, db=False
     )
     stop.add_argument("--all", action="store_true", help="stop every vLLM `vllm start` left running")
+    table = vsub.add_parser(
+        "table",
+        help="learn vLLM's per-batch-size k table (num_speculative_tokens_per_batch_size) from load-sweep runs of "
+        "vLLM with variants none and <method>-k<N>; prints the --speculative-config to paste and the --table for "
+        "`vllm start`",
+    )
+    table.add_argument("--runs", required=True, help="the load sweep's run ids, comma-separated (one per level)")
+    table.add_argument("--method", default="eagle3", choices=["ngram", "suffix", "eagle3", "draft_model"])
+    table.add_argument("--max-num-seqs", type=int, default=16, help="the largest batch the table must cover")
+    add_db(table)
+    table.set_defaults(func=cmd_vllm_table)
+
+
+def cmd_crosscheck(args) -> int:
+    from engine.engines.crosscheck import crosscheck
+
+    crosscheck(open_store(args.db), from_args(CrossConfig, args))
+    return 0
+
+
+def cmd_vllm_table(args) -> int:
+    import json
+
+    from engine.engines.vllm_table import learn
+
+    ids = [run_id_arg(x) for x in args.runs.split(",") if x.strip()]
+    learned = learn(open_store(args.db), ids, args.method, args.max_num_seqs)
+    for b, scores in learned["scores"].items():
+        best = max(scores, key=lambda k: (scores[k], -k))
+        shown = ", ".join(f"k={k} {v:.2f}" for k, v in scores.items())
+        print(f"batch {b:>3}: tokens/s a request by k: {shown} -> k={best}")
+    print("acceptance per position: " + " ".join(f"{x:.3f}" for x in learned["acceptance_per_position"]))
+    print(f"--speculative-config '{json.dumps(learned['speculative_config'], separators=(',', ':'))}'")
+    print(f"python -m engine vllm start --method {args.method} --table {learned['text']}")
+    return 0
 
 
 def cmd_vllm_install(args) -> int:

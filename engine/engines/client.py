@@ -42,9 +42,12 @@ MAX_BYTES = 16 << 20  # a streamed answer of 96-1,024 tokens is a few hundred kB
 MAX_LINE = 1 << 20
 
 
-def request_body(model: str, prompt: str, max_tokens: int, chat: bool, stream: bool, spec: dict | None) -> dict:
+def request_body(
+    model: str, prompt: str, max_tokens: int, chat: bool, stream: bool, spec: dict | None, extra: dict | None = None
+) -> dict:
     """The one body every request sends: greedy in every sampling field, the prompt as one user message through the
-    server's chat template (``chat``) or as raw text; ``spec`` is Phoenix's per-request ``speculation``."""
+    server's chat template (``chat``) or as raw text; ``spec`` is Phoenix's per-request ``speculation``; ``extra``
+    an engine's own fields (vLLM's ``return_token_ids``), sent only to that engine."""
     body: dict = {
         "model": model,
         **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}),
@@ -54,14 +57,21 @@ def request_body(model: str, prompt: str, max_tokens: int, chat: bool, stream: b
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     if spec is not None:
         body["speculation"] = spec
-    return body
+    return body | (extra or {})
 
 
 class ServerClient:
-    def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, api_key: str | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        timeout_s: float = 600.0,
+        api_key: str | None = None,
+        extra: dict | None = None,
+    ):
         # Users paste the OpenAI base URL; the paths below already start with /v1.
         self.base = base_url.rstrip("/").removesuffix("/v1")
-        self.model, self.timeout_s, self.api_key = model, timeout_s, api_key
+        self.model, self.timeout_s, self.api_key, self.extra = model, timeout_s, api_key, extra
 
     def _open(self, path: str, payload: dict | None = None):
         headers = {"Content-Type": "application/json"}
@@ -130,7 +140,7 @@ class ServerClient:
         the prompt as one user message through the server's own chat template (/v1/chat/completions)."""
         t0 = time.perf_counter()
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        with self._open(path, request_body(self.model, prompt, max_tokens, chat, False, None)) as resp:
+        with self._open(path, request_body(self.model, prompt, max_tokens, chat, False, None, self.extra)) as resp:
             raw = self._read(resp, path)
         latency = time.perf_counter() - t0
         try:
@@ -231,7 +241,14 @@ def _completion(body: dict, chat: bool) -> dict:
         "draft_n": None if drafted is None else _count(drafted),
         "draft_n_accepted": None if accepted is None else _count(accepted),
         "metrics": body.get("metrics") if isinstance(body.get("metrics"), dict) else None,
+        "token_ids": _ids(choice.get("token_ids")),  # vLLM with return_token_ids: the exact tokens it generated
     }
+
+
+def _ids(value) -> list[int] | None:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return None
+    return value
 
 
 class _Stop(Exception):
@@ -261,6 +278,9 @@ def _chunk(line: bytes, chat: bool, out: dict, start: float) -> None:
         if not isinstance(choice, dict):
             continue
         piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        ids = _ids(choice.get("token_ids"))
+        if ids is not None:
+            out["token_ids"] = (out.get("token_ids") or []) + ids
         if isinstance(piece, str) and piece:
             out["ttft_s"] = out["ttft_s"] or time.perf_counter() - start
             out["text"] += piece
@@ -278,10 +298,11 @@ def stream_one(
     spec: dict | None,
     timeout_s: float,
     abort: threading.Event | None = None,
+    extra: dict | None = None,
 ) -> dict:
     """Its text, time to first token, latency, usage and what the server said it drafted (Phoenix's
     ``speculation``, llama.cpp's ``timings``); ``error`` is one line where it failed."""
-    body = request_body(model, prompt, max_tokens, chat, True, spec)
+    body = request_body(model, prompt, max_tokens, chat, True, spec, extra)
     out: dict = {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None, "metrics": None}
     out["error"] = None
     start = time.perf_counter()

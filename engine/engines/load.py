@@ -3,17 +3,21 @@ every request has its time to first token; each level is one run, its variants s
 
 A variant is what speculation does for a request: on Phoenix's server, ``none`` (off), ``auto`` (the server's
 tuner) or ``k<N>`` (a fixed k), sent per request as ``"speculation"``; on another server, ``as-served`` (it ignores
-per-request settings), or for llama.cpp one managed ``llama-server`` per ``--spec-types`` entry, which the sweep
-starts and stops itself. The prompts are cut into blocks (by default as many prompts as the level's concurrency),
-and each block runs every variant in turn, the order rotating from block to block, so a slow drift of the machine
-falls on every variant alike instead of on whichever ran last. A variant's throughput is its tokens over the sum of
-its blocks' wall times. The first variant is the level's reference: every speedup of the run is against it, per
-prompt, as on every other page. Each variant's output is compared with the reference's for the same prompt.
+per-request settings), or for llama.cpp and vLLM one managed server per ``--spec-types`` entry, which the sweep
+starts and stops itself (engine.engines.fleet). A level is a concurrency (``--concurrency``: c requests in flight)
+or a request rate (``--request-rate``: arrivals with ``--burstiness``, at most ``--max-concurrency`` in flight), with
+`vllm bench serve`'s figures per variant (engine.engines.arrivals: throughput, TTFT, TPOT, goodput against SLOs).
+The prompts are cut into blocks (by default as many prompts as the level's concurrency; at a request rate, all of
+them), and each block runs every variant in turn, the order rotating from block to block, so a slow drift of the
+machine falls on every variant alike instead of on whichever ran last. A variant's throughput is its tokens over
+the sum of its blocks' wall times. The first variant is the level's reference: every speedup of the run is against
+it, per prompt, as on every other page. Each variant's output is compared with the reference's for the same prompt.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -21,18 +25,21 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from db.entities import RequestRecord
 from db.store import Store
 from engine.bench.setup import environment
-from engine.engines import llamacpp
+from engine.decode.decoder import first_divergence
+from engine.engines import fleet
+from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
-from engine.engines.gguf_export import gguf_of
+from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.record import levels_of
 from engine.engines.rows import row_of
+from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
@@ -49,23 +56,34 @@ class LoadConfig:
     max_new_tokens: int = 96
     chat: bool = True  # through the server's chat template (/v1/chat/completions); off: /v1/completions
     concurrency: str = "1,2,4,8,16"  # levels: each one run, every prompt sent once per variant
+    request_rate: str = ""  # levels instead, in requests/s ("0.5,1,2,inf"): arrivals as vllm bench serve sends them
+    burstiness: float = 1.0  # the arrivals' gamma shape: 1 is Poisson, below 1 burstier
+    max_concurrency: int | None = None  # with --request-rate: at most this many in flight (vllm bench serve's cap)
+    goodput: str = ""  # SLOs in ms, "ttft:2000,tpot:100": goodput counts the requests that meet every one
+    seed: int = 0  # the arrivals' random seed
     variants: str = "none,auto"  # Phoenix: none, auto, k<N>, <drafter>[-k<N>]; first: the reference. Else as-served
     timeout_s: float = 600.0
-    name: str = ""  # run names get ' c=<level>' appended
+    name: str = ""  # run names get ' c=<level>' (or ' rate=<r>') appended
     block: int = 0  # prompts per block, each run by every variant in turn; 0 (or below the level): the level's c
-    spec_types: str = ""  # llama.cpp: one managed llama-server per type, none first; they replace --variants
-    gguf: str = "smollm2"  # what those servers serve (see llamacpp start --model)
+    spec_types: str = ""  # llama.cpp or vLLM: one managed server per variant, none first; they replace --variants
+    gguf: str = "smollm2"  # llama.cpp: what those servers serve (see llamacpp start --model)
+    target: str = "smollm2"  # vLLM: what those servers serve (a Phoenix name or a model folder)
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
+    table: str = ""  # vLLM: the per-batch-size k table of the <method>-table variants ("1-2:3,3-16:0")
     port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
-    draft_max: int = 8  # their --spec-draft-n-max (a variant's -k<N> sets its own)
-    draft: str = "smollm2-draft"  # draft-simple's draft: a named draft model (exported to GGUF once) or a .gguf
-    head: str = "smollm2-eagle3"  # draft-eagle3's head: a named EAGLE-3 head (exported to GGUF once) or a .gguf
+    draft_max: int = 8  # llama.cpp: their --spec-draft-n-max (a variant's -k<N> sets its own)
+    draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
+    head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
     warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:
+    rates_of(cfg.request_rate)
+    slos_of(cfg.goodput)
+    if cfg.max_concurrency is not None and not 1 <= cfg.max_concurrency <= 1024:
+        raise PhoenixError(f"--max-concurrency must be in 1..1024, got {cfg.max_concurrency}", field="max_concurrency")
     if cfg.spec_types:
-        managed(cfg)  # every variant checked before anything starts
-        return [t.strip() for t in cfg.spec_types.split(",") if t.strip()]
+        return [s.variant for s in managed(cfg)]  # every variant checked before anything starts
     if cfg.block < 0:
         raise PhoenixError(f"--block must be 0 or more, got {cfg.block}", field="block")
     names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
@@ -79,23 +97,17 @@ def variants_of(cfg: LoadConfig) -> list[str]:
     return names
 
 
-def managed(cfg: LoadConfig) -> list[LlamaCppConfig]:
-    """The llama-servers a llama.cpp sweep starts: one per speculation type, each with a slot per request of the
-    highest level (so the server batches them) and 1,024 tokens of context a slot."""
-    if cfg.engine != "llamacpp":
-        raise PhoenixError("--spec-types starts llama-servers: it needs --engine llamacpp", field="spec_types")
-    types = [t.strip() for t in cfg.spec_types.split(",") if t.strip()]
-    if not types or types[0] != "none" or len(set(types)) != len(types):
-        raise PhoenixError("--spec-types must start with none and name each variant once", field="spec_types")
-    slots = max(levels_of(cfg.concurrency))
-    base = LlamaCppConfig(model=cfg.gguf, draft_max=cfg.draft_max, parallel=slots, ctx=1024 * slots)
-    out = []
-    for i, text in enumerate(types):  # llamacpp.variant: a spec type and its settings (draft-eagle3-k2)
-        c = replace(llamacpp.variant(text, base), port=cfg.port + i)
-        if c.spec_type in ("draft-simple", "draft-eagle3"):
-            c.draft_model = str(gguf_of(cfg.head if c.spec_type == "draft-eagle3" else cfg.draft))
-        out.append(c)
-    return out
+def managed(cfg: LoadConfig) -> list[Server]:
+    """The servers a llama.cpp or vLLM sweep starts: one per variant, each able to batch every request of the
+    highest level (llama.cpp: a slot each, 1,024 tokens of context a slot; vLLM: --max-num-seqs)."""
+    if cfg.engine not in ("llamacpp", "vllm"):
+        raise PhoenixError("--spec-types starts servers: it needs --engine llamacpp or vllm", field="spec_types")
+    slots = max(max(levels_of(cfg.concurrency)), cfg.max_concurrency or 0, 1)
+    if cfg.request_rate and cfg.max_concurrency is None:
+        slots = max(slots, cfg.limit or 16)
+    llama = LlamaCppConfig(model=cfg.gguf, draft_max=cfg.draft_max, parallel=slots, ctx=1024 * slots)
+    v = VllmConfig(target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=max(slots, 1))
+    return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
 # none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k) | <drafter>-k<N>
@@ -135,14 +147,22 @@ class Cut(Exception):
         self.answered = answered
 
 
-def send_block(cfg: LoadConfig, model: str, block: list[Prompt], c: int, url: str, spec: dict | None, abort):
-    """One variant's requests for a block, ``c`` at a time: (wall seconds, (prompt, result) pairs in order). On
-    Ctrl-C, ``abort`` ends the requests in flight at their next chunk and Cut carries the ones already answered."""
+def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url: str, spec: dict | None, abort):
+    """One variant's requests for a block: ``lv.c`` at a time, or sent at their arrival times with at most
+    ``lv.c`` in flight; (wall seconds, (prompt, result) pairs in order). On Ctrl-C, ``abort`` ends the requests in
+    flight at their next chunk and Cut carries the ones already answered."""
+    extra = {"return_token_ids": True} if cfg.engine == "vllm" else None
+    args = (cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, abort, extra)
+    times = [0.0] * len(block) if lv.rate is None else arrival_times(len(block), lv.rate, cfg.burstiness, cfg.seed)
     start = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=c)
-    args = (cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, abort)
-    futures = [pool.submit(stream_one, url, model, p.text, *args) for p in block]
+    pool = ThreadPoolExecutor(max_workers=lv.c)
+    futures = []
     try:
+        for p, at in zip(block, times):
+            wait = start + at - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            futures.append(pool.submit(stream_one, url, model, p.text, *args))
         results = [f.result() for f in futures]
     except KeyboardInterrupt:
         abort.set()
@@ -153,18 +173,38 @@ def send_block(cfg: LoadConfig, model: str, block: list[Prompt], c: int, url: st
     return time.perf_counter() - start, list(zip(block, results))
 
 
-def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: list[str], urls: dict[str, str], on_block):
-    """Every variant at concurrency ``c``, block by block, the order rotating; ``on_block`` gets each block's
-    (prompt, result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time."""
+@dataclass(frozen=True)
+class Level:
+    c: int  # requests in flight at most
+    rate: float | None = None  # requests per second (inf: all at once); None: a concurrency level
+
+    @property
+    def label(self) -> str:
+        return f"c={self.c}" if self.rate is None else f"rate={self.rate:g}" + (f" cap={self.c}")
+
+
+def levels(cfg: LoadConfig, n_prompts: int) -> list[Level]:
+    if not cfg.request_rate:
+        return [Level(c) for c in levels_of(cfg.concurrency)]
+    cap = cfg.max_concurrency or max(n_prompts, 1)
+    return [Level(cap, r) for r in rates_of(cfg.request_rate)]
+
+
+def level(
+    cfg: LoadConfig, model: str, prompts: list[Prompt], lv: Level, order: list[str], urls: dict[str, str], on_block
+):
+    """Every variant at one level, block by block, the order rotating; ``on_block`` gets each block's (prompt,
+    result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time."""
     walls = dict.fromkeys(order, 0.0)
     abort = threading.Event()
-    for b, block in enumerate(blocks_of(prompts, max(cfg.block, c))):
+    size = max(cfg.block, lv.c) if lv.rate is None else (cfg.block or len(prompts))
+    for b, block in enumerate(blocks_of(prompts, size)):
         turn = order[b % len(order) :] + order[: b % len(order)]
         got: dict[str, list] = {}
         for variant in turn:
             spec = None if cfg.spec_types else speculation(variant)
             try:
-                wall, got[variant] = send_block(cfg, model, block, c, urls[variant], spec, abort)
+                wall, got[variant] = send_block(cfg, model, block, lv, urls[variant], spec, abort)
             except Cut as cut:
                 on_block({**got, variant: cut.answered[""]})
                 raise KeyboardInterrupt from None
@@ -174,36 +214,22 @@ def level(cfg: LoadConfig, model: str, prompts: list[Prompt], c: int, order: lis
 
 
 def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> list[int]:
-    """One run per concurrency level; returns their ids. Managed llama-servers are started first and stopped at the
-    end (only those this sweep started: one already running for the same settings is left running)."""
-    levels, names = levels_of(cfg.concurrency), variants_of(cfg)
+    """One run per level; returns their ids. Managed servers are started first and stopped at the end (only those
+    this sweep started: one already running for the same settings is left running)."""
+    names = variants_of(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
-    configs = managed(cfg) if cfg.spec_types else []
-    started: list[LlamaCppConfig] = []
-    try:
-        servers = []
-        for server in configs:
-            servers.append(llamacpp.start(server))
-            if servers[-1]["state"] == "started":
-                started.append(server)
-        urls = {v: s["url"] for v, s in zip(names, servers)} if configs else dict.fromkeys(names, cfg.url)
+    plan = managed(cfg) if cfg.spec_types else []
+    with fleet.running(plan) as started:
+        urls = {v: s["url"] for v, s in zip(names, started)} if plan else dict.fromkeys(names, cfg.url)
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s)
-        extra: dict = {
-            "servers": [
-                {"spec_type": c.spec_type, "variant": v, "command": s["command"]}
-                for c, s, v in zip(configs, servers, names)
-            ]
-        }
+        extra: dict = {"servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)]}
         extra = {k: v for k, v in extra.items() if v}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
             extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
         return [
-            _level_run(store, cfg, model, prompts, c, names if i % 2 == 0 else names[::-1], urls, extra, say)
-            for i, c in enumerate(levels)
+            _level_run(store, cfg, model, prompts, lv, names if i % 2 == 0 else names[::-1], urls, extra, say)
+            for i, lv in enumerate(levels(cfg, len(prompts)))
         ]
-    finally:
-        for server in started:
-            llamacpp.stop(server)
 
 
 def _warm(cfg: LoadConfig, model: str, prompt: Prompt, url: str, variant: str) -> float:
@@ -216,7 +242,7 @@ def _level_run(
     cfg: LoadConfig,
     model: str,
     prompts: list[Prompt],
-    c: int,
+    lv: Level,
     order: list[str],
     urls: dict[str, str],
     extra: dict,
@@ -224,13 +250,14 @@ def _level_run(
 ) -> int:
     names = variants_of(cfg)
     run = store.create_run(
-        f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} c={c}",
+        f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} {lv.label}",
         {
             "load": asdict(cfg),
-            "level": c,
+            "level": lv.c,
+            "request_rate": None if lv.rate is None else ("inf" if math.isinf(lv.rate) else lv.rate),
             "variants": names,
             "order": order,
-            "block": max(cfg.block, c),
+            "block": max(cfg.block, lv.c) if lv.rate is None else (cfg.block or len(prompts)),
             **extra,
             "environment": environment(),
         },
@@ -239,27 +266,54 @@ def _level_run(
         len(prompts) * len(names),
     )
     written: list[RequestRecord] = []
+    k_of = {s.variant: s.draft_length for s in managed(cfg)} if cfg.spec_types else {}
 
     def keep(got: dict[str, list]) -> None:
         """A block's answers, recorded at once: the reference's rows first, each other one checked against the
-        reference's text for its prompt (where the reference answered it)."""
-        reference = {p.id: r["text"] for p, r in got.get(names[0], []) if r["error"] is None}
+        reference's output for its prompt (by token ids where the engine gave them, else by text)."""
+        reference = {p.id: r for p, r in got.get(names[0], []) if r["error"] is None}
         records: list[RequestRecord] = []
         for variant in [v for v in names if v in got]:
-            k = cfg.draft_max if cfg.spec_types and variant != "none" else None
             for p, r in got[variant]:
-                rec = row_of(run.id, len(written) + len(records), f"{cfg.engine}-{variant}_c{c}", p, r, k)
+                rec = row_of(run.id, len(written) + len(records), _mode(cfg, variant, lv), p, r)
+                if variant in k_of:
+                    rec.k = k_of[variant]
                 if variant != names[0] and rec.error is None and p.id in reference:
-                    rec.identical = r["text"] == reference[p.id]
+                    judge(rec, r, reference[p.id])
                 records.append(rec)
         store.add_requests(records, progress=(run.id, len(written) + len(records)))
         written.extend(records)
 
     with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted, answered blocks kept; error: failed
-        walls = level(cfg, model, prompts, c, order, urls, keep)
-    store.merge_config(run.id, {"wall_s": walls})
+        walls = level(cfg, model, prompts, lv, order, urls, keep)
+    slos = slos_of(cfg.goodput)
+    per_variant = {
+        v: figures([r for r in written if r.mode.startswith(f"{cfg.engine}-{v}_")], walls[v], slos) for v in names
+    }
+    store.merge_config(run.id, {"wall_s": walls, "figures": per_variant})
     failed = sum(r.error is not None for r in written)
     first_error = next((r.error for r in written if r.error is not None), None)
     store.set_status(run.id, "failed" if failed == len(written) else "done", first_error)
-    say(f"c={c}: run {run.id}, " + ", ".join(f"{v} {walls[v]:.1f} s" for v in names) + f", {failed} failed")
+    say(
+        f"{lv.label}: run {run.id}, "
+        + ", ".join(
+            f"{v} {f['output_throughput']:.1f} tok/s ({f['answered']}/{f['requests']} answered)"
+            for v, f in per_variant.items()
+        )
+    )
     return run.id
+
+
+def _mode(cfg: LoadConfig, variant: str, lv: Level) -> str:
+    return f"{cfg.engine}-{variant}_c{lv.c}"
+
+
+def judge(rec: RequestRecord, answer: dict, reference: dict) -> None:
+    """Identical to the reference's output: by token ids where the engine gave them (the first differing position
+    is kept), else by text."""
+    ids, ref = answer.get("token_ids"), reference.get("token_ids")
+    if ids is not None and ref is not None:
+        rec.diverged_at = first_divergence(ids, ref)
+        rec.identical = rec.diverged_at is None
+    else:
+        rec.identical = rec.output_text == reference["text"]

@@ -45,8 +45,9 @@ class WatchConfig:
     name: str = ""
 
 
-def client_for(url: str, model: str, timeout_s: float = 600.0) -> ServerClient:
-    return ServerClient(url, model, timeout_s, api_key=os.environ.get("VLLM_API_KEY"))  # the key is never printed
+def client_for(url: str, model: str, timeout_s: float = 600.0, extra: dict | None = None) -> ServerClient:
+    key = os.environ.get("VLLM_API_KEY")  # the key is never printed nor stored
+    return ServerClient(url, model, timeout_s, api_key=key, extra=extra)
 
 
 def levels_of(text: str) -> list[int]:

@@ -1,28 +1,39 @@
-"""llama.cpp side by side with itself: one local llama-server per speculation type, started together, and every
-prompt sent to each in turn (interleaved, concurrency 1), so the ratios against its target-only server come from
-one run on one machine state. Modes are llamacpp-<spec type>_c1; llamacpp-none_c1 is the reference."""
+"""An engine side by side with itself: one local server per speculation variant (llama.cpp's llama-server or vLLM),
+started together, and every prompt sent to each in turn (interleaved, concurrency 1), so the ratios against its
+speculation-off server come from one run on one machine state. Modes are <engine>-<variant>_c1; <engine>-none_c1 is
+the reference, and every other output is checked against its output for the same prompt (vLLM's by token ids, with
+the first differing position; llama.cpp's by text)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from db.store import Store
 from engine.bench.setup import environment
-from engine.engines import llamacpp
+from engine.engines import fleet, llamacpp
 from engine.engines.client import GREEDY, one_request
-from engine.engines.gguf_export import gguf_of
+from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.load import judge
 from engine.engines.record import client_for, request_row
+from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import owned
 
+VLLM_EXTRA = {"return_token_ids": True}  # vLLM's own field: the exact tokens, so a divergence has its position
+
 
 @dataclass
 class EnginesConfig:
-    spec_types: str = "none,ngram-simple,ngram-mod"  # one llama-server each; none is the reference
-    model: str = "smollm2"  # the GGUF every server serves (see llamacpp start --model)
+    engine: Literal["llamacpp", "vllm"] = "llamacpp"  # which engine's servers to start
+    spec_types: str = ""  # one server each, none first; empty: llama.cpp none,ngram-simple,ngram-mod, vLLM every method
+    model: str = "smollm2"  # llama.cpp: the GGUF every server serves (see llamacpp start --model)
+    target: str = "smollm2"  # vLLM: the model folder every server serves (a Phoenix name or a folder)
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
+    table: str = ""  # vLLM: the per-batch-size k table the <method>-table variants use (see vllm start --table)
     prompts: str = "humaneval-test"
     limit: int | None = 20
     limit_per_column: int | None = field(
@@ -30,45 +41,30 @@ class EnginesConfig:
     )  # Spec-Bench: the first N questions of each leaderboard column (first turns: a server keeps no conversation)
     max_new_tokens: int = 96
     chat: bool = True  # through the server's chat template, as Phoenix's --prompt-format auto does for SmolLM2
-    draft_max: int = 8  # --spec-draft-n-max for the speculating servers (a type's -k<N> sets its own)
-    draft: str = "smollm2-draft"  # draft-simple's draft: a named draft model (exported to GGUF once) or a .gguf
-    head: str = "smollm2-eagle3"  # draft-eagle3's head: a named EAGLE-3 head (exported to GGUF once) or a .gguf
+    draft_max: int = 8  # llama.cpp: --spec-draft-n-max for the speculating servers (a type's -k<N> sets its own)
+    draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
+    head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
     port: int = 8100  # the first server's port; the next ones count up
     warmup: bool = True  # one request per server before the clock, stored as warm-up
     name: str = ""
 
 
-def servers(cfg: EnginesConfig) -> list[LlamaCppConfig]:
-    """One server per variant (llamacpp.variant: a spec type and its settings), none first; the draft-* types
-    draft with Phoenix's own draft model or EAGLE-3 head, exported to GGUF on first use."""
-    types = [t.strip() for t in cfg.spec_types.split(",") if t.strip()]
-    if not types or types[0] != "none":
-        raise PhoenixError("--spec-types must start with none, the target-only reference", field="spec_types")
-    if len(set(types)) != len(types):
-        raise PhoenixError(f"--spec-types names a variant twice: {cfg.spec_types}", field="spec_types")
+def servers(cfg: EnginesConfig) -> list[Server]:
+    """One server per variant, none first (fleet.plan); every variant checked before anything starts."""
     # --poll 0: by default a llama-server's threads spin for a while after each request, and side by side the next
     # server's request shares the two cores with them
-    base = LlamaCppConfig(model=cfg.model, draft_max=cfg.draft_max, parallel=1, poll=0)
-    out = []
-    for i, text in enumerate(types):
-        c = replace(llamacpp.variant(text, base), port=cfg.port + i)
-        if c.spec_type in ("draft-simple", "draft-eagle3"):
-            c.draft_model = str(gguf_of(cfg.head if c.spec_type == "draft-eagle3" else cfg.draft))
-        out.append(c)
-    return out
+    llama = LlamaCppConfig(model=cfg.model, draft_max=cfg.draft_max, parallel=1, poll=0)
+    v = VllmConfig(target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=1)
+    return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
-def draft_length(c: LlamaCppConfig) -> int:
-    """The longest draft a server proposes: ngram-simple's size-m where it is set, else --spec-draft-n-max."""
-    if c.spec_type == "none":
-        return 0
-    return c.ngram_m if c.spec_type == "ngram-simple" and c.ngram_m is not None else c.draft_max
-
-
-def refused_draft(c: LlamaCppConfig, answer: dict) -> str | None:
+def refused_draft(s: Server, answer: dict) -> str | None:
     """A draft llama.cpp refused is not an error there: it logs one line and serves without speculation. A draft-*
     server whose answer drafted nothing is said so here, with its log's reason."""
-    if not c.spec_type.startswith("draft-") or answer.get("error") or answer.get("draft_n") is not None:
+    c = s.config
+    if not isinstance(c, LlamaCppConfig) or not c.spec_type.startswith("draft-"):
+        return None
+    if answer.get("error") or answer.get("draft_n") is not None:
         return None
     log = llamacpp.files(c)["log"]
     try:
@@ -81,89 +77,77 @@ def refused_draft(c: LlamaCppConfig, answer: dict) -> str | None:
 
 def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print) -> int:
     """One run: every prompt through every server in turn; each server's counter deltas in the run's config."""
-    configs = servers(cfg)
+    plan = servers(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column) if p.parent is None]
-    started: list[dict] = []
-    ours: list[LlamaCppConfig] = []  # what this run started, and so stops: a server already running is left alone
-    run_id = None
-    try:
-        for c in configs:
-            started.append(llamacpp.start(c))
-            if started[-1]["state"] == "started":
-                ours.append(c)
-        clients = [client_for(info["url"], cfg.model) for info in started]
-        identity = clients[0].identity("llamacpp")
+    with fleet.running(plan) as started:
+        extra = VLLM_EXTRA if cfg.engine == "vllm" else None
+        served = {"vllm": cfg.target, "llamacpp": cfg.model}[cfg.engine]
+        clients = [client_for(info["url"], served, extra=extra) for info in started]
         run_id = store.create_run(
-            cfg.name or f"llama.cpp side by side: {cfg.spec_types}",
+            cfg.name or f"{cfg.engine} side by side: {','.join(s.variant for s in plan)}",
             {
                 "serve_engines": asdict(cfg),
-                "engine": identity,
+                "engine": clients[0].identity(cfg.engine),
                 "sampling": GREEDY,
-                "servers": [
-                    {"spec_type": c.spec_type, "variant": v, "command": i["command"], "draft": c.draft_model or None}
-                    for c, i, v in zip(configs, started, [t.strip() for t in cfg.spec_types.split(",") if t.strip()])
-                ],
+                "servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)],
                 "environment": environment(),
             },
-            cfg.model,
+            served,
             None,
-            len(prompts) * len(configs),
+            len(prompts) * len(plan),
         ).id
         with owned(store, run_id):  # heartbeat; Ctrl-C or SIGTERM: interrupted; an error: failed
-            modes = [f"llamacpp-{t.strip()}_c1" for t in cfg.spec_types.split(",") if t.strip()]
-            seq = 0
-            if cfg.warmup:  # each server's first request loads its caches: stored, left out of every figure
-                answers = [one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat) for cl in clients]
-                for c, answer in zip(configs, answers):
-                    refused = refused_draft(c, answer)
-                    if refused:
-                        raise PhoenixError(refused)
-                warm = [request_row(run_id, seq + i, m, 0, a) for i, (m, a) in enumerate(zip(modes, answers))]
-                for rec in warm:
-                    rec.warmup = True
-                store.add_requests(warm)
-                seq += len(warm)
-            before = [cl.metrics() for cl in clients]
-            for n, prompt in enumerate(prompts, 1):
-                recs = []
-                for mode, c, cl in zip(modes, configs, clients):
-                    recs.append(
-                        request_row(
-                            run_id,
-                            seq,
-                            mode,
-                            draft_length(c),
-                            one_request(cl, prompt, cfg.max_new_tokens, cfg.chat),
-                        )
-                    )
-                    seq += 1
-                for rec in recs[1:]:  # greedy: every server must give the target-only server's text
-                    if rec.error is None and recs[0].error is None:  # a failure is never "identical"
-                        rec.identical = rec.output_text == recs[0].output_text
-                store.add_requests(recs, progress=(run_id, n * len(configs)))
-                say(
-                    f"prompt {n}/{len(prompts)} {prompt.id}: "
-                    + ", ".join(f"{r.mode} {r.tokens_per_s:.1f} tok/s" for r in recs)
-                )
-            levels = [
-                {
-                    "concurrency": 1,
-                    "spec_type": c.spec_type,
-                    "variant": m.removeprefix("llamacpp-").removesuffix("_c1"),
-                    "requests": len(prompts),
-                    "failed": sum(1 for r in store.requests(run_id) if r.mode == m and r.error),
-                    "wall_s": 0.0,
-                    "throughput_tokens_per_s": 0.0,
-                    **cl.metrics().minus(b).summary(),
-                }
-                for c, m, cl, b in zip(configs, modes, clients, before)
-            ]
-            store.merge_config(run_id, {"server_counters": levels})
-            if all(level["failed"] == level["requests"] for level in levels):  # nothing to compare: not "done"
-                first = next((r.error for r in store.requests(run_id) if r.error and not r.warmup), None)
-                raise PhoenixError(f"every request failed; the first: {first}")
-        store.set_status(run_id, "done")
-        return run_id
-    finally:
-        for c in ours:
-            llamacpp.stop(c)
+            _measure(store, run_id, cfg, plan, clients, prompts, say)
+    store.set_status(run_id, "done")
+    return run_id
+
+
+def _measure(store: Store, run_id: int, cfg: EnginesConfig, plan: list[Server], clients, prompts, say) -> None:
+    modes = [f"{cfg.engine}-{s.variant}_c1" for s in plan]
+    seq = 0
+    if cfg.warmup:  # each server's first request loads its caches: stored, left out of every figure
+        answers = [one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat) for cl in clients]
+        for s, answer in zip(plan, answers):
+            refused = refused_draft(s, answer)
+            if refused:
+                raise PhoenixError(refused)
+        warm = [request_row(run_id, seq + i, m, 0, a) for i, (m, a) in enumerate(zip(modes, answers))]
+        for rec in warm:
+            rec.warmup = True
+        store.add_requests(warm)
+        seq += len(warm)
+    before = [cl.metrics() for cl in clients]
+    for n, prompt in enumerate(prompts, 1):
+        answers = [one_request(cl, prompt, cfg.max_new_tokens, cfg.chat) for cl in clients]
+        recs = [
+            request_row(run_id, seq + i, m, s.draft_length, a) for i, (m, s, a) in enumerate(zip(modes, plan, answers))
+        ]
+        seq += len(recs)
+        for rec, answer in zip(recs[1:], answers[1:]):  # greedy: every server must give the reference's output
+            if rec.error is None and recs[0].error is None:  # a failure is never "identical"
+                judge(rec, answer, answers[0])
+        store.add_requests(recs, progress=(run_id, n * len(plan)))
+        say(
+            f"prompt {n}/{len(prompts)} {prompt.id}: " + ", ".join(f"{r.mode} {r.tokens_per_s:.1f} tok/s" for r in recs)
+        )
+    levels = [
+        {
+            "concurrency": 1,
+            "variant": s.variant,
+            **(
+                {"spec_type": s.config.spec_type}
+                if isinstance(s.config, LlamaCppConfig)
+                else {"method": s.config.method}
+            ),
+            "requests": len(prompts),
+            "failed": sum(1 for r in store.requests(run_id) if r.mode == m and r.error),
+            "wall_s": 0.0,
+            "throughput_tokens_per_s": 0.0,
+            **cl.metrics().minus(b).summary(),
+        }
+        for s, m, cl, b in zip(plan, modes, clients, before)
+    ]
+    store.merge_config(run_id, {"server_counters": levels})
+    if all(level["failed"] == level["requests"] for level in levels):  # nothing to compare: not "done"
+        first = next((r.error for r in store.requests(run_id) if r.error and not r.warmup), None)
+        raise PhoenixError(f"every request failed; the first: {first}")

