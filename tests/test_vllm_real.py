@@ -4,6 +4,7 @@ output equals its own speculation-off output token for token."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 
@@ -47,9 +48,16 @@ def target():
     return str(out)
 
 
-def test_a_real_vllm_drafts_with_phoenixs_head_and_equals_its_own_output_without_speculation(target, tmp_path):
+def test_a_real_vllm_drafts_with_the_head_phoenix_exported_and_equals_its_own_output_without_speculation(
+    target, tmp_path
+):
+    """`vllm export`: speculators converts and validates Phoenix's committed head; vLLM serves the converted folder."""
+    from engine.engines.vllm_export import export
+
+    head = export("smollm2-eagle3", target, str(tmp_path / "head"), say=lambda _: None)
+    assert json.loads((head / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
     off = VllmConfig(target=target, dtype="float32", port=free_port(), max_num_seqs=2, max_model_len=1024)
-    on = replace(off, method="eagle3", k=3, draft="smollm2-eagle3", port=free_port())
+    on = replace(off, method="eagle3", k=3, draft=str(head), port=free_port())
     started = []
     try:
         for cfg in (off, on):

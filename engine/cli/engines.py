@@ -201,6 +201,15 @@ def add_vllm(vsub) -> None:
         vsub, "stop", "stop the vLLM for these settings, or every one with --all", VllmConfig, cmd_vllm_stop, db=False
     )
     stop.add_argument("--all", action="store_true", help="stop every vLLM `vllm start` left running")
+    export = vsub.add_parser(
+        "export",
+        help="convert Phoenix's EAGLE-3 head to vLLM's speculators format and validate it with vLLM's `speculators` "
+        "library (in vLLM's venv); serve it with `vllm start --method eagle3 --draft <folder>`",
+    )
+    export.add_argument("--head", default="smollm2-eagle3", help="the head: a Phoenix name or folder")
+    export.add_argument("--target", default="smollm2", help="its verifier: a Phoenix name or folder")
+    export.add_argument("--out", default="", help="the folder to write (default data/vllm/<head>-speculators)")
+    export.set_defaults(func=cmd_vllm_export)
     table = vsub.add_parser(
         "table",
         help="learn vLLM's per-batch-size k table (num_speculative_tokens_per_batch_size) from load-sweep runs of "
@@ -228,13 +237,22 @@ def cmd_vllm_table(args) -> int:
 
     ids = [run_id_arg(x) for x in args.runs.split(",") if x.strip()]
     learned = learn(open_store(args.db), ids, args.method, args.max_num_seqs)
+    from engine.engines.vllm_table import best_k
+
     for b, scores in learned["scores"].items():
-        best = max(scores, key=lambda k: (scores[k], -k))
-        shown = ", ".join(f"k={k} {v:.2f}" for k, v in scores.items())
-        print(f"batch {b:>3}: tokens/s a request by k: {shown} -> k={best}")
+        shown = ", ".join(f"k={k} {v:.1f}" for k, v in scores.items())
+        model = ", ".join(f"k={k} {v:.1f}" for k, v in learned["model"].get(b, {}).items())
+        print(f"batch {b:>3}: output tok/s by k: {shown} -> k={best_k(scores)}  (TPOT model, tok/s a request: {model})")
     print("acceptance per position: " + " ".join(f"{x:.3f}" for x in learned["acceptance_per_position"]))
     print(f"--speculative-config '{json.dumps(learned['speculative_config'], separators=(',', ':'))}'")
     print(f"python -m engine vllm start --method {args.method} --table {learned['text']}")
+    return 0
+
+
+def cmd_vllm_export(args) -> int:
+    from engine.engines.vllm_export import export
+
+    export(args.head, args.target, args.out)
     return 0
 
 

@@ -42,12 +42,9 @@ def row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | N
     if spec:
         _phoenix(row, spec)
     elif vllm is not None:
-        row.proposed, row.accepted, row.passes, row.positions = (
-            vllm.proposed,
-            vllm.accepted,
-            vllm.passes,
-            vllm.positions,
-        )
+        row.proposed, row.accepted, row.positions = vllm.proposed, vllm.accepted, vllm.positions
+        # vLLM counts the steps that drafted; a step with no draft (prompt lookup found nothing) made one token
+        row.passes = max(vllm.passes, n_out - vllm.accepted)
         sd = r["metrics"]["speculative_decoding"]
         row.k = int(sd.get("num_spec_tokens") or max((p.position + 1 for p in vllm.positions), default=0))
     else:

