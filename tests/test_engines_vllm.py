@@ -198,3 +198,10 @@ def test_an_export_refuses_a_head_without_its_tapped_layers_and_a_folder_it_did_
     with pytest.raises(PhoenixError, match="already holds files that Phoenix did not write"):
         vllm_export.export("smollm2-eagle3", str(target), str(theirs))
     assert (theirs / "notes.txt").read_text() == "mine"
+
+
+def test_draft_may_name_the_head_as_phoenixs_other_commands_take_it(venv):
+    plan = fleet.plan("vllm", "none,eagle3-k3,draft-model-k1", 9000, LlamaCppConfig(), VllmConfig(),
+                      "models/smollm2-eagle3", "smollm2-eagle3")  # fmt: skip
+    assert [s.config.draft for s in plan] == ["", "models/smollm2-eagle3", "smollm2-draft"]
+    assert fleet.is_head("smollm2-eagle3") and not fleet.is_head("smollm2-draft") and not fleet.is_head("nowhere")

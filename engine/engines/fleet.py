@@ -6,11 +6,14 @@ running. The side-by-side run and the load sweep both start their servers here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
+from engine.catalog import named_dir
 from engine.engines import llamacpp, vllm
 from engine.engines.gguf_export import gguf_of
 from engine.engines.llamacpp import LlamaCppConfig
@@ -79,6 +82,8 @@ def plan(
     """One server per variant, ports counting up from ``port``; every variant checked before anything starts.
     llama.cpp's draft-* types draft with Phoenix's draft or head exported to GGUF on first use; vLLM's eagle3 and
     draft_model load Phoenix's folders as they are."""
+    if is_head(draft):  # --draft models/smollm2-eagle3 names the head, as Phoenix's other commands take it
+        draft, head = "smollm2-draft", draft
     out = []
     for i, text in enumerate(variants(spec_types, engine)):
         if engine == "vllm":
@@ -93,6 +98,16 @@ def plan(
             c.draft_model = str(gguf_of(head if c.spec_type == "draft-eagle3" else draft))
         out.append(Server(text, c))
     return out
+
+
+def is_head(name: str) -> bool:
+    """Whether a Phoenix name or folder is an EAGLE-3 head (its config's architecture says Eagle3)."""
+    path = named_dir(name, "draft") or Path(name).expanduser()
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and any("Eagle3" in str(a) for a in config.get("architectures") or [])
 
 
 @contextmanager

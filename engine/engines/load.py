@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 from db.entities import RequestRecord
@@ -37,7 +37,7 @@ from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
 from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
-from engine.engines.record import levels_of
+from engine.engines.record import check_timeout, levels_of, stored
 from engine.engines.rows import row_of
 from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
@@ -80,6 +80,7 @@ class LoadConfig:
 def variants_of(cfg: LoadConfig) -> list[str]:
     rates_of(cfg.request_rate)
     slos_of(cfg.goodput)
+    check_timeout(cfg.timeout_s)
     if cfg.max_concurrency is not None and not 1 <= cfg.max_concurrency <= 1024:
         raise PhoenixError(f"--max-concurrency must be in 1..1024, got {cfg.max_concurrency}", field="max_concurrency")
     if cfg.spec_types:
@@ -111,7 +112,9 @@ def managed(cfg: LoadConfig) -> list[Server]:
 
 
 # none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k) | <drafter>-k<N>
-_VARIANT = re.compile(r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3)(?:-k(?P<dk>[0-9]+))?)$")
+_VARIANT = re.compile(
+    r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3|hybrid)(?:-k(?P<dk>[0-9]+))?)$"
+)
 
 
 def speculation(variant: str) -> dict | None:
@@ -252,7 +255,7 @@ def _level_run(
     run = store.create_run(
         f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} {lv.label}",
         {
-            "load": asdict(cfg),
+            "load": stored(cfg),
             "level": lv.c,
             "request_rate": None if lv.rate is None else ("inf" if math.isinf(lv.rate) else lv.rate),
             "variants": names,

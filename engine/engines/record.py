@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from db.connect import safe_url
 from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.bench.setup import environment
@@ -50,6 +51,21 @@ def client_for(url: str, model: str, timeout_s: float = 600.0, extra: dict | Non
     return ServerClient(url, model, timeout_s, api_key=key, extra=extra)
 
 
+def check_timeout(timeout_s: float) -> float:
+    """A deadline a request can have: a positive number of seconds up to a day (not -1, 0 or NaN)."""
+    if not (0 < timeout_s <= 86400):
+        raise PhoenixError(f"--timeout-s must be above 0 and at most 86400 seconds, got {timeout_s}", field="timeout_s")
+    return timeout_s
+
+
+def stored(cfg) -> dict:
+    """A config as a run keeps it: any password in its URL hidden (db.connect.safe_url, the one function for it)."""
+    out = asdict(cfg)
+    if isinstance(out.get("url"), str):
+        out["url"] = safe_url(out["url"])
+    return out
+
+
 def levels_of(text: str) -> list[int]:
     try:
         levels = [int(x) for x in text.split(",") if x.strip()]
@@ -69,6 +85,7 @@ def launched(url: str) -> dict:
 def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | None = None) -> int:
     """One run; requests are recorded per level as mode '<engine>_c<level>', level counters in the run config."""
     levels = levels_of(cfg.concurrency)
+    check_timeout(cfg.timeout_s)
     if not cfg.model:
         raise PhoenixError("--model is required: the served model name (see the server's /v1/models)")
     # a second turn's context is the engine's own first answer, which a concurrent sweep does not have: first turns only
@@ -79,7 +96,7 @@ def sweep(store: Store, cfg: SweepConfig, on_level: Callable[[dict], None] | Non
     engine = served["engine"]
     run = store.create_run(
         cfg.name or f"{engine} sweep {cfg.concurrency}",
-        {"serve": asdict(cfg), "engine": served, "sampling": GREEDY, "environment": environment()},
+        {"serve": stored(cfg), "engine": served, "sampling": GREEDY, "environment": environment()},
         cfg.model,
         None,
         len(prompts) * len(levels),
@@ -129,7 +146,7 @@ def watch(store: Store, cfg: WatchConfig, sleep: Callable[[float], None] = time.
     served = {**client.identity(cfg.engine), **launched(cfg.url)}
     run = store.create_run(
         cfg.name or f"{served['engine']} watch {cfg.url}",
-        {"serve_watch": asdict(cfg), "engine": served, "environment": environment()},
+        {"serve_watch": stored(cfg), "engine": served, "environment": environment()},
         cfg.model or cfg.url,
         None,
         cfg.samples or 0,
