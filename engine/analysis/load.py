@@ -19,9 +19,13 @@ TPOT = "time per output token: (latency - TTFT) / (output tokens - 1) per reques
 THROUGHPUT = "throughput: output tokens of the mode's requests over the wall time they took together"
 
 
-def _pct(values: pd.Series, q: float) -> float | None:
+def pct(values: pd.Series, q: float) -> float | None:
+    """The q-th percentile (0-100) of the values that are there, numpy's linear interpolation; None when none are."""
     v = values.dropna()
     return float(np.percentile(v, q)) if len(v) else None
+
+
+_pct = pct
 
 
 def tpot(frame: pd.DataFrame) -> pd.Series:

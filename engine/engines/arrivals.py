@@ -5,7 +5,8 @@ Arrivals: at a request rate r (requests/s), gaps are gamma-distributed with shap
 A concurrency cap holds a request back until one in flight ends, and its clock starts when it is sent.
 
 Per request: TTFT is the time to the first streamed token; TPOT = (latency - TTFT) / (output tokens - 1), for
-requests of more than one token; E2EL is the latency. Per level: output throughput = output tokens of the answered
+requests of more than one token (both as engine.analysis.load defines them for every serving page); E2EL is the
+latency. Per level: output throughput = output tokens of the answered
 requests / the level's wall time; request throughput = answered / wall; goodput = the requests that met every SLO
 given / wall. A refused request (429, 4xx, a timeout) is counted as failed, never averaged in as 0 tok/s.
 """
@@ -15,8 +16,10 @@ from __future__ import annotations
 import math
 import random
 import re
-import statistics
 
+import pandas as pd
+
+from engine.analysis import load
 from engine.errors import PhoenixError
 
 SLO_KEYS = ("ttft", "tpot", "e2el")  # milliseconds, as vllm bench serve's --goodput takes them
@@ -69,28 +72,27 @@ def slos_of(text: str) -> dict[str, float]:
 
 
 def tpot_s(latency_s: float, ttft_s: float | None, output_tokens: int) -> float | None:
-    if ttft_s is None or output_tokens < 2:
-        return None
-    return (latency_s - ttft_s) / (output_tokens - 1)
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    pos = (len(values) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+    """One request's TPOT, by engine.analysis.load's definition (the serving pages' one)."""
+    frame = pd.DataFrame({"latency_s": [latency_s], "ttft_s": [ttft_s], "output_tokens": [output_tokens]})
+    value = load.tpot(frame).iloc[0]
+    return None if pd.isna(value) else float(value)
 
 
 def figures(rows: list, wall_s: float, slos: dict[str, float]) -> dict:
-    """One variant's figures at one level from its request rows (``RequestRecord``s, warm-ups left out)."""
+    """One variant's figures at one level from its request rows (``RequestRecord``s, warm-ups left out). TTFT and
+    TPOT are engine.analysis.load's (the serving pages' definitions and percentiles), in milliseconds."""
     ok = [r for r in rows if r.error is None]
-    ttft = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
-    tpot = [t * 1000 for r in ok if (t := tpot_s(r.latency_s, r.ttft_s, r.output_tokens)) is not None]
-    e2el = [r.latency_s * 1000 for r in ok]
+    frame = pd.DataFrame(
+        {
+            "latency_s": [r.latency_s for r in ok],
+            "ttft_s": [r.ttft_s for r in ok],
+            "output_tokens": [r.output_tokens for r in ok],
+        },
+        dtype=float,
+    )
+    ttft, tpot, e2el = frame["ttft_s"] * 1000, load.tpot(frame) * 1000, frame["latency_s"] * 1000
     good = sum(1 for r in ok if _meets(r, slos)) if slos else None
-    tokens = sum(r.output_tokens for r in ok)
+    tokens = int(frame["output_tokens"].sum())
     return {
         "requests": len(rows),
         "answered": len(ok),
@@ -98,17 +100,22 @@ def figures(rows: list, wall_s: float, slos: dict[str, float]) -> dict:
         "wall_s": wall_s,
         "output_throughput": tokens / wall_s if wall_s > 0 else 0.0,
         "request_throughput": len(ok) / wall_s if wall_s > 0 else 0.0,
-        "ttft_ms_mean": statistics.fmean(ttft) if ttft else None,
-        "ttft_ms_p50": _pct(ttft, 0.5),
-        "ttft_ms_p95": _pct(ttft, 0.95),
-        "tpot_ms_mean": statistics.fmean(tpot) if tpot else None,
-        "tpot_ms_p50": _pct(tpot, 0.5),
-        "tpot_ms_p95": _pct(tpot, 0.95),
-        "e2el_ms_p50": _pct(e2el, 0.5),
+        "ttft_ms_mean": _mean(ttft),
+        "ttft_ms_p50": load.pct(ttft, 50),
+        "ttft_ms_p95": load.pct(ttft, 95),
+        "tpot_ms_mean": _mean(tpot),
+        "tpot_ms_p50": load.pct(tpot, 50),
+        "tpot_ms_p95": load.pct(tpot, 95),
+        "e2el_ms_p50": load.pct(e2el, 50),
         "goodput": good / wall_s if good is not None and wall_s > 0 else None,
         "good_requests": good,
         "slos_ms": slos or None,
     }
+
+
+def _mean(values: pd.Series) -> float | None:
+    v = values.dropna()
+    return float(v.mean()) if len(v) else None
 
 
 def _meets(r, slos: dict[str, float]) -> bool:
