@@ -85,7 +85,8 @@ def crosscheck(store: Store, cfg: CrossConfig, say=print) -> dict:
                     theirs.append(vllm_bench(cfg, model, prompt_file))
                     continue
                 (run_id,) = load_sweep(store, load, say=lambda _: None)
-                figures = store.get_run(run_id).config["figures"][variant]
+                run = store.get_run(run_id)
+                figures = run.config["figures"][variant] if run is not None else {}
                 ours.append(figures)
                 runs.append(run_id)
     verdict = agreement(ours, theirs)

@@ -30,7 +30,7 @@ def levels_of_runs(store: Store, run_ids: list[int], method: str) -> dict[int, d
     pattern = re.compile(rf"^vllm-(?:(none)|{re.escape(method.replace('_', '-'))}-k([0-9]+))_c([0-9]+)$")
     out: dict[int, dict[int, list]] = {}
     for run_id in run_ids:
-        if store.get_run(run_id).config.get("request_rate") is not None:
+        if _run(store, run_id).config.get("request_rate") is not None:
             continue  # a rate level's batch varies: it is no batch size's evidence
         for r in store.requests(run_id):
             m = pattern.match(r.mode)
@@ -41,6 +41,13 @@ def levels_of_runs(store: Store, run_ids: list[int], method: str) -> dict[int, d
     if not out:
         raise PhoenixError(f"runs {run_ids} hold no vLLM load rows of none and {method}-k<N>: run `engines load` first")
     return out
+
+
+def _run(store: Store, run_id: int):
+    run = store.get_run(run_id)
+    if run is None:
+        raise PhoenixError(f"no run {run_id} in this database")
+    return run
 
 
 def acceptance(levels: dict[int, dict[int, list]]) -> list[float]:
@@ -78,7 +85,7 @@ def throughput(store: Store, run_ids: list[int], method: str) -> dict[int, dict[
     prefix = method.replace("_", "-")
     seen: dict[int, dict[int, list[float]]] = {}
     for run_id in run_ids:
-        run = store.get_run(run_id)
+        run = _run(store, run_id)
         if run.config.get("request_rate") is not None:
             continue  # a rate level's batch varies: it is no batch size's evidence
         for variant, f in (run.config.get("figures") or {}).items():
