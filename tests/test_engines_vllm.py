@@ -205,3 +205,17 @@ def test_draft_may_name_the_head_as_phoenixs_other_commands_take_it(venv):
                       "models/smollm2-eagle3", "smollm2-eagle3")  # fmt: skip
     assert [s.config.draft for s in plan] == ["", "models/smollm2-eagle3", "smollm2-draft"]
     assert fleet.is_head("smollm2-eagle3") and not fleet.is_head("smollm2-draft") and not fleet.is_head("nowhere")
+
+
+def test_the_table_speculates_at_one_k_where_speculating_pays_and_is_off_elsewhere():
+    from engine.engines.vllm_table import best_k, one_k
+
+    scores = {
+        1: {0: 21.5, 1: 28.8, 2: 33.3, 3: 34.3, 4: 34.8},
+        2: {0: 41.0, 1: 53.7, 2: 58.8, 3: 59.3, 4: 56.1},
+        8: {0: 138.6, 1: 139.8, 2: 140.8, 3: 127.7},  # k = 2 is within 2% of off: not worth it
+        16: {0: 215.8, 1: 212.7, 2: 205.2, 3: 204.1},
+    }
+    assert best_k(scores[1]) == 3 and best_k(scores[8]) == 0  # the smallest k within 2% of the level's best
+    assert one_k(scores) == {1: 3, 2: 3, 8: 0, 16: 0}
+    assert one_k({1: {0: 10.0, 2: 9.0}}) == {1: 0}

@@ -237,12 +237,10 @@ def cmd_vllm_table(args) -> int:
 
     ids = [run_id_arg(x) for x in args.runs.split(",") if x.strip()]
     learned = learn(open_store(args.db), ids, args.method, args.max_num_seqs)
-    from engine.engines.vllm_table import best_k
-
     for b, scores in learned["scores"].items():
         shown = ", ".join(f"k={k} {v:.1f}" for k, v in scores.items())
         model = ", ".join(f"k={k} {v:.1f}" for k, v in learned["model"].get(b, {}).items())
-        print(f"batch {b:>3}: output tok/s by k: {shown} -> k={best_k(scores)}  (TPOT model, tok/s a request: {model})")
+        print(f"batch {b:>3}: output tok/s by k: {shown} -> k={learned['best'][b]}  (TPOT model: {model})")
     print("acceptance per position: " + " ".join(f"{x:.3f}" for x in learned["acceptance_per_position"]))
     print(f"--speculative-config '{json.dumps(learned['speculative_config'], separators=(',', ':'))}'")
     print(f"python -m engine vllm start --method {args.method} --table {learned['text']}")

@@ -6,11 +6,12 @@ with the batch while the cost of a wider verify grows (vLLM PR 26504's comment: 
 So each k is scored at each batch level by what it delivers there, measured: the level's output throughput with
 that k (the load sweep's own figure, engine.engines.arrivals, prefill and tail included), and the best k is the
 smallest whose throughput is within ``TIE`` of the level's best (a smaller k is cheaper and drifts less, and a few
-percent is this machine's noise). k = 0 is speculation off, the none variant. A second score is kept beside it for
-the reader: a request's decode speed from vLLM's own TPOT and acceptance, ``(1 + sum_{i<k} a_i) / (TPOT x tokens per
-step)``, with a_i pooled over every level; it leaves out prefill and the batch's tail, and where the two disagree
-the measured throughput decides. Batch sizes between the levels take the nearer level's k (in log scale), and the
-table's last range runs to the server's --max-num-seqs.
+percent is this machine's noise). k = 0 is speculation off, the none variant. The table then speculates at one k
+wherever speculating pays and is off elsewhere (``one_k`` says why: vLLM charges a table for its largest k).
+A second score is kept beside it for the reader: a request's decode speed from vLLM's own TPOT and acceptance,
+``(1 + sum_{i<k} a_i) / (TPOT x tokens per step)``, with a_i pooled over every level; it leaves out prefill and the
+batch's tail, and where the two disagree the measured throughput decides. Batch sizes between the levels take the
+nearer level's k (in log scale), and the table's last range runs to the server's --max-num-seqs.
 """
 
 from __future__ import annotations
@@ -101,6 +102,20 @@ def best_k(scores: dict[int, float]) -> int:
     return min(k for k, v in scores.items() if v >= (1 - TIE) * top)
 
 
+def one_k(scores: dict[int, dict[int, float]]) -> dict[int, int]:
+    """Each level's k, from one k: speculate at the k with the most throughput (relative to off, summed) over the
+    levels where some k beats speculation off, and turn it off elsewhere. In vLLM 0.32 a table entry below the
+    table's num_speculative_tokens costs more than that k served statically: in run #94 the table's k = 3 at batch 1
+    drafted exactly what static k = 3 drafted (476 drafts, 289 accepted at position 0) and took 2.12 s a request
+    against 1.97 s, what static k = 4 took; so a table mixes k values at a price."""
+    paying = {b: s for b, s in scores.items() if best_k(s) > 0}
+    if not paying:
+        return dict.fromkeys(scores, 0)
+    ks = sorted({k for s in paying.values() for k in s if k > 0 and all(k in t for t in paying.values())})
+    k = max(ks, key=lambda k: (sum(s[k] / s[0] for s in paying.values()), -k)) if ks else 0
+    return {b: (k if b in paying and s.get(k, 0) > s[0] else 0) for b, s in scores.items()}
+
+
 def learn(store: Store, run_ids: list[int], method: str, max_num_seqs: int = 16) -> dict:
     """The table, the score of every k at every level, and the --speculative-config to paste."""
     levels = levels_of_runs(store, run_ids, method)
@@ -114,7 +129,7 @@ def learn(store: Store, run_ids: list[int], method: str, max_num_seqs: int = 16)
     scores = throughput(store, run_ids, method)
     if not scores or not all(0 in s for s in scores.values()):
         raise PhoenixError("every level needs the none variant (speculation off) to score k = 0 against")
-    best = {b: best_k(s) for b, s in scores.items()}
+    best = one_k(scores)
     rows = ranges(best, max_num_seqs)
     k_max = max(max(k for _, _, k in rows), 1)
     spec = {"method": method, "num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": rows}
@@ -123,6 +138,7 @@ def learn(store: Store, run_ids: list[int], method: str, max_num_seqs: int = 16)
         "text": table_text(rows),
         "speculative_config": spec,
         "acceptance_per_position": a,
+        "best": best,
         "scores": {b: {k: round(v, 2) for k, v in sorted(s.items())} for b, s in sorted(scores.items())},
         "model": {b: {k: round(v, 2) for k, v in s.items()} for b, s in model.items()},
         "n": {b: {k: len(r) for k, r in by_k.items()} for b, by_k in levels.items()},
