@@ -74,7 +74,7 @@ def server_counters(info) -> None:
     table = pd.DataFrame(
         [
             {
-                "server": lv["spec_type"],
+                "server": lv.get("variant") or lv.get("spec_type"),
                 "drafts": lv["drafts"],
                 "draft tokens": lv["draft_tokens"],
                 "accepted": lv["accepted"],

@@ -49,7 +49,12 @@ def level(url: str, info) -> None:
     st.caption("How it ran: " + level_method(info.config) + ".")
     servers = info.config.get("servers") or []
     if servers:  # commands as code: verbatim, never read as Markdown
-        st.code("\n".join(f"# {sv['spec_type']}\n{short_command(sv['command'])}" for sv in servers), language=None)
+        st.code(
+            "\n".join(
+                f"# {sv.get('variant') or sv.get('spec_type')}\n{short_command(sv['command'])}" for sv in servers
+            ),
+            language=None,
+        )
 
 
 def live(url: str, info) -> None:

@@ -264,11 +264,11 @@ def run_md(store: Store, info: RunInfo) -> str:
             "",
             "Per draft position, from each server's own counters (accepted at position i / drafts): "
             + "; ".join(
-                f"{sv.get('variant') or lv['spec_type']}: "
+                f"{sv.get('variant') or lv.get('spec_type')}: "
                 + (" ".join(f"{r:.3f}" for r in lv["per_position"][:8]) or "no drafts")
                 + f" ({lv['drafts']:.0f} drafts)"
                 for lv, sv in zip(info.config.get("server_counters", []), info.config["servers"])
-                if lv["spec_type"] != "none"
+                if (lv.get("variant") or lv.get("spec_type")) != "none"
             )
             + ".",
         ]

@@ -3,6 +3,8 @@ prompts, and the llama.cpp and vLLM servers Phoenix manages)."""
 
 from __future__ import annotations
 
+import json
+
 from engine.bench.report import report
 from engine.cli.jobs import _command
 from engine.cli.options import add_db, open_store
@@ -10,7 +12,7 @@ from engine.cli.options import run_id as run_id_arg
 from engine.config import from_args
 from engine.engines import llamacpp, vllm
 from engine.engines.counters import level_notes
-from engine.engines.crosscheck import CrossConfig
+from engine.engines.crosscheck import CrossConfig, crosscheck
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.llamacpp_build import BuildConfig
 from engine.engines.llamacpp_build import build as build_llamacpp
@@ -19,6 +21,8 @@ from engine.engines.load import sweep as load_sweep
 from engine.engines.record import SweepConfig, WatchConfig, sweep, watch
 from engine.engines.side_by_side import EnginesConfig, engines, servers
 from engine.engines.vllm import VllmConfig
+from engine.engines.vllm_export import export
+from engine.engines.vllm_table import learn
 
 
 def show_level(level: dict) -> None:
@@ -224,16 +228,11 @@ def add_vllm(vsub) -> None:
 
 
 def cmd_crosscheck(args) -> int:
-    from engine.engines.crosscheck import crosscheck
-
     crosscheck(open_store(args.db), from_args(CrossConfig, args))
     return 0
 
 
 def cmd_vllm_table(args) -> int:
-    import json
-
-    from engine.engines.vllm_table import learn
 
     ids = [run_id_arg(x) for x in args.runs.split(",") if x.strip()]
     learned = learn(open_store(args.db), ids, args.method, args.max_num_seqs)
@@ -248,8 +247,6 @@ def cmd_vllm_table(args) -> int:
 
 
 def cmd_vllm_export(args) -> int:
-    from engine.engines.vllm_export import export
-
     export(args.head, args.target, args.out)
     return 0
 
