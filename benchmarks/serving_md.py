@@ -65,8 +65,21 @@ def level_md(store: Store, info: RunInfo) -> str:
         ["python -m engine engines load", *_flags(LoadConfig, cfg, ("url",)), "--db benchmarks/results.db"]
     )
     how = level_method(info.config)
-    where = "the llama-servers it started" if cfg.get("spec_types") else f"`{cfg.get('url')}`"
-    servers = [f"- `{sv['spec_type']}`: `{short_command(sv['command'])}`" for sv in info.config.get("servers") or []]
+    where = "the servers it started" if cfg.get("spec_types") else f"`{cfg.get('url')}`"
+    servers = [
+        f"- `{sv.get('variant') or sv.get('spec_type')}`: `{short_command(sv['command'])}`"
+        for sv in info.config.get("servers") or []
+    ]
+    figures = info.config.get("figures") or {}
+    good = [f"{v} {f['goodput']:.2f} req/s ({f['good_requests']} of {f['requests']})" for v, f in figures.items()
+            if f.get("goodput") is not None]  # fmt: skip
+    if good:
+        slos = next(iter(figures.values())).get("slos_ms") or {}
+        how += "; goodput (" + ", ".join(f"{k} <= {v:g} ms" for k, v in slos.items()) + "): " + ", ".join(good)
+    rate = info.config.get("request_rate")
+    if rate is not None:
+        burst, cap = cfg.get("burstiness", 1.0), info.config["level"]
+        how += f"; Poisson arrivals at {rate} requests/s (burstiness {burst}), at most {cap} in flight"
     return "\n".join(
         [
             f"Command: `{command}` against {where}; {how}. " + cpu_line(info),
