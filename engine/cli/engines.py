@@ -163,11 +163,25 @@ def cmd_serve_engines(args) -> int:
     return 0
 
 
-def cmd_llamacpp_start(args) -> int:
-    info = llamacpp.start(from_args(LlamaCppConfig, args))
-    print(f"llama-server {info['state']} at {info['url']} (pid {info['pid']}, log {info['log']})")
+def _started(name: str, info: dict) -> int:
+    print(f"{name} {info['state']} at {info['url']} (pid {info['pid']}, log {info['log']})")
     print(f"command: {info['command']}")
     return 0
+
+
+def _stop(args, name: str, manager, config) -> int:
+    """`<engine> stop [--all]`: only servers Phoenix started (engine.engines.process)."""
+    if args.all:
+        stopped = manager.stop_all()
+        print(f"stopped {len(stopped)} {name}(s)" + "".join(f"\n  {i['url']} (pid {i['pid']})" for i in stopped))
+        return 0
+    cfg = from_args(config, args)
+    print(f"{name} at {manager.url_of(cfg)} " + ("stopped" if manager.stop(cfg) else "was not running"))
+    return 0
+
+
+def cmd_llamacpp_start(args) -> int:
+    return _started("llama-server", llamacpp.start(from_args(LlamaCppConfig, args)))
 
 
 def cmd_llamacpp_build(args) -> int:
@@ -176,13 +190,7 @@ def cmd_llamacpp_build(args) -> int:
 
 
 def cmd_llamacpp_stop(args) -> int:
-    if args.all:
-        stopped = llamacpp.stop_all()
-        print(f"stopped {len(stopped)} llama-server(s)" + "".join(f"\n  {i['url']} (pid {i['pid']})" for i in stopped))
-        return 0
-    cfg = from_args(LlamaCppConfig, args)
-    print(f"llama-server at {llamacpp.url_of(cfg)} " + ("stopped" if llamacpp.stop(cfg) else "was not running"))
-    return 0
+    return _stop(args, "llama-server", llamacpp, LlamaCppConfig)
 
 
 def add_vllm(vsub) -> None:
@@ -257,17 +265,8 @@ def cmd_vllm_install(args) -> int:
 
 
 def cmd_vllm_start(args) -> int:
-    info = vllm.start(from_args(VllmConfig, args))
-    print(f"vLLM {info['state']} at {info['url']} (pid {info['pid']}, log {info['log']})")
-    print(f"command: {info['command']}")
-    return 0
+    return _started("vLLM", vllm.start(from_args(VllmConfig, args)))
 
 
 def cmd_vllm_stop(args) -> int:
-    if args.all:
-        stopped = vllm.stop_all()
-        print(f"stopped {len(stopped)} vLLM server(s)" + "".join(f"\n  {i['url']} (pid {i['pid']})" for i in stopped))
-        return 0
-    cfg = from_args(VllmConfig, args)
-    print(f"vLLM at {vllm.url_of(cfg)} " + ("stopped" if vllm.stop(cfg) else "was not running"))
-    return 0
+    return _stop(args, "vLLM server", vllm, VllmConfig)

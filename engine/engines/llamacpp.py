@@ -233,15 +233,7 @@ def stop(cfg: LlamaCppConfig, data_dir: Path = DATA_DIR, wait_s: float = 20.0) -
 
 def stop_all(data_dir: Path = DATA_DIR) -> list[dict]:
     """Every server `start` left running, stopped (a record that is not one of ours is skipped)."""
-    stopped = []
-    for info in process.records("llamacpp", data_dir):
-        try:
-            cfg = LlamaCppConfig(**info["config"])
-        except TypeError:  # settings of another version of Phoenix: not a server this one can name
-            continue
-        if stop(cfg, data_dir):
-            stopped.append(info)
-    return stopped
+    return process.stop_all("llamacpp", data_dir, lambda settings: stop(LlamaCppConfig(**settings), data_dir))
 
 
 def command_at(url: str, data_dir: Path = DATA_DIR) -> str | None:

@@ -174,6 +174,19 @@ def records(kind: str, data_dir: Path) -> list[dict]:
     return out
 
 
+def stop_all(kind: str, data_dir: Path, stop_one: Callable[[dict], bool]) -> list[dict]:
+    """Every server of ``kind`` Phoenix left running, stopped through ``stop_one(settings)``; a record whose
+    settings this version cannot name (another version's, or not Phoenix's) is skipped, not a crash."""
+    stopped = []
+    for info in records(kind, data_dir):
+        try:
+            if stop_one(info["config"]):
+                stopped.append(info)
+        except TypeError:
+            continue
+    return stopped
+
+
 def command_at(url: str, data_dir: Path) -> str | None:
     """The command line of the managed server (of any kind) at ``url``, for the run's record; None for any other."""
     base = url.rstrip("/").removesuffix("/v1")

@@ -309,12 +309,4 @@ def stop(cfg: VllmConfig, data_dir: Path = DATA_DIR, wait_s: float = 30.0) -> bo
 
 def stop_all(data_dir: Path = DATA_DIR) -> list[dict]:
     """Every vLLM `start` left running, stopped (a record that is not one of ours is skipped)."""
-    stopped = []
-    for info in process.records("vllm", data_dir):
-        try:
-            cfg = VllmConfig(**info["config"])
-        except TypeError:
-            continue
-        if stop(cfg, data_dir):
-            stopped.append(info)
-    return stopped
+    return process.stop_all("vllm", data_dir, lambda settings: stop(VllmConfig(**settings), data_dir))
