@@ -150,6 +150,9 @@ BAD = [
     (json.dumps({"prompt": "x", "speculation": {"drafter": "eagle3"}}).encode(), 400, "needs an EAGLE-3 head"),
     (json.dumps({"prompt": [99999]}).encode(), 400, "token ids must be in"),
     (json.dumps({"prompt": {"a": 1}}).encode(), 400, "prompt must be a string"),
+    # round five: booleans are no token ids (they once reached the prefill and stopped the server's loop)
+    (json.dumps({"prompt": [True, False], "max_tokens": 2}).encode(), 400, "prompt must be a string"),
+    (json.dumps({"prompt": "x", "stream": "false"}).encode(), 400, "stream must be true or false"),
 ]
 
 
@@ -241,3 +244,20 @@ def test_the_old_client_commands_say_where_they_moved(capsys):
 
     assert main(["serve", "sweep", "--url", "http://x"]) == 2
     assert "moved to `python -m engine engines sweep`" in capsys.readouterr().err
+
+
+def test_an_unknown_path_or_method_is_an_openai_error_body_not_fastapis_detail(client):
+    c, _, _ = client
+    for r, status in ((c.get("/v1/nowhere"), 404), (c.get("/v1/completions"), 405)):
+        assert r.status_code == status and "detail" not in r.json(), r.text
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and "/v1/" in err["message"]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("max_tokens_cap", 0), ("max_tokens_cap", -5)])
+def test_a_server_that_would_refuse_every_request_does_not_start(flag, value):
+    from engine.errors import PhoenixError
+    from engine.serve.config import ServeConfig, check_serve
+
+    with pytest.raises(PhoenixError, match=f"--{flag.replace('_', '-')} must be in 1"):
+        check_serve(ServeConfig(**{flag: value}))

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.bench.setup import git_sha
 from engine.serve.scheduler import Finished, QueueFull, ServeRequest
@@ -80,6 +81,11 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
         log.warning("%d %s: %s", exc.status, request.url.path, exc.message)
         headers = {"Retry-After": "1"} if exc.status == 429 else None
         return error_response(exc.status, exc.message, exc.param, exc.code, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):  # 404, 405: an OpenAI body, not {"detail"}
+        log.warning("%d %s: %s", exc.status_code, request.url.path, exc.detail)
+        return error_response(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception):
@@ -152,6 +158,8 @@ async def read_body(request: Request) -> dict:
 
 
 def check_greedy(body: dict) -> None:
+    if not isinstance(body.get("stream", False), bool):  # "stream": "false" is truthy: it once streamed
+        raise ApiError(400, f"stream must be true or false, got {body['stream']!r}", param="stream")
     for name, greedy in GREEDY_ONLY.items():
         if body.get(name) not in greedy:
             raise ApiError(
@@ -189,7 +197,9 @@ def prompt_ids(service: Service, body: dict, chat: bool) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+    # a bool is an int to Python: [true, false] is not a list of token ids (it once reached the prefill and
+    # stopped the loop)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         vocab = service.decoder.pair.target.config.vocab_size
         if any(not 0 <= t < vocab for t in prompt):
             raise ApiError(400, f"token ids must be in 0..{vocab - 1}", param="prompt")

@@ -45,6 +45,8 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
         value = getattr(cfg, name)
         if not low <= value <= high:
             raise PhoenixError(f"--{name.replace('_', '-')} must be in {low}..{high}, got {value}")
+    if not 1 <= cfg.max_tokens_cap <= 1 << 20:  # a cap of 0 starts a server that refuses every request
+        raise PhoenixError(f"--max-tokens-cap must be in 1..{1 << 20}, got {cfg.max_tokens_cap}")
     check_k(cfg.k_max)
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:
         raise PhoenixError("--shadow-rate and --epsilon must be in 0..1")
