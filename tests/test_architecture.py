@@ -15,6 +15,9 @@ BASE = {"engine.errors", "engine.config", "engine.modes", "engine.paths", "engin
 SHAPE = {"engine.measure"}  # one request as measured: imports nothing, so every layer may build on it, db included
 
 # package -> the packages it may import (itself included). Read top-down: nothing below imports anything above.
+# Both servers (Phoenix's own, and the managers and clients of other engines) stand on the same layers.
+SERVING = {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue"}
+LIBRARY = SERVING | {"policies", "export", "train", "serve", "engines"}  # everything a front end may call
 ALLOWED = {
     "shape": {"shape"},
     "base": {"shape", "base"},
@@ -29,39 +32,10 @@ ALLOWED = {
     "queue": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench", "queue"},
     "export": {"shape", "base", "analysis", "db", "bench", "export"},
     "train": {"shape", "base", "prompts", "decode", "analysis", "db", "bench", "train"},
-    "serve": {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "serve"},
-    "engines": {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue", "engines"},
-    "cli": {
-        "shape",
-        "base",
-        "prompts",
-        "decode",
-        "policies",
-        "analysis",
-        "db",
-        "observe",
-        "bench",
-        "queue",
-        "export",
-        "train",
-        "serve",
-        "engines",
-        "cli",
-    },
-    "app": {
-        "shape",
-        "base",
-        "prompts",
-        "decode",
-        "policies",
-        "analysis",
-        "db",
-        "bench",
-        "queue",
-        "serve",
-        "engines",
-        "app",
-    },
+    "serve": SERVING | {"serve"},
+    "engines": SERVING | {"engines"},
+    "cli": LIBRARY | {"cli"},
+    "app": (LIBRARY - {"observe", "export", "train"}) | {"app"},  # it reads runs: it neither trains nor exports
     "entry": {"shape", "cli"},
 }
 
