@@ -105,6 +105,7 @@ class ServeStepRecord:
     proposed: int
     accepted: int
     emitted: int
+    prefill_tokens: int = 0  # prompt tokens the step prefilled beside its verification pass
 
 
 @dataclass

@@ -164,6 +164,7 @@ class ServeStep(Base):
     proposed: Mapped[int] = mapped_column(Integer)
     accepted: Mapped[int] = mapped_column(Integer)
     emitted: Mapped[int] = mapped_column(Integer)
+    prefill_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # prompt chunks (0026)
 
 
 class Distill(Base):

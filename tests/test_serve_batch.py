@@ -11,8 +11,8 @@ import torch
 from engine.decode.decoder import Decoder
 from engine.decode.eagle3 import save_head
 from engine.decode.loading import load_pair
-from engine.serve.batch import BatchCache, accept_batch, verify_batch
-from engine.serve.scheduler import QueueFull, Scheduler, ServeRequest
+from engine.decode.batch import BatchCache, accept_batch, verify_batch
+from engine.decode.scheduler import QueueFull, Request, Scheduler
 from engine.serve.tuner import Acceptance, CostModel, LoadTuner
 
 PROMPTS = [
@@ -43,19 +43,23 @@ def decoders(tiny_dirs, tmp_path_factory):
     return {"model": near, "ngram": near, "suffix": near, "none": near, "eagle3": head, "hybrid": head}
 
 
+def scheduler(dec: Decoder, tuner=None, **kw) -> Scheduler:
+    return Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, tuner, **kw)
+
+
 def references(dec: Decoder, n: int = N) -> list[list[int]]:
     return [dec.run(dec.encode(p), 0, n, timed=False).output_ids for p in PROMPTS]
 
 
-def decode_all(dec, drafter: str, max_batch: int, seed: int, k_choices=(None, 0, 1, 3, 6)):
+def decode_all(dec, drafter: str, max_batch: int, seed: int, k_choices=(None, 0, 1, 3, 6), **kw):
     """Every prompt twice with its own token budget and k (None: the tuner's), half of them joining after two
-    steps; returns (requests, finished by id, steps run)."""
+    steps; returns (requests, finished by id, steps run). ``kw``: the scheduler's token budget and chunk."""
     rnd = random.Random(seed)
-    sched = Scheduler(dec, LoadTuner(6, epsilon=0.3, seed=seed), max_batch=max_batch)
+    sched = scheduler(dec, LoadTuner(6, epsilon=0.3, seed=seed), max_batch=max_batch, **kw)
     done: dict[str, object] = {}
     reqs = []
     for j, p in enumerate(PROMPTS * 2):
-        r = ServeRequest(dec.encode(p), rnd.choice([3, 11, N]), drafter, k=rnd.choice(k_choices), id=str(j))
+        r = Request(dec.encode(p), rnd.choice([3, 11, N]), drafter, k=rnd.choice(k_choices), id=str(j))
         r.on_done = lambda f, j=j: done.__setitem__(str(j), f)
         reqs.append(r)
     for r in reqs[:4]:
@@ -144,9 +148,9 @@ def test_columns_no_row_attends_to_are_cropped_so_a_lone_row_is_single_stream(de
 
 def test_a_cancelled_request_leaves_the_batch_at_the_next_step(decoders):
     dec = decoders["ngram"]
-    sched = Scheduler(dec, LoadTuner(4), max_batch=4)
+    sched = scheduler(dec, LoadTuner(4), max_batch=4)
     done = {}
-    reqs = [ServeRequest(dec.encode(p), N, "ngram", id=str(i)) for i, p in enumerate(PROMPTS[:3])]
+    reqs = [Request(dec.encode(p), N, "ngram", id=str(i)) for i, p in enumerate(PROMPTS[:3])]
     for r in reqs:
         r.on_done = lambda f: done.__setitem__(f.request.id, f)
         sched.submit(r)
@@ -163,11 +167,11 @@ def test_a_cancelled_request_leaves_the_batch_at_the_next_step(decoders):
 
 def test_a_full_queue_refuses_instead_of_growing(decoders):
     dec = decoders["none"]
-    sched = Scheduler(dec, LoadTuner(4), max_batch=1, max_queue=2)
+    sched = scheduler(dec, LoadTuner(4), max_batch=1, max_queue=2)
     for p in PROMPTS[:2]:
-        sched.submit(ServeRequest(dec.encode(p), 4))
+        sched.submit(Request(dec.encode(p), 4))
     with pytest.raises(QueueFull, match="--max-queue 2"):
-        sched.submit(ServeRequest(dec.encode("x"), 4))
+        sched.submit(Request(dec.encode("x"), 4))
 
 
 def test_one_pass_teaches_every_smaller_k():
@@ -204,7 +208,7 @@ def test_rows_drafting_with_one_eagle3_head_share_its_forwards_and_propose_what_
     from transformers import DynamicCache
 
     from engine.decode.eagle3.batch import propose_batch
-    from engine.decode.spec import prefill, taps_of
+    from engine.decode.spec import prefill
 
     dec = decoders["eagle3"]
     ks = [4, 1, 6, 0, 3]
@@ -214,7 +218,7 @@ def test_rows_drafting_with_one_eagle3_head_share_its_forwards_and_propose_what_
         for p in PROMPTS:  # prompts of 1 to 20-odd tokens: caches of different lengths
             ids = dec.encode(p)
             d = dec.row_drafter("eagle3")
-            first, feats = prefill(dec.pair.target, DynamicCache(config=dec.pair.target.config), ids, taps_of(d))
+            first, feats = prefill(dec.pair.target, DynamicCache(config=dec.pair.target.config), ids, d.taps)
             d.observe(feats)
             d.reset(ids)
             drafters.append(d)

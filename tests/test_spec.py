@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.decode.decoder import Decoder
-from engine.decode.drafters import ModelDrafter
+from engine.decode.drafters import Drafter, ModelDrafter
 from engine.decode.loading import load_pair
 from engine.decode.spec import generate
 
@@ -176,10 +176,10 @@ def test_draft_cache_stays_in_sync_after_partial_and_full_accepts(tiny_dirs, arc
     assert full > 0
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Proposes the reference continuation, corrupting chosen positions per pass."""
 
-    name = "scripted"  # the whole protocol of a drafter without state: a name and propose
+    name = "scripted"  # all a drafter without state writes: a name and propose
 
     def __init__(self, reference, prompt_len, corrupt):
         self.reference, self.prompt_len, self.corrupt, self.pass_no = reference, prompt_len, corrupt, 0

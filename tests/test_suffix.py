@@ -11,6 +11,7 @@ from prometheus_client import generate_latest
 from engine.analysis.breakeven import fit_a, rates, survival
 from engine.bench.request import make_record
 from engine.decode.decoder import Decoder
+from engine.decode.drafters import Drafter
 from engine.decode.loading import load_pair
 from engine.decode.spec import generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter, SuffixTree
@@ -139,7 +140,7 @@ def test_bad_suffix_settings_name_their_flag(field, value, flag):
         SuffixConfig(**{field: value}).validate()
 
 
-class Scripted:
+class Scripted(Drafter):
     """Drafts the target's own next tokens, L per pass from a schedule, with one token spoilt where asked, so the
     accepted count of every pass is known in advance."""
 

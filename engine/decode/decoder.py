@@ -8,12 +8,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from engine.decode.compiled import CompileStats, StaticCaches, compile_models
-from engine.decode.drafters import ModelDrafter, NgramDrafter
+from engine.decode.drafters import Drafter, ModelDrafter, NgramDrafter
 from engine.decode.eagle3 import Eagle3Drafter, Eagle3Head
 from engine.decode.hf_assisted import generate_hf
 from engine.decode.hybrid import HybridConfig, HybridDrafter
 from engine.decode.loading import LoadedPair
-from engine.decode.spec import Drafter, RequestStats, generate
+from engine.decode.sequence import RequestStats
+from engine.decode.spec import generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter
 from engine.errors import PhoenixError
 from engine.modes import DRAFTERS, K_MAX, check_k
@@ -165,13 +166,7 @@ class Decoder:
         own instance over the same weights (the draft model's and the EAGLE-3 head's caches, the suffix trees'
         request tree, sharing the global one); prompt lookup keeps no state and is shared."""
         shared = self.drafter(kind)
-        if isinstance(shared, ModelDrafter):
-            return ModelDrafter(shared.model, shared.vocab_limit)
-        if isinstance(shared, Eagle3Drafter):
-            return Eagle3Drafter(shared.head, shared.embed, shared.taps)
-        if isinstance(shared, (SuffixDrafter, HybridDrafter)):
-            return shared.fork()
-        return shared
+        return shared.fork() if shared is not None else None
 
     def check_drafter(self, kind: str, loop: str = "phoenix") -> None:
         """The drafter can run with this pair in this loop; one line that says what to pass otherwise."""
@@ -210,7 +205,7 @@ class Decoder:
                     self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id
                 )
             used = self.drafter(drafter) if (k > 0 or choose_k) else None
-            if used is not None and hasattr(used, "stop_below"):
+            if used is not None and used.confident:
                 used.stop_below = confidence  # per request: the shared drafter serves every mode of the run
             elif confidence > 0:
                 raise PhoenixError(f"drafter {drafter!r} has no probabilities to stop on", field="modes")

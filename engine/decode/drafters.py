@@ -1,5 +1,5 @@
-"""Drafters behind one small interface (engine.decode.spec.Drafter): ``propose(context, k)``, and the optional
-hooks a drafter with state needs.
+"""Drafters behind one small typed interface, ``Drafter``: ``propose(context, k)``, and the parts a drafter with
+state overrides (transformers' candidate generator is two explicit methods; no capability is looked up by name).
 
 ``context`` always ends with the pending token: the last token the target emitted, whose KV is not cached yet.
 The draft model keeps its own KV cache in step (``reset``, ``rollback``); prompt lookup keeps nothing.
@@ -7,7 +7,7 @@ The draft model keeps its own KV cache in step (``reset``, ``rollback``); prompt
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -20,15 +20,64 @@ def unsure(logits: torch.Tensor, threshold: float) -> bool:
     return bool(threshold > 0 and torch.softmax(logits.float(), dim=-1).max() < threshold)
 
 
-class ModelDrafter:
+class Drafter:
+    """Every drafter: a name and up to k tokens to follow ``context``. Fewer than k, or none, is a valid proposal.
+
+    The stateful parts do nothing here; a drafter with state overrides the ones it needs, and the request's
+    ``Sequence`` (engine.decode.sequence) calls them in one order: ``observe`` (the prefill's taps), ``reset``,
+    then per pass ``propose``, ``rollback``, ``observe``; ``finish`` when the request ended.
+    - ``taps``: the target layers whose hidden states the drafter reads (EAGLE-3); ``observe(features)`` is
+      handed their states at the positions each target pass cached, the prompt's first;
+    - ``rollback(final_len)``: the first ``final_len`` tokens of the context are final; drafts cached beyond go;
+    - ``finish(prompt_ids, output_ids)``: for drafters that learn across requests (the suffix trees' global tree);
+    - ``source``: a drafter with several sources (the hybrid) names the one behind its last proposal;
+    - ``confident``: it has probabilities, so a -conf mode may stop it early (``stop_below``);
+    - ``fork()``: a drafter for another request decoded at the same time (itself where it keeps no state);
+    - ``batch_key()`` / ``propose_batch``: rows whose drafters share a key propose together in one call.
+    """
+
+    name = "drafter"
+    taps: tuple[int, ...] = ()
+    source: str | None = None
+    confident = False
+    stop_below = 0.0  # a -conf mode's confidence threshold for this request; 0: always draft k
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        raise NotImplementedError
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def observe(self, features: torch.Tensor) -> None:
+        pass
+
+    def rollback(self, final_len: int) -> None:
+        pass
+
+    def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
+        pass
+
+    def fork(self) -> Drafter:
+        return self
+
+    def batch_key(self) -> object | None:
+        """Drafters with the same key (not None) may draft their rows together through ``propose_batch``."""
+        return None
+
+    @classmethod
+    def propose_batch(cls, drafters: Sequence[Drafter], contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        return [d.propose(c, k) if k > 0 else [] for d, c, k in zip(drafters, contexts, ks)]
+
+
+class ModelDrafter(Drafter):
     """A small causal LM with its own KV cache, kept in step with the target's."""
 
     name = "model"
+    confident = True
 
     def __init__(self, model, vocab_limit: int | None = None):
         self.model = model
         self.vocab_limit = vocab_limit  # propose only ids the target also has (padded output layers differ)
-        self.stop_below = 0.0  # a -conf mode's confidence threshold for this request; 0: always draft k
         self.cache: Cache | None = None
         self.cache_len = 0
         self.new_cache: Callable[[], Cache] | None = None  # an empty static cache for the next request; None: dynamic
@@ -64,8 +113,12 @@ class ModelDrafter:
             self.cache.crop(-extra)
             self.cache_len = final_len
 
+    def fork(self) -> ModelDrafter:
+        """Its own KV cache over the same weights."""
+        return ModelDrafter(self.model, self.vocab_limit)
 
-class NgramDrafter:
+
+class NgramDrafter(Drafter):
     """Model-free prompt lookup: find the latest earlier match of the last n tokens
     (n from ``max_n`` down to ``min_n``) and propose what followed it."""
 

@@ -15,7 +15,8 @@ from unittest import mock
 
 import torch
 
-from engine.decode.spec import RequestStats, sync
+from engine.decode.sequence import RequestStats
+from engine.decode.spec import sync
 
 _PATCH_LOCK = threading.Lock()  # the counters patch classes, so one hf request at a time
 

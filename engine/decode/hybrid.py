@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.decode.drafters import Drafter
 from engine.decode.eagle3 import Eagle3Drafter
 from engine.decode.suffix import SuffixDrafter
 from engine.errors import PhoenixError
@@ -35,12 +36,13 @@ class HybridConfig:
         return self
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     """hybrid_<k>: up to k tokens from the suffix trees when their score reaches ``min_score``, else up to
     ``head_k`` from the head (fewer for a -conf mode, which stops the head when it is unsure)."""
 
     name = "hybrid"
     SOURCES = ("suffix", "eagle3")
+    confident = True
 
     def __init__(self, suffix: SuffixDrafter, head: Eagle3Drafter, cfg: HybridConfig | None = None):
         self.suffix, self.head, self.cfg = suffix, head, cfg or HybridConfig()
@@ -78,6 +80,4 @@ class HybridDrafter:
     def fork(self) -> HybridDrafter:
         """A drafter for another request decoded at the same time: its own request tree and head cache, the
         run's global tree and the head's weights shared."""
-        return HybridDrafter(
-            self.suffix.fork(), Eagle3Drafter(self.head.head, self.head.embed, self.head.taps), self.cfg
-        )
+        return HybridDrafter(self.suffix.fork(), self.head.fork(), self.cfg)

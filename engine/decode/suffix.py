@@ -19,6 +19,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from engine.decode.drafters import Drafter
 from engine.errors import PhoenixError
 
 
@@ -149,7 +150,7 @@ def _path(node: _Node, budget: int, min_prob: float) -> tuple[list[int], float]:
     return tokens, score
 
 
-class SuffixDrafter:
+class SuffixDrafter(Drafter):
     """The drafter interface (propose, with the reset and finish hooks) over a request tree and the run's global
     tree. The trees only ever hold accepted tokens (propose feeds them from the context), so nothing rolls back."""
 

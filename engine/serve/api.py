@@ -19,13 +19,15 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
+from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.bench.setup import git_sha
-from engine.serve.scheduler import Finished, QueueFull, ServeRequest
+from engine.decode.scheduler import Finished, QueueFull, Request
+from engine.serve.detokenize import Detokenizer
 from engine.serve.service import Service
 
 log = logging.getLogger("phoenix.serve")
@@ -77,23 +79,25 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
     app = FastAPI(title="Phoenix", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError):
+    async def _api_error(request: HttpRequest, exc: ApiError):
         log.warning("%d %s: %s", exc.status, request.url.path, exc.message)
         headers = {"Retry-After": "1"} if exc.status == 429 else None
         return error_response(exc.status, exc.message, exc.param, exc.code, headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):  # 404, 405: an OpenAI body, not {"detail"}
+    async def _http_error(
+        request: HttpRequest, exc: StarletteHTTPException
+    ):  # 404, 405: an OpenAI body, not {"detail"}
         log.warning("%d %s: %s", exc.status_code, request.url.path, exc.detail)
         return error_response(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
 
     @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception):
+    async def _crash(request: HttpRequest, exc: Exception):
         log.error("500 %s: %s: %s", request.url.path, type(exc).__name__, exc)
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 
     @app.middleware("http")
-    async def _auth(request: Request, call_next):
+    async def _auth(request: HttpRequest, call_next):
         key = service.cfg.api_key
         if key and request.url.path.startswith("/v1/"):
             if request.headers.get("authorization", "") != f"Bearer {key}":
@@ -104,6 +108,8 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
     @app.get("/health")
     async def health():
         rows, waiting = service.scheduler.load
+        if service.dead:  # the decoding loop stopped for good: a router takes this server out
+            return error_response(503, f"the decoding loop stopped: {service.dead}", code="loop_stopped")
         return {
             "status": "ok",
             "engine": "phoenix",
@@ -128,11 +134,11 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/completions")
-    async def completions(request: Request):
+    async def completions(request: HttpRequest):
         return await generate(service, request, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
+    async def chat_completions(request: HttpRequest):
         return await generate(service, request, chat=True)
 
     return app
@@ -146,7 +152,7 @@ def ready_line(service: Service) -> str:
     )
 
 
-async def read_body(request: Request) -> dict:
+async def read_body(request: HttpRequest) -> dict:
     raw = await request.body()
     try:
         body = json.loads(raw)
@@ -247,7 +253,7 @@ def speculation_of(service: Service, body: dict) -> tuple[str, int | None]:
     return ("none" if k == 0 else drafter), (None if drafter == "none" else k)
 
 
-async def generate(service: Service, request: Request, chat: bool):
+async def generate(service: Service, request: HttpRequest, chat: bool):
     body = await read_body(request)
     model = body.get("model")
     if model is not None and model != service.model_name:
@@ -265,7 +271,7 @@ async def generate(service: Service, request: Request, chat: bool):
     drafter, k = speculation_of(service, body)
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
-    req = ServeRequest(ids, n_new, drafter, k, id=uuid.uuid4().hex)
+    req = Request(ids, n_new, drafter, k, id=uuid.uuid4().hex)
 
     def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
         loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
@@ -277,16 +283,20 @@ async def generate(service: Service, request: Request, chat: bool):
     except QueueFull as exc:
         service.stats["refused"] += 1
         raise ApiError(429, f"the server is full: {exc}; retry shortly", code="queue_full") from None
+    except RuntimeError as exc:  # the decoding loop stopped for good
+        raise ApiError(503, str(exc), code="loop_stopped") from None
     created = int(time.time())
     if body.get("stream"):
         return StreamingResponse(stream(service, req, events, chat, created), media_type="text/event-stream")
     finished = await wait_done(request, req, events)
     if finished is None:
         return Response(status_code=499)  # the client went away; its row is already free
+    if finished.failed:  # its step failed (the log has the line): an OpenAI 500 body; the loop goes on
+        return error_response(500, f"decoding failed: {finished.error}", code=finished.reason)
     return JSONResponse(response_body(service, finished, chat, created))
 
 
-async def wait_done(request: Request, req: ServeRequest, events: asyncio.Queue) -> Finished | None:
+async def wait_done(request: HttpRequest, req: Request, events: asyncio.Queue) -> Finished | None:
     while True:
         try:
             kind, payload = await asyncio.wait_for(events.get(), timeout=0.5)
@@ -299,9 +309,9 @@ async def wait_done(request: Request, req: ServeRequest, events: asyncio.Queue) 
             return payload
 
 
-def finish_reason(service: Service, f: Finished) -> str:
-    out = f.stats.output_ids
-    return "stop" if out and out[-1] == service.decoder.eos_id else "length"
+def finish_reason(f: Finished) -> str:
+    """OpenAI's finish reason: the sequence's own (stop at EOS, length at the budget)."""
+    return "stop" if f.reason == "stop" else "length"
 
 
 def usage(f: Finished) -> dict:
@@ -315,7 +325,7 @@ def usage(f: Finished) -> dict:
 
 def response_body(service: Service, f: Finished, chat: bool, created: int) -> dict:
     text = service.decoder.text(f.stats)
-    choice: dict = {"index": 0, "finish_reason": finish_reason(service, f), "logprobs": None}
+    choice: dict = {"index": 0, "finish_reason": finish_reason(f), "logprobs": None}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
     else:
@@ -331,7 +341,7 @@ def response_body(service: Service, f: Finished, chat: bool, created: int) -> di
     }
 
 
-def chunk(service: Service, req: ServeRequest, chat: bool, created: int, delta: dict | None, reason=None, **extra):
+def chunk(service: Service, req: Request, chat: bool, created: int, delta: dict | None, reason=None, **extra):
     """One server-sent event in OpenAI's chunk shape; ``delta`` None: a chunk without choices (the usage one)."""
     if delta is None:
         choices = []
@@ -350,12 +360,10 @@ def chunk(service: Service, req: ServeRequest, chat: bool, created: int, delta: 
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def stream(service: Service, req: ServeRequest, events: asyncio.Queue, chat: bool, created: int):
+async def stream(service: Service, req: Request, events: asyncio.Queue, chat: bool, created: int):
     """Server-sent events: a chunk per step that added text, then the finish reason, then ``usage`` (and what
     speculation did) in the last chunk, then [DONE]. A client that goes away cancels the request."""
-    tok = service.decoder.pair.tokenizer
-    out: list[int] = []
-    sent = ""
+    text = Detokenizer(service.decoder.pair.tokenizer)
     done = False
     try:
         if chat:
@@ -363,18 +371,19 @@ async def stream(service: Service, req: ServeRequest, events: asyncio.Queue, cha
         while True:
             kind, payload = await events.get()
             if kind == "tokens":
-                out += payload
-                text = tok.decode(out, skip_special_tokens=True)
-                if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
-                    continue
-                delta, sent = text[len(sent) :], text
+                delta = text.add(payload)
                 if delta:
                     yield chunk(service, req, chat, created, {"content": delta})
                 continue
             done = True
             f: Finished = payload
-            tail = service.decoder.text(f.stats)[len(sent) :]
-            yield chunk(service, req, chat, created, {"content": tail} if tail else {}, finish_reason(service, f))
+            if f.failed:  # an OpenAI error event, then the end of the stream
+                body = {"error": {"message": f"decoding failed: {f.error}", "type": "server_error", "code": f.reason}}
+                yield f"data: {json.dumps(body)}\n\n"
+                yield "data: [DONE]\n\n"
+                return
+            tail = text.tail(service.decoder.text(f.stats))
+            yield chunk(service, req, chat, created, {"content": tail} if tail else {}, finish_reason(f))
             yield chunk(service, req, chat, created, None, usage=usage(f), speculation=service.speculation(f))
             yield "data: [DONE]\n\n"
             return

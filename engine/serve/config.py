@@ -21,6 +21,8 @@ class ServeConfig(PairConfig):
     served_model_name: str = ""  # the model id /v1/models lists and requests name; default: the target's name
     max_batch: int = 8  # rows decoded together
     max_queue: int = 64  # requests waiting beyond the batch; more get 429 with Retry-After
+    max_num_batched_tokens: int = 512  # a step's token budget: the rows' pending tokens and drafts, then prompts
+    long_prefill_token_threshold: int = 256  # the most of one prompt a step prefills (longer ones go in chunks)
     k_max: int = 8  # the largest k the tuner considers
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
     epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
@@ -41,7 +43,13 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
             f"--host {cfg.host} would serve other machines: pass --api-key (or PHOENIX_API_KEY) as well, or keep "
             "the default 127.0.0.1"
         )
-    for name, low, high in (("max_batch", 1, 256), ("max_queue", 0, 100_000), ("port", 0, 65535)):
+    for name, low, high in (
+        ("max_batch", 1, 256),
+        ("max_queue", 0, 100_000),
+        ("port", 0, 65535),
+        ("max_num_batched_tokens", 1, 1 << 20),
+        ("long_prefill_token_threshold", 1, 1 << 20),
+    ):
         value = getattr(cfg, name)
         if not low <= value <= high:
             raise PhoenixError(f"--{name.replace('_', '-')} must be in {low}..{high}, got {value}")

@@ -11,27 +11,30 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import queue
 import random
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import torch
 from transformers import DynamicCache
 
-from db.entities import RequestRecord
+from db.entities import RequestRecord, ServeStepRecord
 from db.store import HEARTBEAT_S, Store
 from engine.bench.setup import environment
+from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, first_divergence, sha256_text
+from engine.decode.scheduler import Finished, Request, Scheduler, StepRecord
 from engine.measure import measured
 from engine.observe.prometheus import Metrics
 from engine.observe.sentry import Telemetry
-from engine.serve.batch import BatchCache, verify_batch
 from engine.serve.config import ServeConfig, stored_config
-from engine.serve.scheduler import Finished, Scheduler, ServeRequest
 from engine.serve.tuner import LoadTuner, profile_cost
+
+log = logging.getLogger("phoenix.serve")
 
 
 def default_drafter(cfg: ServeConfig, decoder: Decoder) -> str:
@@ -48,6 +51,11 @@ def variant(drafter: str, k: int | None) -> str:
     if drafter == "none" or k == 0:
         return "none"
     return f"{drafter}-auto" if k is None else f"{drafter}-k{k}"
+
+
+def step_row(step: StepRecord) -> ServeStepRecord:
+    """The loop's plain step record as the store's ``serve_steps`` row."""
+    return ServeStepRecord(**{f.name: getattr(step, f.name) for f in fields(ServeStepRecord)})
 
 
 def prompt_key(ids: list[int]) -> str:
@@ -70,7 +78,16 @@ class Service:
         self.model_name = cfg.served_model_name or decoder.pair.target_name
         self.drafter = default_drafter(cfg, decoder)
         self.tuner = LoadTuner(cfg.k_max, epsilon=cfg.epsilon, seed=cfg.seed)
-        self.scheduler = Scheduler(decoder, self.tuner, cfg.max_batch, cfg.max_queue)
+        self.scheduler = Scheduler(
+            decoder.pair.target,
+            decoder.row_drafter,
+            decoder.eos_id,
+            self.tuner,
+            cfg.max_batch,
+            cfg.max_queue,
+            budget=cfg.max_num_batched_tokens,
+            long_prefill=cfg.long_prefill_token_threshold,
+        )
         self.run_id: int | None = None
         self._finished: queue.Queue[Finished] = queue.Queue()
         self._stop = threading.Event()
@@ -116,8 +133,18 @@ class Service:
             t.start()
 
     def run_loop(self) -> None:
-        """The batching loop, until ``stop`` is asked and nothing admitted or waiting is left."""
-        self.scheduler.run(self._stop)
+        """The batching loop, until ``stop`` is asked and nothing admitted or waiting is left. Should the loop itself
+        fail (no request explains it), every request it held ends ``aborted`` and is recorded, ``/health`` answers
+        503 with the reason, and the run ends ``failed``."""
+        try:
+            self.scheduler.run(self._stop)
+        except Exception:
+            log.error("the decoding loop stopped: %s", self.scheduler.dead)
+
+    @property
+    def dead(self) -> str | None:
+        """Why the decoding loop stopped for good; None while it runs."""
+        return self.scheduler.dead
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -130,7 +157,10 @@ class Service:
         self._recorded.set()
         self._threads[0].join(timeout_s)
         if self.store is not None and self.run_id is not None:
-            self.store.set_status(self.run_id, "done")
+            if self.dead:
+                self.store.set_status(self.run_id, "failed", f"the decoding loop stopped: {self.dead}")
+            else:
+                self.store.set_status(self.run_id, "done")
         self.telemetry.flush()
 
     def _timed_forward(self, b: int, n: int, context: int = 128) -> float:
@@ -156,7 +186,7 @@ class Service:
             return seconds
 
     # requests -----------------------------------------------------------------------
-    def submit(self, req: ServeRequest) -> None:
+    def submit(self, req: Request) -> None:
         """Queue a request (QueueFull beyond --max-queue); ``req.on_done`` also gets the finished request, after
         it is handed to the recorder."""
         caller = req.on_done
@@ -211,7 +241,9 @@ class Service:
             output_text=text,
             output_sha256=sha256_text(text),
             trace_id=req.id or None,  # a uuid4 hex: the Sentry trace id too
-            error="cancelled: the client went away" if f.cancelled else None,
+            error="cancelled: the client went away"
+            if f.cancelled
+            else (f"{f.reason}: {f.error}" if f.failed else None),
             drafter=req.drafter,
             prompt_text=self.decoder.pair.tokenizer.decode(req.prompt_ids),
             queue_s=f.queue_s,
@@ -220,7 +252,7 @@ class Service:
 
     def _shadow(self, rec: RequestRecord, f: Finished) -> None:
         """Re-decode a sample single-stream target-only: identity of the batched output, at its position."""
-        if f.cancelled or f.request.drafter == "none" or self._rng.random() >= self.cfg.shadow_rate:
+        if f.cancelled or f.failed or f.request.drafter == "none" or self._rng.random() >= self.cfg.shadow_rate:
             return
         ref = self.decoder.run(f.request.prompt_ids, 0, f.request.max_new_tokens, timed=False).output_ids
         rec.diverged_at = first_divergence(f.stats.output_ids, ref)
@@ -254,8 +286,10 @@ class Service:
             rec = self.record(f)
             self._shadow(rec, f)
             records.append(rec)
-            self.stats["cancelled" if f.cancelled else "finished"] += 1
-            if not f.cancelled:
+            self.stats["cancelled" if f.cancelled else "failed" if f.failed else "finished"] += 1
+            if f.failed:
+                log.error("request %s %s: %s", f.request.id, f.reason, f.error)
+            if not f.cancelled and not f.failed:
                 self.metrics.observe(rec, self.model_name)
                 pair = self.decoder.pair
                 with self.telemetry.request(
@@ -263,10 +297,10 @@ class Service:
                 ) as txn:
                     self.telemetry.finish_request(txn, rec)
         self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
-        steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
+        steps = [step_row(self.scheduler.steps.popleft()) for _ in range(len(self.scheduler.steps))]
         if self.store is None or self.run_id is None:
             return
         self.store.add_serve_steps(self.run_id, steps)
         if records:
-            done = self.stats["finished"] + self.stats["cancelled"]
+            done = self.stats["finished"] + self.stats["cancelled"] + self.stats["failed"]
             self.store.add_requests(records, progress=(self.run_id, done))

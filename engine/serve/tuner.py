@@ -28,6 +28,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.decode.scheduler import Choice
+
 WINDOW = 15  # the forwards a cost cell's mean is taken over
 PRIOR_PASSES = 2.0  # pseudo-passes behind each position's acceptance estimate
 PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked for it
@@ -126,16 +128,6 @@ class Acceptance:
             {"position": i, "asked": a, "proposed": p, "accepted": c}
             for i, (a, p, c) in enumerate(zip(self.asked, self.proposed, self.accepted))
         ]
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One step's decision for the rows drafting with one drafter: k, whether it explored, and the estimates."""
-
-    k: int
-    explored: bool
-    estimate: float  # expected tokens/s of the batch at k
-    estimate_off: float  # ... at k = 0 (speculation off)
 
 
 class LoadTuner:

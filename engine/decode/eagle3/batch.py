@@ -9,10 +9,13 @@ floating-point reassociation in the batched GEMMs; the output never depends on t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from engine.decode.eagle3.drafter import Eagle3Drafter
+if TYPE_CHECKING:  # the drafter calls this module: its type only, no import at run time
+    from engine.decode.eagle3.drafter import Eagle3Drafter
 
 
 def propose_batch(drafters: list[Eagle3Drafter], contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
@@ -22,8 +25,8 @@ def propose_batch(drafters: list[Eagle3Drafter], contexts: list[list[int]], ks: 
     for i, (d, context, k) in enumerate(zip(drafters, contexts, ks)):
         if k > 0:
             d.cache.crop(d.real)
-            h = d._run(context)
-            tok = d._pick(h)
+            h = d.catch_up(context)
+            tok = d.pick(h)
             out[i].append(int(tok))
             states[i] = (h, tok)
     for step in range(1, max(ks, default=0)):

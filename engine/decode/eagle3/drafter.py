@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from engine.decode.drafters import unsure
+from engine.decode.drafters import Drafter, unsure
+from engine.decode.eagle3.batch import propose_batch
 from engine.decode.eagle3.head import HeadCache
 
 
-class Eagle3Drafter:
+class Eagle3Drafter(Drafter):
     """An EAGLE-3 head drafting from the target's own hidden states (the taps the target's passes return).
 
     Head position j pairs the target's taps at position j with the token at j+1 and predicts the token at j+2.
@@ -18,13 +19,13 @@ class Eagle3Drafter:
     """
 
     name = "eagle3"
+    confident = True
 
     def __init__(self, head, embed, taps: tuple[int, ...]):
         self.head, self.embed, self.taps = head, embed, tuple(taps)
         self.cache = HeadCache()
         self.real = 0  # pairs in the cache that rest on the target's own taps
         self.pending: torch.Tensor | None = None  # taps [n, 3H] of cached target positions not yet paired
-        self.stop_below = 0.0  # a -conf mode's confidence threshold for this request; 0: always draft k
 
     def observe(self, features: torch.Tensor) -> None:
         self.pending = features if self.pending is None else torch.cat([self.pending, features])
@@ -35,9 +36,9 @@ class Eagle3Drafter:
         self.cache, self.real = HeadCache(), 0
         self.pending = self.pending[-len(prompt_ids) :]  # the prompt's own: nothing left of an aborted request
         if len(prompt_ids) > 1:  # the last prompt position waits for the first generated token
-            self._run(prompt_ids, upto=len(prompt_ids) - 1)
+            self.catch_up(prompt_ids, upto=len(prompt_ids) - 1)
 
-    def _run(self, seq: list[int], upto: int | None = None) -> torch.Tensor:
+    def catch_up(self, seq: list[int], upto: int | None = None) -> torch.Tensor:
         """Pair pending taps with the tokens after them; the pre-norm states of those positions."""
         assert self.pending is not None
         n = self.pending.shape[0] if upto is None else upto - self.real
@@ -49,12 +50,12 @@ class Eagle3Drafter:
         self.real += n
         return out[:, -1:]
 
-    def _pick(self, prenorm: torch.Tensor) -> torch.Tensor:
+    def pick(self, prenorm: torch.Tensor) -> torch.Tensor:
         return self.head.to_target_ids(self.head.logits(prenorm)[0, -1].argmax())
 
     def propose(self, context: list[int], k: int) -> list[int]:
         self.cache.crop(self.real)
-        h = self._run(context)
+        h = self.catch_up(context)
         logits = self.head.logits(h)[0, -1]
         out = [self.head.to_target_ids(logits.argmax())]
         while len(out) < k and not unsure(logits, self.stop_below):
@@ -66,3 +67,14 @@ class Eagle3Drafter:
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
         self.pending = None
+
+    def fork(self) -> Eagle3Drafter:
+        """Its own head cache over the same head and embedding."""
+        return Eagle3Drafter(self.head, self.embed, self.taps)
+
+    def batch_key(self) -> object:
+        return id(self.head)  # rows drafting with one head share its forwards
+
+    @classmethod
+    def propose_batch(cls, drafters, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
+        return propose_batch(list(drafters), contexts, ks)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from engine.decode.spec import PassOutcome, accepted_prefix
+from engine.decode.sequence import PassOutcome
+from engine.decode.spec import accepted_prefix
 
 PAD_ID = 0  # the input id of padding columns: masked, so any id serves
 

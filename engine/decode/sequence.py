@@ -1,0 +1,162 @@
+"""One request's state through the engine core (vLLM's ``v1/request.py``): waiting, prefilling, running, finished
+with a reason. Both doors use it: ``spec.generate`` (a batch of one) and the scheduler's batched step.
+
+A ``Sequence`` owns the per-request counting and the order of the drafter's calls, so no loop writes them again:
+``start`` after the prefill (the first token; the drafter observes the prompt's taps, then resets), ``advance``
+after each verification pass (count the pass, and its source; append the new tokens; the drafter rolls back what
+was rejected, then observes the taps of what was kept; emit up to EOS or the budget), ``finish`` at the end (the
+drafter learns from the output only when the request ended normally). No clock and no I/O in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.decode.drafters import Drafter
+from engine.measure import Measured
+
+WAITING, PREFILLING, RUNNING, FINISHED = "waiting", "prefilling", "running", "finished"
+REASONS = ("stop", "length", "cancelled", "error", "aborted")  # why a finished request ended
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What one verification pass did: the tokens it added and what a policy learns from it."""
+
+    new: list[int]  # accepted drafts plus the target's own next token
+    proposed: int
+    accepted: int
+    features: torch.Tensor | None = None  # taps of the positions the target kept (pending + accepted drafts)
+
+
+def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
+    """Append ``new`` to ``out`` up to EOS or the token budget; True when done."""
+    for tok in new:
+        out.append(tok)
+        if tok == eos_id or len(out) >= max_new:
+            return True
+    return False
+
+
+@dataclass(kw_only=True)
+class RequestStats(Measured):
+    """The decoder's request as it goes: the measured shape (engine.measure) plus the output so far and each
+    pass's draft length. ``output_tokens`` follows ``output_ids`` (``emit``)."""
+
+    output_ids: list[int] = field(default_factory=list)
+    k_per_pass: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.latency_s if self.latency_s > 0 else 0.0
+
+    def emit(self, new: list[int], eos_id: int | None, max_new: int) -> bool:
+        """Append ``new`` up to EOS or the token budget; True when the request is done."""
+        done = append_until_done(self.output_ids, new, eos_id, max_new)
+        self.output_tokens = len(self.output_ids)
+        return done
+
+    def count_pass(self, proposed: int, accepted: int) -> None:
+        super().count_pass(proposed, accepted)
+        self.k_per_pass.append(proposed)
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    eos_id: int | None
+    drafter: Drafter | None = None  # None: this request never drafts (its passes verify the pending token alone)
+    k: int = 0  # the k it asked for, as its stats report it (0 where a tuner chooses)
+    stats: RequestStats = field(init=False)
+    seq: list[int] = field(init=False)  # prompt and output so far; once running, it ends with the pending token
+    status: str = WAITING
+    reason: str | None = None  # once finished: one of REASONS
+    error: str | None = None  # the one line an "error" or "aborted" finish carries
+    computed: int = 0  # prompt tokens already in the target's cache (a prefill goes in chunks)
+    features: list[torch.Tensor] = field(default_factory=list)  # the prompt's taps, chunk by chunk
+
+    def __post_init__(self) -> None:
+        self.stats = RequestStats(prompt_tokens=len(self.prompt_ids), k=self.k)
+        self.seq = list(self.prompt_ids)
+
+    @property
+    def taps(self) -> tuple[int, ...]:
+        return self.drafter.taps if self.drafter is not None else ()
+
+    @property
+    def pending(self) -> int:
+        return self.seq[-1]
+
+    @property
+    def to_prefill(self) -> int:
+        return len(self.prompt_ids) - self.computed
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    def chunk(self, budget: int) -> list[int]:
+        """The next prompt tokens to prefill, at most ``budget`` (at least one)."""
+        self.status = PREFILLING
+        return self.prompt_ids[self.computed : self.computed + max(1, budget)]
+
+    def prefilled(self, n: int, features: torch.Tensor | None) -> None:
+        """``n`` more prompt tokens are cached, with their taps where the drafter reads any."""
+        self.computed += n
+        if features is not None:
+            self.features.append(features)
+
+    def cap(self, k: int) -> int:
+        """k for the next pass, within what the token budget leaves (the pass adds up to k + 1)."""
+        return max(0, min(k, self.max_new_tokens - len(self.stats.output_ids) - 1)) if self.drafter else 0
+
+    def start(self, first: int) -> list[int]:
+        """The prefill is done and gave ``first``: emit it; the drafter sees the prompt (its taps first)."""
+        self.status = RUNNING
+        self.seq.append(first)
+        done = self.stats.emit([first], self.eos_id, self.max_new_tokens)
+        if self.drafter is not None and not done:
+            if self.features:
+                self.drafter.observe(torch.cat(self.features) if len(self.features) > 1 else self.features[0])
+            self.drafter.reset(list(self.prompt_ids))
+        self.features = []
+        if done:
+            self.finish(self._reason())
+        return [first]
+
+    def propose(self, k: int) -> list[int]:
+        """Up to k drafts to follow the sequence (none without a drafter or at k = 0)."""
+        if self.drafter is None or k <= 0:
+            return []
+        return list(self.drafter.propose(self.seq, k))[:k]
+
+    def advance(self, out: PassOutcome) -> list[int]:
+        """One verification pass is done: count it, keep its tokens, keep the drafter in step; the tokens emitted."""
+        self.stats.count_pass(out.proposed, out.accepted)
+        drafter = self.drafter
+        if out.proposed and drafter is not None and drafter.source is not None:  # a hybrid says who drafted
+            self.stats.count_source(drafter.source, out.proposed, out.accepted)
+        self.seq += out.new
+        if drafter is not None:
+            drafter.rollback(len(self.seq) - 1)
+            if out.features is not None and drafter.taps:
+                drafter.observe(out.features)
+        before = len(self.stats.output_ids)
+        if self.stats.emit(out.new, self.eos_id, self.max_new_tokens):
+            self.finish(self._reason())
+        return self.stats.output_ids[before:]
+
+    def _reason(self) -> str:
+        out = self.stats.output_ids
+        return "stop" if out and out[-1] == self.eos_id else "length"
+
+    def finish(self, reason: str, error: str | None = None) -> None:
+        """Finished, for ``reason``; a drafter that learns across requests learns from a normal end only."""
+        if self.finished:
+            return
+        self.status, self.reason, self.error = FINISHED, reason, error
+        if self.drafter is not None and reason in ("stop", "length") and self.stats.passes:
+            self.drafter.finish(list(self.prompt_ids), list(self.stats.output_ids))
