@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
+from engine.decode.batch import BatchCache, accept_batch, verify_batch
 from engine.decode.decoder import Decoder
 from engine.decode.eagle3 import save_head
 from engine.decode.loading import load_pair
-from engine.decode.batch import BatchCache, accept_batch, verify_batch
 from engine.decode.scheduler import QueueFull, Request, Scheduler
 from engine.serve.tuner import Acceptance, CostModel, LoadTuner
 
@@ -27,6 +27,10 @@ N = 24
 
 @pytest.fixture(scope="module")
 def decoders(tiny_dirs, tmp_path_factory):
+    return make_decoders(tiny_dirs, tmp_path_factory)
+
+
+def make_decoders(tiny_dirs, tmp_path_factory):
     """The tiny Qwen3 target with its agreeing draft (model, n-gram, suffix), and with a random EAGLE-3 head whose
     vocabulary is the target's frequent tokens, so drafts are accepted now and then and every crop path runs."""
     from test_eagle3 import random_head

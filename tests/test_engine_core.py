@@ -1,0 +1,150 @@
+"""The engine core both doors share (engine.decode.sequence, engine.decode.scheduler): chunked prefills under a
+token budget stay exact in fp32, a failing step fails only its own requests, a dead loop aborts what it held and
+says why, the lab's single stream and the server's batch of one count every pass alike, and streamed text is
+detokenized incrementally to the same text."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from test_serve_batch import PROMPTS, N, decode_all, make_decoders, references, scheduler
+
+from engine.decode import scheduler as core
+from engine.decode.scheduler import Request
+from engine.decode.suffix import SuffixConfig
+from engine.serve.detokenize import Detokenizer
+from engine.serve.tuner import LoadTuner
+
+
+@pytest.fixture(scope="module")
+def decoders(tiny_dirs, tmp_path_factory):
+    return make_decoders(tiny_dirs, tmp_path_factory)
+
+
+# budgets that cut prompts mid-way (the longest prompt is about 25 tokens), one chunk a step or several
+@pytest.mark.parametrize("budget,chunk", [(3, 2), (9, 5), pytest.param(1, 1, marks=pytest.mark.e2e)])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "eagle3", "hybrid", "none"])
+def test_chunked_prefills_under_a_token_budget_equal_single_stream_target_only(decoders, drafter, budget, chunk):
+    dec = decoders[drafter]
+    refs = references(dec)
+    sched_kw = {"budget": budget, "long_prefill": chunk}
+    reqs, done, _ = decode_all(dec, drafter, 3, seed=budget, **sched_kw)
+    assert len(done) == len(reqs)
+    for j, r in enumerate(reqs):
+        got = done[r.id].stats.output_ids
+        assert got == refs[j % len(PROMPTS)][: r.max_new_tokens], f"{drafter} budget {budget} request {j} diverged"
+        assert done[r.id].reason in ("stop", "length")
+
+
+def test_prompt_chunks_run_beside_decoding_rows_within_the_budget(decoders):
+    dec = decoders["ngram"]
+    sched = scheduler(dec, None, max_batch=4, budget=8, long_prefill=4)
+    finished = {}
+    first = Request(dec.encode(PROMPTS[0]), N, "ngram", k=2, id="a")
+    first.on_done = lambda f: finished.__setitem__(f.request.id, f)
+    sched.submit(first)
+    sched.step()  # "a" prefills in chunks of 4, nothing decodes yet
+    while not sched.rows:
+        sched.step()
+    late = Request(dec.encode(PROMPTS[1]), N, "ngram", k=2, id="b")  # 20-odd tokens: several chunks
+    late.on_done = lambda f: finished.__setitem__(f.request.id, f)
+    sched.submit(late)
+    sched.drain()
+    beside = [s for s in sched.steps if s.prefill_tokens]
+    assert beside, "the late prompt's chunks ran in steps that also verified the running row"
+    assert all(s.prefill_tokens <= 8 - s.batch * s.width or s.prefill_tokens == 1 for s in beside)
+    assert all(s.prefill_tokens <= 4 for s in beside)  # one prompt, at most long_prefill a step
+    ref = references(dec)
+    assert finished["a"].stats.output_ids == ref[0] and finished["b"].stats.output_ids == ref[1]
+
+
+def test_a_failing_step_fails_only_its_requests_and_the_loop_goes_on(decoders, monkeypatch):
+    dec = decoders["ngram"]
+    real, calls = core.verify_batch, []
+
+    def flaky(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a forward that broke")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(core, "verify_batch", flaky)
+    sched = scheduler(dec, LoadTuner(4), max_batch=4)
+    finished = {}
+    for i, p in enumerate(PROMPTS[:2]):
+        r = Request(dec.encode(p), N, "ngram", id=f"early{i}")
+        r.on_done = lambda f: finished.__setitem__(f.request.id, f)
+        sched.submit(r)
+    sched.drain()
+    assert {finished[f"early{i}"].reason for i in range(2)} == {"error"}
+    assert "RuntimeError: a forward that broke" in (finished["early0"].error or "")
+    assert finished["early0"].failed and sched.errors == 1 and sched.dead is None
+    later = Request(dec.encode(PROMPTS[2]), N, "ngram", id="later")
+    later.on_done = lambda f: finished.__setitem__(f.request.id, f)
+    sched.submit(later)
+    sched.drain()
+    assert finished["later"].stats.output_ids == references(dec)[2]
+
+
+def test_a_loop_that_dies_aborts_what_it_held_says_why_and_refuses_more(decoders, monkeypatch):
+    dec = decoders["none"]
+    sched = scheduler(dec, None, max_batch=1)
+    finished = {}
+    for i, p in enumerate(PROMPTS[:3]):
+        r = Request(dec.encode(p), N, id=str(i))
+        r.on_done = lambda f: finished.__setitem__(f.request.id, f)
+        sched.submit(r)
+    sched.step()
+
+    def broken():
+        raise MemoryError("the machine ran out")
+
+    monkeypatch.setattr(sched, "_release", broken)
+    with pytest.raises(MemoryError):
+        sched.run(threading.Event())
+    assert sched.dead == "MemoryError: the machine ran out"
+    assert sorted(finished) == ["0", "1", "2"] and {f.reason for f in finished.values()} == {"aborted"}
+    with pytest.raises(RuntimeError, match="the decoding loop has stopped: MemoryError"):
+        sched.submit(Request(dec.encode("x"), 2))
+
+
+@pytest.mark.parametrize("drafter,k", [("model", 3), ("ngram", 4), ("suffix", 5), ("eagle3", 2), ("hybrid", 4)])
+def test_the_lab_and_the_server_at_batch_one_decode_and_count_every_pass_alike(decoders, drafter, k):
+    """``engine bench`` (spec.generate) and the server's loop at batch 1: the same output and the same per-pass
+    counts on the same prompts, because both count through one Sequence."""
+    dec = decoders[drafter]
+    for p in PROMPTS:
+        ids = dec.encode(p)
+        dec.start_run(SuffixConfig())
+        bench = dec.run(ids, k, N, drafter, timed=False)
+        dec.start_run(SuffixConfig())
+        sched = scheduler(dec, None, max_batch=1)
+        got = []
+        req = Request(ids, N, drafter, k=k)
+        req.on_done = got.append
+        sched.submit(req)
+        sched.drain()
+        served = got[0].stats
+        assert served.output_ids == bench.output_ids
+        assert served.k_per_pass == bench.k_per_pass
+        assert [(q.proposed, q.accepted) for q in served.positions] == [
+            (q.proposed, q.accepted) for q in bench.positions
+        ]
+        assert (served.passes, served.proposed, served.accepted) == (bench.passes, bench.proposed, bench.accepted)
+        assert served.per_source == bench.per_source
+
+
+def test_streamed_text_is_detokenized_incrementally_to_the_whole_text(decoders):
+    dec = decoders["none"]
+    tok = dec.pair.tokenizer
+    outputs = [dec.run(dec.encode(p), 0, 40, timed=False).output_ids for p in PROMPTS]
+    outputs.append(tok("naïve café: 日本語のテキスト 🎉🎉, ok", add_special_tokens=False)["input_ids"])
+    for ids in outputs:
+        for step in (1, 3):
+            text = Detokenizer(tok)
+            sent = "".join(text.add(ids[i : i + step]) for i in range(0, len(ids), step))
+            whole = tok.decode(ids, skip_special_tokens=True)
+            assert sent + text.tail(whole) == whole
+            if "\ufffd" not in whole:  # a character split across tokens is never sent as U+FFFD
+                assert "\ufffd" not in sent
