@@ -59,6 +59,9 @@ class BenchConfig(PairConfig):
     # for oneDNN/MKL), the fastest CPU path where benchmarks.limits measures it so; implies --compile
     fast: FastChoice = "off"  # off | exact | auto: the fastest path benchmarks.limits measured on this CPU (exact: in
     # --dtype, outputs equal target-only; auto: bf16 too); the run stores what it chose and from which file
+    # --concurrency N: does speculation pay at the load you run? N prompts of a mode decode together on the path
+    # the server runs (engine.decode.scheduler); 1 is the single-stream loop, with static caches and compile
+    concurrency: int = 1  # requests of one mode decoded together by the server's batched engine (1: single stream)
     seed: int = 42  # bandit decisions and shadow sampling
     name: str = ""  # defaults to the modes joined
     shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
@@ -149,6 +152,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         raise PhoenixError(f"--limit must be in 1..{cfg.max_prompts}, got {cfg.limit}", field="limit")
     if not 0.0 <= cfg.shadow_rate <= 1.0:  # NaN fails this too
         raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}", field="shadow_rate")
+    _check_concurrency(cfg, modes)
     check_device(cfg.device)
     check_name(cfg.name)
     cfg.name = unicodedata.normalize("NFC", cfg.name)  # one spelling of a name, as for tags
@@ -172,6 +176,31 @@ def check_name(name: str) -> None:
     if any(not ch.isprintable() for ch in name):
         raise PhoenixError(
             "--name must be printable text on one line (no newlines, tabs or escape sequences)", field="name"
+        )
+
+
+MAX_CONCURRENCY = 64
+
+
+def _check_concurrency(cfg: BenchConfig, modes: list[Mode]) -> None:
+    """At --concurrency above 1 every mode runs through the batched engine core, as the server does: fixed
+    (drafter, k) modes and target; per-request policies, transformers' loop and -conf modes run single-stream."""
+    if not 1 <= cfg.concurrency <= MAX_CONCURRENCY:
+        raise PhoenixError(f"--concurrency must be in 1..{MAX_CONCURRENCY}, got {cfg.concurrency}", field="concurrency")
+    if cfg.concurrency == 1:
+        return
+    single = [m.text for m in modes if m.is_bandit or m.kind == "hf" or m.confident]
+    if single:
+        raise PhoenixError(
+            f"--concurrency {cfg.concurrency} batches fixed modes (target, <drafter>_<k>); {', '.join(single)} "
+            "run at --concurrency 1",
+            field="concurrency",
+        )
+    if cfg.compile or cfg.cache == "static" or cfg.fast != "off":
+        raise PhoenixError(
+            f"--concurrency {cfg.concurrency} runs the batched engine eager on growing caches; drop --compile, "
+            "--freeze, --cache static and --fast, or run at --concurrency 1",
+            field="concurrency",
         )
 
 

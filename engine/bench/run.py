@@ -14,6 +14,7 @@ from dataclasses import asdict
 from tqdm import tqdm
 
 from db.store import Store
+from engine.bench.batched import groups, run_group
 from engine.bench.config import BenchConfig
 from engine.bench.recorder import Recorder
 from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
@@ -139,20 +140,32 @@ def execute(
     bar = tqdm(total=len(plan), desc=f"run {run_id}", unit="req", disable=not progress)
     try:
         graphs_at_start = prepare_cache_and_compile(store, run_id, cfg, decoder, cache_positions(cfg, prompts, encoded))
+        n = cfg.concurrency
+        first = [p for p in prompts if p.parent is None][:n]
         for mode in modes:
             if mode not in warmed:
-                rec, _ = run_one(state, run_id, cfg, prompts[0], encoded[prompts[0].id], mode, True, None)
-                recorder.put(rec)
-        for prompt, mode in plan:
+                ids = [encoded[p.id] for p in first]
+                for rec, _ in (
+                    run_group(state, run_id, cfg, first, ids, mode, True)
+                    if n > 1
+                    else [run_one(state, run_id, cfg, first[0], ids[0], mode, True, None)]
+                ):
+                    recorder.put(rec)
+        steps = groups(plan, n) if n > 1 else ((mode, [prompt]) for prompt, mode in plan)
+        for mode, group in steps:
             if should_stop and should_stop():
                 status = "cancelled"
                 break
-            ids = encode_turn(state, cfg, prompt, encoded)
-            rec, stats = run_one(state, run_id, cfg, prompt, ids, mode, False, shadow_rng)
-            recorder.put(rec)
-            if on_request:
-                on_request(rec, stats)
-            bar.update(1)
+            ids = [encode_turn(state, cfg, prompt, encoded) for prompt in group]
+            if n > 1:
+                results = run_group(state, run_id, cfg, group, ids, mode, False, shadow_rng)
+            else:
+                results = [run_one(state, run_id, cfg, group[0], ids[0], mode, False, shadow_rng)]
+            for rec, stats in results:
+                recorder.put(rec)
+                if on_request:
+                    on_request(rec, stats)
+                bar.update(1)
         if status == "running":
             status = "done"
     except KeyboardInterrupt:
