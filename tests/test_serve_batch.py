@@ -211,7 +211,7 @@ def test_the_cost_model_interpolates_between_measured_cells_and_refines_online()
 def test_rows_drafting_with_one_eagle3_head_share_its_forwards_and_propose_what_each_would_alone(decoders):
     from transformers import DynamicCache
 
-    from engine.decode.eagle3.batch import propose_batch
+    from engine.decode.eagle3.drafter import propose_batch
     from engine.decode.spec import prefill
 
     dec = decoders["eagle3"]

@@ -59,7 +59,7 @@ def run_group(
         req.on_done = _keep(finished)
         sched.submit(req)
     sched.drain()
-    out = []
+    out: list[tuple[RequestRecord, object]] = []
     for i, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         f = finished[str(i)]
         if f.failed:

@@ -260,6 +260,7 @@ class Scheduler:
         seq, stats = row.seq, row.seq.stats
         start = self.clock()
         ids = seq.chunk(budget)
+        assert row.cache is not None  # a prefilling row holds its own cache until it joins the batch
         greedy, feats = forward(self.target, row.cache, ids, keep=1, taps=seq.taps)
         seq.prefilled(len(ids), feats)
         stats.prefill_s = (stats.prefill_s or 0.0) + self.clock() - start
@@ -274,7 +275,6 @@ class Scheduler:
         if seq.finished:
             self._end(row, seq.reason or "length")
             return len(ids)
-        assert row.cache is not None
         self.batch.add_row(row.cache, len(seq.prompt_ids))
         row.cache = None
         self.rows.append(row)
@@ -352,10 +352,9 @@ class Scheduler:
             if len(group) == 1:
                 drafted[group[0]] = self.rows[group[0]].seq.propose(ks[group[0]])
             else:
-                first = self.rows[group[0]].seq.drafter
-                assert first is not None
-                out = type(first).propose_batch(
-                    [self.rows[j].seq.drafter for j in group],
+                together = [d for j in group if (d := self.rows[j].seq.drafter) is not None]  # all: keyed rows draft
+                out = type(together[0]).propose_batch(
+                    together,
                     [self.rows[j].seq.seq for j in group],
                     [ks[j] for j in group],
                 )
