@@ -25,7 +25,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
-from engine.decode.batch import BatchCache, accept_batch, verify_batch
+from engine.decode.batch import BatchCache, accept_batch, roomy_cache, verify_batch
 from engine.decode.drafters import Drafter
 from engine.decode.sequence import RequestStats, Sequence
 from engine.decode.spec import forward
@@ -236,7 +236,7 @@ class Scheduler:
                 self._end(row, "cancelled")
                 continue
             row.queue_s = self.clock() - req.submitted
-            row.cache = DynamicCache(config=self.target.config)
+            row.cache = roomy_cache(self.target.config)
             self.prefilling.append(row)
 
     def _prefill(self, budget: int) -> int:

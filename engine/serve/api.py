@@ -148,7 +148,7 @@ def ready_line(service: Service) -> str:
     cfg = service.cfg
     return (
         f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, max "
-        f"batch {cfg.max_batch}, run #{service.run_id}); Ctrl-C or SIGTERM drains and stops"
+        f"batch {cfg.max_batch}, weights {service.packed}, run #{service.run_id}); Ctrl-C or SIGTERM drains and stops"
     )
 
 

@@ -26,6 +26,7 @@ class ServeConfig(PairConfig):
     k_max: int = 8  # the largest k the tuner considers
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
     epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
+    pack: str = "auto"  # auto | off: linear weights prepacked for oneDNN where measured faster (bf16 on the CPU)
     profile: bool = True  # time the forward at every (batch, width) before serving; off: learn it online only
     shadow_rate: float = 0.0  # share of finished requests re-decoded single-stream target-only to check identity
     name: str = ""  # the live run's name
@@ -56,6 +57,8 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
     if not 1 <= cfg.max_tokens_cap <= 1 << 20:  # a cap of 0 starts a server that refuses every request
         raise PhoenixError(f"--max-tokens-cap must be in 1..{1 << 20}, got {cfg.max_tokens_cap}")
     check_k(cfg.k_max)
+    if cfg.pack not in ("auto", "off"):
+        raise PhoenixError(f"--pack must be auto or off, got {cfg.pack!r}")
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:
         raise PhoenixError("--shadow-rate and --epsilon must be in 0..1")
     return cfg

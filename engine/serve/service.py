@@ -27,6 +27,7 @@ from db.store import HEARTBEAT_S, Store
 from engine.bench.setup import environment
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, first_divergence, sha256_text
+from engine.decode.packed import pack
 from engine.decode.scheduler import Finished, Request, Scheduler, StepRecord
 from engine.measure import measured
 from engine.observe.prometheus import Metrics
@@ -89,6 +90,7 @@ class Service:
             long_prefill=cfg.long_prefill_token_threshold,
         )
         self.run_id: int | None = None
+        self.packed = "off"
         self._finished: queue.Queue[Finished] = queue.Queue()
         self._stop = threading.Event()
         self._recorded = threading.Event()
@@ -105,6 +107,9 @@ class Service:
         Without it the caller runs ``run_loop`` itself, on the main thread: measured here, torch's forwards cost
         40-75% more on a thread other than the one that first ran them (SmolLM2, 2-core AMD EPYC, 2026-12-01), so
         the command-line server keeps the loop on the main thread and HTTP on another."""
+        self.packed = pack(self.decoder.pair.target, self.cfg.pack)
+        if self.decoder.pair.draft is not None:
+            pack(self.decoder.pair.draft, self.cfg.pack)
         if self.cfg.profile:
             batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
             widths = sorted({1, 2, 3, 4, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
@@ -119,6 +124,7 @@ class Service:
                     "phoenix_serve": stored_config(self.cfg),
                     "drafter": self.drafter,
                     "cost_profile": self.tuner.cost.as_rows(),
+                    "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
                     "environment": environment(),  # the CPU every figure of this run was measured on
                 },
                 pair.target_name,
