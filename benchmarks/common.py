@@ -11,7 +11,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def provenance() -> dict:
-    from engine.bench.setup import environment
+    from engine.provenance import environment
 
     env = environment()  # the CPU with its family and speed flags: engine.bench.fast matches files on them
     return {**env, "date": datetime.now(UTC).isoformat(timespec="seconds")}

@@ -109,7 +109,7 @@ def raw_words(text: str) -> list[str]:
     """Python names and enum constants in the page's prose (a mode such as bandit:epsilon_greedy is the field's
     word; PHOENIX_* names environment variables a user sets; avx512_vnni is the CPU flag as lscpu spells it)."""
     from app.tables import is_raw
-    from engine.bench.setup import SPEED_FLAGS
+    from engine.provenance import SPEED_FLAGS
 
     found = []
     for word in re.findall(r"(?<![:\w-])[A-Za-z0-9][\w:-]*", text):  # ":x" continues a label split in two

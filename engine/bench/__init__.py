@@ -1,4 +1,5 @@
 """A benchmark run: its config and validation (`config`), the forward path `--fast` picks from this CPU's measurement
-(`fast`), its row and provenance (`setup`), one request (`request`), a whole run (`run`), the batched `recorder`, and
-its results (`report`, Spec-Bench's `leaderboard`).
+(`fast`), its row and provenance (`setup`), one request (`request`), a mode's prompts decoded together through the
+server's engine core at `--concurrency N` (`batched`), a whole run (`run`), the batched `recorder`, and its results
+(`report`, Spec-Bench's `leaderboard`).
 """

@@ -64,9 +64,9 @@ def run_group(
         f = finished[str(i)]
         if f.failed:
             raise RuntimeError(f"{mode} on {prompt.id}: {f.error}")
-        rec = make_record(run_id, state.seq, mode, k, prompt, f.stats, dec.text(f.stats), warmup, new_trace_id())
-        rec.drafter, rec.queue_s = drafter, f.queue_s
-        rec.batch_size = sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None
+        text = dec.text(f.stats)
+        rec = make_record(run_id, state.seq, mode, k, prompt, f.stats, text, warmup, new_trace_id(), f)
+        rec.drafter = drafter
         state.seq += 1
         if not warmup:
             judge(state, cfg, rec, f.stats, prompt, prompt_ids, mode, None, shadow_rng)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.paths import ROOT
+from engine.provenance import cpu
 
 FastChoice = Literal["off", "exact", "auto"]
 PATHS = ("eager", "static", "compiled", "frozen")  # how a forward runs, slowest to set up last
@@ -26,8 +27,6 @@ MEASURE = "python -m benchmarks.limits --compile"  # what measures every path on
 def here() -> dict:
     """What must match for a measurement to speak for this machine."""
     from importlib import metadata
-
-    from engine.bench.setup import cpu  # lazy: setup imports this module
 
     info = cpu()
     return {"cpu": info["cpu"], "cpu_flags": info["cpu_flags"], "torch": metadata.version("torch")}

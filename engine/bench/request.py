@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from db.entities import BanditRecord, RequestRecord
 from engine.bench.config import BenchConfig
 from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
+from engine.decode.scheduler import Finished
 from engine.measure import measured
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
@@ -57,8 +58,21 @@ class RunState:
 
 
 def make_record(
-    run_id: int, seq: int, mode: str, k: int, prompt: Prompt, stats, text: str, warmup: bool, trace_id: str
+    run_id: int,
+    seq: int,
+    mode: str,
+    k: int,
+    prompt: Prompt,
+    stats,
+    text: str,
+    warmup: bool,
+    trace_id: str | None,
+    finished: Finished | None = None,
 ) -> RequestRecord:
+    """The one row of a request Phoenix decoded itself, from its ``Sequence``'s stats: a bench run's, single-stream
+    or batched, and a served one's. ``finished`` (the engine core's end of a request) adds its queue wait, the mean
+    batch it ran in, and why it ended where that was not normal. Answers of other servers are rows through
+    engine.engines.rows, from what they answered."""
     values = measured(stats)
     values.update(
         k=k,
@@ -66,7 +80,7 @@ def make_record(
         prefill_s=finite(stats.prefill_s),
         draft_prefill_s=finite(stats.draft_prefill_s) if stats.draft_prefill_s else None,  # 0: no drafter ran
     )
-    return RequestRecord(
+    rec = RequestRecord(
         **values,
         run_id=run_id,
         seq=seq,
@@ -81,6 +95,15 @@ def make_record(
         trace_id=trace_id,
         warmup=warmup,
     )
+    if finished is not None:
+        rec.queue_s = finished.queue_s
+        sizes = finished.batch_sizes
+        rec.batch_size = sum(sizes) / len(sizes) if sizes else None
+        if finished.cancelled:
+            rec.error = "cancelled: the client went away"
+        elif finished.failed:
+            rec.error = f"{finished.reason}: {finished.error}"
+    return rec
 
 
 def check_identity(rec: RequestRecord, output_ids: list[int], reference) -> None:

@@ -8,10 +8,10 @@ from db.entities import RunInfo
 from db.migrate import ensure_schema
 from db.store import Store, resolve_url
 from engine.bench.config import stored
-from engine.bench.setup import git_sha
 from engine.config import add_options, given_values
 from engine.errors import PhoenixError
 from engine.observe.sentry import SentryConfig, Telemetry, init
+from engine.provenance import git_sha
 
 
 def add_db(p) -> None:

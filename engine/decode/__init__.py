@@ -1,7 +1,11 @@
-"""Decoding: model loading and fetching, the hot path (`spec`: prefill, verify, speculative_step), the drafters (draft
-model, n-gram, `suffix` trees, `eagle3`: the EAGLE-3 head, its checkpoint and its drafter, and the `hybrid` of the
-suffix trees and the head), static caches,
-`--compile` and `--freeze` (`compiled`), assisted generation (`hf_assisted`), and one request's `Decoder`.
+"""Decoding, and the engine core both doors share: one request's state (`sequence`: waiting, prefilling, running,
+finished with a reason; it counts every pass and calls the drafter in one order), the hot path (`spec`: prefill,
+verify, accept; `generate` is one Sequence on a single-row cache), the batched step (`batch`: rows of one cache,
+verified in one forward; `scheduler`: continuous batching under a token budget with chunked prefills, used by the
+server and by `bench --concurrency`), the drafters behind one typed base (`drafters`: draft model, n-gram; `suffix`
+trees; `eagle3`: the EAGLE-3 head, its checkpoint and its drafter; the `hybrid` of the suffix trees and the head),
+prepacked bf16 weights (`packed`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation
+(`hf_assisted`), model loading and fetching, and one request's `Decoder`.
 
 Imports nothing from db, bench, observe, cli or app (tests/test_architecture.py holds it to that).
 """

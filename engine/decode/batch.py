@@ -187,6 +187,48 @@ def _pad_columns(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros(x.shape[0], x.shape[1], width - x.shape[2], x.shape[3])], dim=2)
 
 
+def prefill_together(
+    target, chunks: list[list[int]], taps: tuple[int, ...] = ()
+) -> list[tuple[int, torch.Tensor | None, DynamicCache]] | None:
+    """Several prompts' first chunks in one forward (wider GEMMs, one read of the weights): each row right-aligned,
+    its padding first and masked, so every row's last token sits in the last column and one position of logits a
+    row is computed. Each row's columns then become a cache of its own, as if it had been prefilled alone; per row:
+    the greedy token after its chunk, its taps, its cache. None where the model's cache layers are not all plain
+    full-attention ones (the caller prefills one by one)."""
+    cache = roomy_cache(target.config)
+    if not all(type(layer) is RoomyLayer for layer in cache.layers):
+        return None
+    device = target.device
+    n = max(len(c) for c in chunks)
+    ids = torch.full((len(chunks), n), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(len(chunks), n, dtype=torch.bool, device=device)
+    for b, c in enumerate(chunks):
+        ids[b, n - len(c) :] = torch.tensor(c, device=device)
+        valid[b, n - len(c) :] = True
+    pad = torch.tensor([n - len(c) for c in chunks], device=device)
+    positions = (torch.arange(n, device=device)[None, :] - pad[:, None]).clamp(min=0)
+    out = target(
+        input_ids=ids,
+        cache=cache,
+        use_cache=True,
+        attention_mask=valid.long(),
+        position_ids=positions,
+        logits_to_keep=1,
+        output_hidden_states=bool(taps),
+    )
+    firsts = out.logits[:, -1].argmax(dim=-1).tolist()
+    feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1) if taps else None
+    rows = []
+    for b, c in enumerate(chunks):
+        row = roomy_cache(target.config)
+        for mine, theirs in zip(row.layers, cache.layers):
+            mine.lazy_initialization(theirs.keys, theirs.values)
+            mine.keys = theirs.keys[b : b + 1, :, n - len(c) :]
+            mine.values = theirs.values[b : b + 1, :, n - len(c) :]
+        rows.append((int(firsts[b]), feats[b, n - len(c) :] if feats is not None else None, row))
+    return rows
+
+
 def verify_batch(
     target, batch: BatchCache, rows: list[list[int]], taps: tuple[int, ...] = ()
 ) -> tuple[list[list[int]], list[torch.Tensor | None]]:

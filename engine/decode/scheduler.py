@@ -25,7 +25,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
-from engine.decode.batch import BatchCache, accept_batch, roomy_cache, verify_batch
+from engine.decode.batch import BatchCache, accept_batch, prefill_together, roomy_cache, verify_batch
 from engine.decode.drafters import Drafter
 from engine.decode.sequence import RequestStats, Sequence
 from engine.decode.spec import forward
@@ -241,44 +241,86 @@ class Scheduler:
 
     def _prefill(self, budget: int) -> int:
         """Prompt chunks in arrival order while the budget lasts, at least one chunk a step so prompts always move;
-        the prompt tokens it computed."""
-        moved = 0
+        the prompt tokens it computed. Prompts that start this step prefill their first chunks in one forward."""
+        moved, fresh = 0, []
         for row in list(self.prefilling):
-            if budget <= 0 and moved:
+            if budget <= 0 and (moved or fresh):
                 break
+            size = max(1, min(budget, self.long_prefill))
+            if row.seq.computed == 0:
+                fresh.append((row, row.seq.chunk(size)))
+                budget -= len(fresh[-1][1])
+                continue
             try:
-                n = self._chunk(row, max(1, min(budget, self.long_prefill)))
+                n = self._chunk(row, size)
             except Exception as exc:
                 self.prefilling.remove(row)
                 self._fail([row], exc)
                 continue
             budget -= n
             moved += n
+        if fresh:
+            moved += self._first_chunks(fresh)
         return moved
 
-    def _chunk(self, row: Row, budget: int) -> int:
-        seq, stats = row.seq, row.seq.stats
+    def _first_chunks(self, fresh: list[tuple[Row, list[int]]]) -> int:
+        """The first chunks of prompts that start this step: together in one forward where there are several."""
         start = self.clock()
-        ids = seq.chunk(budget)
+        try:
+            together = (
+                prefill_together(self.target, [ids for _, ids in fresh], fresh[0][0].seq.taps)
+                if len(fresh) > 1 and len({row.seq.taps for row, _ in fresh}) == 1
+                else None
+            )
+        except Exception as exc:
+            for row, _ in fresh:
+                self.prefilling.remove(row)
+            self._fail([row for row, _ in fresh], exc)
+            return 0
+        if together is None:
+            moved = 0
+            for row, ids in fresh:
+                try:
+                    moved += self._chunk(row, len(ids))
+                except Exception as exc:
+                    self.prefilling.remove(row)
+                    self._fail([row], exc)
+            return moved
+        share = (self.clock() - start) / len(fresh)
+        for (row, ids), (first, feats, cache) in zip(fresh, together):
+            row.cache = cache
+            self._chunked(row, ids, first, feats, share)
+        return sum(len(ids) for _, ids in fresh)
+
+    def _chunk(self, row: Row, budget: int) -> int:
+        """The row's next chunk in a forward of its own."""
+        start = self.clock()
+        ids = row.seq.chunk(budget)
         assert row.cache is not None  # a prefilling row holds its own cache until it joins the batch
-        greedy, feats = forward(self.target, row.cache, ids, keep=1, taps=seq.taps)
+        greedy, feats = forward(self.target, row.cache, ids, keep=1, taps=row.seq.taps)
+        self._chunked(row, ids, int(greedy[-1]), feats, self.clock() - start)
+        return len(ids)
+
+    def _chunked(self, row: Row, ids: list[int], greedy: int, feats, seconds: float) -> None:
+        """A chunk is in: count it; after the prompt's last one, the first token, and the row joins the batch."""
+        seq, stats = row.seq, row.seq.stats
         seq.prefilled(len(ids), feats)
-        stats.prefill_s = (stats.prefill_s or 0.0) + self.clock() - start
+        stats.prefill_s = (stats.prefill_s or 0.0) + seconds
         if seq.to_prefill:
-            return len(ids)
+            return
         stats.ttft_s = self.clock() - row.req.submitted
         before = self.clock()
-        self._emit(row, seq.start(int(greedy[-1])))
+        self._emit(row, seq.start(greedy))
         if seq.drafter is not None and not seq.finished:
             stats.draft_prefill_s = self.clock() - before
         self.prefilling.remove(row)
         if seq.finished:
             self._end(row, seq.reason or "length")
-            return len(ids)
+            return
+        assert row.cache is not None
         self.batch.add_row(row.cache, len(seq.prompt_ids))
         row.cache = None
         self.rows.append(row)
-        return len(ids)
 
     def _plan(self) -> tuple[list[int], Choice | None, str]:
         """Each row's k for this pass: its own where it fixed one, else the tuner's for its drafter at this batch."""

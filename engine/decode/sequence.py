@@ -46,7 +46,8 @@ class RequestStats(Measured):
     pass's draft length. ``output_tokens`` follows ``output_ids`` (``emit``)."""
 
     output_ids: list[int] = field(default_factory=list)
-    k_per_pass: list[int] = field(default_factory=list)
+    k_per_pass: list[int] = field(default_factory=list)  # tokens proposed in each pass (a drafter may propose
+    # fewer than the k asked; a pass with none counts 0)
 
     @property
     def tokens_per_s(self) -> float:

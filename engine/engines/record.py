@@ -11,13 +11,13 @@ from typing import Literal
 from db.connect import safe_url
 from db.entities import RequestRecord, WatchInterval
 from db.store import Store
-from engine.bench.setup import environment
 from engine.engines.client import GREEDY, ServerClient, sweep_level
 from engine.engines.counters import SpecCounters
 from engine.engines.llamacpp import command_at
 from engine.engines.rows import row_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
+from engine.provenance import environment
 from engine.queue.owned import owned
 
 EngineName = Literal["auto", "vllm", "sglang", "llamacpp", "phoenix"]

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from db.store import Store
-from engine.bench.setup import environment
 from engine.engines import fleet, llamacpp
 from engine.engines.client import GREEDY, one_request
 from engine.engines.fleet import Server
@@ -21,6 +20,7 @@ from engine.engines.record import client_for, request_row
 from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
+from engine.provenance import environment
 from engine.queue.owned import owned
 
 VLLM_EXTRA = {"return_token_ids": True}  # vLLM's own field: the exact tokens, so a divergence has its position

@@ -25,8 +25,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.bench.setup import git_sha
 from engine.decode.scheduler import Finished, QueueFull, Request
+from engine.provenance import git_sha
 from engine.serve.detokenize import Detokenizer
 from engine.serve.service import Service
 

@@ -24,14 +24,15 @@ from transformers import DynamicCache
 
 from db.entities import RequestRecord, ServeStepRecord
 from db.store import HEARTBEAT_S, Store
-from engine.bench.setup import environment
+from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
-from engine.decode.decoder import Decoder, first_divergence, sha256_text
+from engine.decode.decoder import Decoder, first_divergence
 from engine.decode.packed import pack
 from engine.decode.scheduler import Finished, Request, Scheduler, StepRecord
-from engine.measure import measured
 from engine.observe.prometheus import Metrics
 from engine.observe.sentry import Telemetry
+from engine.prompts.sets import Prompt
+from engine.provenance import environment
 from engine.serve.config import ServeConfig, stored_config
 from engine.serve.tuner import LoadTuner, profile_cost
 
@@ -233,28 +234,15 @@ class Service:
     def record(self, f: Finished) -> RequestRecord:
         s, req = f.stats, f.request
         k = Counter(s.k_per_pass).most_common(1)[0][0] if s.k_per_pass else (req.k or 0)
-        text = self.decoder.text(s)
         self._seq += 1
-        values = measured(s)
-        values.update(k=k, draft_prefill_s=s.draft_prefill_s if req.drafter != "none" else None)
-        return RequestRecord(
-            **values,
-            run_id=self.run_id or 0,
-            seq=self._seq,
-            mode=f"phoenix-{variant(req.drafter, req.k)}_live",
-            prompt_id=prompt_key(req.prompt_ids),
-            tokens_per_s=s.tokens_per_s,
-            output_text=text,
-            output_sha256=sha256_text(text),
-            trace_id=req.id or None,  # a uuid4 hex: the Sentry trace id too
-            error="cancelled: the client went away"
-            if f.cancelled
-            else (f"{f.reason}: {f.error}" if f.failed else None),
-            drafter=req.drafter,
-            prompt_text=self.decoder.pair.tokenizer.decode(req.prompt_ids),
-            queue_s=f.queue_s,
-            batch_size=sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
+        prompt = Prompt(prompt_key(req.prompt_ids), self.decoder.pair.tokenizer.decode(req.prompt_ids))
+        mode = f"phoenix-{variant(req.drafter, req.k)}_live"
+        # a uuid4 hex: the Sentry trace id too
+        rec = make_record(
+            self.run_id or 0, self._seq, mode, k, prompt, s, self.decoder.text(s), False, req.id or None, f
         )
+        rec.drafter = req.drafter
+        return rec
 
     def _shadow(self, rec: RequestRecord, f: Finished) -> None:
         """Re-decode a sample single-stream target-only: identity of the batched output, at its position."""

@@ -1,0 +1,80 @@
+"""Where a figure was measured, read in one place: the CPU (model, family, core count, the instruction sets that
+change a forward's cost), the library versions and the commit. Every run stores ``environment()``; `--fast` matches
+a measurement to this machine by it; the llama.cpp helpers read the CPU's flags from here.
+
+Light on purpose (no torch import): the dashboard, `submit` and the CLI's help read it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from engine.paths import ROOT
+
+VERSIONED = ("torch", "transformers", "sqlalchemy")
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")  # what moves V(n)
+
+
+def cpuinfo() -> str:
+    """/proc/cpuinfo, or "" where there is none (not Linux) or it cannot be read."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_field(text: str, name: str) -> str:
+    """The first value of ``name`` in a cpuinfo text ("" where it has none)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return ""
+
+
+def cpu_flags(text: str | None = None) -> list[str]:
+    return cpu_field(cpuinfo() if text is None else text, "flags").split()
+
+
+def cpu(text: str | None = None) -> dict:
+    """The CPU a run measured on (every speed figure names it: the same drafter pays on one and not another), its
+    core count and the instruction sets that change the forward's cost."""
+    text = cpuinfo() if text is None else text
+    model = cpu_field(text, "model name")
+    if model and cpu_field(text, "cpu family"):  # "AMD EPYC" names two generations: family and model tell them apart
+        model = f"{model} (family {cpu_field(text, 'cpu family')}, model {cpu_field(text, 'model')})"
+    flags = cpu_flags(text)
+    return {
+        "cpu": model or platform.processor() or None,
+        "cores": os.cpu_count(),
+        "cpu_flags": [f for f in SPEED_FLAGS if f in flags],
+    }
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict:
+    versions: dict[str, str | None] = {}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        **versions,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        **cpu(),
+        "git_sha": git_sha(),
+    }
