@@ -11,7 +11,7 @@ import pytest
 from test_serve_batch import PROMPTS, N, decode_all, make_decoders, references, scheduler
 
 from engine.decode import scheduler as core
-from engine.decode.scheduler import Request
+from engine.decode.sequence import Request
 from engine.decode.suffix import SuffixConfig
 from engine.serve.detokenize import Detokenizer
 from engine.serve.tuner import LoadTuner
@@ -149,3 +149,72 @@ def test_streamed_text_is_detokenized_incrementally_to_the_whole_text(decoders):
             assert sent + text.tail(whole) == whole
             if "\ufffd" not in whole:  # a character split across tokens is never sent as U+FFFD
                 assert "\ufffd" not in sent
+
+
+def test_shadow_checks_run_on_the_loops_thread_when_it_is_idle_and_every_record_is_written(tiny_dirs, tmp_path):
+    """A shadow re-decode never shares the model with a step: it runs on the loop's own thread between requests,
+    and the request waits for it before it is written, identity and all."""
+    from test_serve_api import PROMPTS as SERVED
+    from test_serve_api import make_service
+
+    from engine.decode.loading import load_pair
+
+    d = tiny_dirs["qwen3"]
+    from engine.decode.decoder import Decoder
+
+    dec = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    service, store = make_service(dec, tmp_path, shadow_rate=1.0)
+    threads: list[str] = []
+    real = dec.run
+
+    def watched(*args, **kw):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    dec.run = watched  # type: ignore[method-assign]
+    service.start()
+    done = threading.Event()
+    left = [len(SERVED)]
+
+    def finished(_f):
+        left[0] -= 1
+        if not left[0]:
+            done.set()
+
+    for text in SERVED:
+        service.submit(Request(dec.encode(text), 12, "model", k=3, on_done=finished))
+    assert done.wait(60)
+    service.stop()
+    rows = store.requests(service.run_id)
+    assert len(rows) == len(SERVED) and all(r.identical is True for r in rows)
+    assert threads and set(threads) == {"phoenix-loop"}
+
+
+def test_a_drafter_chosen_per_step_by_the_tuner_stays_exact_and_counts_each_drafter_apart(decoders):
+    dec = decoders["eagle3"]
+    assert dec.choices() == ("eagle3", "ngram", "suffix")
+    refs = references(dec)
+    reqs, done, _ = decode_all(dec, "choice", 3, seed=7, k_choices=(None,))
+    for j, r in enumerate(reqs):
+        assert done[r.id].stats.output_ids == refs[j % len(PROMPTS)][: r.max_new_tokens], f"request {j} diverged"
+    used = {kind for f in done.values() for kind in (f.stats.per_source or {})}
+    assert len(used) >= 2, used  # the tuner explored: more than one drafter drafted
+    for f in done.values():
+        counted = sum(t["passes"] for t in (f.stats.per_source or {}).values())
+        assert counted == sum(1 for n in f.stats.k_per_pass if n)
+
+
+def test_the_tuner_chooses_the_drafter_that_pays_and_explores_the_others():
+    from engine.decode.steps import Choice
+
+    tuner = LoadTuner(6, epsilon=0.0)
+    for n in range(1, 8):
+        tuner.cost.cells[(1, n)] = 0.020 + 0.001 * (n - 1)
+    for _ in range(50):
+        tuner.observe_pass("ngram", 6, 6, 5, 0.0001)  # prompt lookup: most drafts accepted, nearly free
+        tuner.observe_pass("eagle3", 3, 3, 1, 0.006)  # the head: a third accepted, a few ms a token
+    pick = tuner.choose_drafter(("eagle3", "ngram", "suffix"), 1)
+    assert isinstance(pick, Choice) and pick.drafter == "ngram" and pick.k >= 4 and not pick.explored
+    tuner.epsilon = 1.0
+    explored = {tuner.choose_drafter(("eagle3", "ngram", "suffix"), 1).drafter for _ in range(20)}
+    assert explored == {"eagle3", "suffix"}

@@ -261,3 +261,21 @@ def test_a_server_that_would_refuse_every_request_does_not_start(flag, value):
 
     with pytest.raises(PhoenixError, match=f"--{flag.replace('_', '-')} must be in 1"):
         check_serve(ServeConfig(**{flag: value}))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("max_num_batched_tokens", 0, "--max-num-batched-tokens must be in 1"),
+        ("long_prefill_token_threshold", 0, "--long-prefill-token-threshold must be in 1"),
+        ("prefix_cache_gb", -1.0, "--prefix-cache-gb must be in 0..1024"),
+        ("prefix_cache_gb", float("nan"), "--prefix-cache-gb must be in 0..1024"),
+        ("pack", "fast", "--pack must be auto or off"),
+        ("drafter", "magic", "--drafter must be auto, choice or one of"),
+    ],
+)
+def test_serve_flags_out_of_range_are_one_line(flag, value, says):
+    from engine.serve.config import ServeConfig, check_serve
+
+    with pytest.raises(PhoenixError, match=says):
+        check_serve(ServeConfig(**{flag: value}))

@@ -12,7 +12,8 @@ from engine.decode.batch import BatchCache, accept_batch, verify_batch
 from engine.decode.decoder import Decoder
 from engine.decode.eagle3 import save_head
 from engine.decode.loading import load_pair
-from engine.decode.scheduler import QueueFull, Request, Scheduler
+from engine.decode.scheduler import Scheduler
+from engine.decode.sequence import QueueFull, Request
 from engine.serve.tuner import Acceptance, CostModel, LoadTuner
 
 PROMPTS = [

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from db.entities import RequestRecord
 from engine.bench.config import BenchConfig
 from engine.bench.request import RunState, judge, make_record, new_trace_id
-from engine.decode.scheduler import Finished, Request, Scheduler
+from engine.decode.scheduler import Scheduler
+from engine.decode.sequence import Finished, Request
 from engine.modes import Mode
 from engine.prompts.sets import Prompt
 

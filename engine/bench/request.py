@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from db.entities import BanditRecord, RequestRecord
 from engine.bench.config import BenchConfig
 from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
-from engine.decode.scheduler import Finished
+from engine.decode.sequence import Finished
 from engine.measure import measured
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry

@@ -12,6 +12,7 @@ before caching, so a row's columns may sit anywhere in the cache. Rows may have 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from transformers import DynamicCache
@@ -64,8 +65,9 @@ class RoomyLayer(DynamicLayer):
         return keys.shape[-2]
 
     def _grow(self, used: int, need: int, keys=None, values=None) -> None:
-        keys = self._k[:, :, :used] if keys is None else keys
-        values = self._v[:, :, :used] if values is None else values
+        if keys is None or values is None:
+            assert self._k is not None and self._v is not None
+            keys, values = self._k[:, :, :used], self._v[:, :, :used]
         room = max(need + SPARE, (keys.shape[-2] * 3) // 2)
         shape = (keys.shape[0], keys.shape[1], room, keys.shape[3])
         self._k, self._v = keys.new_empty(shape), values.new_empty(shape)
@@ -78,6 +80,12 @@ def roomy_cache(config) -> DynamicCache:
     cache = DynamicCache(config=config)
     cache.layers = [RoomyLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache
+
+
+def roomy_layers(cache: DynamicCache) -> list[RoomyLayer] | None:
+    """The cache's layers where every one is a RoomyLayer (a plain full-attention model); None otherwise."""
+    layers = list(cache.layers)
+    return cast(list[RoomyLayer], layers) if all(type(layer) is RoomyLayer for layer in layers) else None
 
 
 @dataclass
@@ -196,7 +204,8 @@ def prefill_together(
     the greedy token after its chunk, its taps, its cache. None where the model's cache layers are not all plain
     full-attention ones (the caller prefills one by one)."""
     cache = roomy_cache(target.config)
-    if not all(type(layer) is RoomyLayer for layer in cache.layers):
+    layers = roomy_layers(cache)
+    if layers is None:
         return None
     device = target.device
     n = max(len(c) for c in chunks)
@@ -221,10 +230,11 @@ def prefill_together(
     rows = []
     for b, c in enumerate(chunks):
         row = roomy_cache(target.config)
-        for mine, theirs in zip(row.layers, cache.layers):
-            mine.lazy_initialization(theirs.keys, theirs.values)
-            mine.keys = theirs.keys[b : b + 1, :, n - len(c) :]
-            mine.values = theirs.values[b : b + 1, :, n - len(c) :]
+        for mine, theirs in zip(roomy_layers(row) or [], layers):
+            keys, values = theirs.keys, theirs.values
+            assert keys is not None and values is not None  # the forward filled every layer
+            mine.lazy_initialization(keys, values)
+            mine.keys, mine.values = keys[b : b + 1, :, n - len(c) :], values[b : b + 1, :, n - len(c) :]
         rows.append((int(firsts[b]), feats[b, n - len(c) :] if feats is not None else None, row))
     return rows
 

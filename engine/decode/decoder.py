@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from engine.decode.choice import ChoiceDrafter
 from engine.decode.compiled import CompileStats, StaticCaches, compile_models
 from engine.decode.drafters import Drafter, ModelDrafter, NgramDrafter
 from engine.decode.eagle3 import Eagle3Drafter, Eagle3Head
@@ -131,9 +132,17 @@ class Decoder:
         self._suffix = SuffixDrafter(suffix)
         self._hybrid_cfg = hybrid or HybridConfig()
 
+    def choices(self) -> tuple[str, ...]:
+        """The drafters this pair can choose among per step: its draft (head or model), prompt lookup, suffix."""
+        own = ("eagle3",) if self._eagle3 is not None else ("model",) if self._model_drafter is not None else ()
+        return own + ("ngram", "suffix")
+
     def drafter(self, kind: str) -> Drafter | None:
         if kind == "none":
             return None
+        if kind == "choice":
+            members = {k: self.drafter(k) for k in self.choices()}
+            return ChoiceDrafter({k: d for k, d in members.items() if d is not None})
         if kind == "ngram":
             return self._ngram
         if kind == "suffix":

@@ -60,6 +60,13 @@ class Drafter:
     def fork(self) -> Drafter:
         return self
 
+    def options(self) -> tuple[str, ...]:
+        """The drafters a per-step choice picks among (engine.decode.choice); () for a drafter that is one."""
+        return ()
+
+    def use(self, kind: str) -> None:
+        """Propose with ``kind`` from now on (a choice's member); nothing for a drafter that is one."""
+
     def batch_key(self) -> object | None:
         """Drafters with the same key (not None) may draft their rows together through ``propose_batch``."""
         return None

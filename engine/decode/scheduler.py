@@ -20,94 +20,19 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 from transformers import DynamicCache
 
 from engine.decode.batch import BatchCache, accept_batch, prefill_together, roomy_cache, verify_batch
 from engine.decode.drafters import Drafter
-from engine.decode.sequence import RequestStats, Sequence
+from engine.decode.prefix import PrefixCache, kv_of, restore
+from engine.decode.sequence import Finished, QueueFull, Request, Sequence
 from engine.decode.spec import forward
+from engine.decode.steps import Choice, StepRecord, Tuner
 
 BUDGET = 512  # max tokens a step computes: every row's pending token and drafts, then prompt chunks
 LONG_PREFILL = 256  # the most of one prompt a step prefills (vLLM's long_prefill_token_threshold)
-
-
-class QueueFull(Exception):
-    """More requests wait than ``max_queue``: the caller answers 429 and nothing is held."""
-
-
-@dataclass
-class Request:
-    prompt_ids: list[int]
-    max_new_tokens: int
-    drafter: str = "none"  # what drafts for this request: none, or a drafter the loader has
-    k: int | None = None  # this request's own k for every pass; None: the tuner chooses per step
-    id: str = ""
-    submitted: float = field(default_factory=time.perf_counter)
-    on_tokens: Callable[[list[int]], None] | None = None  # called on the loop's thread with each step's new tokens
-    on_done: Callable[[Finished], None] | None = None
-    cancelled: bool = False  # set by the caller (a client that went away); the row leaves before the next step
-
-
-@dataclass
-class Finished:
-    request: Request
-    stats: RequestStats
-    queue_s: float  # waiting before the prefill began
-    batch_sizes: list[int]  # the batch each of its passes ran in
-    reason: str = "length"  # stop, length, cancelled, error or aborted (engine.decode.sequence.REASONS)
-    error: str | None = None  # the one line an error or abort carries
-
-    @property
-    def cancelled(self) -> bool:
-        return self.reason == "cancelled"
-
-    @property
-    def failed(self) -> bool:
-        return self.reason in ("error", "aborted")
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One step's decision for the rows drafting with one drafter: k, whether it explored, and the estimates."""
-
-    k: int
-    explored: bool
-    estimate: float  # expected tokens/s of the batch at k
-    estimate_off: float  # ... at k = 0 (speculation off)
-
-
-class Tuner(Protocol):
-    """What chooses k for rows that did not fix their own, and learns from every step (engine.serve.tuner)."""
-
-    def choose(self, drafter: str, batch: int) -> Choice: ...
-
-    def observe_forward(self, batch: int, tokens: int, seconds: float) -> None: ...
-
-    def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None: ...
-
-
-@dataclass
-class StepRecord:
-    """One batched step, plain: the server stores it as a ``serve_steps`` row."""
-
-    step: int
-    at_s: float
-    batch: int
-    width: int
-    drafter: str
-    k: int | None  # the tuner's k for the main drafter; None where every row fixed its own
-    explored: bool | None
-    estimate: float | None
-    estimate_off: float | None
-    draft_s: float
-    verify_s: float
-    proposed: int
-    accepted: int
-    emitted: int
-    prefill_tokens: int = 0  # prompt tokens this step prefilled beside the verify
 
 
 @dataclass(eq=False)
@@ -131,12 +56,15 @@ class Scheduler:
         budget: int = BUDGET,
         long_prefill: int = LONG_PREFILL,
         clock=None,
+        prefix: PrefixCache | None = None,
     ):
-        """``drafters(kind)``: a drafter of its own for one request (engine.decode.decoder.Decoder.row_drafter)."""
+        """``drafters(kind)``: a drafter of its own for one request (engine.decode.decoder.Decoder.row_drafter).
+        ``prefix``: a prefix cache prompts are looked up in, and their prefills kept in (None: every prompt cold)."""
         self.target, self.drafters, self.eos_id, self.tuner = target, drafters, eos_id, tuner
         self.max_batch, self.max_queue = max_batch, max_queue
         self.budget, self.long_prefill = max(1, budget), max(1, min(long_prefill, budget))
         self.clock = clock or time.perf_counter
+        self.prefix = prefix
         self.started = self.clock()
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Row] = []  # admitted, their prompts going in chunk by chunk
@@ -164,12 +92,16 @@ class Scheduler:
         """(rows decoding or prefilling, requests waiting)."""
         return len(self.rows) + len(self.prefilling), len(self.waiting)
 
-    def run(self, stop: threading.Event, idle_s: float = 0.05) -> None:
-        """Step until ``stop`` is set and nothing is left: a stop drains what was admitted or waits. A failure no
-        request explains ends the loop: every request it held ends ``aborted`` with the reason, ``dead`` keeps it."""
+    def run(self, stop: threading.Event, idle_s: float = 0.05, idle: Callable[[], bool] | None = None) -> None:
+        """Step until ``stop`` is set and nothing is left: a stop drains what was admitted or waits. ``idle`` runs
+        on this thread when no request needs a step (the server's shadow checks: the model is never shared, and
+        no step's timing includes them); it says whether it did anything. A failure no request explains ends the
+        loop: every request it held ends ``aborted`` with the reason, ``dead`` keeps it."""
         try:
             while True:
                 if not self.step():
+                    if idle is not None and idle():
+                        continue
                     if stop.is_set():
                         return
                     with self._cv:
@@ -236,13 +168,23 @@ class Scheduler:
                 self._end(row, "cancelled")
                 continue
             row.queue_s = self.clock() - req.submitted
-            row.cache = roomy_cache(self.target.config)
+            row.cache = self._cached(row)
             self.prefilling.append(row)
+
+    def _cached(self, row: Row) -> DynamicCache:
+        """The row's cache to prefill on: what the prefix cache holds of its prompt already, or an empty one."""
+        hit = self.prefix.lookup(row.seq.prompt_ids, bool(row.seq.taps)) if self.prefix is not None else None
+        if hit is None:
+            return roomy_cache(self.target.config)
+        entry, length = hit
+        row.seq.prefilled(length, entry.features[:length] if entry.features is not None and row.seq.taps else None)
+        row.seq.stats.cached_tokens = length
+        return restore(entry, length, self.target.config)
 
     def _prefill(self, budget: int) -> int:
         """Prompt chunks in arrival order while the budget lasts, at least one chunk a step so prompts always move;
         the prompt tokens it computed. Prompts that start this step prefill their first chunks in one forward."""
-        moved, fresh = 0, []
+        moved, fresh = 0, list[tuple[Row, list[int]]]()
         for row in list(self.prefilling):
             if budget <= 0 and (moved or fresh):
                 break
@@ -308,6 +250,9 @@ class Scheduler:
         stats.prefill_s = (stats.prefill_s or 0.0) + seconds
         if seq.to_prefill:
             return
+        if self.prefix is not None and row.cache is not None:
+            feats = torch.cat(seq.features) if seq.features and seq.taps else None
+            self.prefix.store(seq.prompt_ids, *kv_of(row.cache), feats)
         stats.ttft_s = self.clock() - row.req.submitted
         before = self.clock()
         self._emit(row, seq.start(greedy))
@@ -322,21 +267,32 @@ class Scheduler:
         row.cache = None
         self.rows.append(row)
 
-    def _plan(self) -> tuple[list[int], Choice | None, str]:
-        """Each row's k for this pass: its own where it fixed one, else the tuner's for its drafter at this batch."""
+    def _plan(self) -> tuple[list[int], list[str], Choice | None, str]:
+        """Each row's k and drafter for this pass: its own k where it fixed one, else the tuner's for its drafter
+        at this batch; rows that let the tuner choose the drafter too (a choice) get the drafter it names."""
         b = len(self.rows)
-        kinds = Counter(r.req.drafter for r in self.rows if r.req.k is None and r.seq.drafter is not None)
-        choices = {kind: self.tuner.choose(kind, b) for kind in kinds} if self.tuner else {}
-        ks = []
-        for r in self.rows:
-            k = r.req.k if r.req.k is not None else (choices[r.req.drafter].k if r.req.drafter in choices else 0)
-            ks.append(r.seq.cap(k))
-        main = kinds.most_common(1)[0][0] if kinds else self.rows[0].req.drafter
-        return ks, choices.get(main), main
+        tuned = [r.req.k is None and r.seq.drafter is not None for r in self.rows]  # the tuner decides their k
+        choosing = [r for r, t in zip(self.rows, tuned) if t and r.seq.options]
+        choices: dict[str, Choice] = {}
+        if self.tuner is not None:
+            for kind in {r.req.drafter for r, t in zip(self.rows, tuned) if t and not r.seq.options}:
+                choices[kind] = self.tuner.choose(kind, b)
+            if choosing:
+                choices["choice"] = pick = self.tuner.choose_drafter(choosing[0].seq.options, b)
+                for r in choosing:
+                    r.seq.use(pick.drafter or r.seq.options[0])
+        ks, used = [], []
+        for r, t in zip(self.rows, tuned):
+            c = choices.get("choice" if r.seq.options else r.req.drafter) if t else None
+            ks.append(r.seq.cap(c.k if c else (r.req.k or 0)))
+            used.append(c.drafter if c and c.drafter else r.req.drafter)
+        drafting = Counter(u for u, r in zip(used, self.rows) if r.seq.drafter is not None)
+        main = drafting.most_common(1)[0][0] if drafting else self.rows[0].req.drafter
+        return ks, used, choices.get("choice") or choices.get(main), main
 
     def _pass(self) -> tuple[int, StepRecord]:
         """One verification pass over every running row: the tokens it computed, and its record."""
-        ks, choice, main = self._plan()
+        ks, used, choice, main = self._plan()
         drafted, draft_times = self._draft(ks)
         taps = next((r.seq.taps for r in self.rows if r.seq.taps), ())
         start = self.clock()
@@ -349,12 +305,12 @@ class Scheduler:
         if self.tuner is not None:
             self.tuner.observe_forward(b, width, verify_s)
         emitted = 0
-        for row, k, out, dt in zip(self.rows, ks, outcomes, draft_times):
+        for row, k, kind, out, dt in zip(self.rows, ks, used, outcomes, draft_times):
             row.seq.stats.draft_s += dt
             row.seq.stats.verify_s += verify_s
             row.batch_sizes.append(b)
             if row.seq.drafter is not None and self.tuner is not None:
-                self.tuner.observe_pass(row.req.drafter, k, out.proposed, out.accepted, dt)
+                self.tuner.observe_pass(kind, k, out.proposed, out.accepted, dt)
             new = row.seq.advance(out)
             self._emit(row, new)
             emitted += len(new)

@@ -10,6 +10,8 @@ drafter learns from the output only when the request ended normally). No clock a
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +48,7 @@ class RequestStats(Measured):
     pass's draft length. ``output_tokens`` follows ``output_ids`` (``emit``)."""
 
     output_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0  # prompt tokens the prefix cache served (OpenAI's usage.prompt_tokens_details)
     k_per_pass: list[int] = field(default_factory=list)  # tokens proposed in each pass (a drafter may propose
     # fewer than the k asked; a pass with none counts 0)
 
@@ -86,6 +89,15 @@ class Sequence:
     @property
     def taps(self) -> tuple[int, ...]:
         return self.drafter.taps if self.drafter is not None else ()
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The drafters a per-step choice picks among for this request; () where it drafts with one (or none)."""
+        return self.drafter.options() if self.drafter is not None else ()
+
+    def use(self, kind: str) -> None:
+        if self.drafter is not None:
+            self.drafter.use(kind)
 
     @property
     def pending(self) -> int:
@@ -161,3 +173,38 @@ class Sequence:
         self.status, self.reason, self.error = FINISHED, reason, error
         if self.drafter is not None and reason in ("stop", "length") and self.stats.passes:
             self.drafter.finish(list(self.prompt_ids), list(self.stats.output_ids))
+
+
+class QueueFull(Exception):
+    """More requests wait than ``max_queue``: the caller answers 429 and nothing is held."""
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    drafter: str = "none"  # what drafts for this request: none, or a drafter the loader has
+    k: int | None = None  # this request's own k for every pass; None: the tuner chooses per step
+    id: str = ""
+    submitted: float = field(default_factory=time.perf_counter)
+    on_tokens: Callable[[list[int]], None] | None = None  # called on the loop's thread with each step's new tokens
+    on_done: Callable[[Finished], None] | None = None
+    cancelled: bool = False  # set by the caller (a client that went away); the row leaves before the next step
+
+
+@dataclass
+class Finished:
+    request: Request
+    stats: RequestStats
+    queue_s: float  # waiting before the prefill began
+    batch_sizes: list[int]  # the batch each of its passes ran in
+    reason: str = "length"  # stop, length, cancelled, error or aborted (engine.decode.sequence.REASONS)
+    error: str | None = None  # the one line an error or abort carries
+
+    @property
+    def cancelled(self) -> bool:
+        return self.reason == "cancelled"
+
+    @property
+    def failed(self) -> bool:
+        return self.reason in ("error", "aborted")

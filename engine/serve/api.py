@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.decode.scheduler import Finished, QueueFull, Request
+from engine.decode.sequence import Finished, QueueFull, Request
 from engine.provenance import git_sha
 from engine.serve.detokenize import Detokenizer
 from engine.serve.service import Service
@@ -118,6 +118,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "waiting": waiting,
             "run_id": service.run_id,
             **service.stats,
+            **({"prefix_cache": service.scheduler.prefix.health()} if service.scheduler.prefix else {}),
         }
 
     @app.get("/v1/models")
@@ -320,6 +321,7 @@ def usage(f: Finished) -> dict:
         "prompt_tokens": f.stats.prompt_tokens,
         "completion_tokens": n_out,
         "total_tokens": f.stats.prompt_tokens + n_out,
+        "prompt_tokens_details": {"cached_tokens": f.stats.cached_tokens},  # served by the prefix cache
     }
 
 

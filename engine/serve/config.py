@@ -14,7 +14,9 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 @dataclass
 class ServeConfig(PairConfig):
-    drafter: str = "auto"  # auto (the draft's kind, else ngram) | none | model | ngram | suffix | eagle3
+    # auto: the draft's kind (eagle3 for a head, model for a draft model), else ngram; choice: the tuner picks the
+    # drafter each step among the draft's kind, ngram and suffix, from their measured acceptance and cost
+    drafter: str = "auto"  # auto | choice | none | model | ngram | suffix | eagle3 | hybrid
     host: str = "127.0.0.1"  # any other address needs --api-key
     port: int = 8000
     api_key: str | None = None  # clients send 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
@@ -23,6 +25,7 @@ class ServeConfig(PairConfig):
     max_queue: int = 64  # requests waiting beyond the batch; more get 429 with Retry-After
     max_num_batched_tokens: int = 512  # a step's token budget: the rows' pending tokens and drafts, then prompts
     long_prefill_token_threshold: int = 256  # the most of one prompt a step prefills (longer ones go in chunks)
+    prefix_cache_gb: float = 0.5  # prompts' KV kept for later prompts that begin alike (0: off), LRU past this
     k_max: int = 8  # the largest k the tuner considers
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
     epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
@@ -35,8 +38,8 @@ class ServeConfig(PairConfig):
 
 def check_serve(cfg: ServeConfig) -> ServeConfig:
     """Every bad setting as one line, before anything loads."""
-    if cfg.drafter not in ("auto",) + DRAFTERS:
-        raise PhoenixError(f"--drafter must be auto or one of {', '.join(DRAFTERS)}, got {cfg.drafter!r}")
+    if cfg.drafter not in ("auto", "choice") + DRAFTERS:
+        raise PhoenixError(f"--drafter must be auto, choice or one of {', '.join(DRAFTERS)}, got {cfg.drafter!r}")
     if cfg.api_key is None:
         cfg.api_key = os.environ.get("PHOENIX_API_KEY") or None
     if cfg.host not in LOCAL_HOSTS and not cfg.api_key:
@@ -57,6 +60,8 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
     if not 1 <= cfg.max_tokens_cap <= 1 << 20:  # a cap of 0 starts a server that refuses every request
         raise PhoenixError(f"--max-tokens-cap must be in 1..{1 << 20}, got {cfg.max_tokens_cap}")
     check_k(cfg.k_max)
+    if not 0.0 <= cfg.prefix_cache_gb <= 1024.0:  # NaN fails this too
+        raise PhoenixError(f"--prefix-cache-gb must be in 0..1024, got {cfg.prefix_cache_gb}")
     if cfg.pack not in ("auto", "off"):
         raise PhoenixError(f"--pack must be auto or off, got {cfg.pack!r}")
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:

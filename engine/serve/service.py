@@ -9,6 +9,7 @@ already admitted or waiting finish and are recorded, then the run is marked done
 
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import logging
@@ -28,7 +29,10 @@ from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, first_divergence
 from engine.decode.packed import pack
-from engine.decode.scheduler import Finished, Request, Scheduler, StepRecord
+from engine.decode.prefix import PrefixCache
+from engine.decode.scheduler import Scheduler
+from engine.decode.sequence import Finished, Request
+from engine.decode.steps import StepRecord
 from engine.observe.prometheus import Metrics
 from engine.observe.sentry import Telemetry
 from engine.prompts.sets import Prompt
@@ -37,6 +41,7 @@ from engine.serve.config import ServeConfig, stored_config
 from engine.serve.tuner import LoadTuner, profile_cost
 
 log = logging.getLogger("phoenix.serve")
+SHADOW_WAIT_S = 30.0  # a request held for its shadow check is written without one after this long under load
 
 
 def default_drafter(cfg: ServeConfig, decoder: Decoder) -> str:
@@ -89,6 +94,7 @@ class Service:
             cfg.max_queue,
             budget=cfg.max_num_batched_tokens,
             long_prefill=cfg.long_prefill_token_threshold,
+            prefix=PrefixCache(int(cfg.prefix_cache_gb * 2**30)) if cfg.prefix_cache_gb > 0 else None,
         )
         self.run_id: int | None = None
         self.packed = "off"
@@ -98,6 +104,9 @@ class Service:
         self._threads: list[threading.Thread] = []
         self._seq = 0
         self._rng = random.Random(cfg.seed)
+        self._shadow_jobs: collections.deque[tuple[float, RequestRecord, Finished]] = collections.deque()
+        self._shadow_lock = threading.Lock()
+        self._checked: queue.Queue[RequestRecord] = queue.Queue()  # shadow-checked records, back for writing
         self._profile_rows: DynamicCache | None = None
         self._profile_batch: BatchCache | None = None
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
@@ -144,7 +153,7 @@ class Service:
         fail (no request explains it), every request it held ends ``aborted`` and is recorded, ``/health`` answers
         503 with the reason, and the run ends ``failed``."""
         try:
-            self.scheduler.run(self._stop)
+            self.scheduler.run(self._stop, idle=self.shadow_one)
         except Exception:
             log.error("the decoding loop stopped: %s", self.scheduler.dead)
 
@@ -244,13 +253,34 @@ class Service:
         rec.drafter = req.drafter
         return rec
 
-    def _shadow(self, rec: RequestRecord, f: Finished) -> None:
-        """Re-decode a sample single-stream target-only: identity of the batched output, at its position."""
-        if f.cancelled or f.failed or f.request.drafter == "none" or self._rng.random() >= self.cfg.shadow_rate:
-            return
+    def _wants_shadow(self, f: Finished) -> bool:
+        if f.cancelled or f.failed or f.request.drafter == "none":
+            return False
+        return self._rng.random() < self.cfg.shadow_rate
+
+    def shadow_one(self) -> bool:
+        """One held request re-decoded single-stream target-only, its identity and first divergence set. The
+        loop's idle hook: it runs on the loop's thread between requests, so the check never shares the model with
+        a step or lands in a step's timing. False when none waits."""
+        with self._shadow_lock:
+            if not self._shadow_jobs:
+                return False
+            _, rec, f = self._shadow_jobs.popleft()
         ref = self.decoder.run(f.request.prompt_ids, 0, f.request.max_new_tokens, timed=False).output_ids
         rec.diverged_at = first_divergence(f.stats.output_ids, ref)
         rec.identical = rec.diverged_at is None
+        self._checked.put(rec)
+        return True
+
+    def _unchecked(self, everything: bool) -> list[RequestRecord]:
+        """Records whose shadow check is back, and those held past SHADOW_WAIT_S (or all, at the end) without one."""
+        out = []
+        while not self._checked.empty():
+            out.append(self._checked.get_nowait())
+        with self._shadow_lock:
+            while self._shadow_jobs and (everything or time.monotonic() - self._shadow_jobs[0][0] > SHADOW_WAIT_S):
+                out.append(self._shadow_jobs.popleft()[1])
+        return out
 
     # the recorder thread ------------------------------------------------------------
     def _record_loop(self) -> None:
@@ -262,7 +292,7 @@ class Service:
                 self.store.heartbeat(self.run_id)
                 beat = time.monotonic()
             if self._recorded.is_set() and self._finished.empty():
-                self._write(self._drain(timeout_s=0.0))
+                self._write(self._drain(timeout_s=0.0), everything=True)
                 return
 
     def _drain(self, timeout_s: float) -> list[Finished]:
@@ -274,12 +304,15 @@ class Service:
         except queue.Empty:
             return out
 
-    def _write(self, finished: list[Finished]) -> None:
+    def _write(self, finished: list[Finished], everything: bool = False) -> None:
         records = []
         for f in finished:
             rec = self.record(f)
-            self._shadow(rec, f)
-            records.append(rec)
+            if self._wants_shadow(f):  # held until the loop is idle and checks it
+                with self._shadow_lock:
+                    self._shadow_jobs.append((time.monotonic(), rec, f))
+            else:
+                records.append(rec)
             self.stats["cancelled" if f.cancelled else "failed" if f.failed else "finished"] += 1
             if f.failed:
                 log.error("request %s %s: %s", f.request.id, f.reason, f.error)
@@ -290,6 +323,7 @@ class Service:
                     rec.mode, rec.k, rec.run_id, pair.target_name, pair.draft_name, rec.trace_id or ""
                 ) as txn:
                     self.telemetry.finish_request(txn, rec)
+        records += self._unchecked(everything)
         self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
         steps = [step_row(self.scheduler.steps.popleft()) for _ in range(len(self.scheduler.steps))]
         if self.store is None or self.run_id is None:

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.decode.scheduler import Choice
+from engine.decode.steps import Choice
 
 WINDOW = 15  # the forwards a cost cell's mean is taken over
 PRIOR_PASSES = 2.0  # pseudo-passes behind each position's acceptance estimate
@@ -157,6 +157,19 @@ class LoadTuner:
         explored = best < top and self._rng.random() < self.epsilon
         k = best + 1 if explored else best
         return Choice(k, explored, scores[k], scores[0])
+
+    def choose_drafter(self, drafters: tuple[str, ...], batch: int) -> Choice:
+        """The drafter as well as k: the (drafter, k) with the most expected throughput at this batch, from each
+        drafter's measured acceptance per position and drafting cost; k = 0 is speculation off whatever the
+        drafter. A share of steps (epsilon) drafts with another drafter at its own best k instead, so every
+        drafter's acceptance stays measured."""
+        best = {d: self.choose(d, batch) for d in drafters}  # each explores one position deeper now and then
+        top = max(drafters, key=lambda d: best[d].estimate)
+        pick = top
+        if len(drafters) > 1 and self._rng.random() < self.epsilon:
+            pick = self._rng.choice([d for d in drafters if d != top])
+        c = best[pick]
+        return Choice(c.k, c.explored or pick != top, c.estimate, c.estimate_off, pick)
 
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None:
         if asked > 0:
