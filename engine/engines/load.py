@@ -111,9 +111,9 @@ def managed(cfg: LoadConfig) -> list[Server]:
     return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
-# none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k) | <drafter>-k<N>
+# none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k; choice: the drafter too) | <drafter>-k<N>
 _VARIANT = re.compile(
-    r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3|hybrid)(?:-k(?P<dk>[0-9]+))?)$"
+    r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3|hybrid|choice)(?:-k(?P<dk>[0-9]+))?)$"
 )
 
 

@@ -33,6 +33,7 @@ from engine.decode.steps import Choice
 WINDOW = 15  # the forwards a cost cell's mean is taken over
 PRIOR_PASSES = 2.0  # pseudo-passes behind each position's acceptance estimate
 PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked for it
+EXPLORE_WITHIN = 0.9  # an exploring step is expected to keep at least this share of the best choice's throughput
 
 
 @dataclass
@@ -153,8 +154,13 @@ class LoadTuner:
         scores = [self.throughput(drafter, batch, k) for k in range(top + 1)]
         best = max(range(top + 1), key=lambda k: scores[k])
         # explore one step deeper than the best (from k = 0, k = 1): a deeper position's acceptance stays measured
-        # and an exploring step never costs the widest forward under load
-        explored = best < top and self._rng.random() < self.epsilon
+        # and an exploring step never costs the widest forward under load. Acceptance does not depend on the
+        # batch, so what a cheap step at a small batch teaches serves every batch: a step explores only where it
+        # is expected to keep EXPLORE_WITHIN of the best's throughput (at 16 rows a forward 2 wide cost 1.6x one 1
+        # wide, and exploring there cost the tuner a tenth of its throughput: runs #148-#153)
+        explored = (
+            best < top and self._rng.random() < self.epsilon and scores[best + 1] >= EXPLORE_WITHIN * scores[best]
+        )
         k = best + 1 if explored else best
         return Choice(k, explored, scores[k], scores[0])
 
@@ -166,8 +172,9 @@ class LoadTuner:
         best = {d: self.choose(d, batch) for d in drafters}  # each explores one position deeper now and then
         top = max(drafters, key=lambda d: best[d].estimate)
         pick = top
-        if len(drafters) > 1 and self._rng.random() < self.epsilon:
-            pick = self._rng.choice([d for d in drafters if d != top])
+        near = [d for d in drafters if d != top and best[d].estimate >= EXPLORE_WITHIN * best[top].estimate]
+        if near and self._rng.random() < self.epsilon:  # as for k: only where exploring is expected to cost little
+            pick = self._rng.choice(near)
         c = best[pick]
         return Choice(c.k, c.explored or pick != top, c.estimate, c.estimate_off, pick)
 
