@@ -33,6 +33,8 @@ from engine.decode.steps import Choice
 WINDOW = 15  # the forwards a cost cell's mean is taken over
 PRIOR_PASSES = 2.0  # pseudo-passes behind each position's acceptance estimate
 PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked for it
+SPECULATE_ABOVE = 1.05  # speculate only where it is expected to beat speculation off by this much (at 8 rows the
+# tuner drafted in half the steps on estimates 0.5% above off and ran 0.88x of off: runs #154-#159)
 EXPLORE_WITHIN = 0.9  # an exploring step is expected to keep at least this share of the best choice's throughput
 
 
@@ -153,6 +155,8 @@ class LoadTuner:
         top = self.k_max if cap is None else max(0, min(self.k_max, cap))
         scores = [self.throughput(drafter, batch, k) for k in range(top + 1)]
         best = max(range(top + 1), key=lambda k: scores[k])
+        if scores[best] < SPECULATE_ABOVE * scores[0]:  # a near tie goes to speculation off: drafting costs what the
+            best = 0  # model leaves out (the head's catch-up, rows' bookkeeping), and under load ties were losses
         # explore one step deeper than the best (from k = 0, k = 1): a deeper position's acceptance stays measured
         # and an exploring step never costs the widest forward under load. Acceptance does not depend on the
         # batch, so what a cheap step at a small batch teaches serves every batch: a step explores only where it
