@@ -67,13 +67,25 @@ def test_each_level_is_a_run_with_every_variant_side_by_side_and_identical_to_sp
         info = store.get_run(run_id)
         assert info.status == "done" and info.config["level"] == c
         recs = store.requests(run_id)
-        assert sorted({r.mode for r in recs}) == sorted(f"phoenix-{v}_c{c}" for v in ("none", "auto", "k2"))
+        # in the server's own grammar, as its live run names them: auto and k2 of a server drafting with model
+        assert sorted({r.mode for r in recs}) == sorted(f"phoenix-{v}_c{c}" for v in ("none", "model-auto", "model-k2"))
         assert all(r.error is None and r.ttft_s is not None and 0 < r.ttft_s <= r.latency_s for r in recs)
         spec = [r for r in recs if not r.mode.startswith("phoenix-none")]
         assert all(r.identical for r in spec) and sum(r.proposed for r in spec) > 0
         assert all(bool(r.positions) == bool(r.proposed) and (r.passes == 0 or r.batch_size >= 1) for r in spec)
-        assert set(info.config["wall_s"]) == {"none", "auto", "k2"}
-    assert store.get_run(runs[1]).config["order"] == ["k2", "auto", "none"]  # reversed every other level
+        assert set(info.config["wall_s"]) == {"none", "model-auto", "model-k2"}
+    assert store.get_run(runs[1]).config["order"] == ["model-k2", "model-auto", "none"]  # reversed every other level
+    live = {r.mode for r in store.requests(swept[3])}
+    assert {"phoenix-model-auto_live", "phoenix-model-k2_live"} <= live  # one name per kind of request
+
+
+def test_two_spellings_of_one_variant_are_refused_before_anything_is_sent():
+    from engine.engines.load import named
+
+    assert [named(v, "eagle3") for v in ("auto", "eagle3", "eagle3-auto")] == ["eagle3-auto"] * 3
+    assert (
+        named("k0", "eagle3") == "none" and named("k3", "model") == "model-k3" and named("choice", "x") == "choice-auto"
+    )
 
 
 @pytest.mark.pages

@@ -2,10 +2,11 @@
 finished with a reason; it counts every pass and calls the drafter in one order), the hot path (`spec`: prefill,
 verify, accept; `generate` is one Sequence on a single-row cache), the batched step (`batch`: rows of one cache,
 verified in one forward; `scheduler`: continuous batching under a token budget with chunked prefills, used by the
-server and by `bench --concurrency`), the drafters behind one typed base (`drafters`: draft model, n-gram; `suffix`
-trees; `eagle3`: the EAGLE-3 head, its checkpoint and its drafter; the `hybrid` of the suffix trees and the head),
-prepacked bf16 weights (`packed`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation
-(`hf_assisted`), model loading and fetching, and one request's `Decoder`.
+server and by `bench --concurrency`; `steps`: its plain step records and the tuner it consults; `prefix`: the
+prefix cache), the drafters behind one typed base (`drafters`: draft model, n-gram; `suffix` trees; `eagle3`: the
+EAGLE-3 head, its checkpoint and its drafter; the `hybrid` of the suffix trees and the head; `choice`, a drafter
+the tuner picks per step), prepacked bf16 weights (`packed`), static caches, `--compile` and `--freeze`
+(`compiled`), assisted generation (`hf_assisted`), model loading and fetching, and one request's `Decoder`.
 
 Imports nothing from db, bench, observe, cli or app (tests/test_architecture.py holds it to that).
 """

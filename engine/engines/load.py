@@ -111,10 +111,32 @@ def managed(cfg: LoadConfig) -> list[Server]:
     return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
-# none | auto | k<N> (the server's drafter) | <drafter> (its tuner's k; choice: the drafter too) | <drafter>-k<N>
+# none | auto | k<N> (the server's drafter) | <drafter>[-auto] (its tuner's k; choice: the drafter too) | <drafter>-k<N>
 _VARIANT = re.compile(
-    r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3|hybrid|choice)(?:-k(?P<dk>[0-9]+))?)$"
+    r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3|hybrid|choice)(?:-auto|-k(?P<dk>[0-9]+))?)$"
 )
+
+
+def named(variant: str, drafter: str) -> str:
+    """A Phoenix variant in the server's own grammar (engine.serve.service.variant): none, <drafter>-auto or
+    <drafter>-k<N>, so a load sweep's modes and the live run's name one kind of request one way."""
+    m = _VARIANT.match(variant)
+    if variant in ("none", "as-served") or m is None:
+        return variant
+    k = m["k"] or m["dk"]
+    if k is not None and int(k) == 0:
+        return "none"
+    return f"{m['drafter'] or drafter}-" + (f"k{int(k)}" if k is not None else "auto")
+
+
+def served_drafter(url: str, timeout_s: float) -> str | None:
+    """The drafter Phoenix's server drafts with by default (its /health); None where it does not say."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/").removesuffix("/v1") + "/health", timeout=timeout_s) as r:
+            drafter = json.loads(r.read(1 << 16)).get("drafter")
+            return drafter if isinstance(drafter, str) else None
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
 
 
 def speculation(variant: str) -> dict | None:
@@ -137,6 +159,20 @@ def served_model(url: str, timeout_s: float) -> str:
             return json.loads(r.read())["data"][0]["id"]
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
         raise PhoenixError(f"cannot read {url}/v1/models ({exc}); start the server or fix --url") from None
+
+
+def _canonical(names: list[str], url: str, timeout_s: float) -> tuple[list[str], dict[str, str]]:
+    """The variants as the server names them (auto -> eagle3-auto for a head); two spellings of one are refused."""
+    drafter = served_drafter(url, timeout_s)
+    if drafter is None:
+        return names, dict.fromkeys(names, url)
+    canonical = [named(v, drafter) for v in names]
+    if len(set(canonical)) != len(canonical):
+        raise PhoenixError(
+            f"--variants names one variant twice ({', '.join(f'{v} = {c}' for v, c in zip(names, canonical) if v != c)}"
+            f" on a server drafting with {drafter}): keep one"
+        )
+    return canonical, dict.fromkeys(canonical, url)
 
 
 def blocks_of(prompts: list[Prompt], size: int) -> list[list[Prompt]]:
@@ -225,12 +261,14 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
     with fleet.running(plan) as started:
         urls = {v: s["url"] for v, s in zip(names, started)} if plan else dict.fromkeys(names, cfg.url)
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s)
+        if cfg.engine == "phoenix" and not plan:
+            names, urls = _canonical(names, cfg.url, cfg.timeout_s)
         extra: dict = {"servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)]}
         extra = {k: v for k, v in extra.items() if v}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
             extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
         return [
-            _level_run(store, cfg, model, prompts, lv, names if i % 2 == 0 else names[::-1], urls, extra, say)
+            _level_run(store, cfg, model, prompts, lv, names, names if i % 2 == 0 else names[::-1], urls, extra, say)
             for i, lv in enumerate(levels(cfg, len(prompts)))
         ]
 
@@ -246,12 +284,13 @@ def _level_run(
     model: str,
     prompts: list[Prompt],
     lv: Level,
+    names: list[str],
     order: list[str],
     urls: dict[str, str],
     extra: dict,
     say: Callable[[str], None],
 ) -> int:
-    names = variants_of(cfg)
+    """One level's run; ``names`` are the variants (the first the reference), ``order`` this level's turn."""
     run = store.create_run(
         f"{cfg.name or f'{cfg.engine} load {cfg.prompts}'} {lv.label}",
         {

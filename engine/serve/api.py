@@ -113,6 +113,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
         return {
             "status": "ok",
             "engine": "phoenix",
+            "drafter": service.drafter,
             "version": git_sha() or "unknown",
             "rows": rows,
             "waiting": waiting,
