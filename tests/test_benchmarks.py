@@ -167,6 +167,7 @@ def test_profile_splits_wall_time_into_forwards_and_the_rest(tiny_dirs, prompt_f
         assert 0 <= b["outside_forwards_share"] < 1
 
 
+@pytest.mark.e2e  # 10 s: it regenerates every table of docs/results.md; the full suite (CI) keeps it
 def test_the_results_doc_is_generated_from_the_committed_results_database():
     """docs/results.md quotes only runs that benchmarks/results.db holds: regenerate it after any new run."""
     text = report.render(report.open_results(str(report.RESULTS_DB)))

@@ -24,7 +24,10 @@ def decoders(tiny_dirs, tmp_path_factory):
 
 # budgets that cut prompts mid-way (the longest prompt is about 25 tokens), one chunk a step or several, and one
 # that takes whole prompts several at a time (their first chunks prefilled together in one forward)
-@pytest.mark.parametrize("budget,chunk", [(3, 2), (9, 5), (64, 32), pytest.param(1, 1, marks=pytest.mark.e2e)])
+@pytest.mark.parametrize(
+    "budget,chunk",
+    [pytest.param(3, 2, marks=pytest.mark.e2e), (9, 5), (64, 32), pytest.param(1, 1, marks=pytest.mark.e2e)],
+)
 @pytest.mark.parametrize("drafter", ["model", "ngram", "eagle3", "hybrid", "none"])
 def test_chunked_prefills_under_a_token_budget_equal_single_stream_target_only(decoders, drafter, budget, chunk):
     dec = decoders[drafter]
