@@ -85,6 +85,10 @@ class Metrics:
         self.requests.labels(**labels).inc()
         self.latency.labels(**labels).observe(rec.latency_s)
         self.tokens_per_s.labels(**labels).observe(rec.tokens_per_s)
+        self.count_drafts(rec, model_name)
+
+    def count_drafts(self, rec, model_name: str) -> None:
+        """A request's drafts and acceptances, counted whether it finished or was cancelled (they happened)."""
         if not rec.proposed:
             return
         drafts = rec.positions[0].proposed if rec.positions else 0  # every drafting pass proposes position 0

@@ -316,6 +316,8 @@ class Service:
             self.stats["cancelled" if f.cancelled else "failed" if f.failed else "finished"] += 1
             if f.failed:
                 log.error("request %s %s: %s", f.request.id, f.reason, f.error)
+            if f.cancelled:  # its drafts were verified all the same: /metrics counts them as the record does
+                self.metrics.count_drafts(rec, self.model_name)
             if not f.cancelled and not f.failed:
                 self.metrics.observe(rec, self.model_name)
                 pair = self.decoder.pair
