@@ -1,7 +1,8 @@
 """Phoenix engine: greedy speculative decoding with full acceptance accounting.
 
 The shared vocabulary sits at the top, named once: modes and their drafters (`modes`), dataclass configs to CLI
-flags (`config`), file locations (`paths`), the models known by name (`catalog`), `PhoenixError` (`errors`).
+flags (`config`), file locations (`paths`), the models known by name (`catalog`), `PhoenixError` (`errors`), and
+where a figure was measured: the CPU, versions and commit every run stores (`provenance`).
 """
 
 import os as _os

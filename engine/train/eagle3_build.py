@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import shutil
 import sys
 import time
@@ -94,7 +95,7 @@ def answered(cfg: HeadBuildConfig, target, tokenizer, taps, rows: dict, pad: int
         prompts = encode(tokenizer, source, cfg.max_prompt_tokens, texts)
         path = cache_path(cfg.answers_dir, name, [cfg.target, cfg.dtype, cfg.max_new_tokens, list(taps), prompts])
         if path.exists():
-            out[name] = torch.load(path, weights_only=False)
+            out[name] = load_cache(path)
             log(f"answers ({name}): {len(out[name])} read from {path}")
         else:
             out[name] = answer_with_taps(
@@ -117,13 +118,25 @@ def answered(cfg: HeadBuildConfig, target, tokenizer, taps, rows: dict, pad: int
     return out
 
 
+def load_cache(path: Path) -> list[Sample]:
+    """A cache of answers this build wrote: tensors, numbers and ``Sample``s only. A file holding anything else
+    (a planted pickle once ran its code here) is refused in one line, never run."""
+    try:
+        with torch.serialization.safe_globals([Sample]):
+            return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        raise PhoenixError(
+            f"{path} holds objects Phoenix's head build does not write; refused unread: delete it and build again"
+        ) from None
+
+
 def fixed(cfg: HeadBuildConfig, target, tokenizer, taps, seconds: dict) -> tuple[list[Sample], dict]:
     """The teacher-forced fixed text with its taps, cached like the answers."""
     t0 = time.perf_counter()
     texts, info = fixed_texts(cfg, tokenizer) if cfg.fixed_text_tokens else ([], {})
     path = cache_path(cfg.answers_dir, "fixed_text", [cfg.target, cfg.dtype, list(taps), texts])
     if texts and path.exists():
-        samples = torch.load(path, weights_only=False)
+        samples = load_cache(path)
     else:
         samples = text_with_taps(target, texts, cfg.gen_batch, taps, lambda d, n: log(f"fixed text: {d}/{n}"))
         if texts:
@@ -147,7 +160,7 @@ def resumed(cfg: HeadBuildConfig, target, taps) -> tuple:
     optimizer = None
     if state_file.exists():
         try:
-            state = torch.load(state_file, weights_only=False)
+            state = torch.load(state_file, weights_only=True)  # tensors and numbers: nothing in it is run
             head.load_state_dict(state["head"])
             optimizer = state["optimizer"]
         except Exception as exc:  # a malformed state file: the published weights still continue
