@@ -147,6 +147,23 @@ def test_what_cannot_be_exported_is_one_line(tmp_path):
         export(str(tiny_target(tmp_path / "t")), ExportConfig(tokenizer=str(tmp_path / "missing.gguf")))
 
 
+def test_out_is_never_a_folder_a_path_under_a_file_or_a_file_that_is_not_a_gguf(tmp_path):
+    target = str(tiny_target(tmp_path / "t"))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    for out, says in (
+        (notes, "exists and is not a GGUF"),
+        (tmp_path, "is a folder"),
+        (notes / "x.gguf", "is a file, not a folder"),
+    ):
+        with pytest.raises(PhoenixError, match=says):
+            export(target, ExportConfig(out=str(out), tokenizer="hf", dtype="f32"))
+    assert notes.read_text() == "my notes"
+    done = export(target, ExportConfig(out=str(tmp_path / "m.gguf"), tokenizer="hf", dtype="f32"))
+    again = export(target, ExportConfig(out=done["path"], tokenizer="hf", dtype="f32"))  # its own GGUF: replaced
+    assert again["path"] == done["path"]
+
+
 def _drafts(exported, spec_type: str, draft: str) -> dict:
     cfg = LlamaCppConfig(
         model=exported["target"]["path"],

@@ -199,7 +199,8 @@ def test_beyond_max_queue_the_answer_is_429_with_retry_after_and_nothing_is_held
 
     from engine.serve.api import make_app
 
-    service, _ = make_service(decoder, tmp_path, max_queue=0)
+    service, _ = make_service(decoder, tmp_path, max_queue=1)
+    service.scheduler.max_queue = 0  # a queue already full (a server start refuses --max-queue 0 itself)
     with TestClient(make_app(service)) as c:
         r = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
@@ -290,6 +291,7 @@ def test_a_server_that_would_refuse_every_request_does_not_start(flag, value):
         ("prefix_cache_gb", float("nan"), "--prefix-cache-gb must be in 0..1024"),
         ("pack", "fast", "--pack must be auto or off"),
         ("drafter", "magic", "--drafter must be auto, choice or one of"),
+        ("max_queue", 0, "--max-queue must be in 1..100000"),
     ],
 )
 def test_serve_flags_out_of_range_are_one_line(flag, value, says):

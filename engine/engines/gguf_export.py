@@ -268,6 +268,23 @@ def _finish(w) -> None:
     w.close()
 
 
+GGUF_MAGIC = b"GGUF"
+
+
+def check_out(out: Path) -> None:
+    """--out is a file Phoenix may write: never a folder, never under a file, and never a file that is not a GGUF
+    (`--out notes.txt` once replaced the notes). One line each, before any work."""
+    if out.is_dir():
+        raise PhoenixError(f"--out {out} is a folder: name the .gguf file to write", field="out")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise PhoenixError(f"--out {out}: {parent} is a file, not a folder", field="out")
+    if out.exists():
+        with open(out, "rb") as f:
+            if f.read(4) != GGUF_MAGIC:
+                raise PhoenixError(f"--out {out} exists and is not a GGUF: Phoenix replaces only its own GGUFs", "out")
+
+
 def export(name: str, cfg: ExportConfig) -> dict:
     """Write the GGUF of ``name`` (a named draft: smollm2-draft, smollm2-eagle3; or a model folder) into a
     temporary name, renamed when whole, and say what it is."""
@@ -277,6 +294,7 @@ def export(name: str, cfg: ExportConfig) -> dict:
     if head:
         head_taps(path)  # before the tokenizer is read: the source's own problem first
     out = Path(cfg.out) if cfg.out else DATA_DIR / "gguf" / f"{Path(name).name}-{digest[:12]}.gguf"
+    check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     fields = tokenizer_fields(cfg.tokenizer, path)

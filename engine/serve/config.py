@@ -49,7 +49,7 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
         )
     for name, low, high in (
         ("max_batch", 1, 256),
-        ("max_queue", 0, 100_000),
+        ("max_queue", 1, 100_000),  # 0 started a server that refused every request
         ("port", 0, 65535),
         ("max_num_batched_tokens", 1, 1 << 20),
         ("long_prefill_token_threshold", 1, 1 << 20),
