@@ -119,3 +119,32 @@ def test_freeze_implies_compile_and_names_the_path():
     assert cfg.compile and fast.path_of(cfg) == "frozen"
     assert fast.path_of(SimpleNamespace(compile=False, freeze=False, cache="static")) == "static"
     assert fast.path_of(SimpleNamespace(compile=True, freeze=False, cache="static")) == "compiled"
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        "not a list",
+        [{"dtype": "float32", "eager": "not an entry"}],
+        [{"dtype": "float32", "eager": {"step_s": 3, "verify_over_step": []}}],
+        [{"dtype": 7, "eager": _entry(30, FLAT)}],
+    ],
+)
+def test_a_limits_file_of_another_shape_chooses_nothing_and_says_so(tiny_dirs, prompt_file, tmp_path, dtypes):
+    directory = tmp_path / "shapes"
+    _write(directory, "20261201T000000", MACHINE, dtypes)  # type: ignore[arg-type]
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_4"], fast="auto")
+    record = fast.resolve(cfg, directory, MACHINE)
+    assert record["chose"] is None and "measured no path" in record["why"]
+
+
+def test_a_negative_or_absurd_time_is_never_the_fastest_path(tiny_dirs, prompt_file, tmp_path):
+    directory = tmp_path / "bad"
+    _write(
+        directory,
+        "20261201T000000",
+        MACHINE,
+        [{"dtype": "float32", "eager": _entry(30, FLAT), "frozen": _entry(-5, FLAT), "static": _entry(1e9, FLAT)}],
+    )
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "model_4"], fast="exact")
+    assert fast.resolve(cfg, directory, MACHINE)["chose"] == {"dtype": "float32", "path": "eager"}

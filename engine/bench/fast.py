@@ -43,39 +43,63 @@ def measurement(machine: dict, results_dir: Path) -> tuple[Path, dict] | None:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a file cut short by a killed benchmark speaks for nothing
-        if same_machine(data.get("provenance", {}), machine):
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("provenance"), dict)
+            and same_machine(data["provenance"], machine)
+        ):
             return path, data
     return None
 
 
+def _sane(x, top: float) -> bool:
+    """A measured figure: a finite number above 0 and at most ``top`` (a negative time was once the fastest)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= top
+
+
 def forward_s(entry: dict, k_max: int) -> float | None:
     """A path's mean seconds for one forward over n tokens, n = 1 .. k_max + 1 (every width a run's verify and draft
-    steps take, weighted alike), from one limits entry; None where it was not measured."""
-    step = (entry.get("step_s") or {}).get("median")
-    widths = {int(n): v for n, v in (entry.get("verify_over_step") or {}).items()}
+    steps take, weighted alike), from one limits entry; None where it was not measured, or not sanely: a file of
+    another shape, a time that is not a positive number, counts as no measurement."""
+    try:
+        step = (entry.get("step_s") or {}).get("median")
+        widths = {int(n): v for n, v in (entry.get("verify_over_step") or {}).items()}
+    except (AttributeError, TypeError, ValueError):
+        return None
     use = [widths[n] for n in range(1, k_max + 2) if n in widths]
-    if not step or not use:
+    if not _sane(step, 60.0) or not use or not all(_sane(v, 1000.0) for v in use):
         return None
     return step * sum(use) / len(use)
 
 
 def widest(limits: dict, k_max: int) -> int:
     """The widest forward the choice weighed: k_max + 1, or the widest the file measured when that is less."""
-    measured = [
-        int(n) for r in limits.get("dtypes", []) for p in PATHS for n in (r.get(p) or {}).get("verify_over_step", {})
-    ]
+    try:
+        measured = [
+            int(n)
+            for r in limits.get("dtypes", [])
+            for p in PATHS
+            for n in (r.get(p) or {}).get("verify_over_step", {})
+        ]
+    except (AttributeError, TypeError, ValueError):
+        measured = []
     return min(k_max + 1, max(measured, default=1))
 
 
 def candidates(limits: dict, k_max: int, dtypes: set[str] | None = None) -> dict[tuple[str, str], float]:
     """(dtype, path) -> mean forward seconds, for every path the file measured that compiled where it was asked to."""
     out = {}
-    for r in limits.get("dtypes", []):
+    rows = limits.get("dtypes")
+    for r in rows if isinstance(rows, list) else []:
+        if not isinstance(r, dict) or not isinstance(r.get("dtype"), str):
+            continue
         if dtypes is not None and r["dtype"] not in dtypes:
             continue
         for path in PATHS:
             entry = r.get(path)
-            if not entry or (entry.get("compile") and not entry["compile"].get("compiled", True)):
+            if not isinstance(entry, dict) or not entry:
+                continue
+            if isinstance(entry.get("compile"), dict) and not entry["compile"].get("compiled", True):
                 continue
             seconds = forward_s(entry, k_max)
             if seconds is not None:
