@@ -229,6 +229,28 @@ def test_a_head_made_for_another_target_is_one_clear_error(tiny_dirs, tmp_path, 
 
 
 @pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda cfg: cfg | {"rope_scaling": "linear"}, "rope_scaling must be an object, got str"),
+        (lambda cfg: cfg | {"eagle_config": "2,15,27"}, "eagle_config must be an object, got str"),
+        (lambda cfg: cfg | {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ["a", "b", "c"]}}, "layer numbers"),
+        (lambda cfg: [cfg], "holds a list, not an object"),
+    ],
+)
+def test_eagle3_config_fields_of_the_wrong_type_are_one_line(tiny_dirs, tmp_path, change, words):
+    """Round four: each of these was a traceback."""
+    from engine.decode.eagle3 import load_head
+
+    target = target_of(tiny_dirs["llama"]["target"]).target
+    save_head(random_head(target, [1, 2]), tmp_path / "h")
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    (tmp_path / "h" / "config.json").write_text(json.dumps(change(cfg)))
+    with pytest.raises(PhoenixError) as err:
+        load_head(tmp_path / "h", "--draft", torch.float32)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
     "drafter,engine,words", [("model", "phoenix", "--drafter eagle3"), ("eagle3", "hf", "eagle3_<k>")]
 )
 def test_a_head_used_as_a_draft_model_is_one_clear_error(heads, drafter, engine, words):

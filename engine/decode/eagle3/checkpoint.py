@@ -18,7 +18,8 @@ def is_head_dir(path: Path) -> bool:
         cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return any("Eagle3" in str(a) for a in cfg.get("architectures") or [])
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    return isinstance(archs, list) and any("Eagle3" in str(a) for a in archs)
 
 
 def save_head(head: Eagle3Head, path: Path, dtype: torch.dtype = torch.float16, card: dict | None = None) -> None:

@@ -79,6 +79,11 @@ class HeadConfig:
 
     @classmethod
     def from_json(cls, cfg: dict, where: str) -> HeadConfig:
+        if not isinstance(cfg, dict):
+            raise PhoenixError(f"{where}: config.json holds a {type(cfg).__name__}, not an object; re-export the head")
+        for name in ("eagle_config", "rope_scaling"):  # as a string or a list they were tracebacks
+            if cfg.get(name) is not None and not isinstance(cfg[name], dict):
+                raise PhoenixError(f"{where}: config.json's {name} must be an object, got {type(cfg[name]).__name__}")
         if cfg.get("num_hidden_layers", 1) != 1:
             raise PhoenixError(
                 f"{where}: an EAGLE-3 head has one layer, config.json says {cfg.get('num_hidden_layers')}"
@@ -88,6 +93,8 @@ class HeadConfig:
         if missing:
             raise PhoenixError(f"{where}: config.json lacks {', '.join(missing)}; it is not an EAGLE-3 head")
         taps = tuple((cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ())
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
+            raise PhoenixError(f"{where}: eagle_aux_hidden_state_layer_ids must be layer numbers, got {list(taps)}")
         named = {
             "num_hidden_layers",
             "architectures",
