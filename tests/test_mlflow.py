@@ -143,3 +143,32 @@ def test_a_failed_export_ends_the_mlflow_run_it_created_and_a_deleted_one_is_rep
     client.delete_run(first["run_id"])
     again = export_run(store, 1, target)
     assert again["run_id"] != first["run_id"] and client.get_run(again["run_id"]).info.status == "FINISHED"
+
+
+def test_one_store_spelled_two_ways_failed_tries_and_tags_that_differ_by_a_sign_stay_one_run_and_apart(
+    tmp_path, monkeypatch
+):
+    """Round four: ``.../m.db`` and ``..././m.db`` gave two MLflow runs; two failed tries left two; the tags x:y,
+    x;y and x@y arrived as one."""
+    from mlflow.tracking import MlflowClient
+
+    from engine.errors import PhoenixError
+
+    store = build_db(f"sqlite:///{tmp_path / 'p.db'}")
+    store.add_tags(1, ["x:y", "x;y", "x@y"])
+    (tmp_path / "sub").mkdir()
+
+    def broken(self, *args, **kwargs):
+        raise OSError("read-only artifact store")
+
+    with monkeypatch.context() as m:
+        m.setattr(MlflowClient, "log_artifacts", broken)
+        for _ in range(2):
+            with pytest.raises(PhoenixError, match="read-only artifact store"):
+                export_run(store, 1, MlflowTarget(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", experiment="e"))
+    done = export_run(store, 1, MlflowTarget(tracking_uri=f"sqlite:///{tmp_path}/sub/../m.db", experiment="e"))
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    (only,) = client.search_runs([client.get_experiment_by_name("e").experiment_id])
+    assert only.info.run_id == done["run_id"] and only.info.status == "FINISHED"
+    tag_keys = [k for k in only.data.tags if k.startswith("phoenix.tag.x_y")]
+    assert len(tag_keys) == 3

@@ -7,10 +7,11 @@ fixed by the run, and a param already logged with the same value is not logged a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from db.store import Store, safe_url
@@ -54,6 +55,23 @@ def _line(exc: Exception) -> str:
 def key(text: str) -> str:
     """An MLflow metric or param name: letters, digits and _ - . / and space; anything else becomes _."""
     return re.sub(r"[^\w\-./ ]", "_", text)[:250]
+
+
+def tag_key(tag: str) -> str:
+    """A Phoenix tag's MLflow key, one per tag: where ``key`` had to change the name, a short hash of the tag keeps
+    tags apart that it would merge (x:y, x;y and x@y were all phoenix.tag.x_y)."""
+    name = key(f"phoenix.tag.{tag}")
+    if name == f"phoenix.tag.{tag}":
+        return name
+    return f"{name[:240]}.{hashlib.sha1(tag.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
+def canonical(uri: str) -> str:
+    """One spelling per store: a SQLite tracking store by its resolved path (.../m.db and ..././m.db were two
+    stores to the run's record, and so two MLflow runs for one Phoenix run); a server URL without a trailing /."""
+    if uri.startswith("sqlite:///"):
+        return "sqlite:///" + str(Path(uri.removeprefix("sqlite:///")).resolve())
+    return uri.rstrip("/")
 
 
 def _flat(value, prefix: str = "") -> dict[str, str]:
@@ -115,6 +133,7 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
     info = store.get_run(run_id)
     if info is None:
         raise PhoenixError(f"run {run_id} does not exist")
+    target = replace(target, tracking_uri=canonical(target.tracking_uri))
     client = _client(target.tracking_uri)
     created: list[str] = []
     try:
@@ -127,6 +146,9 @@ def export_run(store: Store, run_id: int, target: MlflowTarget) -> dict:
                 client.set_terminated(mid, "FAILED")
             except Exception:
                 pass  # the server that failed the export may refuse this too; the line below says why
+            # the next try continues this MLflow run instead of creating another (two tries once left two)
+            mlflow = {"tracking_uri": safe_url(target.tracking_uri), "run_id": mid, "experiment": target.experiment}
+            store.merge_config(run_id, {"mlflow": mlflow})
         raise PhoenixError(f"MLflow at {safe_url(target.tracking_uri)}: {_line(exc)}") from None
 
 
@@ -169,7 +191,7 @@ def _export(store: Store, info, target: MlflowTarget, client, created: list[str]
         )
         if value
     ]
-    tags += [RunTag(key(f"phoenix.tag.{t}"), "true") for t in info.tags]
+    tags += [RunTag(tag_key(t), "true") for t in info.tags]
     for i in range(0, max(len(new), 1), 100):  # MLflow takes at most 100 params and 1000 metrics a batch
         client.log_batch(mid, params=new[i : i + 100], tags=tags if i == 0 else [])
     for i in range(0, len(metrics), 1000):
