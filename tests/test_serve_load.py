@@ -16,6 +16,7 @@ from apptest import open_page
 from helpers import free_port, migrated, wait_for, write_prompts
 
 from db.store import Store
+from engine.errors import PhoenixError
 
 pytestmark = pytest.mark.subprocess  # a server on a port, a load sweep, a process to signal
 
@@ -77,6 +78,19 @@ def test_each_level_is_a_run_with_every_variant_side_by_side_and_identical_to_sp
     assert store.get_run(runs[1]).config["order"] == ["model-k2", "model-auto", "none"]  # reversed every other level
     live = {r.mode for r in store.requests(swept[3])}
     assert {"phoenix-model-auto_live", "phoenix-model-k2_live"} <= live  # one name per kind of request
+
+
+def test_a_k_the_server_refuses_is_one_line_before_anything_is_sent(swept, monkeypatch):
+    from engine.engines import load
+    from engine.engines.load import LoadConfig, sweep
+
+    store = swept[0]
+    monkeypatch.setattr(load, "served_drafter", lambda url, timeout_s: ("model", 8))
+    monkeypatch.setattr(load, "served_model", lambda url, timeout_s: "m")
+    before = len(store.list_runs())
+    with pytest.raises(PhoenixError, match="--variants k99: the server takes k up to 8"):
+        sweep(store, LoadConfig(variants="none,k99", warmup=False), say=lambda _: None)
+    assert len(store.list_runs()) == before  # nothing recorded
 
 
 def test_two_spellings_of_one_variant_are_refused_before_anything_is_sent():

@@ -129,14 +129,18 @@ def named(variant: str, drafter: str) -> str:
     return f"{m['drafter'] or drafter}-" + (f"k{int(k)}" if k is not None else "auto")
 
 
-def served_drafter(url: str, timeout_s: float) -> str | None:
-    """The drafter Phoenix's server drafts with by default (its /health); None where it does not say."""
+def served_drafter(url: str, timeout_s: float) -> tuple[str | None, int | None]:
+    """The drafter Phoenix's server drafts with by default and its largest k (its /health); None where it does
+    not say."""
     try:
         with urllib.request.urlopen(url.rstrip("/").removesuffix("/v1") + "/health", timeout=timeout_s) as r:
-            drafter = json.loads(r.read(1 << 16)).get("drafter")
-            return drafter if isinstance(drafter, str) else None
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
-        return None
+            health = json.loads(r.read(1 << 16))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None, None
+    if not isinstance(health, dict):
+        return None, None
+    drafter, k_max = health.get("drafter"), health.get("k_max")
+    return (drafter if isinstance(drafter, str) else None), (k_max if isinstance(k_max, int) else None)
 
 
 def speculation(variant: str) -> dict | None:
@@ -163,7 +167,11 @@ def served_model(url: str, timeout_s: float) -> str:
 
 def _canonical(names: list[str], url: str, timeout_s: float) -> tuple[list[str], dict[str, str]]:
     """The variants as the server names them (auto -> eagle3-auto for a head); two spellings of one are refused."""
-    drafter = served_drafter(url, timeout_s)
+    drafter, k_max = served_drafter(url, timeout_s)
+    for v in names:  # a k the server refuses: every request of the variant would get a 400 (k99 once did)
+        k = (speculation(v) or {}).get("k")
+        if k_max is not None and k is not None and k > k_max:
+            raise PhoenixError(f"--variants {v}: the server takes k up to {k_max} (its --k-max); use a smaller k")
     if drafter is None:
         return names, dict.fromkeys(names, url)
     canonical = [named(v, drafter) for v in names]

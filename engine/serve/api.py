@@ -91,6 +91,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "status": "ok",
             "engine": "phoenix",
             "drafter": service.drafter,
+            "k_max": service.cfg.k_max,
             "version": git_sha() or "unknown",
             "rows": rows,
             "waiting": waiting,
