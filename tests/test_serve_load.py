@@ -86,7 +86,7 @@ def test_a_k_the_server_refuses_is_one_line_before_anything_is_sent(swept, monke
 
     store = swept[0]
     monkeypatch.setattr(load, "served_drafter", lambda url, timeout_s: ("model", 8))
-    monkeypatch.setattr(load, "served_model", lambda url, timeout_s: "m")
+    monkeypatch.setattr(load, "served_model", lambda url, timeout_s, api_key=None: "m")
     before = len(store.list_runs())
     with pytest.raises(PhoenixError, match="--variants k99: the server takes k up to 8"):
         sweep(store, LoadConfig(variants="none,k99", warmup=False), say=lambda _: None)
@@ -198,3 +198,39 @@ def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):
     assert store.count_requests(run.id) == 2
     out = proc.stdout.read() if proc.stdout else ""
     assert "Phoenix serves" in out and "Traceback" not in out
+
+
+def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):
+    import uvicorn
+
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.engines.load import LoadConfig, sweep
+    from engine.serve.api import make_app
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.service import Service
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 'key.db'}"))
+    d = tiny_dirs["qwen3"]
+    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    service = Service(check_serve(ServeConfig(drafter="model", profile=False, api_key="s3cret")), decoder, store)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, 60, "the server")
+    base = dict(url=f"http://127.0.0.1:{port}", prompts=write_prompts(tmp_path / "p.jsonl"), limit=2, warmup=False)
+    try:
+        with pytest.raises(PhoenixError, match="401"):  # without the key: one line, nothing sent
+            sweep(store, LoadConfig(**base, max_new_tokens=4, chat=False, concurrency="1"), say=lambda _: None)
+        (run_id,) = sweep(
+            store,
+            LoadConfig(**base, max_new_tokens=4, chat=False, concurrency="1", api_key="s3cret"),
+            say=lambda _: None,
+        )
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    info = store.get_run(run_id)
+    assert info.status == "done" and all(r.error is None for r in store.requests(run_id))
+    assert info.config["load"]["api_key"] == "set" and "s3cret" not in json.dumps(info.config)

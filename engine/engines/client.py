@@ -299,9 +299,11 @@ def stream_one(
     timeout_s: float,
     abort: threading.Event | None = None,
     extra: dict | None = None,
+    api_key: str | None = None,
 ) -> dict:
     """Its text, time to first token, latency, usage and what the server said it drafted (Phoenix's
-    ``speculation``, llama.cpp's ``timings``); ``error`` is one line where it failed."""
+    ``speculation``, llama.cpp's ``timings``); ``error`` is one line where it failed. ``api_key`` goes as
+    ``Authorization: Bearer KEY``."""
     body = request_body(model, prompt, max_tokens, chat, True, spec, extra)
     out: dict = {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None, "metrics": None}
     out["error"] = None
@@ -315,7 +317,7 @@ def stream_one(
         watchdog.daemon = True
         watchdog.start()
         try:
-            _exchange(conn, base, body, chat, out, start, abort)
+            _exchange(conn, base, body, chat, out, start, abort, api_key)
         finally:
             watchdog.cancel()
     except _Stop as exc:
@@ -341,9 +343,10 @@ def _cut(sock: socket.socket | None, late: threading.Event) -> None:
             pass
 
 
-def _exchange(conn, base: str, body: dict, chat: bool, out: dict, start: float, abort) -> None:
+def _exchange(conn, base: str, body: dict, chat: bool, out: dict, start: float, abort, api_key=None) -> None:
     path = base + ("/v1/chat/completions" if chat else "/v1/completions")
-    conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    conn.request("POST", path, json.dumps(body).encode(), headers)
     resp = conn.getresponse()
     if resp.status != 200:
         raise _Stop(f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -26,6 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from db.entities import RequestRecord
@@ -61,6 +63,7 @@ class LoadConfig:
     max_concurrency: int | None = None  # with --request-rate: at most this many in flight (vllm bench serve's cap)
     goodput: str = ""  # SLOs in ms, "ttft:2000,tpot:100": goodput counts the requests that meet every one
     seed: int = 0  # the arrivals' random seed
+    api_key: str | None = None  # sent as 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
     variants: str = "none,auto"  # Phoenix: none, auto, k<N>, <drafter>[-k<N>]; first: the reference. Else as-served
     timeout_s: float = 600.0
     name: str = ""  # run names get ' c=<level>' (or ' rate=<r>') appended
@@ -157,9 +160,12 @@ def speculation(variant: str) -> dict | None:
     return {**spec, "k": int(k)} if k else spec
 
 
-def served_model(url: str, timeout_s: float) -> str:
+def served_model(url: str, timeout_s: float, api_key: str | None = None) -> str:
+    request = urllib.request.Request(url.rstrip("/").removesuffix("/v1") + "/v1/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(url.rstrip("/").removesuffix("/v1") + "/v1/models", timeout=timeout_s) as r:
+        with urllib.request.urlopen(request, timeout=timeout_s) as r:
             return json.loads(r.read())["data"][0]["id"]
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
         raise PhoenixError(f"cannot read {url}/v1/models ({exc}); start the server or fix --url") from None
@@ -209,7 +215,8 @@ def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url:
             wait = start + at - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            futures.append(pool.submit(stream_one, url, model, p.text, *args))
+            send = partial(stream_one, api_key=cfg.api_key) if cfg.api_key else stream_one
+            futures.append(pool.submit(send, url, model, p.text, *args))
         results = [f.result() for f in futures]
     except KeyboardInterrupt:
         abort.set()
@@ -263,12 +270,13 @@ def level(
 def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> list[int]:
     """One run per level; returns their ids. Managed servers are started first and stopped at the end (only those
     this sweep started: one already running for the same settings is left running)."""
+    cfg.api_key = cfg.api_key or os.environ.get("PHOENIX_API_KEY") or None
     names = variants_of(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
     plan = managed(cfg) if cfg.spec_types else []
     with fleet.running(plan) as started:
         urls = {v: s["url"] for v, s in zip(names, started)} if plan else dict.fromkeys(names, cfg.url)
-        model = cfg.model or served_model(urls[names[0]], cfg.timeout_s)
+        model = cfg.model or served_model(urls[names[0]], cfg.timeout_s, cfg.api_key)
         if cfg.engine == "phoenix" and not plan:
             names, urls = _canonical(names, cfg.url, cfg.timeout_s)
         extra: dict = {"servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)]}
@@ -283,7 +291,8 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
 
 def _warm(cfg: LoadConfig, model: str, prompt: Prompt, url: str, variant: str) -> float:
     spec = None if cfg.spec_types else speculation(variant)
-    return stream_one(url, model, prompt.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)["latency_s"]
+    send = partial(stream_one, api_key=cfg.api_key) if cfg.api_key else stream_one
+    return send(url, model, prompt.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)["latency_s"]
 
 
 def _level_run(

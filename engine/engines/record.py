@@ -63,6 +63,8 @@ def stored(cfg) -> dict:
     out = asdict(cfg)
     if isinstance(out.get("url"), str):
         out["url"] = safe_url(out["url"])
+    if "api_key" in out:  # a secret: only whether one was sent
+        out["api_key"] = "set" if out["api_key"] else None
     return out
 
 
