@@ -27,7 +27,6 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Literal
 
 from db.entities import RequestRecord
@@ -200,6 +199,16 @@ class Cut(Exception):
         self.answered = answered
 
 
+def _send(
+    api_key: str | None, url: str, model: str, text: str, max_tokens: int, chat: bool, spec, timeout_s: float,
+    abort=None, extra: dict | None = None,
+) -> dict:  # fmt: skip
+    """One streamed request, with the sweep's API key where it has one."""
+    if api_key:
+        return stream_one(url, model, text, max_tokens, chat, spec, timeout_s, abort, extra, api_key)
+    return stream_one(url, model, text, max_tokens, chat, spec, timeout_s, abort, extra)
+
+
 def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url: str, spec: dict | None, abort):
     """One variant's requests for a block: ``lv.c`` at a time, or sent at their arrival times with at most
     ``lv.c`` in flight; (wall seconds, (prompt, result) pairs in order). On Ctrl-C, ``abort`` ends the requests in
@@ -215,8 +224,7 @@ def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url:
             wait = start + at - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            send = partial(stream_one, api_key=cfg.api_key) if cfg.api_key else stream_one
-            futures.append(pool.submit(send, url, model, p.text, *args))
+            futures.append(pool.submit(_send, cfg.api_key, url, model, p.text, *args))
         results = [f.result() for f in futures]
     except KeyboardInterrupt:
         abort.set()
@@ -291,8 +299,7 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
 
 def _warm(cfg: LoadConfig, model: str, prompt: Prompt, url: str, variant: str) -> float:
     spec = None if cfg.spec_types else speculation(variant)
-    send = partial(stream_one, api_key=cfg.api_key) if cfg.api_key else stream_one
-    return send(url, model, prompt.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)["latency_s"]
+    return _send(cfg.api_key, url, model, prompt.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)["latency_s"]
 
 
 def _level_run(
