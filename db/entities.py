@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine.measure import Measured, PositionCount  # noqa: F401  (PositionCount: re-exported)
+from engine.measure import Measured, PositionCount, StepRecord  # noqa: F401  (PositionCount, StepRecord: re-exported)
 
 
 @dataclass
@@ -85,27 +85,6 @@ class RequestRecord(Measured):
     bandit: BanditRecord | None = None
     id: int | None = None
     created_at: datetime | None = None
-
-
-@dataclass
-class ServeStepRecord:
-    """One step of Phoenix's server loop (serve_steps)."""
-
-    step: int
-    at_s: float
-    batch: int
-    width: int
-    drafter: str
-    k: int | None
-    explored: bool | None
-    estimate: float | None
-    estimate_off: float | None
-    draft_s: float
-    verify_s: float
-    proposed: int
-    accepted: int
-    emitted: int
-    prefill_tokens: int = 0  # prompt tokens the step prefilled beside its verification pass
 
 
 @dataclass

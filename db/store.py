@@ -215,19 +215,19 @@ class Store(Queries, Tracker, Distills, StoreBase):
             s.flush()
             _progress(s, run_id, interval.seq + 1)
 
-    def add_serve_steps(self, run_id: int, steps: list[E.ServeStepRecord]) -> None:
+    def add_serve_steps(self, run_id: int, steps: list[E.StepRecord]) -> None:
         """Steps of Phoenix's server loop, in one transaction (the recorder writes them as they come)."""
         if steps:
             with self.session_scope() as s:
                 s.execute(insert(ServeStep), [{"run_id": run_id, **asdict(step)} for step in steps])
 
-    def serve_steps(self, run_id: int, limit: int | None = None) -> list[E.ServeStepRecord]:
+    def serve_steps(self, run_id: int, limit: int | None = None) -> list[E.StepRecord]:
         """A served run's steps in order; with ``limit``, the latest ones."""
         with self.session_scope() as s:
             q = select(ServeStep).where(ServeStep.run_id == run_id).order_by(ServeStep.step.desc())
             rows = list(s.scalars(q.limit(limit) if limit else q))[::-1]
-            fields = E.ServeStepRecord.__dataclass_fields__
-            return [E.ServeStepRecord(**{f: getattr(r, f) for f in fields}) for r in rows]
+            fields = E.StepRecord.__dataclass_fields__
+            return [E.StepRecord(**{f: getattr(r, f) for f in fields}) for r in rows]
 
     def prompt_text(self, run_id: int, prompt_id: str) -> str | None:
         """The text a run sent for a prompt; None for runs recorded before 0022 kept it."""

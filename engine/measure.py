@@ -98,3 +98,25 @@ def measured(source: Measured) -> dict:
         else None
     )
     return out
+
+
+@dataclass
+class StepRecord:
+    """One batched step of the engine core (engine.decode.scheduler), plain: the server stores it as a ``serve_steps``
+    row as it is (db.store), so it is defined here, once, where decode and db both may read it."""
+
+    step: int
+    at_s: float
+    batch: int
+    width: int
+    drafter: str
+    k: int | None  # the tuner's k for the main drafter; None where every row fixed its own
+    explored: bool | None
+    estimate: float | None
+    estimate_off: float | None
+    draft_s: float
+    verify_s: float
+    proposed: int
+    accepted: int
+    emitted: int
+    prefill_tokens: int = 0  # prompt tokens this step prefilled beside the verify

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.measure import StepRecord  # noqa: F401  (re-exported: the step's record, defined once)
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -30,24 +32,3 @@ class Tuner(Protocol):
     def observe_forward(self, batch: int, tokens: int, seconds: float) -> None: ...
 
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None: ...
-
-
-@dataclass
-class StepRecord:
-    """One batched step, plain: the server stores it as a ``serve_steps`` row."""
-
-    step: int
-    at_s: float
-    batch: int
-    width: int
-    drafter: str
-    k: int | None  # the tuner's k for the main drafter; None where every row fixed its own
-    explored: bool | None
-    estimate: float | None
-    estimate_off: float | None
-    draft_s: float
-    verify_s: float
-    proposed: int
-    accepted: int
-    emitted: int
-    prefill_tokens: int = 0  # prompt tokens this step prefilled beside the verify

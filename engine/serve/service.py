@@ -18,12 +18,12 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 import torch
 from transformers import DynamicCache
 
-from db.entities import RequestRecord, ServeStepRecord
+from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
 from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
@@ -32,7 +32,6 @@ from engine.decode.packed import pack
 from engine.decode.prefix import PrefixCache
 from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Finished, Request
-from engine.decode.steps import StepRecord
 from engine.observe.prometheus import Metrics
 from engine.observe.sentry import Telemetry
 from engine.prompts.sets import Prompt
@@ -58,11 +57,6 @@ def variant(drafter: str, k: int | None) -> str:
     if drafter == "none" or k == 0:
         return "none"
     return f"{drafter}-auto" if k is None else f"{drafter}-k{k}"
-
-
-def step_row(step: StepRecord) -> ServeStepRecord:
-    """The loop's plain step record as the store's ``serve_steps`` row."""
-    return ServeStepRecord(**{f.name: getattr(step, f.name) for f in fields(ServeStepRecord)})
 
 
 def prompt_key(ids: list[int]) -> str:
@@ -327,7 +321,7 @@ class Service:
                     self.telemetry.finish_request(txn, rec)
         records += self._unchecked(everything)
         self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
-        steps = [step_row(self.scheduler.steps.popleft()) for _ in range(len(self.scheduler.steps))]
+        steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
         if self.store is None or self.run_id is None:
             return
         self.store.add_serve_steps(self.run_id, steps)
