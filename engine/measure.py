@@ -120,3 +120,44 @@ class StepRecord:
     accepted: int
     emitted: int
     prefill_tokens: int = 0  # prompt tokens this step prefilled beside the verify
+
+
+def vllm_request_metrics(
+    drafted: list[int],
+    accepted: list[int],
+    num_spec_tokens: int,
+    ttft_s: float | None,
+    latency_s: float,
+    queue_s: float,
+    output_tokens: int,
+) -> dict:
+    """A request's ``metrics`` in vLLM's per-request shape (``PerRequestMetrics``, vLLM PR 48915, at the ``detailed``
+    level), from its passes' drafted and accepted counts: AIPerf and vLLM's tooling read it unchanged. As vLLM
+    counts them, a pass that drafted nothing is no speculative step; the histogram is indexed by accepted drafts
+    (the bonus token excluded), ``mean_acceptance_length`` includes the bonus token."""
+    steps = [(d, a) for d, a in zip(drafted, accepted) if d > 0]
+    size = max([num_spec_tokens] + [d for d, _ in steps])
+    histogram = [0] * (size + 1)
+    for _, a in steps:
+        histogram[a] += 1
+    n_accepted, n_drafted = sum(a for _, a in steps), sum(d for d, _ in steps)
+    decode_s = max(0.0, latency_s - (ttft_s or 0.0))
+    speculative = {
+        "mean_acceptance_length": 1.0 + n_accepted / len(steps) if steps else 1.0,
+        "draft_acceptance_rate": n_accepted / n_drafted if n_drafted else 0.0,
+        "acceptance_histogram": histogram,
+        "num_spec_steps": len(steps),
+        "num_accepted_draft_tokens": n_accepted,
+        "num_draft_tokens": n_drafted,
+        "num_spec_tokens": size,
+        "per_step_accepted": [a for _, a in steps],
+        "per_step_drafted": [d for d, _ in steps],
+    }
+    return {
+        "time_to_first_token_ms": ttft_s * 1000 if ttft_s is not None else None,
+        "generation_time_ms": latency_s * 1000,
+        "queue_time_ms": queue_s * 1000,
+        "mean_itl_ms": decode_s * 1000 / (output_tokens - 1) if output_tokens > 1 else None,
+        "tokens_per_second": output_tokens / latency_s if latency_s > 0 else None,
+        "speculative_decoding": speculative if steps or num_spec_tokens else None,
+    }

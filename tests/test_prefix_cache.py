@@ -77,7 +77,7 @@ def test_requests_served_from_the_cache_decode_what_they_decode_cold(decoders, d
 
 
 def test_the_server_reports_cached_prompt_tokens_in_its_usage(decoders):
-    from engine.serve.api import usage
+    from engine.serve.render import usage
 
     dec = decoders["none"]
     ids = dec.encode(SYSTEM + QUESTIONS[0])

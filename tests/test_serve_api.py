@@ -89,8 +89,18 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
         for i, prompt in enumerate(PROMPTS):
             assert results[i] == target_only(decoder, prompt, 20)
         chunks = list(api.completions.create(model=service.model_name, prompt=PROMPTS[1], max_tokens=20, stream=True))
+        assert "".join(c.choices[0].text for c in chunks) == results[1]  # every chunk has a choice: none for usage
+        chunks = list(
+            api.completions.create(
+                model=service.model_name,
+                prompt=PROMPTS[1],
+                max_tokens=20,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
         assert "".join(c.choices[0].text for c in chunks if c.choices) == results[1]
-        assert chunks[-1].usage.completion_tokens == 20 and not chunks[-1].choices  # usage in the last chunk
+        assert chunks[-1].usage.completion_tokens == 20 and not chunks[-1].choices  # usage in the last chunk, asked
         chat = api.chat.completions.create(
             model=service.model_name, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=12
         )
@@ -100,8 +110,15 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
         assert (
             "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == chat.choices[0].message.content
         )
-        with pytest.raises(openai.BadRequestError, match="decodes greedily"):
-            api.completions.create(model=service.model_name, prompt="x", max_tokens=4, temperature=0.8)
+        sampled = [
+            api.completions.create(
+                model=service.model_name, prompt=PROMPTS[0], max_tokens=12, temperature=0.8, seed=11
+            ).choices[0]
+            for _ in range(2)
+        ]
+        assert sampled[0].text == sampled[1].text  # a seed replays the request
+        with pytest.raises(openai.BadRequestError, match="top_p must be"):
+            api.completions.create(model=service.model_name, prompt="x", max_tokens=4, top_p=1.5)
         with pytest.raises(openai.NotFoundError, match="does not exist here"):
             api.completions.create(model="gpt-4", prompt="x", max_tokens=4)
     finally:
@@ -109,7 +126,7 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
         thread.join(30)
     run = store.get_run(service.run_id)
     assert run.status == "done"
-    assert store.count_requests(run.id) == len(PROMPTS) + 3
+    assert store.count_requests(run.id) == len(PROMPTS) + 6
 
 
 def test_each_response_says_what_speculation_did_for_it(client, decoder):
@@ -144,8 +161,26 @@ BAD = [
     (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens must be a whole number in 1..1024"),
     (json.dumps({"prompt": "x", "max_tokens": 5000}).encode(), 400, "max_tokens must be a whole number in 1..1024"),
     (json.dumps({"prompt": "x", "max_tokens": "9"}).encode(), 400, "max_tokens must be a whole number"),
-    (json.dumps({"prompt": "x", "temperature": 0.7}).encode(), 400, "decodes greedily"),
-    (json.dumps({"prompt": "x", "n": 2}).encode(), 400, "decodes greedily"),
+    (json.dumps({"prompt": "x", "temperature": -0.5}).encode(), 400, "temperature must be a number in [0, 100]"),
+    (json.dumps({"prompt": "x", "temperature": "0.7"}).encode(), 400, "temperature must be a number"),
+    (json.dumps({"prompt": "x", "top_p": 0}).encode(), 400, "top_p must be a number in (0, 1]"),
+    (json.dumps({"prompt": "x", "top_k": True}).encode(), 400, "top_k must be -1, 0 or a positive count"),
+    (json.dumps({"prompt": "x", "min_p": 2}).encode(), 400, "min_p must be a number in [0, 1]"),
+    (json.dumps({"prompt": "x", "seed": "7"}).encode(), 400, "seed must be a whole number"),
+    (json.dumps({"prompt": "x", "n": 2}).encode(), 400, "n=2 is not supported"),
+    (json.dumps({"prompt": "x", "presence_penalty": 0.5}).encode(), 400, "presence_penalty=0.5 is not supported"),
+    (json.dumps({"prompt": "x", "stop": [""]}).encode(), 400, "stop must be a string or a list"),
+    (json.dumps({"prompt": "x", "stop": ["a"] * 17}).encode(), 400, "stop must be a string or a list"),
+    (json.dumps({"prompt": "x", "stop_token_ids": [99999]}).encode(), 400, "stop_token_ids must be a list"),
+    (json.dumps({"prompt": "x", "logprobs": 21}).encode(), 400, "logprobs must be a whole number in 0..20"),
+    (json.dumps({"prompt": "x", "logprobs": True}).encode(), 400, "logprobs must be a whole number"),
+    (json.dumps({"prompt": "x", "stream_options": {"include_usage": True}}).encode(), 400, "only allowed with stream"),
+    (
+        json.dumps({"prompt": "x", "stream": True, "stream_options": {"include_usage": "yes"}}).encode(),
+        400,
+        "include_usage must be true or false",
+    ),
+    (json.dumps({"prompt": "x", "include_stop_str_in_output": 1}).encode(), 400, "include_stop_str_in_output must"),
     (json.dumps({"prompt": "x", "speculation": {"k": 99}}).encode(), 400, "speculation.k must be in 0..8"),
     (json.dumps({"prompt": "x", "speculation": {"drafter": "eagle3"}}).encode(), 400, "needs an EAGLE-3 head"),
     (json.dumps({"prompt": [99999]}).encode(), 400, "token ids must be in"),

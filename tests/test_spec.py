@@ -330,9 +330,9 @@ def test_prefill_is_timed_apart_and_verify_holds_decode_passes_only(decoders, mo
     clock = [0.0]
     real_forward = spec.forward
 
-    def charged(model, cache, ids, keep, taps=()):
+    def charged(model, cache, ids, keep, taps=(), pick=None):
         clock[0] += 10.0 if cache.get_seq_length() == 0 else 1.0
-        return real_forward(model, cache, ids, keep, taps)
+        return real_forward(model, cache, ids, keep, taps, pick)
 
     monkeypatch.setattr(spec, "forward", charged)
     monkeypatch.setattr(spec.time, "perf_counter", lambda: clock[0])

@@ -19,7 +19,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from engine.decode.sequence import PassOutcome
-from engine.decode.spec import accepted_prefix
+from engine.decode.spec import Pick, accepted_prefix
 
 PAD_ID = 0  # the input id of padding columns: masked, so any id serves
 SPARE = 64  # free columns a layer keeps beyond its tokens, so a step's tokens are written in place
@@ -196,13 +196,13 @@ def _pad_columns(x: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def prefill_together(
-    target, chunks: list[list[int]], taps: tuple[int, ...] = ()
+    target, chunks: list[list[int]], taps: tuple[int, ...] = (), picks: list[Pick | None] | None = None
 ) -> list[tuple[int, torch.Tensor | None, DynamicCache]] | None:
     """Several prompts' first chunks in one forward (wider GEMMs, one read of the weights): each row right-aligned,
     its padding first and masked, so every row's last token sits in the last column and one position of logits a
     row is computed. Each row's columns then become a cache of its own, as if it had been prefilled alone; per row:
-    the greedy token after its chunk, its taps, its cache. None where the model's cache layers are not all plain
-    full-attention ones (the caller prefills one by one)."""
+    the target's pick after its chunk (``picks``: a row's own, else the argmax), its taps, its cache. None where
+    the model's cache layers are not all plain full-attention ones (the caller prefills one by one)."""
     cache = roomy_cache(target.config)
     layers = roomy_layers(cache)
     if layers is None:
@@ -225,7 +225,7 @@ def prefill_together(
         logits_to_keep=1,
         output_hidden_states=bool(taps),
     )
-    firsts = out.logits[:, -1].argmax(dim=-1).tolist()
+    firsts = picked(out.logits[:, -1:], [1] * len(chunks), picks)
     feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1) if taps else None
     rows = []
     for b, c in enumerate(chunks):
@@ -235,16 +235,30 @@ def prefill_together(
             assert keys is not None and values is not None  # the forward filled every layer
             mine.lazy_initialization(keys, values)
             mine.keys, mine.values = keys[b : b + 1, :, n - len(c) :], values[b : b + 1, :, n - len(c) :]
-        rows.append((int(firsts[b]), feats[b, n - len(c) :] if feats is not None else None, row))
+        rows.append((firsts[b][0], feats[b, n - len(c) :] if feats is not None else None, row))
     return rows
 
 
+def picked(logits: torch.Tensor, lengths: list[int], picks: list[Pick | None] | None) -> list[list[int]]:
+    """Each row's picks at its first ``lengths[b]`` positions: the batch's argmax, or the row's own pick."""
+    greedy = logits.argmax(dim=-1)
+    own = picks or [None] * len(lengths)
+    return [
+        pick(logits[b, :n]) if pick is not None else greedy[b, :n].tolist()
+        for b, (n, pick) in enumerate(zip(lengths, own))
+    ]
+
+
 def verify_batch(
-    target, batch: BatchCache, rows: list[list[int]], taps: tuple[int, ...] = ()
+    target,
+    batch: BatchCache,
+    rows: list[list[int]],
+    taps: tuple[int, ...] = (),
+    picks: list[Pick | None] | None = None,
 ) -> tuple[list[list[int]], list[torch.Tensor | None]]:
-    """One target forward over every row's tokens (its pending token, then its drafts): each row's greedy pick
-    after each of its tokens, and the taps' hidden states at those positions. Every row's columns are appended
-    and counted valid; ``accept_batch`` masks what the row rejects."""
+    """One target forward over every row's tokens (its pending token, then its drafts): each row's pick (its own,
+    else the argmax) after each of its tokens, and the taps' hidden states at those positions. Every row's columns
+    are appended and counted valid; ``accept_batch`` masks what the row rejects."""
     n = max(len(r) for r in rows)
     device = batch.valid.device
     ids = torch.full((len(rows), n), PAD_ID, dtype=torch.long, device=device)
@@ -265,14 +279,13 @@ def verify_batch(
         position_ids=positions,
         output_hidden_states=bool(taps),
     )
-    greedy = out.logits.argmax(dim=-1)
+    chosen = picked(out.logits, [len(r) for r in rows], picks)
     batch.valid = torch.cat([batch.valid, new_valid], dim=1)
     batch.lengths = [length + len(r) for length, r in zip(batch.lengths, rows)]
-    picks = [greedy[b, : len(r)].tolist() for b, r in enumerate(rows)]
     if not taps:
-        return picks, [None] * len(rows)
+        return chosen, [None] * len(rows)
     feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1)
-    return picks, [feats[b, : len(r)] for b, r in enumerate(rows)]
+    return chosen, [feats[b, : len(r)] for b, r in enumerate(rows)]
 
 
 def accept_batch(

@@ -14,6 +14,7 @@ from engine.decode.eagle3 import Eagle3Drafter, Eagle3Head
 from engine.decode.hf_assisted import generate_hf
 from engine.decode.hybrid import HybridConfig, HybridDrafter
 from engine.decode.loading import LoadedPair
+from engine.decode.sampling import GREEDY, SamplingParams
 from engine.decode.sequence import RequestStats
 from engine.decode.spec import generate
 from engine.decode.suffix import SuffixConfig, SuffixDrafter
@@ -198,6 +199,7 @@ class Decoder:
         choose_k=None,
         timed: bool = True,
         confidence: float = 0.0,
+        sampling: SamplingParams = GREEDY,
     ) -> RequestStats:
         """Decode one request. k=0 without a per-pass controller is target-only whatever the drafter. ``timed``
         off (a shadow check's reference, a warm-up) runs without the clock and its device syncs. ``confidence``
@@ -210,6 +212,8 @@ class Decoder:
         with torch.inference_mode():
             if loop == "hf":
                 self.check_drafter(drafter, loop)
+                if not sampling.greedy:
+                    raise PhoenixError("hf_<k> modes decode greedily: sample with Phoenix's loop", field="modes")
                 return generate_hf(
                     self.pair.target, self.pair.draft, drafter, prompt_ids, k, max_new_tokens, self.eos_id
                 )
@@ -225,7 +229,9 @@ class Decoder:
                 self._model_drafter.new_cache = (
                     (lambda: self._caches.get(draft_model, positions)) if self.cache == "static" else None
                 )
-            return generate(self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache, timed)
+            return generate(
+                self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache, timed, sampling
+            )
 
     def compile(self, k_max: int, positions: int, freeze: bool = False) -> CompileStats:
         """torch.compile the target's forward (and the draft model's), static cache implied, with the weights frozen

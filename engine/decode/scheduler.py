@@ -27,7 +27,7 @@ from transformers import DynamicCache
 from engine.decode.batch import BatchCache, accept_batch, prefill_together, roomy_cache, verify_batch
 from engine.decode.drafters import Drafter
 from engine.decode.prefix import PrefixCache, kv_of, restore
-from engine.decode.sequence import Finished, QueueFull, Request, Sequence
+from engine.decode.sequence import Finished, QueueFull, Request, Sequence, draft_together
 from engine.decode.spec import forward
 from engine.decode.steps import Choice, StepRecord, Tuner
 
@@ -92,6 +92,11 @@ class Scheduler:
         """(rows decoding or prefilling, requests waiting)."""
         return len(self.rows) + len(self.prefilling), len(self.waiting)
 
+    @property
+    def held_tokens(self) -> int:
+        """Tokens in the KV cache of admitted requests (their rows in the batch, their prompts so far)."""
+        return sum(self.batch.lengths) + sum(r.seq.computed for r in self.prefilling)
+
     def run(self, stop: threading.Event, idle_s: float = 0.05, idle: Callable[[], bool] | None = None) -> None:
         """Step until ``stop`` is set and nothing is left: a stop drains what was admitted or waits. ``idle`` runs
         on this thread when no request needs a step (the server's shadow checks: the model is never shared, and
@@ -149,7 +154,9 @@ class Scheduler:
 
     def _row(self, req: Request) -> Row:
         drafter = self.drafters(req.drafter) if req.drafter != "none" else None
-        seq = Sequence(list(req.prompt_ids), req.max_new_tokens, self.eos_id, drafter, k=req.k or 0)
+        seq = Sequence(
+            list(req.prompt_ids), req.max_new_tokens, self.eos_id, drafter, req.k or 0, req.sampling, req.stop
+        )
         seq.stats.prefill_s = seq.stats.draft_prefill_s = 0.0
         return Row(req, seq)
 
@@ -210,7 +217,12 @@ class Scheduler:
         start = self.clock()
         try:
             together = (
-                prefill_together(self.target, [ids for _, ids in fresh], fresh[0][0].seq.taps)
+                prefill_together(
+                    self.target,
+                    [ids for _, ids in fresh],
+                    fresh[0][0].seq.taps,
+                    [row.seq.picker if not row.seq.to_prefill - len(ids) else None for row, ids in fresh],
+                )
                 if len(fresh) > 1 and len({row.seq.taps for row, _ in fresh}) == 1
                 else None
             )
@@ -239,8 +251,9 @@ class Scheduler:
         start = self.clock()
         ids = row.seq.chunk(budget)
         assert row.cache is not None  # a prefilling row holds its own cache until it joins the batch
-        greedy, feats = forward(self.target, row.cache, ids, keep=1, taps=row.seq.taps)
-        self._chunked(row, ids, int(greedy[-1]), feats, self.clock() - start)
+        last = len(ids) == row.seq.to_prefill  # only the prompt's last chunk picks the first token
+        picks, feats = forward(self.target, row.cache, ids, 1, row.seq.taps, row.seq.picker if last else None)
+        self._chunked(row, ids, picks[-1], feats, self.clock() - start)
         return len(ids)
 
     def _chunked(self, row: Row, ids: list[int], greedy: int, feats, seconds: float) -> None:
@@ -293,11 +306,15 @@ class Scheduler:
     def _pass(self) -> tuple[int, StepRecord]:
         """One verification pass over every running row: the tokens it computed, and its record."""
         ks, used, choice, main = self._plan()
-        drafted, draft_times = self._draft(ks)
+        drafted, draft_times = draft_together([r.seq for r in self.rows], ks, self.clock)
         taps = next((r.seq.taps for r in self.rows if r.seq.taps), ())
         start = self.clock()
         predicted, feats = verify_batch(
-            self.target, self.batch, [[r.seq.pending] + d for r, d in zip(self.rows, drafted)], taps
+            self.target,
+            self.batch,
+            [[r.seq.pending] + d for r, d in zip(self.rows, drafted)],
+            taps,
+            [r.seq.picker for r in self.rows],
         )
         outcomes = accept_batch(self.batch, drafted, predicted, feats)
         verify_s = self.clock() - start
@@ -336,33 +353,6 @@ class Scheduler:
         self.steps.append(record)
         return sum(1 + len(d) for d in drafted), record
 
-    def _draft(self, ks: list[int]) -> tuple[list[list[int]], list[float]]:
-        """Every row's drafts and its share of the drafting time. Rows whose drafters share a batch key (one
-        EAGLE-3 head) draft together; every other row drafts on its own."""
-        drafted: list[list[int]] = [[] for _ in self.rows]
-        times = [0.0] * len(self.rows)
-        groups: dict[object, list[int]] = {}
-        for j, (row, k) in enumerate(zip(self.rows, ks)):
-            key = row.seq.drafter.batch_key() if (row.seq.drafter is not None and k > 0) else None
-            groups.setdefault(key if key is not None else ("alone", j), []).append(j)
-        for group in groups.values():
-            t = self.clock()
-            if len(group) == 1:
-                drafted[group[0]] = self.rows[group[0]].seq.propose(ks[group[0]])
-            else:
-                together = [d for j in group if (d := self.rows[j].seq.drafter) is not None]  # all: keyed rows draft
-                out = type(together[0]).propose_batch(
-                    together,
-                    [self.rows[j].seq.seq for j in group],
-                    [ks[j] for j in group],
-                )
-                for j, proposal in zip(group, out):
-                    drafted[j] = proposal[: ks[j]]
-            share = (self.clock() - t) / len(group)
-            for j in group:
-                times[j] = share
-        return drafted, times
-
     def _release(self) -> None:
         keep = []
         for i, row in enumerate(self.rows):
@@ -386,8 +376,9 @@ class Scheduler:
 
     def _emit(self, row: Row, tokens: list[int]) -> None:
         if tokens and row.req.on_tokens is not None:
+            lps = row.seq.logprobs[-len(tokens) :] if row.seq.sampling.logprobs is not None else []
             try:
-                row.req.on_tokens(tokens)
+                row.req.on_tokens(tokens, lps)
             except Exception:  # a caller's callback never stops the loop; the request still finishes
                 pass
 
@@ -397,5 +388,6 @@ class Scheduler:
         seq.finish(reason, error)  # a sequence that finished itself keeps its own reason (stop or length)
         seq.stats.latency_s = self.clock() - row.req.submitted
         if row.req.on_done is not None:
-            done = Finished(row.req, seq.stats, row.queue_s, row.batch_sizes, seq.reason or reason, seq.error)
+            reason, stopped = seq.reason or reason, seq.stop_reason
+            done = Finished(row.req, seq.stats, row.queue_s, row.batch_sizes, reason, seq.error, stopped, seq.logprobs)
             row.req.on_done(done)

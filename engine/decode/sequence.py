@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.decode.drafters import Drafter
+from engine.decode.sampling import GREEDY, SamplingParams, TokenLogprob, logprobs_of, pick
 from engine.measure import Measured
+
+# A stop check on the output so far, after each token: the stop string it now holds, or None (the server's, from
+# the request's ``stop``: it needs the tokenizer, which the core does not have).
+StopCheck = Callable[[list[int]], str | None]
 
 WAITING, PREFILLING, RUNNING, FINISHED = "waiting", "prefilling", "running", "finished"
 REASONS = ("stop", "length", "cancelled", "error", "aborted")  # why a finished request ended
@@ -33,15 +38,6 @@ class PassOutcome:
     features: torch.Tensor | None = None  # taps of the positions the target kept (pending + accepted drafts)
 
 
-def append_until_done(out: list[int], new: list[int], eos_id: int | None, max_new: int) -> bool:
-    """Append ``new`` to ``out`` up to EOS or the token budget; True when done."""
-    for tok in new:
-        out.append(tok)
-        if tok == eos_id or len(out) >= max_new:
-            return True
-    return False
-
-
 @dataclass(kw_only=True)
 class RequestStats(Measured):
     """The decoder's request as it goes: the measured shape (engine.measure) plus the output so far and each
@@ -51,20 +47,16 @@ class RequestStats(Measured):
     cached_tokens: int = 0  # prompt tokens the prefix cache served (OpenAI's usage.prompt_tokens_details)
     k_per_pass: list[int] = field(default_factory=list)  # tokens proposed in each pass (a drafter may propose
     # fewer than the k asked; a pass with none counts 0)
+    accepted_per_pass: list[int] = field(default_factory=list)  # drafts accepted in each pass
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.latency_s if self.latency_s > 0 else 0.0
 
-    def emit(self, new: list[int], eos_id: int | None, max_new: int) -> bool:
-        """Append ``new`` up to EOS or the token budget; True when the request is done."""
-        done = append_until_done(self.output_ids, new, eos_id, max_new)
-        self.output_tokens = len(self.output_ids)
-        return done
-
     def count_pass(self, proposed: int, accepted: int) -> None:
         super().count_pass(proposed, accepted)
         self.k_per_pass.append(proposed)
+        self.accepted_per_pass.append(accepted)
 
 
 @dataclass(eq=False)
@@ -74,6 +66,8 @@ class Sequence:
     eos_id: int | None
     drafter: Drafter | None = None  # None: this request never drafts (its passes verify the pending token alone)
     k: int = 0  # the k it asked for, as its stats report it (0 where a tuner chooses)
+    sampling: SamplingParams = GREEDY
+    stop: StopCheck | None = None
     stats: RequestStats = field(init=False)
     seq: list[int] = field(init=False)  # prompt and output so far; once running, it ends with the pending token
     status: str = WAITING
@@ -81,10 +75,27 @@ class Sequence:
     error: str | None = None  # the one line an "error" or "aborted" finish carries
     computed: int = 0  # prompt tokens already in the target's cache (a prefill goes in chunks)
     features: list[torch.Tensor] = field(default_factory=list)  # the prompt's taps, chunk by chunk
+    stop_reason: int | str | None = None  # the stop token id or string that ended it (vLLM's stop_reason)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per emitted token, when the request asks
+    _scored: list[TokenLogprob] = field(default_factory=list)  # the last pick's, until its tokens are emitted
 
     def __post_init__(self) -> None:
         self.stats = RequestStats(prompt_tokens=len(self.prompt_ids), k=self.k)
         self.seq = list(self.prompt_ids)
+        self.sampling = self.sampling.resolved()
+
+    @property
+    def picker(self):
+        """What picks this request's tokens from the target's logits; None where the batch's argmax will do."""
+        return None if self.sampling.greedy and self.sampling.logprobs is None else self.pick
+
+    def pick(self, logits: torch.Tensor) -> list[int]:
+        """The target's token after each of the rows of ``logits`` ([n, V]), which predict the next output
+        positions (engine.decode.sampling: the argmax, or exact sampling keyed by the request's seed)."""
+        picks = pick(logits, self.sampling, len(self.stats.output_ids))
+        if self.sampling.logprobs is not None:
+            self._scored = logprobs_of(logits, picks, self.sampling.logprobs)
+        return picks
 
     @property
     def taps(self) -> tuple[int, ...]:
@@ -130,7 +141,7 @@ class Sequence:
         """The prefill is done and gave ``first``: emit it; the drafter sees the prompt (its taps first)."""
         self.status = RUNNING
         self.seq.append(first)
-        done = self.stats.emit([first], self.eos_id, self.max_new_tokens)
+        done = self._emit([first])
         if self.drafter is not None and not done:
             if self.features:
                 self.drafter.observe(torch.cat(self.features) if len(self.features) > 1 else self.features[0])
@@ -158,13 +169,34 @@ class Sequence:
             if out.features is not None and drafter.taps:
                 drafter.observe(out.features)
         before = len(self.stats.output_ids)
-        if self.stats.emit(out.new, self.eos_id, self.max_new_tokens):
+        if self._emit(out.new):
             self.finish(self._reason())
         return self.stats.output_ids[before:]
 
+    def _emit(self, new: list[int]) -> bool:
+        """Append ``new`` up to EOS, a stop token or string, or the token budget; True when the request is done.
+        A pass's tokens are the target's picks, so the logprobs scored with them line up with what is kept."""
+        out, scored, done = self.stats.output_ids, self._scored, False
+        for i, tok in enumerate(new):
+            out.append(tok)
+            if i < len(scored):
+                self.logprobs.append(scored[i])
+            if tok == self.eos_id:
+                done = True
+            elif tok in self.sampling.stop_token_ids:
+                self.stop_reason, done = tok, True
+            elif self.stop is not None and (hit := self.stop(out)) is not None:
+                self.stop_reason, done = hit, True
+            if done or len(out) >= self.max_new_tokens:
+                done = True
+                break
+        self._scored = []
+        self.stats.output_tokens = len(out)
+        return done
+
     def _reason(self) -> str:
         out = self.stats.output_ids
-        return "stop" if out and out[-1] == self.eos_id else "length"
+        return "stop" if self.stop_reason is not None or (out and out[-1] == self.eos_id) else "length"
 
     def finish(self, reason: str, error: str | None = None) -> None:
         """Finished, for ``reason``; a drafter that learns across requests learns from a normal end only."""
@@ -173,6 +205,32 @@ class Sequence:
         self.status, self.reason, self.error = FINISHED, reason, error
         if self.drafter is not None and reason in ("stop", "length") and self.stats.passes:
             self.drafter.finish(list(self.prompt_ids), list(self.stats.output_ids))
+
+
+def draft_together(
+    seqs: list[Sequence], ks: list[int], clock: Callable[[], float]
+) -> tuple[list[list[int]], list[float]]:
+    """Every sequence's drafts for one batched pass and its share of the drafting time. Sequences whose drafters
+    share a batch key (one EAGLE-3 head) draft together; every other one drafts on its own."""
+    drafted: list[list[int]] = [[] for _ in seqs]
+    times = [0.0] * len(seqs)
+    groups: dict[object, list[int]] = {}
+    for j, (seq, k) in enumerate(zip(seqs, ks)):
+        key = seq.drafter.batch_key() if (seq.drafter is not None and k > 0) else None
+        groups.setdefault(key if key is not None else ("alone", j), []).append(j)
+    for group in groups.values():
+        t = clock()
+        if len(group) == 1:
+            drafted[group[0]] = seqs[group[0]].propose(ks[group[0]])
+        else:
+            together = [d for j in group if (d := seqs[j].drafter) is not None]  # all: keyed sequences draft
+            out = type(together[0]).propose_batch(together, [seqs[j].seq for j in group], [ks[j] for j in group])
+            for j, proposal in zip(group, out):
+                drafted[j] = proposal[: ks[j]]
+        share = (clock() - t) / len(group)
+        for j in group:
+            times[j] = share
+    return drafted, times
 
 
 class QueueFull(Exception):
@@ -185,9 +243,12 @@ class Request:
     max_new_tokens: int
     drafter: str = "none"  # what drafts for this request: none, or a drafter the loader has
     k: int | None = None  # this request's own k for every pass; None: the tuner chooses per step
+    sampling: SamplingParams = GREEDY
+    stop: StopCheck | None = None  # stop strings, checked on the loop's thread after each emitted token
     id: str = ""
     submitted: float = field(default_factory=time.perf_counter)
-    on_tokens: Callable[[list[int]], None] | None = None  # called on the loop's thread with each step's new tokens
+    # called on the loop's thread with each step's new tokens (and their logprobs, where the request asked)
+    on_tokens: Callable[[list[int], list[TokenLogprob]], None] | None = None
     on_done: Callable[[Finished], None] | None = None
     cancelled: bool = False  # set by the caller (a client that went away); the row leaves before the next step
 
@@ -200,6 +261,8 @@ class Finished:
     batch_sizes: list[int]  # the batch each of its passes ran in
     reason: str = "length"  # stop, length, cancelled, error or aborted (engine.decode.sequence.REASONS)
     error: str | None = None  # the one line an error or abort carries
+    stop_reason: int | str | None = None  # the stop token id or string that ended it; None at EOS or the budget
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when the request asked
 
     @property
     def cancelled(self) -> bool:

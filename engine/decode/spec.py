@@ -1,4 +1,4 @@
-"""The hot path: greedy speculative decoding in a few small verbs (gpt-fast style).
+"""The hot path: speculative decoding in a few small verbs (gpt-fast style).
 
 No I/O, logging or database calls in here; a request's state and counting live in its ``Sequence``
 (engine.decode.sequence), which the batched step (engine.decode.scheduler) uses too. Each function returns
@@ -20,6 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
 from engine.decode.drafters import Drafter
+from engine.decode.sampling import GREEDY, SamplingParams
 from engine.decode.sequence import PassOutcome, RequestStats, Sequence
 
 
@@ -46,29 +47,36 @@ class Clock:
         return seconds
 
 
+# The target's token after each of a forward's kept positions, from their logits ([n, V]): a request's own
+# (``Sequence.pick``: sampled, or scored for logprobs); None: the argmax.
+Pick = Callable[[torch.Tensor], list[int]]
+
+
 def forward(
-    model, cache: Cache, ids: list[int], keep: int, taps: tuple[int, ...] = ()
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run ``ids`` through ``model`` on top of ``cache``: greedy ids of the last ``keep`` positions, and the hidden
+    model, cache: Cache, ids: list[int], keep: int, taps: tuple[int, ...] = (), pick: Pick | None = None
+) -> tuple[list[int], torch.Tensor | None]:
+    """Run ``ids`` through ``model`` on top of ``cache``: the picks after the last ``keep`` positions, and the hidden
     states of the ``taps`` layers at every position, concatenated ([len(ids), len(taps)·H]), from the same pass."""
     x = torch.tensor([ids], device=model.device)
     out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=keep, output_hidden_states=bool(taps))
     feats = torch.cat([out.hidden_states[i][0] for i in taps], dim=-1) if taps else None
-    return out.logits[0].argmax(dim=-1), feats
+    logits = out.logits[0][-keep:]
+    return (pick(logits) if pick is not None else logits.argmax(dim=-1).tolist()), feats
 
 
-def prefill(target, cache: Cache, prompt_ids: list[int], taps: tuple[int, ...] = ()) -> tuple[int, torch.Tensor | None]:
+def prefill(
+    target, cache: Cache, prompt_ids: list[int], taps: tuple[int, ...] = (), pick: Pick | None = None
+) -> tuple[int, torch.Tensor | None]:
     """Fill the target cache with the prompt; the first generated token (and the prompt's taps)."""
-    greedy, feats = forward(target, cache, prompt_ids, keep=1, taps=taps)
-    return int(greedy[-1]), feats
+    picks, feats = forward(target, cache, prompt_ids, keep=1, taps=taps, pick=pick)
+    return picks[-1], feats
 
 
 def verify(
-    target, cache: Cache, pending: int, drafted: list[int], taps: tuple[int, ...] = ()
+    target, cache: Cache, pending: int, drafted: list[int], taps: tuple[int, ...] = (), pick: Pick | None = None
 ) -> tuple[list[int], torch.Tensor | None]:
-    """One target pass over the pending token and the drafts: its greedy pick after each (and their taps)."""
-    greedy, feats = forward(target, cache, [pending] + drafted, keep=len(drafted) + 1, taps=taps)
-    return greedy.tolist(), feats
+    """One target pass over the pending token and the drafts: the target's pick after each (and their taps)."""
+    return forward(target, cache, [pending] + drafted, keep=len(drafted) + 1, taps=taps, pick=pick)
 
 
 def accepted_prefix(drafted: list[int], predicted: list[int]) -> int:
@@ -79,7 +87,9 @@ def accepted_prefix(drafted: list[int], predicted: list[int]) -> int:
 
 
 def accept(cache: Cache, drafted: list[int], predicted: list[int], feats: torch.Tensor | None) -> PassOutcome:
-    """Keep the agreeing prefix plus the target's own next token; rejection means the cache stops advancing."""
+    """Keep the agreeing prefix plus the target's own next token; rejection means the cache stops advancing. With
+    sampling, ``predicted`` holds the target's sampled picks (engine.decode.sampling), so this is the
+    speculative-sampling rule for point-mass drafts."""
     n = accepted_prefix(drafted, predicted)
     if len(drafted) > n:
         cache.crop(-(len(drafted) - n))
@@ -101,9 +111,10 @@ def generate(
     choose_k: ChooseK | None = None,
     cache: Cache | None = None,
     timed: bool = True,
+    sampling: SamplingParams = GREEDY,
 ) -> RequestStats:
-    """Greedy decoding with speculation, one request: the engine core's ``Sequence`` on a single-row cache; k=0 is
-    target-only through the same code.
+    """Decoding with speculation, one request (greedy, or sampled exactly in distribution with ``sampling``): the
+    engine core's ``Sequence`` on a single-row cache; k=0 is target-only through the same code.
 
     ``choose_k`` (optional) picks k before each pass from the last pass, for policies that adapt within a request;
     it must stay cheap and pure. ``cache`` is an empty cache to fill (a preallocated static one,
@@ -112,11 +123,11 @@ def generate(
     """
     clock = Clock(target.device if timed else None)
     drafting = drafter is not None and (k > 0 or choose_k is not None)
-    s = Sequence(list(prompt_ids), max_new_tokens, eos_id, drafter if drafting else None, k=k)
+    s = Sequence(list(prompt_ids), max_new_tokens, eos_id, drafter if drafting else None, k=k, sampling=sampling)
     stats = s.stats
     stats.prefill_s, stats.draft_prefill_s, stats.ttft_s = 0.0, 0.0, 0.0
     cache = cache if cache is not None else DynamicCache(config=target.config)
-    first, feats = prefill(target, cache, prompt_ids, s.taps)
+    first, feats = prefill(target, cache, prompt_ids, s.taps, s.picker)
     stats.ttft_s = stats.prefill_s = clock.lap()
     s.prefilled(len(prompt_ids), feats)
     s.start(first)
@@ -129,7 +140,7 @@ def generate(
         between += clock.lap()
         drafted = s.propose(step_k)
         stats.draft_s += clock.lap()
-        predicted, feats = verify(target, cache, s.pending, drafted, s.taps)
+        predicted, feats = verify(target, cache, s.pending, drafted, s.taps, s.picker)
         last = accept(cache, drafted, predicted, feats)
         stats.verify_s += clock.lap()
         s.advance(last)

@@ -21,6 +21,10 @@ def _rate(metric: str, by: str = "", labels: str = MODEL) -> str:
     return f"sum{f' by ({by})' if by else ''}(rate({selector}[{WINDOW}]))"
 
 
+def _quantiles(bucket: str) -> list[tuple[str, str]]:
+    return [(f"histogram_quantile({q}, {_rate(bucket, 'le')})", f"p{int(q * 100)}") for q in (0.5, 0.95, 0.99)]
+
+
 DRAFTS = _rate("phoenix:spec_decode_num_drafts_total")
 # (title, unit, [(PromQL, legend)]) in vLLM's definitions: acceptance = accepted / draft tokens,
 # mean acceptance length = 1 + accepted / drafts, position i = passes whose first i+1 drafts were accepted / drafts.
@@ -67,7 +71,18 @@ PANELS = [
         "reqps",
         [(_rate("phoenix:requests_total", "mode, arm", ""), "{{mode}} k={{arm}}")],
     ),
-    ("Requests running", "short", [(f"sum(phoenix:num_requests_running{{{MODEL}}})", "running")]),
+    (
+        "Requests running",
+        "short",
+        [
+            (f"sum(phoenix:num_requests_running{{{MODEL}}})", "running"),
+            (f"sum(phoenix:num_requests_waiting{{{MODEL}}})", "waiting"),
+        ],
+    ),
+    ("KV-cache usage (the server)", "percentunit", [(f"max(phoenix:kv_cache_usage_perc{{{MODEL}}})", "used")]),
+    ("Time to first token (the server)", "s", _quantiles("phoenix:time_to_first_token_seconds_bucket")),
+    ("Time per output token (the server)", "s", _quantiles("phoenix:request_time_per_output_token_seconds_bucket")),
+    ("Queue time (the server)", "s", _quantiles("phoenix:request_queue_time_seconds_bucket")),
 ]
 
 

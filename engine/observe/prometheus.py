@@ -13,6 +13,14 @@ prometheus_client adds the ``_total`` suffix to counters on exposition, as in vL
 As vLLM does, every child a run will touch is created at 0 when the run starts (``prepare``):
 ``rate()`` needs a sample before the first increment, or it never sees that increment.
 ``phoenix:num_requests_running`` mirrors vLLM's gauge, which Grafana dashboards use to list models.
+
+Phoenix's server adds what a router reads (the inference gateway's model-server protocol; point the endpoint
+picker's queue and KV-cache metric flags at these names), with vLLM's meanings:
+  num_requests_waiting  requests queued, not yet admitted to the batch
+  kv_cache_usage_perc   share of the KV cache in use, 0..1 (tokens held by admitted requests over the most the loop
+                        holds: --max-batch rows of the model's context)
+and vLLM's per-request histograms: time_to_first_token_seconds, request_time_per_output_token_seconds,
+request_queue_time_seconds, e2e_request_latency_seconds.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from engine.errors import PhoenixError
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+TTFT_BUCKETS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)  # vLLM's
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)  # vLLM's
 TPS_BUCKETS = (5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000, 5000)
 
 
@@ -67,6 +77,36 @@ class Metrics:
             registry=r,
         )
 
+        def served(name: str, doc: str, buckets: tuple | None = None):  # the server's, labelled as vLLM labels them
+            if buckets is None:
+                return Gauge(f"phoenix:{name}", doc, model, registry=r)
+            return Histogram(f"phoenix:{name}", doc, model, buckets=buckets, registry=r)
+
+        self.waiting = served("num_requests_waiting", "Number of requests waiting to be admitted.")
+        self.kv_usage = served("kv_cache_usage_perc", "KV-cache usage: 1 means every slot is in use.")
+        self.ttft = served("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
+        self.tpot = served("request_time_per_output_token_seconds", "Time per output token, per request.", TPOT_BUCKETS)
+        self.queue = served("request_queue_time_seconds", "Time queued before the prefill.", LATENCY_BUCKETS)
+        self.e2e = served("e2e_request_latency_seconds", "End-to-end request latency.", LATENCY_BUCKETS)
+
+    def load(self, model_name: str, running: int, waiting: int, kv_usage: float) -> None:
+        """The gauges a router reads, as they are now."""
+        self.running.labels(model_name, "0").set(running)
+        self.waiting.labels(model_name, "0").set(waiting)
+        self.kv_usage.labels(model_name, "0").set(kv_usage)
+
+    def observe_served(
+        self, model_name: str, ttft_s: float | None, latency_s: float, queue_s: float, n_out: int
+    ) -> None:
+        """One answered request's latencies, as vLLM's server histograms them."""
+        labels = (model_name, "0")
+        if ttft_s is not None:
+            self.ttft.labels(*labels).observe(ttft_s)
+            if n_out > 1:
+                self.tpot.labels(*labels).observe((latency_s - ttft_s) / (n_out - 1))
+        self.queue.labels(*labels).observe(queue_s)
+        self.e2e.labels(*labels).observe(latency_s)
+
     def prepare(self, model_name: str, k_max: int, mode_arms: list[tuple[str, int]]) -> None:
         """Create at 0 every child a run will touch: spec-decode counters for positions 0..k_max-1 and the
         per-request series of each (mode, arm)."""
@@ -77,7 +117,8 @@ class Metrics:
         for mode, k in mode_arms:
             for family in (self.requests, self.latency, self.tokens_per_s):
                 family.labels(mode=mode, arm=str(k))
-        self.running.labels(model_name, "0")
+        for gauge in (self.running, self.waiting, self.kv_usage, self.ttft, self.tpot, self.queue, self.e2e):
+            gauge.labels(model_name, "0")
 
     def observe(self, rec, model_name: str) -> None:
         """One finished request (a db.entities.RequestRecord)."""

@@ -1,10 +1,11 @@
 """Phoenix's OpenAI-compatible HTTP API, on the stack vLLM's server uses (FastAPI, uvicorn).
 
-``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events in OpenAI's chunk format, ``usage``
-in the last chunk, or whole), ``/v1/models``, ``/health`` and ``/metrics``. Decoding is greedy: a request for
-sampling gets a 400 that says so. Each response carries ``speculation``: what speculation did for that request
-(its arms, proposed and accepted tokens, per-position counts, queue wait, prefill, draft and verify time, batch).
-A request may set its own with ``"speculation": {"drafter": "none"}`` or ``{"k": 3}``.
+``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events in OpenAI's chunk format, or
+whole), ``/v1/models``, ``/health`` and ``/metrics``. Greedy by default, sampled exactly in distribution with a
+temperature (engine.decode.sampling), with stop strings and token ids, seeds and logprobs. Each response carries
+``speculation``: what speculation did for that request (its arms, proposed and accepted tokens, per-position counts,
+queue wait, prefill, draft and verify time, batch), and vLLM's per-request ``metrics``. A request may set its own
+with ``"speculation": {"drafter": "none"}`` or ``{"k": 3}``; every request field is listed in docs/serving.md.
 
 Every bad request gets an OpenAI-style error body with a 4xx and one log line, and the server goes on; a client
 that goes away frees its row at the next step; beyond ``--max-queue`` waiting requests the answer is 429.
@@ -25,10 +26,22 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.decode.sampling import TokenLogprob
 from engine.decode.sequence import Finished, QueueFull, Request
 from engine.provenance import git_sha
-from engine.serve.detokenize import Detokenizer
-from engine.serve.parse import ApiError, check_greedy, max_tokens, prompt_ids, read_body, speculation_of
+from engine.serve.detokenize import Detokenizer, StopStrings
+from engine.serve.parse import (
+    ApiError,
+    check_fields,
+    include_usage,
+    max_tokens,
+    prompt_ids,
+    read_body,
+    sampling_of,
+    speculation_of,
+    stops_of,
+)
+from engine.serve.render import chunk, finish_reason, logprobs_body, request_metrics, response_body, usage
 from engine.serve.service import Service
 
 log = logging.getLogger("phoenix.serve")
@@ -111,6 +124,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
+        service.gauges()
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/completions")
@@ -142,20 +156,25 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
             param="model",
             code="model_not_found",
         )
-    check_greedy(body)
+    check_fields(body)
+    sampling, stops, with_usage = sampling_of(service, body, chat), stops_of(body), include_usage(body)
+    keep_stop = body.get("include_stop_str_in_output", False)
+    if not isinstance(keep_stop, bool):
+        raise ApiError(400, "include_stop_str_in_output must be true or false", param="include_stop_str_in_output")
     ids = await asyncio.to_thread(prompt_ids, service, body, chat)  # tokenizing off the event loop: /health answers
     if not ids:
         raise ApiError(400, "the prompt encodes to no tokens: send some text", param="prompt")
     n_new = max_tokens(service, body, chat, len(ids))
     drafter, k = speculation_of(service, body)
+    stop = StopStrings(service.decoder.pair.tokenizer, stops, keep_stop) if stops else None
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
-    req = Request(ids, n_new, drafter, k, id=uuid.uuid4().hex)
+    req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, id=uuid.uuid4().hex)
 
     def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
         loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
 
-    req.on_tokens = lambda toks: put("tokens", toks)
+    req.on_tokens = lambda toks, lps: put("tokens", (toks, lps))
     req.on_done = lambda f: put("done", f)
     try:
         service.submit(req)
@@ -166,13 +185,15 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
         raise ApiError(503, str(exc), code="loop_stopped") from None
     created = int(time.time())
     if body.get("stream"):
-        return StreamingResponse(stream(service, req, events, chat, created), media_type="text/event-stream")
+        out = Stream(service, req, chat, created, stop, with_usage)
+        return StreamingResponse(out.events(events), media_type="text/event-stream")
     finished = await wait_done(request, req, events)
     if finished is None:
         return Response(status_code=499)  # the client went away; its row is already free
     if finished.failed:  # its step failed (the log has the line): an OpenAI 500 body; the loop goes on
         return error_response(500, f"decoding failed: {finished.error}", code=finished.reason)
-    return JSONResponse(response_body(service, finished, chat, created))
+    text = service.decoder.text(finished.stats)
+    return JSONResponse(response_body(service, finished, chat, created, stop.cut(text) if stop else text))
 
 
 async def wait_done(request: HttpRequest, req: Request, events: asyncio.Queue) -> Finished | None:
@@ -188,85 +209,75 @@ async def wait_done(request: HttpRequest, req: Request, events: asyncio.Queue) -
             return payload
 
 
-def finish_reason(f: Finished) -> str:
-    """OpenAI's finish reason: the sequence's own (stop at EOS, length at the budget)."""
-    return "stop" if f.reason == "stop" else "length"
+class Stream:
+    """Server-sent events: a chunk per step that added text (held back while it might begin a stop string; never
+    past one), then the finish reason, then, when the request asked for it (``stream_options.include_usage``), a
+    usage chunk without choices; what speculation did (``speculation``, vLLM's ``metrics``) rides on the last
+    chunk; then [DONE]. A client that goes away cancels the request."""
 
+    def __init__(self, service: Service, req: Request, chat: bool, created: int, stop, with_usage: bool):
+        self.service, self.req, self.chat, self.created = service, req, chat, created
+        self.stop, self.with_usage = stop, with_usage
+        self.text = Detokenizer(service.decoder.pair.tokenizer)
+        self.decoded, self.sent = "", ""  # the text so far, and what of it was sent
+        self.scored: list[TokenLogprob] = []  # logprobs not sent yet
 
-def usage(f: Finished) -> dict:
-    n_out = f.stats.output_tokens
-    return {
-        "prompt_tokens": f.stats.prompt_tokens,
-        "completion_tokens": n_out,
-        "total_tokens": f.stats.prompt_tokens + n_out,
-        "prompt_tokens_details": {"cached_tokens": f.stats.cached_tokens},  # served by the prefix cache
-    }
+    def _chunk(self, delta: dict | None, reason=None, **extra) -> str:
+        return chunk(self.service, self.req, self.chat, self.created, delta, reason, **extra)
 
+    def _logprobs(self) -> dict | None:
+        lps, self.scored = self.scored, []
+        return logprobs_body(self.service.decoder.pair.tokenizer, lps, self.chat, len(self.sent))
 
-def response_body(service: Service, f: Finished, chat: bool, created: int) -> dict:
-    text = service.decoder.text(f.stats)
-    choice: dict = {"index": 0, "finish_reason": finish_reason(f), "logprobs": None}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text}
-    else:
-        choice["text"] = text
-    return {
-        "id": ("chatcmpl-" if chat else "cmpl-") + f.request.id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": created,
-        "model": service.model_name,
-        "choices": [choice],
-        "usage": usage(f),
-        "speculation": service.speculation(f),
-    }
+    def _sendable(self) -> str:
+        if self.stop is None:
+            return self.decoded
+        cut = self.stop.cut(self.decoded)
+        return cut if len(cut) < len(self.decoded) else self.decoded[: len(self.decoded) - self.stop.holdback]
 
+    def _delta(self, upto: str) -> str:
+        delta = upto[len(self.sent) :] if upto.startswith(self.sent) and len(upto) > len(self.sent) else ""
+        self.sent += delta
+        return delta
 
-def chunk(service: Service, req: Request, chat: bool, created: int, delta: dict | None, reason=None, **extra):
-    """One server-sent event in OpenAI's chunk shape; ``delta`` None: a chunk without choices (the usage one)."""
-    if delta is None:
-        choices = []
-    elif chat:
-        choices = [{"index": 0, "delta": delta, "finish_reason": reason}]
-    else:
-        choices = [{"index": 0, "text": delta.get("content", ""), "finish_reason": reason, "logprobs": None}]
-    body = {
-        "id": ("chatcmpl-" if chat else "cmpl-") + req.id,
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": created,
-        "model": service.model_name,
-        "choices": choices,
-        **extra,
-    }
-    return f"data: {json.dumps(body)}\n\n"
-
-
-async def stream(service: Service, req: Request, events: asyncio.Queue, chat: bool, created: int):
-    """Server-sent events: a chunk per step that added text, then the finish reason, then ``usage`` (and what
-    speculation did) in the last chunk, then [DONE]. A client that goes away cancels the request."""
-    text = Detokenizer(service.decoder.pair.tokenizer)
-    done = False
-    try:
-        if chat:
-            yield chunk(service, req, chat, created, {"role": "assistant"})
-        while True:
-            kind, payload = await events.get()
-            if kind == "tokens":
-                delta = text.add(payload)
-                if delta:
-                    yield chunk(service, req, chat, created, {"content": delta})
-                continue
-            done = True
-            f: Finished = payload
-            if f.failed:  # an OpenAI error event, then the end of the stream
-                body = {"error": {"message": f"decoding failed: {f.error}", "type": "server_error", "code": f.reason}}
-                yield f"data: {json.dumps(body)}\n\n"
-                yield "data: [DONE]\n\n"
+    async def events(self, events: asyncio.Queue):
+        done = False
+        try:
+            if self.chat:
+                yield self._chunk({"role": "assistant"})
+            while True:
+                kind, payload = await events.get()
+                if kind == "tokens":
+                    tokens, lps = payload
+                    self.decoded += self.text.add(tokens)
+                    self.scored += lps
+                    delta = self._delta(self._sendable())
+                    if delta:
+                        yield self._chunk({"content": delta}, logprobs=self._logprobs())
+                    continue
+                done = True
+                for event in self._end(payload):
+                    yield event
                 return
-            tail = text.tail(service.decoder.text(f.stats))
-            yield chunk(service, req, chat, created, {"content": tail} if tail else {}, finish_reason(f))
-            yield chunk(service, req, chat, created, None, usage=usage(f), speculation=service.speculation(f))
-            yield "data: [DONE]\n\n"
-            return
-    finally:
-        if not done:
-            req.cancelled = True
+        finally:
+            if not done:
+                self.req.cancelled = True
+
+    def _end(self, f: Finished) -> list[str]:
+        if f.failed:  # an OpenAI error event, then the end of the stream
+            body = {"error": {"message": f"decoding failed: {f.error}", "type": "server_error", "code": f.reason}}
+            return [f"data: {json.dumps(body)}\n\n", "data: [DONE]\n\n"]
+        full = self.service.decoder.text(f.stats)
+        tail = self._delta(self.stop.cut(full) if self.stop else full)
+        spec = {"speculation": self.service.speculation(f), "metrics": request_metrics(self.service, f)}
+        last = self._chunk(
+            {"content": tail} if tail else {},
+            finish_reason(f),
+            logprobs=self._logprobs(),
+            stop_reason=f.stop_reason,
+            **({} if self.with_usage else spec),
+        )
+        out = [last]
+        if self.with_usage:
+            out.append(self._chunk(None, usage=usage(f), **spec))
+        return out + ["data: [DONE]\n\n"]

@@ -35,3 +35,30 @@ class Detokenizer:
     def tail(self, full: str) -> str:
         """At the end: what of the whole output's text was not sent yet (held back characters, mostly)."""
         return full[len(self.sent) :] if full.startswith(self.sent) else ""
+
+
+class StopStrings:
+    """A request's stop strings, checked on the loop's thread after each emitted token (the core's ``StopCheck``):
+    a short window of the newest tokens is decoded, long enough to hold any stop string that ends in the newest
+    token, so the check costs the same at every length."""
+
+    def __init__(self, tokenizer, stops: list[str], keep: bool = False):
+        self.tokenizer, self.stops, self.keep = tokenizer, list(stops), keep
+        self.window = max(len(s) for s in self.stops) + 4  # tokens: one character at least each, and byte pieces
+
+    def __call__(self, output_ids: list[int]) -> str | None:
+        text = self.tokenizer.decode(output_ids[-self.window :], skip_special_tokens=True)
+        return next((s for s in self.stops if s in text), None)
+
+    @property
+    def holdback(self) -> int:
+        """Characters a stream holds back until it is sure they do not begin a stop string."""
+        return max(len(s) for s in self.stops) - 1
+
+    def cut(self, text: str) -> str:
+        """The output's text up to the first stop string (kept when ``keep``: vLLM's include_stop_str_in_output)."""
+        hits = [(i, s) for s in self.stops if (i := text.find(s)) >= 0]
+        if not hits:
+            return text
+        i, s = min(hits)
+        return text[: i + len(s)] if self.keep else text[:i]

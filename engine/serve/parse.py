@@ -1,5 +1,5 @@
 """A request body read into what the loop needs, every bad field one 400 that names it (OpenAI's error shape):
-bounded in size, strict in type, greedy only, and no field accepted that Phoenix would then ignore.
+bounded in size, strict in type, and no field accepted that Phoenix would then ignore.
 """
 
 from __future__ import annotations
@@ -8,22 +8,16 @@ import json
 
 from fastapi import Request as HttpRequest
 
+from engine.decode.sampling import MAX_LOGPROBS, SamplingParams
 from engine.serve.service import Service
 
-GREEDY_ONLY: dict[str, tuple] = {  # field: the values that mean greedy decoding (None: the field left out)
-    "temperature": (None, 0, 0.0),
-    "top_p": (None, 1, 1.0),
-    "top_k": (None, -1, 0, 1),  # top_k 1 is greedy too
-    "min_p": (None, 0, 0.0),
+NEUTRAL: dict[str, tuple] = {  # fields Phoenix does not act on: only the values that change nothing are taken
     "n": (None, 1),
     "best_of": (None, 1),
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "repetition_penalty": (None, 1, 1.0),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
     "echo": (None, False),
-    "stop": (None, [], ""),
     "suffix": (None, ""),
     "use_beam_search": (None, False),
 }
@@ -38,6 +32,11 @@ UNHONOURED: dict[str, tuple] = {  # fields Phoenix cannot honour: refused by nam
     "function_call": (None, "none", "auto"),
 }
 SPECULATION_KEYS = ("drafter", "k")
+DEFAULT_TEMPERATURE = 0.0  # greedy where the request says nothing (OpenAI's default is 1): a lab's default is
+# the decoding whose output speculation must not change; send a temperature to sample
+MAX_STOPS = 16  # stop strings a request may send (OpenAI takes 4; vLLM any number)
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}  # developer: OpenAI's
+# newer name for the system role
 
 
 class ApiError(Exception):
@@ -68,42 +67,111 @@ async def read_body(request: HttpRequest) -> dict:
     return body
 
 
-def check_greedy(body: dict) -> None:
+def check_fields(body: dict) -> None:
     if not isinstance(body.get("stream", False), bool):  # "stream": "false" is truthy: it once streamed
         raise ApiError(400, f"stream must be true or false, got {body['stream']!r}", param="stream")
     for name, harmless in UNHONOURED.items():
         if body.get(name) not in harmless:
             raise ApiError(400, f"{name} is not supported by Phoenix's server; leave it out", param=name)
-    for name, greedy in GREEDY_ONLY.items():
-        if body.get(name) not in greedy:
-            raise ApiError(
-                400,
-                f"Phoenix decodes greedily (speculation is verified against the target's argmax): {name}="
-                f"{body[name]!r} is not supported; leave it out or use {greedy[1]!r}",
-                param=name,
-            )
+    for name, neutral in NEUTRAL.items():
+        if body.get(name) not in neutral:
+            raise ApiError(400, f"{name}={body[name]!r} is not supported by Phoenix's server; leave it out", param=name)
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float, open_low: bool = False) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (low < value if open_low else low <= value)
+    if not ok or not value <= high:  # NaN fails this too
+        span = f"({low:g}, {high:g}]" if open_low else f"[{low:g}, {high:g}]"
+        raise ApiError(400, f"{name} must be a number in {span}, got {value!r}", param=name)
+    return float(value)
+
+
+def _whole(body: dict, name: str, low: int, high: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ApiError(400, f"{name} must be a whole number in {low}..{high}, got {value!r}", param=name)
+    return value
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """How many top logprobs a token carries (None: no logprobs): chat's ``logprobs`` (a bool) and
+    ``top_logprobs``, or the completions API's ``logprobs`` (a count)."""
+    if not chat:
+        return _whole(body, "logprobs", 0, MAX_LOGPROBS)
+    wanted = body.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise ApiError(400, f"logprobs must be true or false, got {wanted!r}", param="logprobs")
+    top = _whole(body, "top_logprobs", 0, MAX_LOGPROBS)
+    if top and not wanted:
+        raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def sampling_of(service: Service, body: dict, chat: bool) -> SamplingParams:
+    """The request's sampling: temperature, top_p, top_k, min_p, seed, logprobs and stop_token_ids, each checked
+    exactly (a string is not a number, a bool not a count)."""
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) >= 1 << 63):
+        raise ApiError(400, f"seed must be a whole number (64-bit), got {seed!r}", param="seed")
+    top_k = body.get("top_k")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < -1):
+        raise ApiError(400, f"top_k must be -1, 0 or a positive count, got {top_k!r}", param="top_k")
+    vocab = service.decoder.pair.target.config.vocab_size
+    stop_ids = body.get("stop_token_ids") or []
+    if not isinstance(stop_ids, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in stop_ids
+    ):
+        raise ApiError(400, f"stop_token_ids must be a list of token ids in 0..{vocab - 1}", param="stop_token_ids")
+    return SamplingParams(
+        temperature=_number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 100.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_low=True),
+        top_k=top_k or 0,
+        min_p=_number(body, "min_p", 0.0, 0.0, 1.0),
+        seed=None if seed is None else seed % (1 << 63),
+        logprobs=_logprobs(body, chat),
+        stop_token_ids=tuple(stop_ids),
+    )
+
+
+def stops_of(body: dict) -> list[str]:
+    """The request's stop strings (OpenAI's ``stop``: one string or a list of them)."""
+    stop = body.get("stop")
+    if stop is None or stop == []:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
+        raise ApiError(400, f"stop must be a string or a list of up to {MAX_STOPS} non-empty strings", param="stop")
+    for s in stops:
+        check_unicode(s, "stop")
+    return stops
+
+
+def include_usage(body: dict) -> bool:
+    """Whether a stream ends with a usage chunk (``stream_options.include_usage``, OpenAI's default off)."""
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not body.get("stream"):
+        raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
+    if not isinstance(options, dict) or set(options) - {"include_usage", "continuous_usage_stats"}:
+        raise ApiError(400, 'stream_options takes {"include_usage": true|false} only', param="stream_options")
+    if options.get("continuous_usage_stats"):
+        raise ApiError(400, "continuous_usage_stats is not supported: usage comes in the last chunk", "stream_options")
+    wanted = options.get("include_usage", False)
+    if not isinstance(wanted, bool):
+        raise ApiError(400, f"include_usage must be true or false, got {wanted!r}", param="stream_options")
+    return wanted
 
 
 def prompt_ids(service: Service, body: dict, chat: bool) -> list[int]:
     tok = service.decoder.pair.tokenizer
     if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "messages must be a non-empty list of {role, content}", param="messages")
-        for m in messages:
-            if (
-                not isinstance(m, dict)
-                or not isinstance(m.get("content"), str)
-                or m.get("role")
-                not in (
-                    "system",
-                    "user",
-                    "assistant",
-                )
-            ):
-                raise ApiError(400, "each message needs a role (system, user, assistant) and text content", "messages")
-        for m in messages:
-            check_unicode(m["content"], "messages")
+        messages = [message_of(m) for m in chat_messages(body)]
         if not any(m["content"].strip() for m in messages):
             raise ApiError(400, "the messages are empty: send some text", param="messages")
         if not getattr(tok, "chat_template", None):
@@ -126,6 +194,29 @@ def prompt_ids(service: Service, body: dict, chat: bool) -> list[int]:
         raise ApiError(400, "the prompt is empty: send some text", param="prompt")
     check_unicode(prompt, "prompt")
     return tok(prompt, add_special_tokens=False)["input_ids"]
+
+
+def chat_messages(body: dict) -> list:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list of {role, content}", param="messages")
+    return messages
+
+
+def message_of(m) -> dict:
+    """One chat message as the template takes it: its role (``developer`` read as ``system``) and its text, given
+    as a string or as a list of text parts (``[{"type": "text", "text": ...}]``)."""
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        raise ApiError(400, f"each message needs a role ({', '.join(ROLES)}) and text content", "messages")
+    content = m.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise ApiError(400, 'content parts must be text parts: {"type": "text", "text": "..."}', "messages")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise ApiError(400, "each message's content must be text or a list of text parts", "messages")
+    check_unicode(content, "messages")
+    return {"role": ROLES[m["role"]], "content": content}
 
 
 def check_unicode(text: str, param: str) -> None:

@@ -208,7 +208,14 @@ class Service:
 
         req.on_done = done
         self.scheduler.submit(req)
-        self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
+        self.gauges()
+
+    def gauges(self) -> None:
+        """Set the gauges a router reads from the loop's state now (a scrape calls this first)."""
+        running, waiting = self.scheduler.load
+        ctx = getattr(self.decoder.pair.target.config, "max_position_embeddings", None) or 1 << 30
+        usage = self.scheduler.held_tokens / (self.cfg.max_batch * ctx)
+        self.metrics.load(self.model_name, running, waiting, min(1.0, usage))
 
     def speculation(self, f: Finished) -> dict:
         """What speculation did for one request, as its response reports it (llama.cpp's ``timings``, richer)."""
@@ -314,13 +321,16 @@ class Service:
                 self.metrics.count_drafts(rec, self.model_name)
             if not f.cancelled and not f.failed:
                 self.metrics.observe(rec, self.model_name)
+                self.metrics.observe_served(
+                    self.model_name, f.stats.ttft_s, f.stats.latency_s, f.queue_s, f.stats.output_tokens
+                )
                 pair = self.decoder.pair
                 with self.telemetry.request(
                     rec.mode, rec.k, rec.run_id, pair.target_name, pair.draft_name, rec.trace_id or ""
                 ) as txn:
                     self.telemetry.finish_request(txn, rec)
         records += self._unchecked(everything)
-        self.metrics.running.labels(self.model_name, "0").set(self.scheduler.load[0])
+        self.gauges()
         steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
         if self.store is None or self.run_id is None:
             return

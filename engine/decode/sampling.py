@@ -1,0 +1,125 @@
+"""Sampling with speculation, exact in distribution: what a request's temperature, top-k, top-p, min-p and seed do
+to each token the target picks.
+
+Every drafter proposes point masses (its argmax, or the token a model-free drafter found), as vLLM's n-gram and
+EAGLE proposers do, so the speculative-sampling rule (accept a draft with probability min(1, p/q), on rejection
+sample from the normalised max(0, p - q)) reads: accept draft d with probability p(d); on rejection sample from p
+without d. Phoenix realises that rule by coupling: the token at output position t is the inverse CDF of the
+target's processed distribution p_t at one uniform u_t drawn from (seed, t) alone. Target-only decoding picks
+invcdf(p_t, u_t) at every t; a verification pass computes the same p_t for every drafted position whose prefix
+was accepted, picks invcdf(p_t, u_t) there, accepts the draft iff it equals that pick, and emits the pick at the
+first mismatch. So P(accept d) = p_t(d), a rejected position's token is distributed as p_t without d, and the
+output equals target-only output for the same seed, token for token (up to the arithmetic of another batch shape),
+whatever the drafter, k or batch. Greedy decoding (temperature 0) is the argmax, as before.
+
+No I/O in here; a uniform is a pure function of (seed, position), so a request's output never depends on what
+else ran beside it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, replace
+
+import torch
+
+MASK64 = (1 << 64) - 1
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs bound (vLLM's default max_logprobs is 20 too)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What a request asks of each token (vLLM's ``SamplingParams``, the fields Phoenix honours). Processors apply
+    in transformers' order: temperature, top-k, top-p, min-p."""
+
+    temperature: float = 0.0  # 0: greedy (the argmax)
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: every token
+    min_p: float = 0.0
+    seed: int | None = None  # None: one is drawn for the request (``resolved``)
+    logprobs: int | None = None  # None: none; n >= 0: the picked token's logprob and the n most likely
+    stop_token_ids: tuple[int, ...] = ()  # besides EOS: the output ends at (and keeps) any of these
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.temperature <= 100.0):  # NaN fails this too
+            raise ValueError(f"temperature must be in 0..100, got {self.temperature!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be -1, 0 or a positive count, got {self.top_k!r}")
+        if not (0.0 <= self.min_p <= 1.0):
+            raise ValueError(f"min_p must be in 0..1, got {self.min_p!r}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in 0..{MAX_LOGPROBS}, got {self.logprobs!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    def resolved(self) -> SamplingParams:
+        """With a seed: the request's own, or a fresh one (so every sampled request can be replayed)."""
+        return self if self.seed is not None or self.greedy else replace(self, seed=secrets.randbits(63))
+
+
+GREEDY = SamplingParams()
+
+
+def uniform(seed: int, position: int) -> float:
+    """u in [0, 1) for output position ``position`` of a request seeded ``seed`` (splitmix64: neighbouring seeds and
+    positions give unrelated values)."""
+    z = (seed * 0x9E3779B97F4A7C15 + (position + 1) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    z ^= z >> 31
+    return (z >> 11) / float(1 << 53)
+
+
+def processed(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The target's distribution at each row of ``logits`` ([n, V]) after the request's processors, in float64."""
+    z = logits.float() / params.temperature
+    if params.top_k > 0 and params.top_k < z.shape[-1]:
+        kth = torch.topk(z, params.top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    p = torch.softmax(z.double(), dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p  # mass of the tokens ranked above: the first token is always kept
+        drop = torch.zeros_like(p, dtype=torch.bool).scatter(-1, order, before >= params.top_p)
+        p = p.masked_fill(drop, 0.0)
+    if params.min_p > 0.0:
+        p = p.masked_fill(p < params.min_p * p.max(dim=-1, keepdim=True).values, 0.0)
+    return p / p.sum(dim=-1, keepdim=True)
+
+
+def pick(logits: torch.Tensor, params: SamplingParams, start: int) -> list[int]:
+    """The token at each of ``logits``' rows, which predict output positions start, start + 1, ...: the argmax when
+    greedy, else the inverse CDF of the processed distribution at the position's uniform."""
+    if params.greedy:
+        return logits.argmax(dim=-1).tolist()
+    assert params.seed is not None, "sampled requests carry a seed (SamplingParams.resolved)"
+    p = processed(logits, params)
+    cdf = p.cumsum(dim=-1)
+    u = torch.tensor([uniform(params.seed, start + j) for j in range(p.shape[0])], dtype=cdf.dtype)
+    u = u.to(cdf.device)[:, None] * cdf[:, -1:]  # scaled to the row's total, so rounding can never pass the end
+    return torch.searchsorted(cdf, u, right=True).clamp(max=p.shape[-1] - 1)[:, 0].tolist()
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One emitted token's log-probability under the target's raw distribution (before the processors, as vLLM
+    reports by default), and the ``n`` most likely tokens there."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def logprobs_of(logits: torch.Tensor, picks: list[int], n: int) -> list[TokenLogprob]:
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = lp[torch.arange(len(picks)), torch.tensor(picks)].tolist()
+    if n > 0:
+        values, ids = torch.topk(lp, n, dim=-1)
+        tops = [tuple(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]
+    else:
+        tops = [() for _ in picks]
+    return [TokenLogprob(t, c, top) for t, c, top in zip(picks, chosen, tops)]
