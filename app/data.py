@@ -197,7 +197,8 @@ def prompt_rewards(url: str, run_id: int) -> pd.DataFrame:
     return _store(url).prompt_rewards(run_id)
 
 
-SAME_WORK = ("max_new_tokens", "dtype", "prompt_format", "device")  # settings under which one prompt is one work
+# settings under which one prompt is one work (a sampled run draws other tokens than a greedy one)
+SAME_WORK = ("max_new_tokens", "dtype", "prompt_format", "device", "temperature", "top_p", "top_k", "min_p")
 
 
 def same_work(a, b) -> bool:

@@ -21,6 +21,10 @@ DIFF_KEYS = (
     "bench.max_new_tokens",
     "bench.limit",
     "bench.seed",
+    "bench.temperature",
+    "bench.top_p",
+    "bench.top_k",
+    "bench.min_p",
     "bench.arms",
     "environment",
     "git_sha",
@@ -28,7 +32,18 @@ DIFF_KEYS = (
 )
 
 # Settings under which two speeds measure different work: a difference is then no verdict on the drafter.
-UNLIKE = ("target", "bench.prompts", "bench.max_new_tokens", "bench.dtype", "dtype", "bench.prompt_format")
+UNLIKE = (
+    "target",
+    "bench.prompts",
+    "bench.max_new_tokens",
+    "bench.dtype",
+    "dtype",
+    "bench.prompt_format",
+    "bench.temperature",
+    "bench.top_p",
+    "bench.top_k",
+    "bench.min_p",
+)
 
 
 def _flat(value, prefix: str = "") -> dict:

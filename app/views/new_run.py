@@ -155,9 +155,21 @@ def settings(slots: dict) -> None:
     c5, c6, c7 = st.columns(3)
     c5.number_input("Max new tokens", 1, form.FORM_LIMITS["max_new_tokens"], key="n_max_new")
     slots["max_new_tokens"] = c5.empty()
-    c6.number_input("Seed (bandit decisions, shadow sampling)", 0, 2**31 - 1, key="n_seed")
+    c6.number_input("Seed (bandit decisions, shadow sampling, sampling)", 0, 2**31 - 1, key="n_seed")
+    c6.number_input(
+        "Temperature (0: greedy)",
+        0.0,
+        2.0,
+        step=0.1,
+        key="n_temperature",
+        help="Above 0 every mode samples, exactly in the target's distribution; each prompt draws with one seed in "
+        "every mode, so outputs are still checked against target-only token for token",
+    )
+    slots["temperature"] = c6.empty()
     c7.number_input("Shadow rate (share re-checked)", 0.0, 1.0, step=0.05, key="n_shadow", help=form.SHADOW_HELP)
     slots["shadow_rate"] = c7.empty()
+    c7.number_input("Top-p (sampling)", 0.01, 1.0, step=0.05, key="n_top_p")
+    slots["top_p"] = c7.empty()
     c8, c9, c10 = st.columns(3)
     c8.selectbox(
         "Prompt format",

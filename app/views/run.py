@@ -71,6 +71,22 @@ def run_actions(info) -> None:
                 )
 
 
+def sampling_line(b) -> str:
+    """How a sampled run's outputs were checked, beside its settings."""
+    kept = (
+        [f"top-p {b.top_p:g}"] * (b.top_p < 1)
+        + [f"top-k {b.top_k}"] * (b.top_k > 0)
+        + [f"min-p {b.min_p:g}"] * (b.min_p > 0)
+    )
+    return (
+        f"Sampled at temperature {b.temperature:g}{' (' + ', '.join(kept) + ')' if kept else ''}, each prompt with one "
+        f"seed from --seed {b.seed} in every mode. Speculative sampling keeps the target's distribution exactly, and "
+        "with the same seed its output equals target-only's token for token, so 'identical' is checked as for greedy "
+        "runs (a bf16 run may drift as greedy ones do); tests/test_sampling.py holds the chi-square test of the "
+        "distribution."
+    )
+
+
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
     b = info.bench
@@ -85,8 +101,14 @@ def body(url: str, run_id: int) -> None:
     st.text(
         f"#{info.id} · {info.status} · target {info.target} · draft {info.draft or 'none'}{setting} · "
         f"{info.progress_done}/{info.progress_total} requests"
-        + (f" · plus {warm} warm-up requests (one per mode: stored, left out of every figure)" if warm else "")
+        + (
+            f" · plus {warm} warm-up request{'s' if warm != 1 else ''} (one per mode: stored, left out of every figure)"
+            if warm
+            else ""
+        )
     )
+    if b is not None and b.temperature > 0:
+        st.caption(sampling_line(b))
     provenance.panel(url, info)
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))

@@ -55,8 +55,9 @@ def run_group(
         drafter = "none"
     sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, None, max_batch=len(ids), max_queue=len(ids))
     finished: dict[str, Finished] = {}
-    for i, prompt_ids in enumerate(ids):
-        req = Request(prompt_ids, cfg.max_new_tokens, drafter, k if drafter != "none" else None, id=str(i))
+    for i, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
+        sampling = cfg.sampling(prompt.id)
+        req = Request(prompt_ids, cfg.max_new_tokens, drafter, k if drafter != "none" else None, sampling, id=str(i))
         req.on_done = _keep(finished)
         sched.submit(req)
     sched.drain()

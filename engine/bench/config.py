@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from engine.bench.fast import FastChoice
 from engine.config import check_choices, from_dict
 from engine.decode.hybrid import HybridConfig
 from engine.decode.loading import PairConfig
+from engine.decode.sampling import GREEDY, SamplingParams
 from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_ARMS, K_MAX, CacheKind, Granularity, Mode, PromptFormat, RunDrafter, drafter_arm
@@ -62,11 +64,25 @@ class BenchConfig(PairConfig):
     # --concurrency N: does speculation pay at the load you run? N prompts of a mode decode together on the path
     # the server runs (engine.decode.scheduler); 1 is the single-stream loop, with static caches and compile
     concurrency: int = 1  # requests of one mode decoded together by the server's batched engine (1: single stream)
-    seed: int = 42  # bandit decisions and shadow sampling
+    seed: int = 42  # bandit decisions, shadow sampling, and each prompt's sampling seed
+    # sampling (engine.decode.sampling): each prompt samples with one seed from --seed and its id in every mode, so
+    # its speculative outputs are checked against target-only token for token
+    temperature: float = 0.0  # 0 decodes greedily; above 0 every mode samples, exactly in the target's distribution
+    top_p: float = 1.0  # sampling: keep the most likely tokens up to this probability mass
+    top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
+    min_p: float = 0.0  # sampling: drop tokens under this share of the most likely one's probability
     name: str = ""  # defaults to the modes joined
     shadow_rate: float = 0.1  # share re-decoded target-only when 'target' mode is absent
     max_new_tokens_cap: int = 1024  # keeps a web form from becoming a DoS lever
     max_prompts: int = 500  # upper bound of --limit
+
+    def sampling(self, prompt_id: str) -> SamplingParams:
+        """One prompt's sampling in every mode: the run's processors, and a seed of its own (the same in every mode,
+        so a mode's output is checked against target-only token for token, as greedy outputs are)."""
+        if self.temperature == 0.0:
+            return GREEDY
+        digest = hashlib.sha256(f"{self.seed}:{prompt_id}".encode()).digest()
+        return SamplingParams(self.temperature, self.top_p, self.top_k, self.min_p, int.from_bytes(digest[:8]) >> 1)
 
     def parsed_modes(self) -> list[Mode]:
         return [Mode.parse(m) for m in self.modes]
@@ -153,6 +169,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
     if not 0.0 <= cfg.shadow_rate <= 1.0:  # NaN fails this too
         raise PhoenixError(f"--shadow-rate must be in 0..1, got {cfg.shadow_rate}", field="shadow_rate")
     _check_concurrency(cfg, modes)
+    _check_sampling(cfg, modes)
     check_device(cfg.device)
     check_name(cfg.name)
     cfg.name = unicodedata.normalize("NFC", cfg.name)  # one spelling of a name, as for tags
@@ -201,6 +218,19 @@ def _check_concurrency(cfg: BenchConfig, modes: list[Mode]) -> None:
             f"--concurrency {cfg.concurrency} runs the batched engine eager on growing caches; drop --compile, "
             "--freeze, --cache static and --fast, or run at --concurrency 1",
             field="concurrency",
+        )
+
+
+def _check_sampling(cfg: BenchConfig, modes: list[Mode]) -> None:
+    try:
+        SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p)
+    except ValueError as exc:
+        raise PhoenixError(f"--{str(exc).replace('_', '-')}", field=str(exc).split()[0]) from None
+    hf = [m.text for m in modes if m.loop == "hf"]
+    if cfg.temperature > 0 and hf:
+        raise PhoenixError(
+            f"{hf[0]}: transformers' assisted generation decodes greedily here; sample with Phoenix's modes",
+            field="modes",
         )
 
 

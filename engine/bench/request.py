@@ -145,7 +145,14 @@ def run_one(
     with span as txn:
         threshold = cfg.confidence_threshold if confident else 0.0
         stats = state.decoder.run(
-            ids, k, cfg.max_new_tokens, drafter, parsed.loop or "phoenix", choose_k, confidence=threshold
+            ids,
+            k,
+            cfg.max_new_tokens,
+            drafter,
+            parsed.loop or "phoenix",
+            choose_k,
+            confidence=threshold,
+            sampling=cfg.sampling(prompt.id),
         )
         rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
         rec.drafter = drafter if (k > 0 or choose_k) else "none"
@@ -180,7 +187,8 @@ def judge(
     elif prompt.id in state.reference:
         check_identity(rec, stats.output_ids, state.reference[prompt.id])
     elif shadow_rng is not None and shadow_rng.random() < cfg.shadow_rate:
-        ref = state.decoder.run(ids, 0, cfg.max_new_tokens, timed=False).output_ids  # no clock: not measured
+        # no clock: not measured; the prompt's own seed, so a sampled output is checked token for token too
+        ref = state.decoder.run(ids, 0, cfg.max_new_tokens, timed=False, sampling=cfg.sampling(prompt.id)).output_ids
         check_identity(rec, stats.output_ids, ref)
     if decision is not None:
         policy = state.policies[mode]
