@@ -111,9 +111,12 @@ def add_options(parser, cls, prefix: str = "") -> None:
         text = (f"{text} (default {shown!r})" if text else f"default {shown!r}").replace("%", "%%")
         if typing.get_origin(tp) is typing.Literal:
             parser.add_argument(flag, dest=dest, default=None, choices=typing.get_args(tp), help=text)
-        elif tp is bool and default is True:
+        elif tp is bool and default is True:  # the flag turns it off: say so, not "(default True)" beside --no-X
             no = "--no-" + flag.removeprefix("--")
-            parser.add_argument(no, dest=dest, action="store_const", const=False, default=None, help=text)
+            off = f"turns this off (on by default): {helps[f.name]}" if helps.get(f.name) else "turns this off"
+            parser.add_argument(
+                no, dest=dest, action="store_const", const=False, default=None, help=off.replace("%", "%%")
+            )
         elif tp is bool:
             parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=text)
         else:

@@ -250,3 +250,21 @@ def test_the_cli_reference_in_docs_is_the_parsers_own_help():
     assert reference.main(["--check"]) == 0, "docs/cli.md is stale: run `python -m engine.cli.reference`"
     text = reference.render()
     assert "## bench" in text and "--max-new-tokens MAX_NEW_TOKENS" in text and "## zoo fetch" in text
+
+
+def test_every_command_group_has_a_description_and_an_example_that_parses():
+    """`--help` of each command says what it does and shows one command that really parses (issue 50)."""
+    import shlex
+
+    from engine.cli import build_parser
+    from engine.cli.examples import EXAMPLES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
+    assert set(sub.choices) == set(EXAMPLES)
+    for name, p in sub.choices.items():
+        assert p.description and "example:" in (p.epilog or ""), name
+        for line in EXAMPLES[name].splitlines():
+            if line.strip().startswith("python -m engine"):
+                args = parser.parse_args(shlex.split(line)[3:])  # argparse exits on a flag that does not exist
+                assert args.command == name

@@ -193,3 +193,21 @@ def test_the_gauges_a_router_reads_and_vllms_latency_histograms(client, decoder)
     sched.step()
     sched.step()
     assert sched.load == (2, 1) and sched.held_tokens >= 2 * len(ids)
+
+
+def test_ignore_eos_decodes_to_the_budget_through_eos(decoder):  # noqa: F811
+    from engine.decode.scheduler import Scheduler
+    from engine.decode.sequence import Request
+
+    ids = decoder.pair.tokenizer(REPEATS, add_special_tokens=False)["input_ids"]
+    ref = decoder.run(ids, 0, 12, timed=False).output_ids
+    eos = ref[4]  # a token the output holds, taken as EOS: decoding would end there
+    sched = Scheduler(decoder.pair.target, decoder.row_drafter, eos, None, max_batch=2)
+    done = {}
+    for rid, ignore in (("stops", False), ("goes_on", True)):
+        r = Request(list(ids), 12, "model", k=3, ignore_eos=ignore, id=rid)
+        r.on_done = lambda f, rid=rid: done.__setitem__(rid, f)
+        sched.submit(r)
+    sched.drain()
+    assert done["stops"].stats.output_ids == ref[: ref.index(eos) + 1] and done["stops"].reason == "stop"
+    assert done["goes_on"].stats.output_ids == ref and done["goes_on"].reason == "length"

@@ -13,6 +13,7 @@ import sys
 
 from db.store import StoreError
 from engine.cli import decode, engines, jobs, queue, runs, serving, tracker
+from engine.cli.examples import describe
 from engine.errors import PhoenixError
 
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (decode, runs, queue, jobs, engines, serving, tracker):
         group.add_commands(sub)
+    describe(sub)
     return parser
 
 

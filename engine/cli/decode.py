@@ -118,7 +118,7 @@ def add_commands(sub) -> None:
     g = sub.add_parser("generate", help="decode one prompt and print the text and stats")
     add_options(g, GenerateConfig)
     g.set_defaults(func=cmd_generate)
-    z = sub.add_parser("zoo", help="the embedded default model pair")
+    z = sub.add_parser("zoo", help="model pairs: fetch the real pair, train its draft and EAGLE-3 head, export to GGUF")
     zsub = z.add_subparsers(dest="zoo_command", required=True)
     zb = zsub.add_parser("build", help="retrain tokenizer, target and draft from the stdlib")
     add_options(zb, ZooConfig)

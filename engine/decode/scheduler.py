@@ -154,9 +154,8 @@ class Scheduler:
 
     def _row(self, req: Request) -> Row:
         drafter = self.drafters(req.drafter) if req.drafter != "none" else None
-        seq = Sequence(
-            list(req.prompt_ids), req.max_new_tokens, self.eos_id, drafter, req.k or 0, req.sampling, req.stop
-        )
+        eos = None if req.ignore_eos else self.eos_id
+        seq = Sequence(list(req.prompt_ids), req.max_new_tokens, eos, drafter, req.k or 0, req.sampling, req.stop)
         seq.stats.prefill_s = seq.stats.draft_prefill_s = 0.0
         return Row(req, seq)
 

@@ -245,6 +245,7 @@ class Request:
     k: int | None = None  # this request's own k for every pass; None: the tuner chooses per step
     sampling: SamplingParams = GREEDY
     stop: StopCheck | None = None  # stop strings, checked on the loop's thread after each emitted token
+    ignore_eos: bool = False  # decode to the token budget through EOS (vLLM's ignore_eos, for load tests)
     id: str = ""
     submitted: float = field(default_factory=time.perf_counter)
     # called on the loop's thread with each step's new tokens (and their logprobs, where the request asked)

@@ -16,6 +16,8 @@ it, per prompt, as on every other page. Each variant's output is compared with t
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
@@ -45,6 +47,8 @@ from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.provenance import environment
 from engine.queue.owned import owned
+
+MAX_SYSTEM = 64 << 10  # bytes of a --system-prompt file
 
 
 @dataclass
@@ -77,12 +81,19 @@ class LoadConfig:
     draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
     head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
     warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
+    temperature: float = 0.0  # above 0: sampled requests, each prompt with one seed (from --seed) in every variant
+    system_prompt: str = ""  # a text file sent before every prompt (the system message, or the raw prompt's start):
+    # one shared prefix, as a deployment's system prompt is, for a server's prefix cache
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:
     rates_of(cfg.request_rate)
     slos_of(cfg.goodput)
     check_timeout(cfg.timeout_s)
+    if cfg.system_prompt:
+        system_text(cfg.system_prompt)
+    if not 0.0 <= cfg.temperature <= 2.0:  # NaN fails this too
+        raise PhoenixError(f"--temperature must be in 0..2, got {cfg.temperature}", field="temperature")
     if cfg.max_concurrency is not None and not 1 <= cfg.max_concurrency <= 1024:
         raise PhoenixError(f"--max-concurrency must be in 1..1024, got {cfg.max_concurrency}", field="max_concurrency")
     if cfg.spec_types:
@@ -98,6 +109,41 @@ def variants_of(cfg: LoadConfig) -> list[str]:
         if cfg.engine == "phoenix":
             speculation(v)
     return names
+
+
+@functools.cache
+def system_text(path: str) -> str:
+    """The --system-prompt file's text: read once, at most 64 kB of UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SYSTEM + 1)
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PhoenixError(f"--system-prompt {path}: cannot read it ({exc})", field="system_prompt") from None
+    if len(data) > MAX_SYSTEM or not text.strip():
+        raise PhoenixError(f"--system-prompt {path}: must hold some text, at most {MAX_SYSTEM} bytes", "system_prompt")
+    return text
+
+
+def as_sent(cfg: LoadConfig, prompt: Prompt, extra: dict | None) -> tuple[str, dict | None]:
+    """One prompt's text and extra fields as sent: sampled with its own seed under --temperature (the same in every
+    variant, so a variant's output is compared with speculation off token for token), and with the system
+    prompt."""
+    if cfg.temperature > 0:
+        seed = int.from_bytes(hashlib.sha256(f"{cfg.seed}:{prompt.id}".encode()).digest()[:8]) >> 1
+        extra = (extra or {}) | {"temperature": cfg.temperature, "seed": seed}
+    return with_system(cfg, prompt.text, extra)
+
+
+def with_system(cfg: LoadConfig, text: str, extra: dict | None) -> tuple[str, dict | None]:
+    """One prompt as sent under --system-prompt: a system message before it (chat), or the text before it (raw)."""
+    if not cfg.system_prompt:
+        return text, extra
+    system = system_text(cfg.system_prompt)
+    if not cfg.chat:
+        return f"{system}\n\n{text}", extra
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+    return text, (extra or {}) | {"messages": messages}
 
 
 def managed(cfg: LoadConfig) -> list[Server]:
@@ -214,7 +260,6 @@ def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url:
     ``lv.c`` in flight; (wall seconds, (prompt, result) pairs in order). On Ctrl-C, ``abort`` ends the requests in
     flight at their next chunk and Cut carries the ones already answered."""
     extra = {"return_token_ids": True} if cfg.engine == "vllm" else None
-    args = (cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, abort, extra)
     times = [0.0] * len(block) if lv.rate is None else arrival_times(len(block), lv.rate, cfg.burstiness, cfg.seed)
     start = time.perf_counter()
     pool = ThreadPoolExecutor(max_workers=lv.c)
@@ -224,7 +269,9 @@ def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url:
             wait = start + at - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            futures.append(pool.submit(_send, cfg.api_key, url, model, p.text, *args))
+            text, sent_extra = as_sent(cfg, p, extra)
+            args = (cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, abort, sent_extra)
+            futures.append(pool.submit(_send, cfg.api_key, url, model, text, *args))
         results = [f.result() for f in futures]
     except KeyboardInterrupt:
         abort.set()
@@ -299,7 +346,10 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
 
 def _warm(cfg: LoadConfig, model: str, prompt: Prompt, url: str, variant: str) -> float:
     spec = None if cfg.spec_types else speculation(variant)
-    return _send(cfg.api_key, url, model, prompt.text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s)["latency_s"]
+    text, extra = as_sent(cfg, prompt, None)  # as a deployment runs: its system prompt seen once already
+    return _send(cfg.api_key, url, model, text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, None, extra)[
+        "latency_s"
+    ]
 
 
 def _level_run(

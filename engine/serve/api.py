@@ -33,6 +33,7 @@ from engine.serve.detokenize import Detokenizer, StopStrings
 from engine.serve.parse import (
     ApiError,
     check_fields,
+    flag,
     include_usage,
     max_tokens,
     prompt_ids,
@@ -100,6 +101,10 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
         rows, waiting = service.scheduler.load
         if service.dead:  # the decoding loop stopped for good: a router takes this server out
             return error_response(503, f"the decoding loop stopped: {service.dead}", code="loop_stopped")
+        recorder = service.recorder.health() if service.recorder is not None else None
+        if recorder is not None and "refusing" in recorder:  # out of the rotation until it can record again
+            why = f"the server cannot record requests now: {recorder['refusing']}"
+            return error_response(503, why, code="recorder")
         return {
             "status": "ok",
             "engine": "phoenix",
@@ -111,6 +116,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "run_id": service.run_id,
             **service.stats,
             **({"prefix_cache": service.scheduler.prefix.health()} if service.scheduler.prefix else {}),
+            **({"recorder": recorder} if recorder is not None else {}),
         }
 
     @app.get("/v1/models")
@@ -158,9 +164,7 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
         )
     check_fields(body)
     sampling, stops, with_usage = sampling_of(service, body, chat), stops_of(body), include_usage(body)
-    keep_stop = body.get("include_stop_str_in_output", False)
-    if not isinstance(keep_stop, bool):
-        raise ApiError(400, "include_stop_str_in_output must be true or false", param="include_stop_str_in_output")
+    keep_stop, ignore_eos = flag(body, "include_stop_str_in_output"), flag(body, "ignore_eos")
     ids = await asyncio.to_thread(prompt_ids, service, body, chat)  # tokenizing off the event loop: /health answers
     if not ids:
         raise ApiError(400, "the prompt encodes to no tokens: send some text", param="prompt")
@@ -169,7 +173,7 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     stop = StopStrings(service.decoder.pair.tokenizer, stops, keep_stop) if stops else None
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
-    req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, id=uuid.uuid4().hex)
+    req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, ignore_eos, id=uuid.uuid4().hex)
 
     def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
         loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
@@ -181,8 +185,8 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     except QueueFull as exc:
         service.stats["refused"] += 1
         raise ApiError(429, f"the server is full: {exc}; retry shortly", code="queue_full") from None
-    except RuntimeError as exc:  # the decoding loop stopped for good
-        raise ApiError(503, str(exc), code="loop_stopped") from None
+    except RuntimeError as exc:  # the decoding loop stopped for good, or the recorder cannot record
+        raise ApiError(503, str(exc), code="unavailable") from None
     created = int(time.time())
     if body.get("stream"):
         out = Stream(service, req, chat, created, stop, with_usage)

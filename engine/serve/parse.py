@@ -138,6 +138,14 @@ def sampling_of(service: Service, body: dict, chat: bool) -> SamplingParams:
     )
 
 
+def flag(body: dict, name: str) -> bool:
+    """A vLLM extension's true/false field (include_stop_str_in_output, ignore_eos), off when left out."""
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false, got {value!r}", param=name)
+    return value
+
+
 def stops_of(body: dict) -> list[str]:
     """The request's stop strings (OpenAI's ``stop``: one string or a list of them)."""
     stop = body.get("stop")

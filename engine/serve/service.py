@@ -37,6 +37,7 @@ from engine.observe.sentry import Telemetry
 from engine.prompts.sets import Prompt
 from engine.provenance import environment
 from engine.serve.config import ServeConfig, stored_config
+from engine.serve.recorder import Recorder, spill_path
 from engine.serve.tuner import LoadTuner, profile_cost
 
 log = logging.getLogger("phoenix.serve")
@@ -101,6 +102,7 @@ class Service:
         self._shadow_jobs: collections.deque[tuple[float, RequestRecord, Finished]] = collections.deque()
         self._shadow_lock = threading.Lock()
         self._checked: queue.Queue[RequestRecord] = queue.Queue()  # shadow-checked records, back for writing
+        self.recorder: Recorder | None = None  # once the run is open
         self._profile_rows: DynamicCache | None = None
         self._profile_batch: BatchCache | None = None
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
@@ -136,6 +138,7 @@ class Service:
                 0,
             )
             self.run_id = run.id
+            self.recorder = Recorder(self.store, run.id, spill_path(self.store, run.id))
         self._threads = [threading.Thread(target=self._record_loop, name="phoenix-recorder", daemon=True)]
         if loop_thread:
             self._threads.append(threading.Thread(target=self.run_loop, name="phoenix-loop", daemon=True))
@@ -167,8 +170,10 @@ class Service:
         self._recorded.set()
         self._threads[0].join(timeout_s)
         if self.store is not None and self.run_id is not None:
-            if self.dead:
-                self.store.set_status(self.run_id, "failed", f"the decoding loop stopped: {self.dead}")
+            lost = self.recorder.lost() if self.recorder is not None else None
+            if self.dead or lost:  # a run whose rows did not all reach the store never ends done
+                why = "; ".join(w for w in (self.dead and f"the decoding loop stopped: {self.dead}", lost) if w)
+                self.store.set_status(self.run_id, "failed", why)
             else:
                 self.store.set_status(self.run_id, "done")
         self.telemetry.flush()
@@ -206,6 +211,9 @@ class Service:
             if caller is not None:
                 caller(f)
 
+        refusing = self.recorder.refusing if self.recorder is not None else None
+        if refusing:  # answering work it cannot record is what the server must not do
+            raise RuntimeError(f"the server cannot record requests now: {refusing}")
         req.on_done = done
         self.scheduler.submit(req)
         self.gauges()
@@ -332,9 +340,6 @@ class Service:
         records += self._unchecked(everything)
         self.gauges()
         steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
-        if self.store is None or self.run_id is None:
-            return
-        self.store.add_serve_steps(self.run_id, steps)
-        if records:
+        if self.recorder is not None:
             done = self.stats["finished"] + self.stats["cancelled"] + self.stats["failed"]
-            self.store.add_requests(records, progress=(self.run_id, done))
+            self.recorder.write(steps, records, done)  # retried, held and spilled; never dropped
