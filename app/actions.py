@@ -4,8 +4,11 @@ Viewing is always read-only and open."""
 from __future__ import annotations
 
 import hmac
+import json
 import os
 import re
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import streamlit as st
@@ -84,6 +87,19 @@ def demo_config(real: bool | None = None) -> BenchConfig:
         name="demo (SmolLM2-135M)",
         modes=["target", *modes, "suffix_16", "ngram_8"],
     )
+
+
+REQUEST_S = {SMOLLM2: 4.0}  # seconds a 64-token request of the real pair takes on a quiet 2-core CPU (fp32);
+# the embedded pair's take a fraction of one
+
+
+def demo_length(cfg: BenchConfig) -> str:
+    """How long a demo will take, said before it starts: its requests, its warm-ups, and minutes at the pace
+    measured on a quiet 2-core machine (a busy one takes longer: the real-pair demo once took 45 minutes)."""
+    n, warm = (cfg.limit or 0) * len(cfg.modes), len(cfg.modes)
+    per = REQUEST_S.get(cfg.target, 0.3) * cfg.max_new_tokens / 64
+    minutes = max(1, round((n + warm) * per / 60))
+    return f"{n} requests after {warm} untimed warm-ups, about {minutes} min on a quiet 2-core CPU"
 
 
 def _check(errors: dict, field: str, fn) -> object:
@@ -231,6 +247,21 @@ def check_draft_kind(cfg: BenchConfig, draft_dir) -> None:
             f"{cfg.draft} is an EAGLE-3 head; model_<k> modes (and bandits of --drafter model) need a draft model: "
             "use eagle3_<k> modes, the eagle3 drafter, or pick a draft model"
         )
+
+
+DUPLICATE_S = 60.0  # a run with the very same settings queued this recently is probably a second press
+
+
+def recent_duplicate(cfg: BenchConfig, now: datetime | None = None):
+    """A queued or running run with the very same settings created in the last DUPLICATE_S, or None."""
+    mine = json.loads(json.dumps(asdict(cfg), default=str))
+    now = now or datetime.now(UTC)
+    for run in data.store().list_runs(limit=20):
+        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
+        if run.status in ("queued", "running") and (now - created).total_seconds() <= DUPLICATE_S:
+            if run.config.get("bench") == mine:
+                return run
+    return None
 
 
 def queue_run(cfg: BenchConfig):

@@ -95,9 +95,11 @@ def demo_buttons(key: str, token: str = "") -> None:
             )
         )
     for cfg, button_key, kind, note in choices:
-        if st.button(
+        clicked = st.button(
             f"Quick demo: {cfg.name}, {cfg.limit} prompts, {cfg.max_new_tokens} tokens{note}", key=button_key, type=kind
-        ):
+        )
+        st.caption(actions.demo_length(cfg))  # its length, said before it starts
+        if clicked:
             denied = actions.permission(token)
             if denied:
                 st.error(denied)
@@ -132,6 +134,11 @@ def identity_banner(url: str, run_id: int, info=None) -> None:
                 if has_target
                 else "without a target mode, a shadow share of outputs is re-decoded target-only as the run goes."
             )
+        )
+    elif checked == 0 and info is not None and info.bench is not None and "target" in info.bench.modes:
+        st.warning(  # it has a target mode: telling it to add one (as a cancelled run once was told) is wrong
+            f"No output of this run was checked against target-only decoding: it ended ({info.status}) before any "
+            "prompt had both its target-only and a speculative output. Resume it to check them."
         )
     elif checked == 0:
         st.warning(

@@ -662,3 +662,27 @@ def test_a_server_runs_reference_is_named_so_and_its_divergences_show_no_none(tm
     assert any(c.value.startswith("the reference: every x target") for c in at.caption)
     bad = next(d.value for d in at.dataframe if "diverged_at" in d.value.columns)
     assert len(bad) == 1 and not bad.isna().any().any() and "None" not in bad.astype(str).values
+
+
+def test_after_resume_the_run_page_is_drawn_for_the_new_status_and_polls(app_db, monkeypatch):
+    """It once stayed on the page drawn for the old status (no polling) until a reload."""
+    monkeypatch.setenv("PHOENIX_OPERATOR_TOKEN", "t0ken")
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")  # a resumed run would get a worker of its own
+    app_db.set_status(1, "cancelled")
+    at = open_page("run", run=1)
+    at.text_input(key="run_token").input("t0ken")
+    at.button(key="run_action").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("queued to resume" in el.value for el in at.info)
+    assert app_db.get_run(1).status == "queued"
+    assert any("#1 · queued" in t.value for t in at.text)  # the header shows the status it now has
+
+
+def test_a_demo_says_how_long_it_takes_before_it_starts(monkeypatch):
+    from app import actions, form
+
+    monkeypatch.setattr(form, "present", lambda name, role="target", head=True: True)
+    real = actions.demo_length(actions.demo_config(real=True))
+    assert real.startswith("32 requests after 4 untimed warm-ups, about ") and "min on a quiet 2-core CPU" in real
+    embedded = actions.demo_length(actions.demo_config(real=False))
+    assert embedded.startswith("24 requests after 3 untimed warm-ups, about 1 min")

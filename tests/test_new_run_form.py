@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 from apptest import open_page
@@ -183,3 +184,20 @@ def test_labels_are_short_enough_not_to_be_cut_and_the_shadow_rate_is_explained(
     for name in named:  # the longest case: not here yet
         assert len(form.label(name).split(" · ")[0] + " · not here: fetched first") <= 52
     assert "decoded a second time target-only" in at.number_input(key="n_shadow").help
+
+
+def test_a_second_press_within_a_minute_warns_of_a_duplicate_before_queueing_it(app_db, monkeypatch):
+    """Three Enter presses once queued four runs; the form submits on its button only (enter_to_submit off) and a
+    run with the very same settings queued in the last minute is named first; pressing again queues it anyway."""
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
+    before = len(app_db.list_runs())
+    at = open_page("new_run")
+    queue(at)
+    assert not at.exception and len(app_db.list_runs()) == before + 1
+    queue(at)
+    assert len(app_db.list_runs()) == before + 1  # not queued: warned
+    assert any("with these very settings was queued moments ago" in w.value for w in at.warning)
+    queue(at)
+    assert len(app_db.list_runs()) == before + 2  # pressed again on purpose: queued
+    source = (Path(__file__).parents[1] / "app" / "views" / "new_run.py").read_text()
+    assert 'st.form("new_run", enter_to_submit=False)' in source  # AppTest cannot press Enter; the flag is the fix

@@ -117,6 +117,21 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
             for _ in range(2)
         ]
         assert sampled[0].text == sampled[1].text  # a seed replays the request
+        full = results[1]
+        stop = full[len(full) // 2 : len(full) // 2 + 2]
+        cut = api.completions.create(
+            model=service.model_name, prompt=PROMPTS[1], max_tokens=20, stop=[stop], logprobs=2, seed=3
+        ).choices[0]
+        assert cut.text == full[: full.index(stop)] and cut.finish_reason == "stop"
+        assert cut.logprobs is not None and len(cut.logprobs.tokens) == len(cut.logprobs.token_logprobs) > 0
+        chat_lp = api.chat.completions.create(
+            model=service.model_name,
+            messages=[{"role": "user", "content": "def f(x):"}],
+            max_tokens=4,
+            logprobs=True,
+            top_logprobs=2,
+        )
+        assert chat_lp.choices[0].logprobs is not None and len(chat_lp.choices[0].logprobs.content) == 4
         with pytest.raises(openai.BadRequestError, match="top_p must be"):
             api.completions.create(model=service.model_name, prompt="x", max_tokens=4, top_p=1.5)
         with pytest.raises(openai.NotFoundError, match="does not exist here"):
@@ -126,7 +141,7 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
         thread.join(30)
     run = store.get_run(service.run_id)
     assert run.status == "done"
-    assert store.count_requests(run.id) == len(PROMPTS) + 6
+    assert store.count_requests(run.id) == len(PROMPTS) + 8
 
 
 def test_each_response_says_what_speculation_did_for_it(client, decoder):
@@ -340,3 +355,42 @@ def test_top_k_one_is_greedy_and_served(client):
     c, _, _ = client
     r = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3, "top_k": 1})
     assert r.status_code == 200, r.text
+
+
+def test_a_whole_response_whose_client_went_away_stops_decoding_behind_the_api_key(decoder, tmp_path):
+    """Not streamed, with --api-key: the disconnect is seen (an HTTP middleware once hid it, so the request
+    decoded all its tokens for nobody and was recorded as finished)."""
+    import socket
+    import time
+
+    import uvicorn
+
+    from engine.serve.api import make_app
+
+    service, store = make_service(decoder, tmp_path, api_key="k3y", max_tokens_cap=2000)
+    real_step = service.scheduler.step
+
+    def slow_step():  # the tiny model decodes 400 tokens in about a second: make it take several
+        time.sleep(0.01)
+        return real_step()
+
+    service.scheduler.step = slow_step  # type: ignore[method-assign]
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 60, "the server to start")
+        body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 400}).encode()
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            wait_for(lambda: service.scheduler.load[0] == 1, 30, "the request to be decoding")
+        wait_for(lambda: service.scheduler.load == (0, 0), 30, "the row to be freed")
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    (rec,) = store.requests(service.run_id)
+    assert rec.error == "cancelled: the client went away" and rec.output_tokens < 400

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -117,7 +118,7 @@ def test_the_levels_table_and_the_live_runs_loop_are_on_the_run_pages(swept, mon
     assert by_batch["n"].sum() == sum(1 for s in store.serve_steps(live_id) if s.k is not None)
 
 
-def serve_process(tiny_dirs, tmp_path, port: int) -> subprocess.Popen:
+def serve_process(tiny_dirs, tmp_path, port: int, *extra: str) -> subprocess.Popen:
     d = tiny_dirs["qwen3"]
     return subprocess.Popen(
         [
@@ -136,6 +137,7 @@ def serve_process(tiny_dirs, tmp_path, port: int) -> subprocess.Popen:
             "--no-profile",
             "--db",
             str(tmp_path / "p.db"),
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -179,6 +181,50 @@ def test_sigterm_drains_the_request_in_flight_and_records_it(tiny_dirs, tmp_path
     (run,) = store.list_runs()
     (rec,) = store.requests(run.id)
     assert run.status == "done" and rec.error is None and rec.output_tokens > 0
+
+
+def test_a_half_sent_body_cannot_hold_the_exit_after_sigterm(tiny_dirs, tmp_path):
+    import socket
+
+    port = free_port()
+    proc = serve_process(tiny_dirs, tmp_path, port, "--shutdown-timeout-s", "2")
+    try:
+        wait_for(lambda: healthy(port) or proc.poll() is not None, 120, "the server")
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{\"prompt\": ")  # fmt: skip
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0  # it once waited for the rest of the body for ever
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run,) = Store(f"sqlite:///{tmp_path / 'p.db'}").list_runs()
+    assert run.status == "done"
+
+
+def test_a_second_sigterm_ends_the_requests_in_flight_now_and_records_them(tiny_dirs, tmp_path):
+    port = free_port()
+    proc = serve_process(tiny_dirs, tmp_path, port, "--shutdown-timeout-s", "600", "--max-tokens-cap", "100000")
+    try:
+        wait_for(lambda: healthy(port) or proc.poll() is not None, 120, "the server")
+        with post(port, {"prompt": "def f(x):\n", "max_tokens": 480, "stream": True}) as resp:
+            resp.readline()
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)  # no waiting out the deadline: the request ends now
+            start = time.monotonic()
+            assert proc.wait(30) == 0 and time.monotonic() - start < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    (run,) = store.list_runs()
+    assert run.status in ("interrupted", "done")  # done only if the request finished before the second signal
+    if run.status == "interrupted":
+        assert "second signal" in (run.error or "")
+        (rec,) = store.requests(run.id)
+        assert rec.error is not None and "second signal" in rec.error
 
 
 def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):

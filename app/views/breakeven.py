@@ -9,11 +9,12 @@ import streamlit as st
 from app import charts, data, provenance, tables, urlstate, widgets
 from engine.analysis.breakeven import (
     breakeven_c,
-    diagnose,
     expected_tokens,
+    measured_speedups,
     optimum_k,
     optimum_note,
     predicted_speedup,
+    verdict,
 )
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
@@ -24,6 +25,13 @@ MODEL = (
     "the break-even model's prediction E / (1 + c·k): a ratio of mean step rates, not the measured speedup "
     "(the diamonds, when fitted to a run)"
 )
+
+
+def speedups_of(url: str, run_id: int | None) -> list[tuple[str, float]]:
+    """The run's measured speedups per mode, as its Run page's verdict reads them (one verdict for both pages)."""
+    if run_id is None:
+        return []
+    return measured_speedups(data.summaries(url, run_id))
 
 
 def _float_qp(name: str, default: float) -> float:
@@ -63,11 +71,12 @@ def render() -> None:
     if "run" not in st.query_params and default is not None:
         st.query_params["run"] = str(default)  # opens on the newest run it can fit, not on made-up values
     use_run = st.toggle("Fit from a run", value="run" in st.query_params, key="fit_toggle")
-    measured, fit = None, None
+    measured, fit, fit_run_id = None, None, None
     a, c = _float_qp("a", 0.7), _float_qp("c", 0.1)
     if use_run:
         run_id = widgets.run_picker(url)
         if run_id is not None:
+            fit_run_id = run_id
             info = data.run(url, run_id)
             bench = info.bench
             fit = fit_run(
@@ -110,7 +119,7 @@ def render() -> None:
     if fit is not None and fit.a is not None and fit.c is not None:
         st.caption(optimum_note(fit.a, fit.c, fit.measured, K_MAX))
     if fit is not None and fit.a is not None:
-        st.info(diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured))
+        st.info(verdict(fit.a, fit.best_speedup, fit.c, fit.k_best_measured, speedups_of(url, fit_run_id)))
         st.caption(
             "Diamonds: the run's speedup per k (" + SPEEDUP.split(": ", 1)[1] + "; every request that "
             "drafted k). The curves are the model's prediction, a ratio of mean step rates. The solid curve "

@@ -4,6 +4,9 @@ finished run's settings (`new?from=<run>`, the Run page's "Run again")."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import streamlit as st
 
 from app import actions, data, form, urlstate, widgets
@@ -12,6 +15,7 @@ from engine.modes import RUN_DRAFTERS
 from engine.policies.registry import policy_names
 
 SAVED = "new_run_values"  # not a widget key, so it outlives the page: Streamlit drops widget state on leaving
+DUPLICATE = "new_run_duplicate"  # the settings a duplicate warning was shown for: pressing again queues them
 FROM = "new_run_from"  # the run whose settings were last loaded, so a reload does not undo the user's edits
 
 
@@ -79,6 +83,16 @@ def render() -> None:
         for field, message in errors.items():
             widgets.refused(message, slots.get(field, slots["form"]))
         return
+    twin = actions.recent_duplicate(cfg)
+    mark = json.dumps(asdict(cfg), sort_keys=True, default=str)
+    if twin is not None and st.session_state.get(DUPLICATE) != mark:
+        st.session_state[DUPLICATE] = mark  # the same press again queues it: a second run on purpose
+        slots["form"].warning(
+            f"Run #{twin.id} with these very settings was queued moments ago ({twin.status}). Press Queue run again "
+            "to queue another one anyway."
+        )
+        return
+    st.session_state.pop(DUPLICATE, None)
     widgets.queued(*actions.queue_run(cfg))
 
 
@@ -89,7 +103,7 @@ def _known(choice: str, options: list[str]) -> str:
 def fields(targets: list[str], drafts: list[str], modes: list[str]) -> dict:
     """The form's widgets, laid out; an empty slot under each field holds its error."""
     slots: dict = {}
-    with st.form("new_run"):
+    with st.form("new_run", enter_to_submit=False):  # Enter in a field once queued a run (three presses, four runs)
         slots["form"] = st.empty()
         c1, c2 = st.columns(2)
         c1.selectbox("Target", targets, format_func=form.label, key="n_target", help=form.models_help(targets))

@@ -5,11 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from app import actions, charts, data, oracle, provenance, served, serving, specbench, tracking, urlstate, widgets
-from engine.analysis.breakeven import diagnose
+from engine.analysis.breakeven import diagnose, measured_speedups, verdict
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
 from engine.modes import Mode, reference_mode
+from engine.paths import DATA_DIR
+from engine.queue.autostart import worker_pid
 
 
 def render() -> None:
@@ -26,6 +28,8 @@ def render() -> None:
         )
         st.code(info.config_error, language=None, wrap_lines=True)
     tracking.show_note(info)
+    if "run_notice" in st.session_state:
+        st.info(st.session_state.pop("run_notice"))
     run_actions(info)
     tracking.panel(info)
     if info.status in ("running", "queued"):
@@ -61,14 +65,17 @@ def run_actions(info) -> None:
                 st.error(denied)
                 return
             if can_cancel:
-                st.info(f"Run #{info.id}: {actions.cancel_run(info.id)}; rows already written are kept.")
+                notice = f"Run #{info.id}: {actions.cancel_run(info.id)}; rows already written are kept."
             else:
                 ok = actions.resume_run(info.id)
-                st.info(
-                    f"Run #{info.id} queued to resume; done prompts are skipped."
-                    if ok
-                    else "This run cannot be resumed."
-                )
+                resumed = f"Run #{info.id} queued to resume; done prompts are skipped."
+                notice = resumed if ok else "This run cannot be resumed."
+            # the page was drawn for the old status: draw it again for the new one, so it polls until the run ends
+            # (after a Resume it once stayed on "queued 3/8" while the run finished 8/8)
+            st.session_state["run_notice"] = notice
+            data.run.clear()
+            data.runs.clear()
+            st.rerun()
 
 
 def sampling_line(b) -> str:
@@ -98,9 +105,10 @@ def body(url: str, run_id: int) -> None:
         else ""
     )
     warm = data.warmup_count(url, run_id)
+    # a live server's run has no total to reach: "7/0 requests" once read as a broken count
+    done = f"{info.progress_done}/{info.progress_total}" if info.progress_total else f"{info.progress_done}"
     st.text(
-        f"#{info.id} · {info.status} · target {info.target} · draft {info.draft or 'none'}{setting} · "
-        f"{info.progress_done}/{info.progress_total} requests"
+        f"#{info.id} · {info.status} · target {info.target} · draft {info.draft or 'none'}{setting} · {done} requests"
         + (
             f" · plus {warm} warm-up request{'s' if warm != 1 else ''} (one per mode: stored, left out of every figure)"
             if warm
@@ -140,7 +148,7 @@ def body(url: str, run_id: int) -> None:
     oracle.panel(url, run_id)
     served.sweep(info)
     pos, split, sample = data.positions(url, run_id), data.arm_totals(url, run_id), data.request_sample(url, run_id)
-    drafter = info.bench.drafter if info.bench else "model"
+    drafter = info.bench.drafter if info.bench else str(info.config.get("drafter") or "model")  # a server's own
     fit = fit_run(
         pos, split, data.prompt_rewards(url, run_id), drafter, drafter_arms=bool(info.bench and info.bench.drafter_arms)
     )
@@ -187,7 +195,7 @@ def queue_panel(url: str, info) -> None:
         f"Queued: number {q.position} in the queue ({ahead} run{'s' * (ahead != 1)} ahead, "
         f"{q.queued_ahead_requests:,} requests); {q.running} run{'s' * (q.running != 1)} in progress "
         f"({q.running_left_requests:,} requests left). Live workers: {len(serving)}"
-        + (f" ({', '.join(serving)})" if serving else "")
+        + (f" ({', '.join(serving)})" if serving else " (a worker that is starting shows here within a minute)")
         + "."
     )
     eta = q.eta_s(info.progress_total, len(serving))
@@ -199,7 +207,10 @@ def queue_panel(url: str, info) -> None:
         )
     elif q.mean_request_s is None:
         st.caption("No ETA yet: no request of this target has been measured in this database.")
-    if not serving:
+    starting = worker_pid(DATA_DIR, url) if not serving else None
+    if starting is not None:  # autostarted, not yet registered: "no worker serves it" would be untrue
+        st.info(f"A worker is starting for this database (pid {starting}); the run begins once it has loaded.")
+    elif not serving:
         st.warning("No worker serves this database now, so nothing will run. Start one in a terminal:")
     else:
         st.caption(
@@ -302,7 +313,7 @@ def diagnosis(fit, summaries, drafter: str = "model") -> str:
     """The break-even diagnosis covers the modes of the run's --drafter (its fixed modes and bandits); modes of
     other drafters that drafted get their own line instead of 'no drafting data'."""
     if fit.a is not None:
-        return diagnose(fit.a, fit.best_speedup, fit.c, fit.k_best_measured)
+        return verdict(fit.a, fit.best_speedup, fit.c, fit.k_best_measured, measured_speedups(summaries))
     others = [m for m in summaries if m.proposed and not Mode.of(m.mode).drafts_with(drafter)]
     if not others:
         return diagnose(None, None, None, None)

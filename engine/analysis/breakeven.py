@@ -115,6 +115,40 @@ def diagnose(a: float | None, best_speedup: float | None, c: float | None, k_bes
     return f"Speculation pays here (a = {a:.2f})."
 
 
+def measured_speedups(summaries) -> list[tuple[str, float]]:
+    """Every drafting mode's median speedup over target-only (engine.analysis summaries), as the table beside the
+    verdict shows it."""
+    return [(m.mode, m.speedup.median) for m in summaries if m.speedup and m.speedup.median and m.proposed]
+
+
+def verdict(
+    a: float | None,
+    best_speedup: float | None,
+    c: float | None,
+    k_best: int | None,
+    measured: list[tuple[str, float]],
+) -> str:
+    """The diagnosis beside the run's measured speedups (mode, median x target-only), never contradicting them:
+    where every mode measured loses, no page says speculation pays; where the fitted model and the measurement
+    disagree, one sentence says so and the measurement is the evidence. One verdict for every page."""
+    text = diagnose(a, best_speedup, c, k_best)
+    if a is None or not measured:
+        return text
+    mode, best = max(measured, key=lambda m: m[1])
+    if best < 1.0 and text.startswith("Speculation pays"):
+        return (
+            f"Speculation does not pay in this run: every mode measured lost to target-only (the best, {mode}, ran at "
+            f"{best:.2f}x). The fitted model (a = {a:.2f}) predicts a gain; the measurement disagrees, and it is the "
+            "evidence: drafting or verification costs more here than the model assumes."
+        )
+    if best > 1.0 and not text.startswith("Speculation pays"):
+        return (
+            f"{text} Yet {mode} measured {best:.2f}x target-only: the fitted model and the measurement disagree, and "
+            "the measurement is the evidence (the fit covers the run's --drafter only)."
+        )
+    return text
+
+
 def optimum_note(a: float, c: float, measured, k_max: int = K_MAX) -> str:
     """Why the model's optimum k and the run's best measured k agree or not, in one sentence. ``measured``: the
     fit's per-arm table (k, measured speedup, verify cost). The model prices a verify of k+1 tokens at one target

@@ -9,7 +9,7 @@ EXAMPLES = {
     "zoo": "python -m engine zoo fetch smollm2",
     "bench": "python -m engine bench --target smollm2 --draft smollm2-eagle3 --drafter eagle3 --modes target,eagle3_3,"
     "ngram_8 --limit 20",
-    "runs": "python -m engine runs --limit 10",
+    "runs": "python -m engine runs --tag baseline",
     "show": "python -m engine show 12",
     "report": "python -m engine report 12 --by column --format md",
     "export": "python -m engine export 12 --format csv --out run12.csv",
@@ -21,13 +21,13 @@ EXAMPLES = {
     "distill": "python -m engine distill --target smollm2 --draft smollm2-draft",
     "engines": "python -m engine engines load --url http://127.0.0.1:8000 --variants none,auto --concurrency 1,4",
     "vllm": "python -m engine vllm start --method eagle3 --k 3",
-    "llamacpp": "python -m engine llamacpp start --model smollm2 --draft smollm2-draft",
+    "llamacpp": "python -m engine llamacpp start --model smollm2 --spec-type ngram-simple",
     "serve": "python -m engine serve --target smollm2 --draft smollm2-eagle3 --drafter eagle3 --max-batch 16\n"
     "  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' "
     '-d \'{"prompt": "def add(a, b):", "max_tokens": 32}\'',
     "tag": "python -m engine tag 12 baseline",
     "untag": "python -m engine untag 12 baseline",
-    "note": "python -m engine note 12 'quiet machine, second sitting'",
+    "note": "python -m engine note 12 --text 'quiet machine, second sitting'",
     "archive": "python -m engine archive 12",
     "unarchive": "python -m engine unarchive 12",
     "delete": "python -m engine delete 12",

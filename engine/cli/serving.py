@@ -48,6 +48,32 @@ def check_port(host: str, port: int) -> None:
             raise PhoenixError(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port") from None
 
 
+def shutdown(server, service, deadline_s: float):
+    """The SIGTERM and Ctrl-C handler: the first stops taking requests and lets those in flight finish, for at most
+    ``deadline_s``; past it, or at a second signal, every request still held ends ``aborted`` (recorded) and the
+    server exits. The loop does the ending itself, between steps (a handler runs mid-step)."""
+    log = logging.getLogger("phoenix.serve")
+    signals = []
+
+    def force(reason: str) -> None:
+        server.force_exit = True
+        service.scheduler.end_all(reason)
+
+    def handle(_signum=None, _frame=None) -> None:
+        signals.append(time.monotonic())
+        if len(signals) == 1:
+            log.info("stopping: requests in flight get up to %g s to finish (signal again to stop now)", deadline_s)
+            server.should_exit = True
+            timer = threading.Timer(deadline_s, force, [f"the shutdown deadline ({deadline_s:g} s) passed"])
+            timer.daemon = True
+            timer.start()
+        else:
+            log.info("a second signal: ending every request now")
+            force("the server was stopped by a second signal")
+
+    return handle
+
+
 def cmd_serve(args) -> int:
     import uvicorn  # the server's own stack, off every other command's path
 
@@ -67,16 +93,17 @@ def cmd_serve(args) -> int:
     service.start(loop_thread=False)
     server = uvicorn.Server(
         uvicorn.Config(
-            make_app(service, manage=False), host=cfg.host, port=cfg.port, log_level="warning", access_log=False
+            make_app(service, manage=False),
+            host=cfg.host,
+            port=cfg.port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout_s)),  # a half-sent body cannot hold the exit
         )
     )
     http = threading.Thread(target=server.run, name="phoenix-http", daemon=True)
-
-    def drain(_signum=None, _frame=None) -> None:  # uvicorn stops accepting and lets requests in flight finish
-        server.should_exit = True
-
-    signal.signal(signal.SIGTERM, drain)
-    signal.signal(signal.SIGINT, drain)
+    signal.signal(signal.SIGTERM, shutdown(server, service, cfg.shutdown_timeout_s))
+    signal.signal(signal.SIGINT, signal.getsignal(signal.SIGTERM))
     http.start()
 
     def stop_when_http_ends() -> None:  # in flight answered: the loop drains what is left, then stops

@@ -29,7 +29,7 @@ from engine.decode.drafters import Drafter
 from engine.decode.prefix import PrefixCache, kv_of, restore
 from engine.decode.sequence import Finished, QueueFull, Request, Sequence, draft_together
 from engine.decode.spec import forward
-from engine.decode.steps import Choice, StepRecord, Tuner
+from engine.decode.steps import StepRecord, Tuner, plan
 
 BUDGET = 512  # max tokens a step computes: every row's pending token and drafts, then prompt chunks
 LONG_PREFILL = 256  # the most of one prompt a step prefills (vLLM's long_prefill_token_threshold)
@@ -57,6 +57,7 @@ class Scheduler:
         long_prefill: int = LONG_PREFILL,
         clock=None,
         prefix: PrefixCache | None = None,
+        keep_taps: tuple[int, ...] = (),
     ):
         """``drafters(kind)``: a drafter of its own for one request (engine.decode.decoder.Decoder.row_drafter).
         ``prefix``: a prefix cache prompts are looked up in, and their prefills kept in (None: every prompt cold)."""
@@ -65,6 +66,9 @@ class Scheduler:
         self.budget, self.long_prefill = max(1, budget), max(1, min(long_prefill, budget))
         self.clock = clock or time.perf_counter
         self.prefix = prefix
+        # the taps every prompt's prefix entry keeps (the server's head's): a request that does not draft stores
+        # them too, so a drafting request after it still finds the shared prefix (alternating once missed it)
+        self.keep_taps = keep_taps if prefix is not None else ()
         self.started = self.clock()
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Row] = []  # admitted, their prompts going in chunk by chunk
@@ -75,6 +79,7 @@ class Scheduler:
         self.arms: Counter[int] = Counter()
         self.errors = 0  # steps that raised
         self.dead: str | None = None  # why the loop stopped for good
+        self.ending: str | None = None  # why every held request is to end before the next step (end_all)
         self._cv = threading.Condition()
 
     # the caller's side --------------------------------------------------------
@@ -116,6 +121,13 @@ class Scheduler:
             self.abort(f"{type(exc).__name__}: {exc}")
             raise
 
+    def end_all(self, reason: str) -> None:
+        """Ask the loop to end every request it holds (``aborted``, with the reason) before its next step; safe from
+        a signal handler or another thread, since the loop itself does the ending."""
+        with self._cv:
+            self.ending = reason
+            self._cv.notify()
+
     def drain(self) -> None:
         """Step until every request submitted so far has finished (the bench's door: no thread, no waiting)."""
         while self.step():
@@ -134,6 +146,8 @@ class Scheduler:
     def step(self) -> bool:
         """Release, admit, one batched pass, then prompt chunks with what is left of the budget. False when there
         was nothing to do."""
+        if self.ending is not None:
+            self.abort(self.ending)
         with torch.inference_mode():
             self._release()
             self._admit()
@@ -177,13 +191,18 @@ class Scheduler:
             row.cache = self._cached(row)
             self.prefilling.append(row)
 
+    def _taps(self, seq: Sequence) -> tuple[int, ...]:
+        """The layers a prompt's prefill keeps the hidden states of: its drafter's, else what the cache keeps."""
+        return seq.taps or self.keep_taps
+
     def _cached(self, row: Row) -> DynamicCache:
         """The row's cache to prefill on: what the prefix cache holds of its prompt already, or an empty one."""
-        hit = self.prefix.lookup(row.seq.prompt_ids, bool(row.seq.taps)) if self.prefix is not None else None
+        hit = self.prefix.lookup(row.seq.prompt_ids, bool(self._taps(row.seq))) if self.prefix is not None else None
         if hit is None:
             return roomy_cache(self.target.config)
         entry, length = hit
-        row.seq.prefilled(length, entry.features[:length] if entry.features is not None and row.seq.taps else None)
+        kept = entry.features[:length] if entry.features is not None and self._taps(row.seq) else None
+        row.seq.prefilled(length, kept)
         row.seq.stats.cached_tokens = length
         return restore(entry, length, self.target.config)
 
@@ -219,10 +238,10 @@ class Scheduler:
                 prefill_together(
                     self.target,
                     [ids for _, ids in fresh],
-                    fresh[0][0].seq.taps,
+                    self._taps(fresh[0][0].seq),
                     [row.seq.picker if not row.seq.to_prefill - len(ids) else None for row, ids in fresh],
                 )
-                if len(fresh) > 1 and len({row.seq.taps for row, _ in fresh}) == 1
+                if len(fresh) > 1 and len({self._taps(row.seq) for row, _ in fresh}) == 1
                 else None
             )
         except Exception as exc:
@@ -251,7 +270,7 @@ class Scheduler:
         ids = row.seq.chunk(budget)
         assert row.cache is not None  # a prefilling row holds its own cache until it joins the batch
         last = len(ids) == row.seq.to_prefill  # only the prompt's last chunk picks the first token
-        picks, feats = forward(self.target, row.cache, ids, 1, row.seq.taps, row.seq.picker if last else None)
+        picks, feats = forward(self.target, row.cache, ids, 1, self._taps(row.seq), row.seq.picker if last else None)
         self._chunked(row, ids, picks[-1], feats, self.clock() - start)
         return len(ids)
 
@@ -263,7 +282,7 @@ class Scheduler:
         if seq.to_prefill:
             return
         if self.prefix is not None and row.cache is not None:
-            feats = torch.cat(seq.features) if seq.features and seq.taps else None
+            feats = torch.cat(seq.features) if seq.features and self._taps(seq) else None
             self.prefix.store(seq.prompt_ids, *kv_of(row.cache), feats)
         stats.ttft_s = self.clock() - row.req.submitted
         before = self.clock()
@@ -279,32 +298,9 @@ class Scheduler:
         row.cache = None
         self.rows.append(row)
 
-    def _plan(self) -> tuple[list[int], list[str], Choice | None, str]:
-        """Each row's k and drafter for this pass: its own k where it fixed one, else the tuner's for its drafter
-        at this batch; rows that let the tuner choose the drafter too (a choice) get the drafter it names."""
-        b = len(self.rows)
-        tuned = [r.req.k is None and r.seq.drafter is not None for r in self.rows]  # the tuner decides their k
-        choosing = [r for r, t in zip(self.rows, tuned) if t and r.seq.options]
-        choices: dict[str, Choice] = {}
-        if self.tuner is not None:
-            for kind in {r.req.drafter for r, t in zip(self.rows, tuned) if t and not r.seq.options}:
-                choices[kind] = self.tuner.choose(kind, b)
-            if choosing:
-                choices["choice"] = pick = self.tuner.choose_drafter(choosing[0].seq.options, b)
-                for r in choosing:
-                    r.seq.use(pick.drafter or r.seq.options[0])
-        ks, used = [], []
-        for r, t in zip(self.rows, tuned):
-            c = choices.get("choice" if r.seq.options else r.req.drafter) if t else None
-            ks.append(r.seq.cap(c.k if c else (r.req.k or 0)))
-            used.append(c.drafter if c and c.drafter else r.req.drafter)
-        drafting = Counter(u for u, r in zip(used, self.rows) if r.seq.drafter is not None)
-        main = drafting.most_common(1)[0][0] if drafting else self.rows[0].req.drafter
-        return ks, used, choices.get("choice") or choices.get(main), main
-
     def _pass(self) -> tuple[int, StepRecord]:
         """One verification pass over every running row: the tokens it computed, and its record."""
-        ks, used, choice, main = self._plan()
+        ks, used, choice, main = plan(self.rows, self.tuner)
         drafted, draft_times = draft_together([r.seq for r in self.rows], ks, self.clock)
         taps = next((r.seq.taps for r in self.rows if r.seq.taps), ())
         start = self.clock()

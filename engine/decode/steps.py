@@ -5,6 +5,7 @@ choice. Plain data: no database type reaches the decoding loop.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,3 +33,28 @@ class Tuner(Protocol):
     def observe_forward(self, batch: int, tokens: int, seconds: float) -> None: ...
 
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None: ...
+
+
+def plan(rows: list, tuner: Tuner | None) -> tuple[list[int], list[str], Choice | None, str]:
+    """Each running row's k and drafter for this pass (rows: the scheduler's, each with its ``req`` and ``seq``):
+    its own k where it fixed one, else the tuner's for its drafter at this batch; rows that let the tuner choose the
+    drafter too (a choice) get the drafter it names. Also the step's choice and its main drafter, for its record."""
+    b = len(rows)
+    tuned = [r.req.k is None and r.seq.drafter is not None for r in rows]  # the tuner decides their k
+    choosing = [r for r, t in zip(rows, tuned) if t and r.seq.options]
+    choices: dict[str, Choice] = {}
+    if tuner is not None:
+        for kind in {r.req.drafter for r, t in zip(rows, tuned) if t and not r.seq.options}:
+            choices[kind] = tuner.choose(kind, b)
+        if choosing:
+            choices["choice"] = pick = tuner.choose_drafter(choosing[0].seq.options, b)
+            for r in choosing:
+                r.seq.use(pick.drafter or r.seq.options[0])
+    ks, used = [], []
+    for r, t in zip(rows, tuned):
+        c = choices.get("choice" if r.seq.options else r.req.drafter) if t else None
+        ks.append(r.seq.cap(c.k if c else (r.req.k or 0)))
+        used.append(c.drafter if c and c.drafter else r.req.drafter)
+    drafting = Counter(u for u, r in zip(used, rows) if r.seq.drafter is not None)
+    main = drafting.most_common(1)[0][0] if drafting else rows[0].req.drafter
+    return ks, used, choices.get("choice") or choices.get(main), main

@@ -87,15 +87,6 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
         log.error("500 %s: %s: %s", request.url.path, type(exc).__name__, exc)
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    @app.middleware("http")
-    async def _auth(request: HttpRequest, call_next):
-        key = service.cfg.api_key
-        if key and request.url.path.startswith("/v1/"):
-            if request.headers.get("authorization", "") != f"Bearer {key}":
-                log.warning("401 %s: missing or wrong API key", request.url.path)
-                return error_response(401, "missing or wrong API key: send 'Authorization: Bearer KEY'")
-        return await call_next(request)
-
     @app.get("/health")
     async def health():
         rows, waiting = service.scheduler.load
@@ -120,7 +111,8 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
         }
 
     @app.get("/v1/models")
-    async def models():
+    async def models(request: HttpRequest):
+        check_key(service, request)
         pair = service.decoder.pair
         ctx = getattr(pair.target.config, "max_position_embeddings", None)
         return {
@@ -152,7 +144,16 @@ def ready_line(service: Service) -> str:
     )
 
 
+def check_key(service: Service, request: HttpRequest) -> None:
+    """--api-key, checked in each /v1 endpoint: an HTTP middleware would hide the client's disconnect from
+    ``is_disconnected`` (Starlette's BaseHTTPMiddleware), and a whole response would decode on for nobody."""
+    key = service.cfg.api_key
+    if key and request.headers.get("authorization", "") != f"Bearer {key}":
+        raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'")
+
+
 async def generate(service: Service, request: HttpRequest, chat: bool):
+    check_key(service, request)
     body = await read_body(request)
     model = body.get("model")
     if model is not None and model != service.model_name:
@@ -178,7 +179,8 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
         loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
 
-    req.on_tokens = lambda toks, lps: put("tokens", (toks, lps))
+    if body.get("stream"):  # a whole response waits for the end alone: no event a step to wake it for nothing
+        req.on_tokens = lambda toks, lps: put("tokens", (toks, lps))
     req.on_done = lambda f: put("done", f)
     try:
         service.submit(req)
@@ -201,16 +203,19 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
 
 
 async def wait_done(request: HttpRequest, req: Request, events: asyncio.Queue) -> Finished | None:
+    """The finished request, or None once its client went away (checked every half second, whatever arrives: a
+    check made only when no event came was never made while tokens flowed, and a whole response decoded on for
+    nobody)."""
     while True:
         try:
             kind, payload = await asyncio.wait_for(events.get(), timeout=0.5)
         except TimeoutError:
-            if await request.is_disconnected():
-                req.cancelled = True
-                return None
-            continue
+            kind, payload = "", None
         if kind == "done":
             return payload
+        if await request.is_disconnected():
+            req.cancelled = True
+            return None
 
 
 class Stream:

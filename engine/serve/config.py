@@ -31,6 +31,8 @@ class ServeConfig(PairConfig):
     epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
     pack: str = "auto"  # auto | off: linear weights prepacked for oneDNN where measured faster (bf16 on the CPU)
     profile: bool = True  # time the forward at every (batch, width) before serving; off: learn it online only
+    shutdown_timeout_s: float = 30.0  # after SIGTERM: requests in flight get this long, then end aborted (a second
+    # SIGTERM or Ctrl-C ends them at once); every one is recorded either way
     shadow_rate: float = 0.0  # share of finished requests re-decoded single-stream target-only to check identity
     name: str = ""  # the live run's name
     seed: int = 0
@@ -64,6 +66,8 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
         raise PhoenixError(f"--prefix-cache-gb must be in 0..1024, got {cfg.prefix_cache_gb}")
     if cfg.pack not in ("auto", "off"):
         raise PhoenixError(f"--pack must be auto or off, got {cfg.pack!r}")
+    if not 0.0 <= cfg.shutdown_timeout_s <= 86_400.0:  # NaN fails this too
+        raise PhoenixError(f"--shutdown-timeout-s must be in 0..86400, got {cfg.shutdown_timeout_s}")
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:
         raise PhoenixError("--shadow-rate and --epsilon must be in 0..1")
     return cfg

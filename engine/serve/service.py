@@ -90,6 +90,7 @@ class Service:
             budget=cfg.max_num_batched_tokens,
             long_prefill=cfg.long_prefill_token_threshold,
             prefix=PrefixCache(int(cfg.prefix_cache_gb * 2**30)) if cfg.prefix_cache_gb > 0 else None,
+            keep_taps=decoder._eagle3.taps if decoder._eagle3 is not None else (),
         )
         self.run_id: int | None = None
         self.packed = "off"
@@ -103,6 +104,7 @@ class Service:
         self._shadow_lock = threading.Lock()
         self._checked: queue.Queue[RequestRecord] = queue.Queue()  # shadow-checked records, back for writing
         self.recorder: Recorder | None = None  # once the run is open
+        self.profile_warnings: list[str] = []
         self._profile_rows: DynamicCache | None = None
         self._profile_batch: BatchCache | None = None
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
@@ -119,7 +121,11 @@ class Service:
         if self.cfg.profile:
             batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
             widths = sorted({1, 2, 3, 4, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
-            self.tuner.cost = profile_cost(self._timed_forward, batches, widths, repeats=3)
+            self.tuner.cost, self.profile_warnings = profile_cost(
+                self._timed_forward, batches, widths, repeats=3, say=log.info
+            )
+            for warning in self.profile_warnings:
+                log.warning(warning)
             self._profile_rows = self._profile_batch = None
         self.metrics.prepare(self.model_name, self.cfg.k_max, [])
         if self.store is not None:
@@ -130,6 +136,7 @@ class Service:
                     "phoenix_serve": stored_config(self.cfg),
                     "drafter": self.drafter,
                     "cost_profile": self.tuner.cost.as_rows(),
+                    "cost_profile_warnings": self.profile_warnings,
                     "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
                     "environment": environment(),  # the CPU every figure of this run was measured on
                 },
@@ -171,7 +178,9 @@ class Service:
         self._threads[0].join(timeout_s)
         if self.store is not None and self.run_id is not None:
             lost = self.recorder.lost() if self.recorder is not None else None
-            if self.dead or lost:  # a run whose rows did not all reach the store never ends done
+            if self.scheduler.ending and not lost:  # stopped before its requests finished: they ended aborted
+                self.store.set_status(self.run_id, "interrupted", self.scheduler.ending)
+            elif self.dead or lost:  # a run whose rows did not all reach the store never ends done
                 why = "; ".join(w for w in (self.dead and f"the decoding loop stopped: {self.dead}", lost) if w)
                 self.store.set_status(self.run_id, "failed", why)
             else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import random
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,14 +191,58 @@ class LoadTuner:
         self.cost.observe(batch, tokens, seconds)
 
 
-def profile_cost(forward: Callable[[int, int], float], batches: list[int], widths: list[int], repeats: int = 3):
+def profile_cost(
+    forward: Callable[[int, int], float],
+    batches: list[int],
+    widths: list[int],
+    repeats: int = 3,
+    say: Callable[[str], None] | None = None,
+) -> tuple[CostModel, list[str]]:
     """The cost grid at start-up: the median of ``repeats`` timed forwards per (batch, width) cell, after one
-    untimed warm-up of each (``forward(b, n)`` runs one and returns its seconds)."""
-    model = CostModel()
-    for b in batches:
-        for n in widths:
-            forward(b, n)
-            times = [forward(b, n) for _ in range(repeats)]
-            model.recent[(b, n)] = deque(times, WINDOW)
-            model.cells[(b, n)] = statistics.median(times)
-    return model
+    untimed warm-up of each (``forward(b, n)`` runs one and returns its seconds); ``say`` hears the progress (cells
+    done of all, and the time left at this pace). A cell that costs more than a larger neighbour by DISTURBED is
+    timed again (twice at most): another job sharing the CPU makes one cell lie, and a tuner that believed
+    1 x 2 tokens cost 9 s once ran k = 0 for 97% of single requests. Cells that still disagree come back as
+    warnings."""
+    model, cells = CostModel(), [(b, n) for b in batches for n in widths]
+    if say is not None:
+        say(f"profiling the forward's cost at {len(cells)} (batch, width) cells before serving (--no-profile skips it)")
+    start = time.perf_counter()
+    for i, (b, n) in enumerate(cells):
+        _time_cell(model, forward, b, n, repeats)
+        if say is not None and (i + 1) % max(1, len(cells) // 10) == 0:
+            left = (time.perf_counter() - start) / (i + 1) * (len(cells) - i - 1)
+            say(f"profiling the forward: {i + 1} of {len(cells)} cells, about {left:.0f} s left")
+    for _ in range(2):
+        odd = _disturbed(model, batches, widths)
+        for b, n in odd:
+            _time_cell(model, forward, b, n, repeats)
+    warnings = [
+        f"the cost profile looks disturbed at {b} rows x {n} tokens ({model.cells[(b, n)] * 1e3:.1f} ms, more than "
+        f"a larger cell): another job may share the CPU; restart the server on a quiet machine, or pass "
+        "--no-profile to learn costs online"
+        for b, n in _disturbed(model, batches, widths)
+    ]
+    return model, warnings
+
+
+DISTURBED = 1.5  # a cell this many times dearer than a larger neighbour is suspect
+
+
+def _time_cell(model: CostModel, forward: Callable[[int, int], float], b: int, n: int, repeats: int) -> None:
+    forward(b, n)
+    times = [forward(b, n) for _ in range(repeats)]
+    model.recent[(b, n)] = deque(times, WINDOW)
+    model.cells[(b, n)] = statistics.median(times)
+
+
+def _disturbed(model: CostModel, batches: list[int], widths: list[int]) -> list[tuple[int, int]]:
+    """Cells dearer than a larger neighbour (one more token, or the next batch size) by DISTURBED."""
+    out = []
+    for i, b in enumerate(batches):
+        for j, n in enumerate(widths):
+            larger = [model.cells.get((b, w)) for w in widths[j + 1 : j + 2]]
+            larger += [model.cells.get((c, n)) for c in batches[i + 1 : i + 2]]
+            if any(x is not None and model.cells[(b, n)] > DISTURBED * x for x in larger):
+                out.append((b, n))
+    return out
