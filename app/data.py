@@ -17,6 +17,7 @@ from db.entities import RunFilter
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
+from engine.analysis.prefix import summary as prefix_summary
 from engine.analysis.stats import cross_run_drift
 from engine.bench import report
 from engine.bench.config import stored
@@ -241,6 +242,12 @@ def served_requests(url: str, run_id: int) -> pd.DataFrame:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def serve_steps(url: str, run_id: int) -> pd.DataFrame:
     return _store(url).serve_steps_frame(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def prefix_cache(url: str, run_id: int):
+    """A served run's prefix cache: hit rate, tokens served, TTFT with a hit against without (None: no cache)."""
+    return prefix_summary(_store(url).prefix_rows(run_id))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -99,3 +99,19 @@ def latency(url: str, info) -> None:
         f"TTFT: the prefill and the first token, one request at a time; {TPOT}. Percentiles are numpy's linear "
         "interpolation, as every latency here."
     )
+
+
+def sampling_line(b) -> str:
+    """How a sampled run's outputs were checked, beside its settings."""
+    kept = (
+        [f"top-p {b.top_p:g}"] * (b.top_p < 1)
+        + [f"top-k {b.top_k}"] * (b.top_k > 0)
+        + [f"min-p {b.min_p:g}"] * (b.min_p > 0)
+    )
+    return (
+        f"Sampled at temperature {b.temperature:g}{' (' + ', '.join(kept) + ')' if kept else ''}, each prompt with one "
+        f"seed from --seed {b.seed} in every mode. Speculative sampling keeps the target's distribution exactly, and "
+        "with the same seed its output equals target-only's token for token, so 'identical' is checked as for greedy "
+        "runs (a bf16 run may drift as greedy ones do); tests/test_sampling.py holds the chi-square test of the "
+        "distribution."
+    )

@@ -85,11 +85,34 @@ def live(url: str, info) -> None:
     tables.show(
         by_batch.rename(columns={"k_mean": "mean k", "off_share": "share k = 0", "estimate_x_off": "estimate x off"})
     )
+    prefix_panel(data.prefix_cache(url, info.id))
+    for warning in info.config.get("cost_profile_warnings") or []:
+        st.warning(warning)
     profile = pd.DataFrame(info.config.get("cost_profile") or [])
     if not profile.empty:
         st.markdown("**Forward cost at start-up** (ms, rows x tokens per row)")
         grid = profile.assign(ms=profile["seconds"] * 1000).pivot(index="batch", columns="tokens", values="ms")
         tables.show(grid.reset_index().rename(columns=lambda c: f"{c} tokens" if isinstance(c, int) else c), formats={})
+
+
+def prefix_panel(p) -> None:
+    """What the prefix cache did for this run's requests (engine.analysis.prefix: one definition)."""
+    if p is None:
+        return
+    st.markdown("**Prefix cache**")
+    cols = st.columns(3)
+    cols[0].metric("requests with a hit", f"{p.hit_rate:.0%}", help=f"{p.hits} of {p.requests}")
+    served = f"{p.cached_tokens:,} of {p.prompt_tokens:,}"
+    cols[1].metric("prompt tokens from the cache", f"{p.token_share:.0%}", help=served)
+    ratio = p.ttft_ratio
+    cols[2].metric("median TTFT, hit / miss", "n/a" if ratio is None else f"{ratio:.2f}x")
+    if p.ttft_hit_s is not None and p.ttft_miss_s is not None:
+        st.caption(
+            f"Median time to first token {p.ttft_hit_s * 1000:.0f} ms with a hit (n = {p.hits}) against "
+            f"{p.ttft_miss_s * 1000:.0f} ms without (n = {p.requests - p.hits}): the cache saved "
+            f"{(p.ttft_miss_s - p.ttft_hit_s) * 1000:.0f} ms at the median. Requests differ in their prompts, so this "
+            "compares two groups, not one prompt twice; the same workload with --prefix-cache-gb 0 is the paired test."
+        )
 
 
 def over_time_chart(windows: pd.DataFrame) -> alt.VConcatChart:

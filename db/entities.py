@@ -82,6 +82,7 @@ class RequestRecord(Measured):
     prompt_text: str | None = None  # stored once per (run, prompt) in run_prompts (0022), not in the request row
     queue_s: float | None = None  # served by Phoenix: waiting before its prefill (0024); None otherwise
     batch_size: float | None = None  # served by Phoenix: the mean batch its passes ran in (0024); None otherwise
+    cached_tokens: int | None = None  # served by Phoenix: prompt tokens its prefix cache served (0027); None otherwise
     bandit: BanditRecord | None = None
     id: int | None = None
     created_at: datetime | None = None

@@ -85,6 +85,7 @@ class Request(Base):
     queue_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # served: waiting before the prefill (0024)
     batch_size: Mapped[float | None] = mapped_column(Float, nullable=True)  # served: its passes' mean batch (0024)
     per_source: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # a hybrid by source (0025)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)  # served: from the prefix cache (0027)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     __table_args__ = (

@@ -231,6 +231,15 @@ class Series(StoreBase):
         more = (r.accepted, r.queue_s, r.batch_size, r.error, r.identical)
         return self._frame(select(*cols, *more).where(r.run_id == run_id, r.warmup.is_(False)).order_by(r.seq))
 
+    def prefix_rows(self, run_id: int) -> list[tuple[int | None, int, float | None]]:
+        """(cached tokens, prompt tokens, TTFT) of a run's answered requests: what its prefix cache did."""
+        r = Request
+        q = select(r.cached_tokens, r.prompt_tokens, r.ttft_s).where(
+            r.run_id == run_id, r.warmup.is_(False), r.error.is_(None)
+        )
+        with self.session_scope() as s:
+            return [(c, p, t) for c, p, t in s.execute(q)]
+
     def serve_steps_frame(self, run_id: int) -> pd.DataFrame:
         """Phoenix's server loop, step by step (serve_steps)."""
         cols = [c for c in ServeStep.__table__.columns if c.name != "run_id"]

@@ -91,3 +91,33 @@ def test_the_server_reports_cached_prompt_tokens_in_its_usage(decoders):
     assert usage(got[0])["prompt_tokens_details"] == {"cached_tokens": 0}
     assert usage(got[1])["prompt_tokens_details"]["cached_tokens"] == (len(ids) - 1) // BLOCK * BLOCK
     assert got[1].stats.output_ids == got[0].stats.output_ids
+
+
+def test_a_served_run_keeps_each_requests_cached_tokens_and_the_dashboard_reads_its_hit_rate(tiny_dirs, tmp_path):
+    """The dashboard shows a served run's hit rate and the TTFT it saved (engine.analysis.prefix), from each
+    request's row (requests.cached_tokens, 0027)."""
+    from fastapi.testclient import TestClient
+    from test_serve_api import TEMPLATE, make_service
+
+    from engine.analysis.prefix import summary
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.serve.api import make_app
+
+    d = tiny_dirs["qwen3"]
+    dec = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    dec.pair.tokenizer.chat_template = TEMPLATE
+    service, store = make_service(dec, tmp_path, max_batch=2)
+    with TestClient(make_app(service)) as c:
+        for q in QUESTIONS[:3]:
+            body = {
+                "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}],
+                "max_tokens": 4,
+            }
+            assert c.post("/v1/chat/completions", json=body).status_code == 200
+    rows = store.prefix_rows(service.run_id)
+    assert [r[0] == 0 for r in rows] == [True, False, False]  # the first one filled the cache, the next hit it
+    p = summary(rows)
+    assert p is not None and p.requests == 3 and p.hits == 2 and 0 < p.token_share < 1
+    assert p.ttft_hit_s is not None and p.ttft_miss_s is not None and p.ttft_ratio is not None
+    assert summary([(None, 10, 0.1)]) is None  # rows from before 0027, or without a cache: nothing to show

@@ -223,8 +223,8 @@ def test_a_second_sigterm_ends_the_requests_in_flight_now_and_records_them(tiny_
     assert run.status in ("interrupted", "done")  # done only if the request finished before the second signal
     if run.status == "interrupted":
         assert "second signal" in (run.error or "")
-        (rec,) = store.requests(run.id)
-        assert rec.error is not None and "second signal" in rec.error
+        recs = store.requests(run.id)
+        assert any(r.error is not None and "second signal" in r.error for r in recs)
 
 
 def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):

@@ -43,7 +43,9 @@ def render() -> None:
 def live(url: str, run_id: int, status: str) -> None:
     data.run.clear()
     if data.run(url, run_id).status != status:
-        data.runs.clear()  # the picker's label, the controls and the banners outside this fragment change too
+        # every read starts over: the picker's label, the controls, the banners and the per-mode counts change too
+        # ("done · 24/24" once sat beside a mode at n = 7 until a reload)
+        data.changed()
         st.rerun()
     body(url, run_id)
 
@@ -78,22 +80,6 @@ def run_actions(info) -> None:
             st.rerun()
 
 
-def sampling_line(b) -> str:
-    """How a sampled run's outputs were checked, beside its settings."""
-    kept = (
-        [f"top-p {b.top_p:g}"] * (b.top_p < 1)
-        + [f"top-k {b.top_k}"] * (b.top_k > 0)
-        + [f"min-p {b.min_p:g}"] * (b.min_p > 0)
-    )
-    return (
-        f"Sampled at temperature {b.temperature:g}{' (' + ', '.join(kept) + ')' if kept else ''}, each prompt with one "
-        f"seed from --seed {b.seed} in every mode. Speculative sampling keeps the target's distribution exactly, and "
-        "with the same seed its output equals target-only's token for token, so 'identical' is checked as for greedy "
-        "runs (a bf16 run may drift as greedy ones do); tests/test_sampling.py holds the chi-square test of the "
-        "distribution."
-    )
-
-
 def body(url: str, run_id: int) -> None:
     info = data.run(url, run_id)
     b = info.bench
@@ -116,7 +102,7 @@ def body(url: str, run_id: int) -> None:
         )
     )
     if b is not None and b.temperature > 0:
-        st.caption(sampling_line(b))
+        st.caption(provenance.sampling_line(b))
     provenance.panel(url, info)
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))

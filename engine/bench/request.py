@@ -97,6 +97,7 @@ def make_record(
     )
     if finished is not None:
         rec.queue_s = finished.queue_s
+        rec.cached_tokens = finished.stats.cached_tokens
         sizes = finished.batch_sizes
         rec.batch_size = sum(sizes) / len(sizes) if sizes else None
         if finished.cancelled:

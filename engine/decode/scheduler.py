@@ -146,8 +146,8 @@ class Scheduler:
     def step(self) -> bool:
         """Release, admit, one batched pass, then prompt chunks with what is left of the budget. False when there
         was nothing to do."""
-        if self.ending is not None:
-            self.abort(self.ending)
+        if self.ending is not None and (self.rows or self.prefilling or self.waiting):
+            self.abort(self.ending)  # a shutdown's deadline or second signal: what is held ends now
         with torch.inference_mode():
             self._release()
             self._admit()

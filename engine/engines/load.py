@@ -16,8 +16,6 @@ it, per prompt, as on every other page. Each variant's output is compared with t
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import os
@@ -42,13 +40,12 @@ from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.record import check_timeout, levels_of, stored
 from engine.engines.rows import row_of
 from engine.engines.vllm import VllmConfig
+from engine.engines.workload import as_sent, system_text
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.provenance import environment
 from engine.queue.owned import owned
-
-MAX_SYSTEM = 64 << 10  # bytes of a --system-prompt file
 
 
 @dataclass
@@ -109,41 +106,6 @@ def variants_of(cfg: LoadConfig) -> list[str]:
         if cfg.engine == "phoenix":
             speculation(v)
     return names
-
-
-@functools.cache
-def system_text(path: str) -> str:
-    """The --system-prompt file's text: read once, at most 64 kB of UTF-8."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SYSTEM + 1)
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PhoenixError(f"--system-prompt {path}: cannot read it ({exc})", field="system_prompt") from None
-    if len(data) > MAX_SYSTEM or not text.strip():
-        raise PhoenixError(f"--system-prompt {path}: must hold some text, at most {MAX_SYSTEM} bytes", "system_prompt")
-    return text
-
-
-def as_sent(cfg: LoadConfig, prompt: Prompt, extra: dict | None) -> tuple[str, dict | None]:
-    """One prompt's text and extra fields as sent: sampled with its own seed under --temperature (the same in every
-    variant, so a variant's output is compared with speculation off token for token), and with the system
-    prompt."""
-    if cfg.temperature > 0:
-        seed = int.from_bytes(hashlib.sha256(f"{cfg.seed}:{prompt.id}".encode()).digest()[:8]) >> 1
-        extra = (extra or {}) | {"temperature": cfg.temperature, "seed": seed}
-    return with_system(cfg, prompt.text, extra)
-
-
-def with_system(cfg: LoadConfig, text: str, extra: dict | None) -> tuple[str, dict | None]:
-    """One prompt as sent under --system-prompt: a system message before it (chat), or the text before it (raw)."""
-    if not cfg.system_prompt:
-        return text, extra
-    system = system_text(cfg.system_prompt)
-    if not cfg.chat:
-        return f"{system}\n\n{text}", extra
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-    return text, (extra or {}) | {"messages": messages}
 
 
 def managed(cfg: LoadConfig) -> list[Server]:

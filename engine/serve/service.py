@@ -178,7 +178,7 @@ class Service:
         self._threads[0].join(timeout_s)
         if self.store is not None and self.run_id is not None:
             lost = self.recorder.lost() if self.recorder is not None else None
-            if self.scheduler.ending and not lost:  # stopped before its requests finished: they ended aborted
+            if self.dead and self.dead == self.scheduler.ending and not lost:  # a shutdown ended what was held
                 self.store.set_status(self.run_id, "interrupted", self.scheduler.ending)
             elif self.dead or lost:  # a run whose rows did not all reach the store never ends done
                 why = "; ".join(w for w in (self.dead and f"the decoding loop stopped: {self.dead}", lost) if w)
