@@ -68,22 +68,33 @@ def settings(info, mode: str) -> dict:
     return {k: v for k, v in cfg.items() if k.startswith(DIFF_KEYS) and not k.startswith("environment.time")}
 
 
+def words(key: str) -> str:
+    """A recorded setting's key as a reader reads it: bench.limit_per_column -> limit per column."""
+    return key.removeprefix("bench.").replace(".", " · ").replace("_", " ")
+
+
+def shown(value) -> str:
+    """A recorded value as text: unset (None) says so rather than printing None."""
+    return "not set" if value is None else str(value)
+
+
 def config_diff(series: dict[str, tuple]) -> pd.DataFrame:
     """Only the settings that differ between series (label -> (run info, mode)): models, drafter, dtype, k, policy,
-    prompts, max tokens, machine, versions and git sha, as the runs recorded them."""
+    prompts, max tokens, machine, versions and git sha, as the runs recorded them; named in words (``setting``),
+    with the recorded key beside it for the checks (``key``, not shown)."""
     flat = {label: settings(info, mode) for label, (info, mode) in series.items() if info is not None}
     keys = sorted({k for cfg in flat.values() for k in cfg})
     rows = [
-        {"setting": k, **{label: str(cfg.get(k, "")) for label, cfg in flat.items()}}
+        {"setting": words(k), **{label: shown(cfg.get(k)) for label, cfg in flat.items()}, "key": k}
         for k in keys
-        if len({str(cfg.get(k, "")) for cfg in flat.values()}) > 1
+        if len({shown(cfg.get(k)) for cfg in flat.values()}) > 1
     ]
     return pd.DataFrame(rows)
 
 
 def unlike(diff: pd.DataFrame) -> list[str]:
-    """The UNLIKE settings among a diff's rows."""
-    return [] if diff.empty else [k for k in UNLIKE if k in set(diff["setting"])]
+    """The UNLIKE settings among a diff's rows, in words."""
+    return [] if diff.empty else [words(k) for k in UNLIKE if k in set(diff["key"])]
 
 
 def unlike_warning(keys: list[str]) -> str:

@@ -127,7 +127,7 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
             + "; ".join(
                 f"{r['setting']} {r[f'#{base_id}']} there, {r[f'#{info.id}']} here"
                 for r in diff.to_dict("records")
-                if r["setting"] in likeness.UNLIKE
+                if r["key"] in likeness.UNLIKE
             )
             + ". "
             + likeness.unlike_warning(likeness.unlike(diff))

@@ -81,7 +81,8 @@ def test_compare_overlays_two_runs_curves_and_lists_only_the_settings_that_diffe
     specs = charts(at)
     assert any("strokeDash" in json.dumps(sp) for sp in specs)  # the acceptance curves, one color per series
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
-    assert diff["setting"].tolist() == ["bench.seed"] and diff["2:model_4"].tolist() == ["7"]
+    assert diff["setting"].tolist() == ["seed"] and diff["2:model_4"].tolist() == ["7"]
+    assert "key" not in diff.columns  # the recorded key is for the checks, not the reader
     verdict = next(d.value for d in at.dataframe if "metric" in d.value.columns)
     assert set(verdict["metric"]) == {"tokens/s", "latency (s)", "acceptance"}
 
@@ -296,7 +297,7 @@ def test_compare_warns_when_the_series_ran_other_prompts_or_token_budgets(app_db
         }
     at = open_page("compare", series="1:model_4,2:model_4")
     warning = " ".join(w.value for w in at.warning)
-    assert "bench.prompts" in warning and "bench.max_new_tokens" in warning
+    assert "differ in prompts, max new tokens" in warning and "bench." not in warning  # in words
     assert not any("differ in" in w.value for w in open_page("compare", series="1:target,1:model_4").warning)
 
 
@@ -332,7 +333,7 @@ def test_compare_names_the_drafter_each_series_used_not_the_runs_drafter_flag(ap
     assert any(h.value == "Series against the baseline, 1:model_4 (model)" for h in at.subheader)
     diff = next(d.value for d in at.dataframe if "setting" in d.value.columns)
     assert diff.set_index("setting").loc["drafter"].tolist() == ["model", "suffix"]
-    assert "bench.drafter" not in set(diff["setting"])
+    assert "bench.drafter" not in set(diff["setting"]) and "drafter" in set(diff["setting"])
 
 
 def test_a_baseline_pinned_on_unlike_runs_is_compared_with_a_warning_naming_the_difference(app_db):
@@ -343,8 +344,16 @@ def test_a_baseline_pinned_on_unlike_runs_is_compared_with_a_warning_naming_the_
         run = s.get(Run, 2)
         run.config = {**run.config, "bench": {**run.config["bench"], "max_new_tokens": 16}}
     warning = " ".join(w.value for w in open_page("run", run=2).warning)
-    assert "bench.max_new_tokens 64 there, 16 here" in warning and "not a verdict on the drafter" in warning
+    assert "max new tokens 64 there, 16 here" in warning and "not a verdict on the drafter" in warning
     with app_db.session_scope() as s:
         run = s.get(Run, 2)
         run.config = {**run.config, "bench": {**run.config["bench"], "max_new_tokens": 64}}
     assert not any("baseline run #1 differ" in w.value for w in open_page("run", run=2).warning)
+
+
+def test_the_settings_that_differ_read_as_words_with_no_none():
+    """Compare's settings table once showed `bench.limit_per_column` and a literal `None` at 1280 px."""
+    from app.likeness import shown, words
+
+    assert words("bench.limit_per_column") == "limit per column" and words("environment.cpu") == "environment · cpu"
+    assert shown(None) == "not set" and shown(12) == "12"

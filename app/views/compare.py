@@ -108,7 +108,7 @@ def render() -> None:
     elif diff.empty:
         st.caption("The runs' recorded settings are identical apart from the mode.")
     else:
-        tables.show(diff)
+        tables.show(diff.drop(columns="key"))
     urlstate.show_share_link("compare")
 
 

@@ -385,4 +385,7 @@ class Scheduler:
         if row.req.on_done is not None:
             reason, stopped = seq.reason or reason, seq.stop_reason
             done = Finished(row.req, seq.stats, row.queue_s, row.batch_sizes, reason, seq.error, stopped, seq.logprobs)
-            row.req.on_done(done)
+            try:
+                row.req.on_done(done)
+            except Exception:  # a caller's callback never stops the loop (an HTTP server already gone, say)
+                pass

@@ -177,7 +177,8 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, ignore_eos, id=uuid.uuid4().hex)
 
     def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
-        loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
+        if not loop.is_closed():  # after a forced exit nobody listens: the request is recorded all the same
+            loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
 
     if body.get("stream"):  # a whole response waits for the end alone: no event a step to wake it for nothing
         req.on_tokens = lambda toks, lps: put("tokens", (toks, lps))
