@@ -19,6 +19,7 @@ class Sweep(Protocol):
     system_prompt: str
     chat: bool
 
+
 MAX_SYSTEM = 64 << 10  # bytes of a --system-prompt file
 
 
