@@ -686,3 +686,17 @@ def test_a_demo_says_how_long_it_takes_before_it_starts(monkeypatch):
     assert real.startswith("32 requests after 4 untimed warm-ups, about ") and "min on a quiet 2-core CPU" in real
     embedded = actions.demo_length(actions.demo_config(real=False))
     assert embedded.startswith("24 requests after 3 untimed warm-ups, about 1 min")
+
+
+def test_a_run_still_warming_up_says_so_rather_than_showing_a_stalled_count(app_db):
+    from db.models import Run, utcnow
+
+    with app_db.session_scope() as s:
+        run = s.get(Run, 1)
+        run.status, run.progress_done, run.heartbeat_at = "running", 0, utcnow()  # alive, nothing measured yet
+    info = app_db.get_run(1)
+    assert info.status == "running"
+    warming = app_db.warmup_count(1) < len(info.config["bench"]["modes"])
+    at = open_page("run", run=1)
+    shown = any("Warming up: one untimed request per mode" in el.value for el in at.info)
+    assert shown == warming

@@ -103,6 +103,11 @@ def body(url: str, run_id: int) -> None:
     )
     if b is not None and b.temperature > 0:
         st.caption(provenance.sampling_line(b))
+    if info.status == "running" and not info.progress_done and b is not None and warm < len(b.modes):
+        st.info(  # the first minutes of a run are its warm-ups: said as such, not shown as a stalled 0/N
+            f"Warming up: one untimed request per mode before the first measured one ({warm} of {len(b.modes)} "
+            "done); they are stored and left out of every figure."
+        )
     provenance.panel(url, info)
     if info.status in ("running", "queued") and info.progress_total:
         st.progress(min(info.progress_done / info.progress_total, 1.0))
