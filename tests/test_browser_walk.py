@@ -252,3 +252,32 @@ def test_the_second_demo_fetches_the_real_pair_first_and_says_so_on_its_run_page
     assert Store(url).get_run(run_id).target == "smollm2"
     page.get_by_text("Preparing the models").wait_for(timeout=120000)
     page.close()
+
+
+def test_enter_in_a_new_run_field_queues_nothing_and_a_second_press_is_named_a_duplicate(walk_server, chromium):
+    """Three Enter presses once queued four runs: in a real browser, Enter in a field submits nothing; the button
+    queues; pressing it again within a minute names the duplicate first (issue 50's walk case)."""
+    from db.store import Store
+
+    base, url = walk_server
+    store = Store(url)
+    before = len(store.list_runs())
+    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{base}/new")
+    name = page.get_by_label("Name (empty: the modes joined)")
+    name.wait_for(timeout=60000)
+    name.fill("walk duplicate check")
+    for _ in range(3):
+        name.press("Enter")
+    time.sleep(3)
+    assert len(store.list_runs()) == before  # Enter submitted nothing
+    queue = page.get_by_role("button", name="Queue run")
+    queue.click()
+    page.get_by_text("Watch run #").first.wait_for(timeout=60000)
+    assert len(store.list_runs()) == before + 1
+    queue.click()
+    page.get_by_text("with these very settings was queued moments ago").wait_for(timeout=60000)
+    assert len(store.list_runs()) == before + 1  # named, not queued
+    page.close()
+    for run in store.list_runs()[: len(store.list_runs()) - before]:
+        store.request_cancel(run.id)  # the walk's own run: nothing else waits behind it
