@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 from db import migrate
@@ -323,3 +323,25 @@ def write_prompts(path: Path, n: int = 4) -> str:
         "".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(n))
     )
     return str(path)
+
+
+@contextmanager
+def http_server(service):
+    """Phoenix's API for ``service`` on a free localhost port, uvicorn on a thread of its own (the app starts and
+    stops the service): yields the port; on leaving, uvicorn drains and the service stops."""
+    import threading
+
+    import uvicorn
+
+    from engine.serve.api import make_app
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 60, "the server to start")
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(30)

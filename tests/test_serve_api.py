@@ -8,7 +8,7 @@ import logging
 import threading
 
 import pytest
-from helpers import free_port, wait_for
+from helpers import http_server, wait_for
 
 from db.migrate import ensure_schema
 from db.store import Store
@@ -61,17 +61,9 @@ def target_only(decoder, prompt: str, n: int) -> str:
 @pytest.mark.subprocess
 def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equals_target_only(decoder, tmp_path):
     import openai
-    import uvicorn
-
-    from engine.serve.api import make_app
 
     service, store = make_service(decoder, tmp_path, max_batch=4)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, 60, "the server to start")
+    with http_server(service) as port:
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
         assert [m.id for m in api.models.list().data] == [service.model_name]
         results: dict[int, str] = {}
@@ -136,9 +128,6 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
             api.completions.create(model=service.model_name, prompt="x", max_tokens=4, top_p=1.5)
         with pytest.raises(openai.NotFoundError, match="does not exist here"):
             api.completions.create(model="gpt-4", prompt="x", max_tokens=4)
-    finally:
-        server.should_exit = True
-        thread.join(30)
     run = store.get_run(service.run_id)
     assert run.status == "done"
     assert store.count_requests(run.id) == len(PROMPTS) + 8
@@ -363,10 +352,6 @@ def test_a_whole_response_whose_client_went_away_stops_decoding_behind_the_api_k
     import socket
     import time
 
-    import uvicorn
-
-    from engine.serve.api import make_app
-
     service, store = make_service(decoder, tmp_path, api_key="k3y", max_tokens_cap=2000)
     real_step = service.scheduler.step
 
@@ -375,12 +360,7 @@ def test_a_whole_response_whose_client_went_away_stops_decoding_behind_the_api_k
         return real_step()
 
     service.scheduler.step = slow_step  # type: ignore[method-assign]
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, 60, "the server to start")
+    with http_server(service) as port:
         body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 400}).encode()
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(
@@ -389,8 +369,5 @@ def test_a_whole_response_whose_client_went_away_stops_decoding_behind_the_api_k
             )
             wait_for(lambda: service.scheduler.load[0] == 1, 30, "the request to be decoding")
         wait_for(lambda: service.scheduler.load == (0, 0), 30, "the row to be freed")
-    finally:
-        server.should_exit = True
-        thread.join(30)
     (rec,) = store.requests(service.run_id)
     assert rec.error == "cancelled: the client went away" and rec.output_tokens < 400

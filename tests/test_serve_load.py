@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
 import pytest
 from apptest import open_page
-from helpers import free_port, migrated, wait_for, write_prompts
+from helpers import free_port, http_server, migrated, wait_for, write_prompts
 
 from db.store import Store
 from engine.errors import PhoenixError
@@ -25,13 +24,10 @@ pytestmark = pytest.mark.subprocess  # a server on a port, a load sweep, a proce
 @pytest.fixture(scope="module")
 def swept(tiny_dirs, tmp_path_factory):
     """The tiny Qwen3 pair served with its agreeing draft; a load sweep of two levels, three variants."""
-    import uvicorn
-
     from engine.decode.decoder import Decoder
     from engine.decode.loading import load_pair
     from engine.engines.load import LoadConfig
     from engine.engines.load import sweep as load_sweep
-    from engine.serve.api import make_app
     from engine.serve.config import ServeConfig, check_serve
     from engine.serve.service import Service
 
@@ -42,23 +38,17 @@ def swept(tiny_dirs, tmp_path_factory):
     d = tiny_dirs["qwen3"]
     decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
     service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, 60, "the server")
-    cfg = LoadConfig(
-        url=f"http://127.0.0.1:{port}",
-        prompts=prompts,
-        limit=4,
-        max_new_tokens=12,
-        chat=False,
-        concurrency="1,3",
-        variants="none,auto,k2",
-    )
-    runs = load_sweep(store, cfg, say=lambda _line: None)
-    server.should_exit = True
-    thread.join(30)
+    with http_server(service) as port:
+        cfg = LoadConfig(
+            url=f"http://127.0.0.1:{port}",
+            prompts=prompts,
+            limit=4,
+            max_new_tokens=12,
+            chat=False,
+            concurrency="1,3",
+            variants="none,auto,k2",
+        )
+        runs = load_sweep(store, cfg, say=lambda _line: None)
     return store, url, runs, service.run_id
 
 
@@ -249,12 +239,9 @@ def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):
 
 
 def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):
-    import uvicorn
-
     from engine.decode.decoder import Decoder
     from engine.decode.loading import load_pair
     from engine.engines.load import LoadConfig, sweep
-    from engine.serve.api import make_app
     from engine.serve.config import ServeConfig, check_serve
     from engine.serve.service import Service
 
@@ -262,13 +249,8 @@ def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):
     d = tiny_dirs["qwen3"]
     decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
     service = Service(check_serve(ServeConfig(drafter="model", profile=False, api_key="s3cret")), decoder, store)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(service), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, 60, "the server")
-    base = dict(url=f"http://127.0.0.1:{port}", prompts=write_prompts(tmp_path / "p.jsonl"), limit=2, warmup=False)
-    try:
+    with http_server(service) as port:
+        base = dict(url=f"http://127.0.0.1:{port}", prompts=write_prompts(tmp_path / "p.jsonl"), limit=2, warmup=False)
         with pytest.raises(PhoenixError, match="401"):  # without the key: one line, nothing sent
             sweep(store, LoadConfig(**base, max_new_tokens=4, chat=False, concurrency="1"), say=lambda _: None)
         (run_id,) = sweep(
@@ -276,9 +258,6 @@ def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):
             LoadConfig(**base, max_new_tokens=4, chat=False, concurrency="1", api_key="s3cret"),
             say=lambda _: None,
         )
-    finally:
-        server.should_exit = True
-        thread.join(30)
     info = store.get_run(run_id)
     assert info.status == "done" and all(r.error is None for r in store.requests(run_id))
     assert info.config["load"]["api_key"] == "set" and "s3cret" not in json.dumps(info.config)
