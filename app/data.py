@@ -24,6 +24,7 @@ from engine.bench.config import stored
 from engine.modes import reference_mode
 from engine.paths import RESULTS_DB
 from engine.queue.autostart import live_workers
+from engine.serve.recorder import waiting
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
@@ -242,6 +243,13 @@ def served_requests(url: str, run_id: int) -> pd.DataFrame:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def serve_steps(url: str, run_id: int) -> pd.DataFrame:
     return _store(url).serve_steps_frame(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def spill_waiting(url: str, run_id: int) -> tuple[str, int] | None:
+    """A served run's rows its server could not record, held in a spill file beside the database: (path, requests)."""
+    found = waiting(_store(url), run_id)
+    return (str(found[0]), found[1]) if found else None
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -64,6 +64,14 @@ def live(url: str, info) -> None:
     steps = data.serve_steps(url, info.id)
     cfg = info.config["phoenix_serve"]
     st.subheader(f"Phoenix serving: drafter {info.config.get('drafter')}, max batch {cfg.get('max_batch')}")
+    spill = data.spill_waiting(url, info.id)
+    if spill:  # the recorder held what the store refused: say so until it is written (never a silent gap)
+        st.warning(
+            f"{spill[1]} answered requests of this run are not in the database yet: the server could not record "
+            "them and kept them in a spill file beside it. The next `python -m engine serve` on this database "
+            "writes them into this run and removes the file."
+        )
+        st.code(spill[0], language=None)
     if steps.empty:
         st.info("No step yet: the server is waiting for requests.")
         return

@@ -17,10 +17,9 @@ import engine  # noqa: F401  (threads and offline settings before torch loads)
 
 
 def main(argv=None) -> dict:
+    from engine.decode.config import HybridConfig, SuffixConfig
     from engine.decode.decoder import Decoder
-    from engine.decode.hybrid import HybridConfig
     from engine.decode.loading import load_pair
-    from engine.decode.suffix import SuffixConfig
     from engine.prompts.sets import humaneval, round_robin, spec_bench, split
 
     ap = argparse.ArgumentParser()

@@ -171,7 +171,7 @@ def engines_command(stored: dict) -> str:
     """`engines side-by-side` with the flags that differ from its defaults."""
     from dataclasses import asdict
 
-    from engine.engines.side_by_side import EnginesConfig
+    from engine.engines.config import EnginesConfig
 
     defaults = asdict(EnginesConfig())
     flags = [

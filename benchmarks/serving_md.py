@@ -9,7 +9,7 @@ from db.entities import RunInfo
 from db.store import Store
 from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_method, level_table, short_command
 from engine.analysis.speedup import speedups
-from engine.engines.load import LoadConfig
+from engine.engines.config import LoadConfig
 from engine.modes import reference_mode
 from engine.serve.config import ServeConfig
 

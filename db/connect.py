@@ -22,19 +22,13 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import entities as E
+from db.entities import STALE_AFTER_S, StoreError  # noqa: F401  (re-exported: callers name them from here)
 from db.models import Run, RunTag, utcnow
 
 DEFAULT_DB = "data/phoenix.db"
 BUSY_TIMEOUT_MS = int(os.environ.get("PHOENIX_BUSY_TIMEOUT_MS", "5000"))
 RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 HEARTBEAT_S = 2.0  # how often a worker beats for its running run
-STALE_AFTER_S = 30.0  # a running run without a heartbeat this long is 'interrupted'
-
-
-class StoreError(Exception):
-    """A database problem the user can fix; the message says how."""
-
-    exit_code = 2
 
 
 def resolve_url(db: str | None = None) -> str:

@@ -9,6 +9,15 @@ from typing import Any
 from engine.measure import Measured, PositionCount, StepRecord  # noqa: F401  (PositionCount, StepRecord: re-exported)
 
 
+class StoreError(Exception):
+    """A database problem the user can fix; the message says how."""
+
+    exit_code = 2
+
+
+STALE_AFTER_S = 30.0  # a running run without a heartbeat this long reads 'interrupted'
+
+
 @dataclass
 class RunInfo:
     id: int

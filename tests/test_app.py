@@ -11,7 +11,7 @@ from apptest import chart_frames, charts, open_page
 from helpers import BREAKOUT, XSS, app_record, build_db, migrated
 from streamlit.testing.v1 import AppTest
 
-from db.store import Store
+from db.store import Store, safe_url
 from engine.bench.config import validate
 from engine.bench.report import summaries
 from engine.catalog import SMOLLM2_EAGLE3
@@ -249,7 +249,8 @@ def test_a_distillations_before_and_after_runs_link_to_each_other(app_db):
 def test_a_vllm_sweep_run_shows_throughput_and_acceptance_by_concurrency(tmp_path, monkeypatch):
     from fake_vllm import FakeVllm
 
-    from engine.engines.record import SweepConfig, sweep
+    from engine.engines.config import SweepConfig
+    from engine.engines.record import sweep
 
     url = f"sqlite:///{tmp_path / 'v.db'}"
     migrated(url)
@@ -700,3 +701,34 @@ def test_a_run_still_warming_up_says_so_rather_than_showing_a_stalled_count(app_
     at = open_page("run", run=1)
     shown = any("Warming up: one untimed request per mode" in el.value for el in at.info)
     assert shown == warming
+
+
+def test_a_served_run_names_its_drafter_and_says_while_rows_wait_in_a_spill_file(tmp_path, monkeypatch):
+    """A server's Run page once said "the run's --drafter (model)" for `--drafter eagle3` and "7/0 requests"; and the
+    recorder's held rows showed nowhere on the dashboard. Now: the server's drafter, "N requests", and a warning
+    naming the spill file while one waits to be written."""
+    from app import data
+    from engine.serve.recorder import spill_path
+
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    store = Store(migrated(url))
+    cfg = {"phoenix_serve": {"max_batch": 4, "drafter": "eagle3"}, "drafter": "eagle3"}
+    run = store.create_run("phoenix serve eagle3", cfg, "smollm2", "smollm2-eagle3", 0, status="failed")
+    rng = random.Random(0)
+    store.add_requests([app_record(run.id, i, "phoenix-eagle3-auto_live", 3, rng) for i in range(7)], (run.id, 7))
+    spill = spill_path(store, run.id)
+    held = {"run_id": run.id, "seq": 9, "mode": "phoenix-eagle3-auto_live", "prompt_id": "p", "tokens_per_s": 1.0,
+            "output_text": "", "output_sha256": ""}  # fmt: skip
+    header = {"spill": 1, "database": safe_url(url), "run_id": run.id, "progress": 8}
+    spill.write_text(json.dumps(header) + "\n" + json.dumps({"request": held}) + "\n")
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("run", run=run.id)
+    assert not at.exception, [e.value for e in at.exception]
+    page = " ".join(str(el.value) for el in [*at.markdown, *at.caption, *at.text, *at.subheader, *at.warning])
+    assert "drafter eagle3" in page and "(model)" not in page and "7/0" not in page
+    warned = [w.value for w in at.warning if "spill file" in w.value]
+    assert warned and warned[0].startswith("1 answered requests of this run are not in the database yet")
+    assert any(str(spill) == c.value for c in at.code)
+    spill.unlink()  # written: the warning goes at the next read (cached reads last TTL seconds)
+    data.changed()
+    assert not any("spill file" in w.value for w in open_page("run", run=run.id).warning)

@@ -269,3 +269,37 @@ def test_every_command_group_has_a_description_and_an_example_that_parses():
             if line.strip().startswith("python -m engine"):
                 args = parser.parse_args(shlex.split(line)[3:])  # argparse exits on a flag that does not exist
                 assert args.command == name
+
+
+HELP_PROBE = """
+import argparse, contextlib, io, sys
+from engine.cli import main
+
+def parsers(p):
+    yield p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from parsers(child)
+
+from engine.cli import build_parser
+for p in parsers(build_parser()):
+    p.format_help()
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(["bench", "--help"])
+print(sorted(m for m in ("torch", "transformers", "safetensors", "peft") if m in sys.modules))
+"""
+
+
+def test_help_of_every_command_loads_no_tensor_library():
+    """`--help` took 8-11 s because torch and transformers were imported to build the parser (issue 50): the
+    config dataclasses the flags come from import neither, and every command imports what it runs when it runs."""
+    out = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"--help imported {out.stdout.strip()}"

@@ -12,7 +12,8 @@ from engine.decode.decoder import format_prompt
 from engine.decode.spec import generate
 from engine.errors import PhoenixError
 from engine.prompts.sets import humaneval, split
-from engine.train.distill import DistillConfig, Work, training_prompts
+from engine.train.config import DistillConfig
+from engine.train.distill import Work, training_prompts
 from engine.train.job import run
 
 

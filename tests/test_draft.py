@@ -12,7 +12,8 @@ from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
 from engine.errors import PhoenixError
 from engine.prompts.sets import humaneval, split
-from engine.train.draft import DraftConfig, build_draft, corpus_ids
+from engine.train.config import DraftConfig
+from engine.train.draft import build_draft, corpus_ids
 
 
 def toy(target: str, out) -> DraftConfig:

@@ -15,7 +15,8 @@ from engine.decode.eagle3 import Eagle3Head, default_taps, head_config_for, load
 from engine.decode.loading import check_same_tokenizer_files, load_pair
 from engine.errors import PhoenixError
 from engine.modes import Mode
-from engine.train.eagle3 import HeadBuildConfig, Sample, pick_vocab
+from engine.train.config import HeadBuildConfig
+from engine.train.eagle3 import Sample, pick_vocab
 
 PROMPTS = [
     'def add(a, b):\n    """Return a + b."""\n',

@@ -11,8 +11,8 @@ import pytest
 from test_serve_batch import PROMPTS, N, decode_all, make_decoders, references, scheduler
 
 from engine.decode import scheduler as core
+from engine.decode.config import SuffixConfig
 from engine.decode.sequence import Request
-from engine.decode.suffix import SuffixConfig
 from engine.serve.detokenize import Detokenizer
 from engine.serve.tuner import CostModel, LoadTuner
 

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from engine.engines import llamacpp, process, vllm
-from engine.engines.load import LoadConfig, variants_of
-from engine.engines.record import SweepConfig, stored
+from engine.engines.config import LoadConfig, SweepConfig
+from engine.engines.load import variants_of
+from engine.engines.record import stored
 from engine.errors import PhoenixError
 
 pytestmark = pytest.mark.fast

@@ -16,7 +16,8 @@ from test_llamacpp import pytestmark as needs_llama_server
 from engine.decode.eagle3.checkpoint import save_head
 from engine.decode.eagle3.head import Eagle3Head, HeadConfig, default_taps
 from engine.engines import llamacpp
-from engine.engines.gguf_export import ExportConfig, export, permute
+from engine.engines.config import ExportConfig
+from engine.engines.gguf_export import export, permute
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.errors import PhoenixError
 from engine.paths import EMBEDDED_DIR

@@ -7,11 +7,10 @@ import pytest
 import torch
 from test_eagle3 import random_head
 
+from engine.decode.config import HybridConfig, SuffixConfig
 from engine.decode.decoder import Decoder
 from engine.decode.eagle3 import save_head
-from engine.decode.hybrid import HybridConfig
 from engine.decode.loading import load_pair
-from engine.decode.suffix import SuffixConfig
 from engine.errors import PhoenixError
 from engine.modes import Mode
 

@@ -179,7 +179,8 @@ def test_the_run_page_renders_the_real_sweep(swept, monkeypatch):
 
 def test_servers_side_by_side_give_identical_text_paired_speedups_and_their_own_counters(prompts, tmp_path):
     from engine.bench import report
-    from engine.engines.side_by_side import EnginesConfig, engines
+    from engine.engines.config import EnginesConfig
+    from engine.engines.side_by_side import engines
 
     store = Store(migrated(f"sqlite:///{tmp_path / 'engines.db'}"))
     run_id = engines(

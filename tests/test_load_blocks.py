@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.engines import load
-from engine.engines.load import Level, LoadConfig, level, managed, variants_of
+from engine.engines.config import LoadConfig
+from engine.engines.load import Level, level, managed, variants_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.engines.load import LoadConfig, variants_of
+from engine.engines.config import LoadConfig
+from engine.engines.load import variants_of
 from engine.engines.workload import as_sent, system_text, with_system
 from engine.errors import PhoenixError
 

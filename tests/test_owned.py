@@ -68,7 +68,8 @@ def test_sigterm_interrupts_an_owned_run_in_another_process(tmp_path):
 
 
 def test_a_watch_with_a_negative_sample_count_is_one_line_before_anything_is_recorded(store):
-    from engine.engines.record import WatchConfig, watch
+    from engine.engines.config import WatchConfig
+    from engine.engines.record import watch
 
     with pytest.raises(PhoenixError, match=r"^--samples must be 1 or more \(or left out: until Ctrl-C\), got -3$"):
         watch(store, WatchConfig(url="http://127.0.0.1:9", samples=-3))

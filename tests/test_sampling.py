@@ -18,7 +18,8 @@ from scipy.stats import chi2_contingency
 from test_serve_batch import PROMPTS, make_decoders, scheduler
 
 from engine.decode import sampling as sampling_mod
-from engine.decode.sampling import SamplingParams, logprobs_of, pick, processed, uniform
+from engine.decode.sampling import logprobs_of, pick, processed, uniform
+from engine.decode.sampling_params import SamplingParams
 from engine.decode.sequence import Request
 
 DRAFTERS = ["model", "ngram", "suffix", "eagle3", "hybrid"]

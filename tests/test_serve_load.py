@@ -26,7 +26,7 @@ def swept(tiny_dirs, tmp_path_factory):
     """The tiny Qwen3 pair served with its agreeing draft; a load sweep of two levels, three variants."""
     from engine.decode.decoder import Decoder
     from engine.decode.loading import load_pair
-    from engine.engines.load import LoadConfig
+    from engine.engines.config import LoadConfig
     from engine.engines.load import sweep as load_sweep
     from engine.serve.config import ServeConfig, check_serve
     from engine.serve.service import Service
@@ -73,7 +73,8 @@ def test_each_level_is_a_run_with_every_variant_side_by_side_and_identical_to_sp
 
 def test_a_k_the_server_refuses_is_one_line_before_anything_is_sent(swept, monkeypatch):
     from engine.engines import load
-    from engine.engines.load import LoadConfig, sweep
+    from engine.engines.config import LoadConfig
+    from engine.engines.load import sweep
 
     store = swept[0]
     monkeypatch.setattr(load, "served_drafter", lambda url, timeout_s: ("model", 8))
@@ -241,7 +242,8 @@ def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):
 def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):
     from engine.decode.decoder import Decoder
     from engine.decode.loading import load_pair
-    from engine.engines.load import LoadConfig, sweep
+    from engine.engines.config import LoadConfig
+    from engine.engines.load import sweep
     from engine.serve.config import ServeConfig, check_serve
     from engine.serve.service import Service
 

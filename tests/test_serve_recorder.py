@@ -83,6 +83,8 @@ def test_rows_that_never_reach_the_store_end_the_run_failed_and_past_the_spill_n
 
 def test_the_recorder_retries_with_waits_then_holds(tmp_path):
     class Never:
+        url = f"sqlite:///{tmp_path / 'x.db'}"
+
         def add_serve_steps(self, run_id, steps):
             pass
 
@@ -96,4 +98,49 @@ def test_the_recorder_retries_with_waits_then_holds(tmp_path):
     row = RequestRecord(run_id=1, seq=0, mode="none", prompt_id="p", tokens_per_s=1.0, output_text="", output_sha256="")
     assert not rec.write([], [row], 1)
     assert "No space left" in (rec.error or "") and "1 answered requests were not recorded" in (rec.lost() or "")
-    assert json.loads((tmp_path / "s.jsonl").read_text())["request"]["prompt_id"] == "p"
+    header, *rows = (tmp_path / "s.jsonl").read_text().splitlines()
+    assert json.loads(header)["run_id"] == 1 and json.loads(rows[0])["request"]["prompt_id"] == "p"
+
+
+def test_rows_a_server_could_not_record_are_replayed_by_the_next_server_on_the_database(decoder, tmp_path):  # noqa: F811
+    """A spill file is not the end: the run's page says it waits, and the next server on the same database writes
+    it into its run, once, with the run's progress, then removes it."""
+    from engine.serve.recorder import replay_spills, waiting
+
+    client, service, store = serve(decoder, tmp_path)
+    with client as c:
+        service.recorder.store = Flaky(store, failures=-1)
+        service.recorder.retry_s = (0.0,)
+        for p in PROMPTS:
+            assert c.post("/v1/completions", json={"prompt": p, "max_tokens": 4}).status_code == 200
+        wait_for(lambda: service.recorder.health()["pending"] >= 3, 20, "the rows to be held")
+    run = store.get_run(service.run_id)
+    assert run.status == "failed" and store.count_requests(run.id) == 0
+    spill, held = waiting(store, run.id) or (None, 0)
+    assert spill == service.recorder.spill and held == 3
+    steps = len(read_steps(spill))
+    assert replay_spills(store) == [f"run {run.id}: 3 requests and {steps} steps replayed from {spill}"]
+    run = store.get_run(run.id)
+    assert store.count_requests(run.id) == 3 and run.progress_done == 3 and not spill.exists()
+    assert "replayed from" in (run.error or "") and waiting(store, run.id) is None
+    assert replay_spills(store) == []  # written once
+
+
+def read_steps(spill):
+    from engine.serve.recorder import read_spill
+
+    return read_spill(spill)[2]
+
+
+def test_a_spill_file_of_another_database_or_of_a_live_run_is_left_alone(decoder, tmp_path):  # noqa: F811
+    from engine.serve.recorder import replay_spills, spill_path
+
+    client, service, store = serve(decoder, tmp_path)
+    with client as c:
+        c.get("/health")
+        live = spill_path(store, service.run_id)
+        live.write_text(json.dumps({"spill": 1, "database": "sqlite:///elsewhere.db", "run_id": service.run_id}) + "\n")
+        assert replay_spills(store) == [] and live.exists()  # another database's rows never land here
+        live.write_text("not json\n")
+        assert "left" in replay_spills(store)[0] and live.exists()
+    live.unlink()

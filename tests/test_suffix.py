@@ -10,11 +10,12 @@ from prometheus_client import generate_latest
 
 from engine.analysis.breakeven import fit_a, rates, survival
 from engine.bench.request import make_record
+from engine.decode.config import SuffixConfig
 from engine.decode.decoder import Decoder
 from engine.decode.drafters import Drafter
 from engine.decode.loading import load_pair
 from engine.decode.spec import generate
-from engine.decode.suffix import SuffixConfig, SuffixDrafter, SuffixTree
+from engine.decode.suffix import SuffixDrafter, SuffixTree
 from engine.errors import PhoenixError
 from engine.observe.prometheus import Metrics
 from engine.prompts.sets import Prompt
@@ -205,7 +206,7 @@ def test_varying_draft_lengths_keep_counts_fit_and_prometheus_exact_on_a_hand_ch
 
 @pytest.mark.parametrize("field", ["max_spec_factor", "max_spec_offset"])
 def test_an_infinite_draft_budget_from_a_stored_or_form_config_is_refused(field):
-    from engine.decode.suffix import SuffixConfig
+    from engine.decode.config import SuffixConfig
     from engine.errors import PhoenixError
 
     with pytest.raises(PhoenixError, match="finite numbers >= 0") as err:

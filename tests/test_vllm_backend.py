@@ -7,8 +7,9 @@ import re
 import pytest
 from fake_vllm import FakeVllm
 
+from engine.engines.config import SweepConfig, WatchConfig
 from engine.engines.counters import level_notes, parse_metrics
-from engine.engines.record import SweepConfig, WatchConfig, sweep, watch
+from engine.engines.record import sweep, watch
 from engine.errors import PhoenixError
 
 

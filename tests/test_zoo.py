@@ -6,7 +6,8 @@ import pytest
 
 from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair
-from engine.train.zoo import ZooConfig, build, distill_draft_on_answers, teacher_sequences
+from engine.train.config import ZooConfig
+from engine.train.zoo import build, distill_draft_on_answers, teacher_sequences
 
 
 def toy(out) -> ZooConfig:

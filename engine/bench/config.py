@@ -9,10 +9,8 @@ from dataclasses import dataclass, field
 
 from engine.bench.fast import FastChoice
 from engine.config import check_choices, from_dict
-from engine.decode.hybrid import HybridConfig
-from engine.decode.loading import PairConfig
-from engine.decode.sampling import GREEDY, SamplingParams
-from engine.decode.suffix import SuffixConfig
+from engine.decode.config import HybridConfig, PairConfig, SuffixConfig
+from engine.decode.sampling_params import GREEDY, SamplingParams
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_ARMS, K_MAX, CacheKind, Granularity, Mode, PromptFormat, RunDrafter, drafter_arm
 from engine.policies.registry import REWARD_ONLY, policy_names

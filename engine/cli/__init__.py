@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from db.store import StoreError
+from db.entities import StoreError
 from engine.cli import decode, engines, jobs, queue, runs, serving, tracker
 from engine.cli.examples import describe
 from engine.errors import PhoenixError

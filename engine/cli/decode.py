@@ -1,4 +1,6 @@
-"""`generate` (one prompt, printed) and `zoo` (rebuild the embedded pair)."""
+"""`generate` (one prompt, printed) and `zoo` (the model pairs: fetch, build, train, export).
+
+Each command imports what it runs when it runs, so building the parser (and `--help`) loads no torch."""
 
 from __future__ import annotations
 
@@ -7,18 +9,13 @@ from dataclasses import dataclass, field
 
 from engine.catalog import SMOLLM2
 from engine.config import add_options, check_choices, from_args
-from engine.decode.decoder import Decoder, stats_dict
+from engine.decode.config import PairConfig, SuffixConfig
 from engine.decode.fetch import FetchConfig, fetch
-from engine.decode.loading import PairConfig, load_pair
-from engine.decode.suffix import SuffixConfig
-from engine.engines.gguf_export import ExportConfig, export
+from engine.engines.config import ExportConfig
 from engine.errors import PhoenixError
 from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Loop, PromptFormat, check_k
 from engine.prompts.sets import check_prompt
-from engine.train.draft import DraftConfig, build_draft
-from engine.train.eagle3 import HeadBuildConfig
-from engine.train.eagle3_build import build_head
-from engine.train.zoo import ZooConfig, build, distill_draft_on_answers
+from engine.train.config import DraftConfig, HeadBuildConfig, ZooConfig
 
 
 @dataclass
@@ -48,6 +45,9 @@ class GenerateConfig(PairConfig):
 
 
 def cmd_generate(args) -> int:
+    from engine.decode.decoder import Decoder, stats_dict  # lazy: torch, kept off --help
+    from engine.decode.loading import load_pair  # lazy: torch, kept off --help
+
     cfg = from_args(GenerateConfig, args).validate()
     draft = cfg.draft if cfg.drafter in DRAFT_MODEL_DRAFTERS else None
     dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
@@ -75,11 +75,15 @@ def cmd_generate(args) -> int:
 
 
 def cmd_zoo_build(args) -> int:
+    from engine.train.zoo import build  # lazy: torch, kept off --help
+
     print(json.dumps(build(from_args(ZooConfig, args))))
     return 0
 
 
 def cmd_zoo_distill_draft(args) -> int:
+    from engine.train.zoo import distill_draft_on_answers  # lazy: torch, kept off --help
+
     print(json.dumps(distill_draft_on_answers(from_args(ZooConfig, args))))
     return 0
 
@@ -95,16 +99,22 @@ def cmd_zoo_fetch(args) -> int:
 
 
 def cmd_zoo_build_draft(args) -> int:
+    from engine.train.draft import build_draft  # lazy: torch, kept off --help
+
     print(json.dumps(build_draft(from_args(DraftConfig, args))))
     return 0
 
 
 def cmd_zoo_build_head(args) -> int:
+    from engine.train.eagle3_build import build_head  # lazy: torch, kept off --help
+
     print(json.dumps(build_head(from_args(HeadBuildConfig, args))))
     return 0
 
 
 def cmd_zoo_export(args) -> int:
+    from engine.engines.gguf_export import export  # lazy: torch, kept off --help
+
     done = export(args.name, from_args(ExportConfig, args))
     print(
         f"{args.name}: {done['kind']} GGUF at {done['path']} ({done['tensors']} tensors, from weights sha256 "

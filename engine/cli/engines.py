@@ -1,28 +1,24 @@
 """`engines`, `llamacpp` and `vllm`: thin layers over engine.engines (other serving engines, measured on Phoenix's
-prompts, and the llama.cpp and vLLM servers Phoenix manages)."""
+prompts, and the llama.cpp and vLLM servers Phoenix manages).
+
+A command that measures imports its client and the store when it runs, so the parser (and `--help`) loads none."""
 
 from __future__ import annotations
 
 import json
 
-from engine.bench.report import report
 from engine.cli.jobs import _command
 from engine.cli.options import add_db, open_store
 from engine.cli.options import run_id as run_id_arg
 from engine.config import from_args
 from engine.engines import llamacpp, vllm
+from engine.engines.config import CrossConfig, EnginesConfig, LoadConfig, SweepConfig, WatchConfig
 from engine.engines.counters import level_notes
-from engine.engines.crosscheck import CrossConfig, crosscheck
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.llamacpp_build import BuildConfig
 from engine.engines.llamacpp_build import build as build_llamacpp
-from engine.engines.load import LoadConfig, variants_of
-from engine.engines.load import sweep as load_sweep
-from engine.engines.record import SweepConfig, WatchConfig, sweep, watch
-from engine.engines.side_by_side import EnginesConfig, engines, servers
 from engine.engines.vllm import VllmConfig
 from engine.engines.vllm_export import export
-from engine.engines.vllm_table import learn
 
 
 def show_level(level: dict) -> None:
@@ -47,12 +43,16 @@ def show_level(level: dict) -> None:
 
 
 def cmd_vllm_sweep(args) -> int:
+    from engine.engines.record import sweep  # lazy: kept off --help
+
     run_id = sweep(open_store(args.db), from_args(SweepConfig, args), on_level=show_level)
     print(f"run {run_id} recorded")
     return 0
 
 
 def cmd_vllm_watch(args) -> int:
+    from engine.engines.record import watch  # lazy: kept off --help
+
     run_id = watch(open_store(args.db), from_args(WatchConfig, args))
     print(f"run {run_id} recorded")
     return 0
@@ -145,6 +145,10 @@ def add_commands(sub) -> None:
 
 
 def cmd_load(args) -> int:
+    from engine.bench.report import report  # lazy: kept off --help
+    from engine.engines.load import sweep as load_sweep  # lazy: kept off --help
+    from engine.engines.load import variants_of  # lazy: kept off --help
+
     cfg = from_args(LoadConfig, args)
     variants_of(cfg)  # bad variants are one line before any database is opened
     store = open_store(args.db)
@@ -154,6 +158,9 @@ def cmd_load(args) -> int:
 
 
 def cmd_serve_engines(args) -> int:
+    from engine.bench.report import report  # lazy: kept off --help
+    from engine.engines.side_by_side import engines, servers  # lazy: kept off --help
+
     cfg = from_args(EnginesConfig, args)
     servers(cfg)  # bad speculation types are one line before any database is opened
     store = open_store(args.db)
@@ -236,11 +243,14 @@ def add_vllm(vsub) -> None:
 
 
 def cmd_crosscheck(args) -> int:
+    from engine.engines.crosscheck import crosscheck  # lazy: kept off --help
+
     crosscheck(open_store(args.db), from_args(CrossConfig, args))
     return 0
 
 
 def cmd_vllm_table(args) -> int:
+    from engine.engines.vllm_table import learn  # lazy: kept off --help
 
     ids = [run_id_arg(x) for x in args.runs.split(",") if x.strip()]
     learned = learn(open_store(args.db), ids, args.method, args.max_num_seqs)

@@ -6,12 +6,13 @@ import json
 
 from engine.cli.options import add_db, open_store
 from engine.config import add_options, from_args
-from engine.train.distill import DistillConfig
-from engine.train.evaluate import format_comparison
-from engine.train.job import run as run_distill
+from engine.train.config import DistillConfig
 
 
 def cmd_distill(args) -> int:
+    from engine.train.evaluate import format_comparison  # lazy: torch, kept off --help
+    from engine.train.job import run as run_distill  # lazy: torch, kept off --help
+
     cfg = from_args(DistillConfig, args)
     result = run_distill(cfg, open_store(args.db))  # the job is always recorded: config, losses, before/after runs
     if "evaluation" in result:

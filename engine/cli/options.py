@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from db.entities import RunInfo
-from db.migrate import ensure_schema
-from db.store import Store, resolve_url
 from engine.bench.config import stored
 from engine.config import add_options, given_values
 from engine.errors import PhoenixError
 from engine.observe.sentry import SentryConfig, Telemetry, init
 from engine.provenance import git_sha
+
+if TYPE_CHECKING:
+    from db.store import Store
 
 
 def add_db(p) -> None:
@@ -43,6 +45,9 @@ def add_sentry(p) -> None:
 
 
 def open_store(db: str | None, create_if_empty: bool = True) -> Store:
+    from db.migrate import ensure_schema  # lazy: SQLAlchemy and pandas, kept off --help
+    from db.store import Store, resolve_url  # lazy: as above
+
     url = resolve_url(db)
     ensure_schema(url, create_if_empty=create_if_empty)
     return Store(url, bench_parser=stored)

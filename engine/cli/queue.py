@@ -8,23 +8,23 @@ import os
 import signal
 import socket
 
-from db.models import utcnow
-from db.store import STALE_AFTER_S, resolve_url
+from db.entities import STALE_AFTER_S
 from engine.bench.config import BenchConfig, stored, validate
-from engine.bench.setup import create_run
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.cli.runs import add_bench_options, execute_and_report
 from engine.config import add_options, from_args
-from engine.decode.loading import check_same_tokenizer_files, resolve
 from engine.errors import PhoenixError
 from engine.observe.prometheus import parse_port
 from engine.paths import DATA_DIR
 from engine.prompts.sets import load as load_prompts
 from engine.queue.autostart import register, stop_workers, worker_alive_here
-from engine.queue.worker import Worker, WorkerConfig, log_line
+from engine.queue.config import WorkerConfig
 
 
 def cmd_submit(args) -> int:
+    from engine.bench.setup import create_run  # lazy: the store, kept off --help
+    from engine.decode.loading import check_same_tokenizer_files, resolve  # lazy: torch, kept off --help
+
     cfg = validate(from_args(BenchConfig, args))
     load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column)
     target = resolve(cfg.target, "target")
@@ -36,8 +36,12 @@ def cmd_submit(args) -> int:
 
 
 def cmd_worker(args) -> int:
+    from engine.queue.worker import Worker, log_line  # lazy: torch, kept off --help
+
     cfg = from_args(WorkerConfig, args).validate()
     if cfg.stop:
+        from db.store import resolve_url  # lazy: the store, kept off --help
+
         return stop(resolve_url(args.db))
     cfg.metrics_port = (
         parse_port(cfg.metrics_port, "--metrics-port")
@@ -107,6 +111,8 @@ def take_over(store, run):
     if host == socket.gethostname() and pid.isdigit() and not worker_alive_here(run.worker_id or ""):
         store.interrupt_if_running(run.id, f"worker {run.worker_id} is gone; resumed")
         return get_run(store, run.id)
+    from db.models import utcnow  # lazy: the store, kept off --help
+
     age = (utcnow() - run.heartbeat_at).total_seconds() if run.heartbeat_at else 0.0
     wait = max(1, math.ceil(STALE_AFTER_S - age))
     raise PhoenixError(

@@ -28,7 +28,6 @@ from engine.bench.report import (
     spec_bench,
     summaries,
 )
-from engine.bench.run import encode_all, execute, load_decoder
 from engine.bench.setup import create_run
 from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
 from engine.config import add_options, from_args
@@ -47,6 +46,8 @@ def add_bench_options(p) -> None:
 
 
 def cmd_bench(args) -> int:
+    from engine.bench.run import encode_all, load_decoder  # lazy: torch, kept off --help
+
     cfg = validate(from_args(BenchConfig, args))
     prompts = load_prompts(
         cfg.prompts, cfg.limit, cfg.limit_per_column
@@ -68,6 +69,8 @@ def _terminate(signum, frame):
 
 
 def execute_and_report(store: Store, run_id: int, cfg: BenchConfig, **kwargs) -> int:
+    from engine.bench.run import execute  # lazy: torch, kept off --help
+
     previous = signal.signal(signal.SIGTERM, _terminate)
     store.attach(run_id, worker_id())
     try:

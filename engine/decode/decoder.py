@@ -9,15 +9,16 @@ import torch
 
 from engine.decode.choice import ChoiceDrafter
 from engine.decode.compiled import CompileStats, StaticCaches, compile_models
+from engine.decode.config import HybridConfig, SuffixConfig
 from engine.decode.drafters import Drafter, ModelDrafter, NgramDrafter
 from engine.decode.eagle3 import Eagle3Drafter, Eagle3Head
 from engine.decode.hf_assisted import generate_hf
-from engine.decode.hybrid import HybridConfig, HybridDrafter
+from engine.decode.hybrid import HybridDrafter
 from engine.decode.loading import LoadedPair
-from engine.decode.sampling import GREEDY, SamplingParams
+from engine.decode.sampling_params import GREEDY, SamplingParams
 from engine.decode.sequence import RequestStats
 from engine.decode.spec import generate
-from engine.decode.suffix import SuffixConfig, SuffixDrafter
+from engine.decode.suffix import SuffixDrafter
 from engine.errors import PhoenixError
 from engine.modes import DRAFTERS, K_MAX, check_k
 from engine.prompts.sets import check_prompt

@@ -10,30 +10,10 @@ it is in step whenever it is asked. ``source`` names who drafted the last propos
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
+from engine.decode.config import HybridConfig
 from engine.decode.drafters import Drafter
 from engine.decode.eagle3 import Eagle3Drafter
 from engine.decode.suffix import SuffixDrafter
-from engine.errors import PhoenixError
-from engine.modes import K_MAX
-
-
-@dataclass
-class HybridConfig:
-    min_score: float = 1.5  # the suffix trees draft when they expect at least this many accepted tokens (their
-    # score); chosen on training prompts (benchmarks.hybrid_calibration: 1.20x suffix_16 at 1.0, 1.28x at 1.5 and
-    # 2.0), never on the held-out ones runs report
-    head_k: int = 3  # the most the head drafts in a pass (its best fixed k, runs #5 and #65); the suffix trees
-    # draft up to the mode's k
-
-    def validate(self) -> HybridConfig:
-        if not (0.0 <= self.min_score < math.inf):
-            raise PhoenixError("--hybrid-min-score must be a finite number >= 0", field="hybrid.min_score")
-        if not 1 <= self.head_k <= K_MAX:
-            raise PhoenixError(f"--hybrid-head-k must be in 1..{K_MAX}", field="hybrid.head_k")
-        return self
 
 
 class HybridDrafter(Drafter):

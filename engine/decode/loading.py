@@ -6,24 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from engine.catalog import EMBEDDED, NAMED, named_dir
 from engine.decode.eagle3 import default_taps, is_head_dir, load_head
 from engine.errors import PhoenixError
-
-
-@dataclass
-class PairConfig:
-    """Which target and draft to load, and how."""
-
-    target: str = EMBEDDED  # a name (embedded, smollm2), a model directory or a cached Hugging Face id
-    draft: str | None = EMBEDDED  # a name (embedded, smollm2-draft), a directory, a cached id, or 'none' (model-free)
-    device: str = "auto"  # auto | cpu | cuda
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = (
-        "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
-    )
-    allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
 
 
 @dataclass

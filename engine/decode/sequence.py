@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.decode.drafters import Drafter
-from engine.decode.sampling import GREEDY, SamplingParams, TokenLogprob, logprobs_of, pick
+from engine.decode.sampling import TokenLogprob, logprobs_of, pick
+from engine.decode.sampling_params import GREEDY, SamplingParams
 from engine.measure import Measured
 
 # A stop check on the output so far, after each token: the stop string it now holds, or None (the server's, from

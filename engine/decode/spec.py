@@ -20,7 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
 from engine.decode.drafters import Drafter
-from engine.decode.sampling import GREEDY, SamplingParams
+from engine.decode.sampling_params import GREEDY, SamplingParams
 from engine.decode.sequence import PassOutcome, RequestStats, Sequence
 
 

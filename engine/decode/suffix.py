@@ -15,40 +15,10 @@ leave the global tree when that prompt is decoded again, and a request's output 
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from dataclasses import dataclass
 
+from engine.decode.config import SuffixConfig
 from engine.decode.drafters import Drafter
-from engine.errors import PhoenixError
-
-
-@dataclass
-class SuffixConfig:
-    max_tree_depth: int = 24  # longest suffix the trees hold, and so the longest match (ArcticInference: 24)
-    max_cached_requests: int = (
-        10000  # earlier outputs kept in the global tree, first in first out (ArcticInference: 10000)
-    )
-    max_spec_factor: float = 1.0  # draft at most this many tokens per matched token (ArcticInference: 1.0)
-    max_spec_offset: float = 0.0  # plus this many (ArcticInference: 0)
-    min_prob: float = 0.1  # stop drafting when the path's empirical probability falls under this (ArcticInference: 0.1)
-    global_tree: bool = True  # the tree over earlier outputs of the run (off: --no-suffix-global-tree)
-
-    def validate(self) -> SuffixConfig:
-        checks = [
-            (self.max_tree_depth >= 1, "max_tree_depth", "--suffix-max-tree-depth must be >= 1"),
-            (self.max_cached_requests >= 0, "max_cached_requests", "--suffix-max-cached-requests must be >= 0"),
-            (
-                0 <= self.max_spec_factor < math.inf and 0 <= self.max_spec_offset < math.inf,
-                "max_spec_factor",
-                "--suffix-max-spec-factor and --suffix-max-spec-offset must be finite numbers >= 0",
-            ),
-            (0.0 <= self.min_prob <= 1.0, "min_prob", "--suffix-min-prob must be in 0..1"),
-        ]
-        for ok, name, message in checks:
-            if not ok:
-                raise PhoenixError(message, field=f"suffix.{name}")
-        return self
 
 
 class _Node:

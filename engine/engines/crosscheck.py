@@ -13,13 +13,13 @@ import json
 import statistics
 import subprocess
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from db.store import Store
 from engine.engines import vllm
-from engine.engines.load import LoadConfig, served_model
+from engine.engines.config import CrossConfig, LoadConfig
+from engine.engines.load import served_model
 from engine.engines.load import sweep as load_sweep
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
@@ -33,20 +33,6 @@ BENCH = (  # vLLM's own client, as `vllm bench serve` runs it (the `vllm` comman
     " 'mean_ttft_ms', 'median_ttft_ms', 'p95_ttft_ms', 'mean_tpot_ms', 'median_tpot_ms', 'total_output_tokens')\n"
     "print('PHOENIX-RESULT ' + json.dumps({k: r.get(k) for k in keep}))\n"
 )
-
-
-@dataclass
-class CrossConfig:
-    url: str = "http://127.0.0.1:8000"  # the server both clients load
-    engine: Literal["phoenix", "llamacpp", "vllm", "sglang"] = "vllm"  # which server it is: names Phoenix's modes
-    model: str = ""  # the served model name; default: the first /v1/models lists
-    tokenizer: str = "smollm2"  # the folder vLLM's client counts tokens with (a Phoenix name or a folder)
-    prompts: str = "humaneval-test"
-    limit: int = 16
-    max_new_tokens: int = 64
-    concurrency: int = 4
-    rounds: int = 2
-    timeout_s: float = 600.0
 
 
 def vllm_bench(cfg: CrossConfig, model: str, prompt_file: Path) -> dict:

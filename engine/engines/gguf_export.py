@@ -16,26 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from engine.catalog import named_dir
 from engine.decode.eagle3.checkpoint import is_head_dir
+from engine.engines.config import ExportConfig
 from engine.engines.llamacpp import smollm2_gguf
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR, ROOT
 
 WEIGHTS = "model.safetensors"
-
-
-@dataclass
-class ExportConfig:
-    out: str = ""  # the GGUF to write; empty: data/gguf/<name>-<source hash>.gguf
-    tokenizer: str = "smollm2"  # whose tokenizer: smollm2 (its GGUF, key for key), a .gguf file, or hf (the folder's)
-    dtype: Literal["f16", "f32"] = "f16"  # matrices; norms and d2t keep f32 and int64
 
 
 def source_dir(name: str) -> Path:

@@ -27,7 +27,6 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
 
 from db.entities import RequestRecord
 from db.store import Store
@@ -35,6 +34,7 @@ from engine.decode.decoder import first_divergence
 from engine.engines import fleet
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
+from engine.engines.config import LoadConfig
 from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.record import check_timeout, levels_of, stored
@@ -46,41 +46,6 @@ from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.provenance import environment
 from engine.queue.owned import owned
-
-
-@dataclass
-class LoadConfig:
-    url: str = "http://127.0.0.1:8000"  # the OpenAI-compatible server: Phoenix's (`serve`) or another
-    engine: Literal["phoenix", "llamacpp", "vllm", "sglang"] = "phoenix"  # which server answers; names the modes
-    model: str = ""  # the served model name; default: the first the server's /v1/models lists
-    prompts: str = "humaneval-test"
-    limit: int | None = 16
-    max_new_tokens: int = 96
-    chat: bool = True  # through the server's chat template (/v1/chat/completions); off: /v1/completions
-    concurrency: str = "1,2,4,8,16"  # levels: each one run, every prompt sent once per variant
-    request_rate: str = ""  # levels instead, in requests/s ("0.5,1,2,inf"): arrivals as vllm bench serve sends them
-    burstiness: float = 1.0  # the arrivals' gamma shape: 1 is Poisson, below 1 burstier
-    max_concurrency: int | None = None  # with --request-rate: at most this many in flight (vllm bench serve's cap)
-    goodput: str = ""  # SLOs in ms, "ttft:2000,tpot:100": goodput counts the requests that meet every one
-    seed: int = 0  # the arrivals' random seed
-    api_key: str | None = None  # sent as 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
-    variants: str = "none,auto"  # Phoenix: none, auto, k<N>, <drafter>[-k<N>]; first: the reference. Else as-served
-    timeout_s: float = 600.0
-    name: str = ""  # run names get ' c=<level>' (or ' rate=<r>') appended
-    block: int = 0  # prompts per block, each run by every variant in turn; 0 (or below the level): the level's c
-    spec_types: str = ""  # llama.cpp or vLLM: one managed server per variant, none first; they replace --variants
-    gguf: str = "smollm2"  # llama.cpp: what those servers serve (see llamacpp start --model)
-    target: str = "smollm2"  # vLLM: what those servers serve (a Phoenix name or a model folder)
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
-    table: str = ""  # vLLM: the per-batch-size k table of the <method>-table variants ("1-2:3,3-16:0")
-    port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
-    draft_max: int = 8  # llama.cpp: their --spec-draft-n-max (a variant's -k<N> sets its own)
-    draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
-    head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
-    warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
-    temperature: float = 0.0  # above 0: sampled requests, each prompt with one seed (from --seed) in every variant
-    system_prompt: str = ""  # a text file sent before every prompt (the system message, or the raw prompt's start):
-    # one shared prefix, as a deployment's system prompt is, for a server's prefix cache
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:

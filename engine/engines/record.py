@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict
 
 from db.connect import safe_url
 from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.engines.client import GREEDY, ServerClient, sweep_level
+from engine.engines.config import SweepConfig, WatchConfig
 from engine.engines.counters import SpecCounters
 from engine.engines.llamacpp import command_at
 from engine.engines.rows import row_of
@@ -19,31 +19,6 @@ from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
 from engine.provenance import environment
 from engine.queue.owned import owned
-
-EngineName = Literal["auto", "vllm", "sglang", "llamacpp", "phoenix"]
-
-
-@dataclass
-class SweepConfig:
-    url: str = "http://127.0.0.1:8000"  # the OpenAI-compatible server (vLLM, SGLang or llama.cpp's llama-server)
-    engine: EngineName = "auto"  # which engine serves it; auto asks its /version, /props or /get_server_info
-    model: str = ""  # the served model name, as the server knows it
-    prompts: str = "humaneval-test"
-    limit: int | None = 50
-    max_new_tokens: int = 128
-    concurrency: str = "1,4,16"  # levels, each sending every prompt
-    timeout_s: float = 600.0
-    name: str = ""
-
-
-@dataclass
-class WatchConfig:
-    url: str = "http://127.0.0.1:8000"
-    engine: EngineName = "auto"  # which engine serves it; auto asks the server
-    model: str = ""  # label only: the counters are summed over what the server reports
-    interval_s: float = 5.0
-    samples: int | None = None  # stop after this many intervals; None: until Ctrl-C
-    name: str = ""
 
 
 def client_for(url: str, model: str, timeout_s: float = 600.0, extra: dict | None = None) -> ServerClient:

@@ -7,12 +7,12 @@ the first differing position; llama.cpp's by text)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import asdict
 
 from db.store import Store
 from engine.engines import fleet, llamacpp
 from engine.engines.client import GREEDY, one_request
+from engine.engines.config import EnginesConfig
 from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.load import judge
@@ -24,29 +24,6 @@ from engine.provenance import environment
 from engine.queue.owned import owned
 
 VLLM_EXTRA = {"return_token_ids": True}  # vLLM's own field: the exact tokens, so a divergence has its position
-
-
-@dataclass
-class EnginesConfig:
-    engine: Literal["llamacpp", "vllm"] = "llamacpp"  # which engine's servers to start
-    spec_types: str = ""  # one server each, none first; empty: llama.cpp none,ngram-simple,ngram-mod, vLLM every method
-    model: str = "smollm2"  # llama.cpp: the GGUF every server serves (see llamacpp start --model)
-    target: str = "smollm2"  # vLLM: the model folder every server serves (a Phoenix name or a folder)
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
-    table: str = ""  # vLLM: the per-batch-size k table the <method>-table variants use (see vllm start --table)
-    prompts: str = "humaneval-test"
-    limit: int | None = 20
-    limit_per_column: int | None = field(
-        default=None, metadata={"aliases": ["--limit-per-category"]}
-    )  # Spec-Bench: the first N questions of each leaderboard column (first turns: a server keeps no conversation)
-    max_new_tokens: int = 96
-    chat: bool = True  # through the server's chat template, as Phoenix's --prompt-format auto does for SmolLM2
-    draft_max: int = 8  # llama.cpp: --spec-draft-n-max for the speculating servers (a type's -k<N> sets its own)
-    draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
-    head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
-    port: int = 8100  # the first server's port; the next ones count up
-    warmup: bool = True  # one request per server before the clock, stored as warm-up
-    name: str = ""
 
 
 def servers(cfg: EnginesConfig) -> list[Server]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from engine.decode.loading import PairConfig
+from engine.decode.config import PairConfig
 from engine.errors import PhoenixError
 from engine.modes import DRAFTERS, check_k
 

@@ -8,7 +8,7 @@ import json
 
 from fastapi import Request as HttpRequest
 
-from engine.decode.sampling import MAX_LOGPROBS, SamplingParams
+from engine.decode.sampling_params import MAX_LOGPROBS, SamplingParams
 from engine.serve.service import Service
 
 NEUTRAL: dict[str, tuple] = {  # fields Phoenix does not act on: only the values that change nothing are taken

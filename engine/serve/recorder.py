@@ -5,7 +5,8 @@ growing waits; still failing, it stays pending (written before anything newer on
 is spilled, as JSON lines, to a file beside the database, so a crash loses nothing either. Past MAX_PENDING rows,
 or when even the spill file cannot be written, the server refuses new requests with 503 until the store answers:
 answering work it cannot record is what it must not do. ``/health`` shows the state; a run that ends with rows
-unwritten ends ``failed``, naming the spill file, never ``done``.
+unwritten ends ``failed``, naming the spill file, never ``done``. The next server on the same database replays
+such a file into its run (``replay_spills``), and the run's page says while one waits (``waiting``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import os
 import threading
 import time
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 
-from db.entities import RequestRecord
-from db.store import Store
+from db.entities import BanditRecord, PositionCount, RequestRecord
+from db.store import Store, safe_url
 from engine.measure import StepRecord
 
 log = logging.getLogger("phoenix.serve")
@@ -33,6 +35,67 @@ def spill_path(store: Store, run_id: int) -> Path:
     db = url.database if url.get_backend_name() == "sqlite" else None
     folder = Path(db).parent if db and db != ":memory:" else Path("data")
     return folder / f"phoenix-serve-run{run_id}.spill.jsonl"
+
+
+def _header(store: Store, run_id: int, progress: int) -> dict:
+    """The spill's first line: which database and run its rows belong to (data/ may hold several databases')."""
+    return {"spill": 1, "database": safe_url(store.url), "run_id": run_id, "progress": progress}
+
+
+def read_spill(path: Path) -> tuple[dict, list[RequestRecord], list[StepRecord]]:
+    """A spill file as the header and the rows it holds (raises ValueError on a file that is not one)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0]) if lines else {}
+    if not isinstance(header, dict) or header.get("spill") != 1:
+        raise ValueError(f"{path} is not a Phoenix spill file")
+    records, steps = [], []
+    for line in lines[1:]:
+        row = json.loads(line)
+        if "request" in row:
+            records.append(_request(row["request"]))
+        else:
+            steps.append(StepRecord(**row["step"]))
+    return header, records, steps
+
+
+def _request(d: dict) -> RequestRecord:
+    d["positions"] = [PositionCount(**p) for p in d.get("positions") or []]
+    d["bandit"] = BanditRecord(**d["bandit"]) if d.get("bandit") else None
+    d["created_at"] = datetime.fromisoformat(d["created_at"]) if d.get("created_at") else None
+    return RequestRecord(**d)
+
+
+def waiting(store: Store, run_id: int) -> tuple[Path, int] | None:
+    """A spill file of this run that waits to be replayed, and the requests it holds (the Run page says so)."""
+    path = spill_path(store, run_id)
+    try:
+        header, records, _ = read_spill(path)
+    except (OSError, ValueError):
+        return None
+    return (path, len(records)) if header.get("database") == safe_url(store.url) else None
+
+
+def replay_spills(store: Store) -> list[str]:
+    """Write every spill file an earlier server of this database left into its run, then remove it; a line each.
+    Only a run that has ended (failed or interrupted) is replayed into, so a live server's own file is left alone."""
+    said = []
+    folder = spill_path(store, 0).parent
+    for path in sorted(folder.glob("phoenix-serve-run*.spill.jsonl")):
+        try:
+            header, records, steps = read_spill(path)
+        except (OSError, ValueError) as exc:
+            said.append(f"left {path} alone: {exc}")
+            continue
+        run = store.get_run(int(header.get("run_id", 0))) if header.get("database") == safe_url(store.url) else None
+        if run is None or run.status not in ("failed", "interrupted"):
+            continue
+        store.add_serve_steps(run.id, steps)
+        store.add_requests(records, progress=(run.id, max(run.progress_done, int(header.get("progress", 0)))))
+        store.set_status(run.id, run.status, f"{run.error or ''}; replayed from {path.name}: {len(records)} "
+                         f"requests and {len(steps)} steps recorded at {datetime.now():%Y-%m-%d %H:%M}")  # fmt: skip
+        path.unlink()
+        said.append(f"run {run.id}: {len(records)} requests and {len(steps)} steps replayed from {path}")
+    return said
 
 
 class Recorder:
@@ -114,7 +177,8 @@ class Recorder:
         pending)."""
         tmp = self.spill.with_suffix(".tmp")
         try:
-            with open(tmp, "w") as f:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(json.dumps(_header(self.store, self.run_id, self.progress)) + "\n")
                 for rec in self.records:
                     f.write(json.dumps({"request": asdict(rec)}, default=str) + "\n")
                 for step in self.steps:

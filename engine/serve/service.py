@@ -37,7 +37,7 @@ from engine.observe.sentry import Telemetry
 from engine.prompts.sets import Prompt
 from engine.provenance import environment
 from engine.serve.config import ServeConfig, stored_config
-from engine.serve.recorder import Recorder, spill_path
+from engine.serve.recorder import Recorder, replay_spills, spill_path
 from engine.serve.tuner import LoadTuner, profile_cost
 
 log = logging.getLogger("phoenix.serve")
@@ -129,6 +129,8 @@ class Service:
             self._profile_rows = self._profile_batch = None
         self.metrics.prepare(self.model_name, self.cfg.k_max, [])
         if self.store is not None:
+            for line in replay_spills(self.store):  # rows an earlier server could not record
+                log.warning(line)
             pair = self.decoder.pair
             run = self.store.create_run(
                 self.cfg.name or f"phoenix serve {self.drafter} (max batch {self.cfg.max_batch})",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from engine.decode.decoder import Decoder, format_prompt
@@ -22,33 +21,7 @@ from engine.errors import PhoenixError
 from engine.modes import K_MAX
 from engine.paths import MODELS_DIR
 from engine.prompts.sets import humaneval, load, split
-
-
-@dataclass
-class DistillConfig:
-    target: str = "embedded"  # teacher: 'embedded', a model directory or a cached HF id
-    draft: str = "embedded"  # the draft to distil (the student)
-    prompts: str = "humaneval-train"  # humaneval-train or a JSONL file; the held-out test split is refused
-    limit: int | None = None  # first N training prompts
-    max_new_tokens: int = 256  # teacher answer length
-    epochs: int = 1  # passes over the teacher answers
-    lora_r: int = 16  # LoRA rank
-    lora_alpha: int = 32  # LoRA scale numerator (scale = alpha / r)
-    lora_dropout: float = 0.0  # dropout on the LoRA input
-    target_modules: str = "all-linear"  # peft's shorthand: every linear layer but the output head
-    lr: float = 2e-4  # peak learning rate (linear warm-up and decay)
-    batch_size: int = 8  # answers per optimizer step
-    checkpoint_every: int = 10  # optimizer steps between resumable checkpoints
-    seed: int = 42  # LoRA init, batch order and the eval runs
-    out: str = ""  # output model directory (default models/<draft>-distilled; the dashboard lists it)
-    save_dtype: str = "float16"  # float16 | bfloat16 | float32 for the merged weights
-    device: str = "cpu"  # cpu | cuda
-    allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
-    eval: bool = False  # benchmark the held-out prompts with the original and the distilled draft, side by side
-    eval_prompts: str = "humaneval-test"  # the held-out set --eval benchmarks
-    eval_limit: int = 50  # first N of them (the test split has 50)
-    eval_max_new_tokens: int = 96  # tokens per evaluation request
-    eval_ks: str = "2,4,6,8"  # model_<k> modes compared before and after
+from engine.train.config import DistillConfig
 
 
 def validate(cfg: DistillConfig) -> DistillConfig:

@@ -18,72 +18,17 @@ from __future__ import annotations
 import ast
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from engine.catalog import NAMED, SMOLLM2, SMOLLM2_DRAFT
+from engine.catalog import SMOLLM2, SMOLLM2_DRAFT
 from engine.decode.decoder import format_prompt
 from engine.decode.loading import load_model, pick_dtype
 from engine.errors import PhoenixError
 from engine.paths import check_ours
 from engine.prompts.sets import humaneval, split
+from engine.train.config import DraftConfig
 from engine.train.zoo import save_model, stdlib_texts, train_lm, train_on_sequences
-
-
-@dataclass
-class DraftConfig:
-    target: str = SMOLLM2  # the model the draft learns to predict
-    out: str = str(NAMED[SMOLLM2_DRAFT].path)  # where the draft goes
-    seed: int = 1234  # initialisation and batch order
-    hidden: int = 320  # narrow: the 49k-row output layer costs hidden x vocab per drafted token
-    layers: int = 2  # transformer blocks
-    ffn: int = 960  # MLP width
-    heads: int = 5  # attention heads of 64 dims
-    kv_heads: int = 1  # grouped-query attention keeps the draft's KV cache small
-    seq_len: int = 256  # training window in tokens
-    steps: int = 400  # optimizer steps of KL distillation (0 with --init-from: skip to the answers stage)
-    batch: int = 4  # windows per step
-    lr: float = 2e-3  # peak learning rate (warm-up, cosine decay)
-    warmup_steps: int = 20  # linear warm-up steps
-    init_from: str = ""  # start from this draft's weights instead of a fresh initialisation
-    answer_prompts: int = 208  # chat prompts the target answers (HumanEval train first, then stdlib functions)
-    answer_tokens: int = 128  # greedy tokens per answer
-    answer_batch: int = 16  # answers generated together (left-padded)
-    seq_steps: int = 250  # optimizer steps on the answers (0 skips the stage)
-    seq_batch: int = 8  # answers per step
-    seq_lr: float = 1e-3  # peak learning rate on the answers
-    teacher_dtype: str = "bfloat16"  # the target's forward while teaching: bf16 is about 2x faster on AVX512-BF16
-    save_dtype: str = "float16"  # weights on disk; loaded in the run's dtype
-
-    def validate(self) -> DraftConfig:
-        """Every number checked before the target loads, each with the flag to fix."""
-        checks = [
-            (self.steps >= (0 if self.init_from else 1), "--steps must be >= 1 (0 only with --init-from)"),
-            (self.seq_steps >= 0 and self.seq_batch >= 1, "--seq-steps must be >= 0 and --seq-batch >= 1"),
-            (
-                self.answer_prompts >= 0 and self.answer_tokens >= 1 and self.answer_batch >= 1,
-                "--answer-prompts must be >= 0, --answer-tokens and --answer-batch >= 1",
-            ),
-            (self.seq_lr > 0, "--seq-lr must be > 0"),
-            (self.batch >= 1, "--batch must be >= 1"),
-            (self.layers >= 1, "--layers must be >= 1"),
-            (self.seq_len >= 8, "--seq-len must be >= 8"),
-            (self.heads >= 1 and self.hidden % self.heads == 0, "--hidden must be a multiple of --heads"),
-            (self.kv_heads >= 1 and self.heads % self.kv_heads == 0, "--heads must be a multiple of --kv-heads"),
-            (self.lr > 0, "--lr must be > 0"),
-            (
-                0 <= self.warmup_steps < max(self.steps, self.seq_steps, 1),
-                "--warmup-steps must be below the step counts",
-            ),
-            (
-                self.save_dtype in ("float16", "bfloat16", "float32"),
-                "--save-dtype must be float16, bfloat16 or float32",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise PhoenixError(message)
-        return self
 
 
 def corpus_ids(tokenizer) -> tuple[list[int], dict]:

@@ -20,43 +20,8 @@ from pathlib import Path
 import torch
 
 from engine.decode.eagle3 import Eagle3Head, head_config_for, save_head, vocab_maps
-from engine.paths import DATA_DIR, MODELS_DIR, check_ours
-
-
-@dataclass
-class HeadBuildConfig:
-    target: str = "smollm2"  # the target the head drafts for (a name, directory or cached id)
-    out: str = str(MODELS_DIR / "smollm2-eagle3")  # where the head folder is written
-    draft_vocab_size: int = (
-        4096  # output rows: the most frequent answer tokens (FR-Spec); 4096 covered 98.9% on SmolLM2
-    )
-    humaneval_prompts: int = 114  # from HumanEval's train split (114 = all of it)
-    spec_bench_prompts: int = 240  # from Spec-Bench's train half (240 = all of it)
-    second_turns: int = 40  # MT-bench second turns of that half, after the target's own first answer (40 = all)
-    code_style_prompts: int = 120  # stdlib functions asked about in chat: explain, annotate, test, rewrite
-    stdlib_prompts: int = 60  # windows of standard-library code, continued as raw text
-    max_prompt_tokens: int = 1024  # longer prompts keep their last tokens (Spec-Bench's longest run to ~1,000)
-    max_new_tokens: int = 128  # answer length per prompt
-    gen_batch: int = 24  # prompts answered together
-    train_prompt_tokens: int = 1024  # prompt tokens kept as context in training: a head drafts after long contexts
-    # too, so it must attend over them in training (the first build kept 64)
-    fixed_text_tokens: int = 200_000  # teacher-forced fixed text (EAGLE-1's data): one cheap forward per batch
-    text_window: int = 256  # tokens per fixed-text window (the Python docs and stdlib code)
-    ttt_steps: int = 4  # training-time-test unroll (EAGLE-3 uses 7; 4 fits a CPU budget)
-    step_decay: float = 0.8  # loss weight of unroll step s is step_decay**s, as EAGLE-3
-    epochs: int = 5  # passes over the answers and the fixed text
-    batch_tokens: int = 1536  # tokens per optimizer step: small, since a CPU budget buys few steps
-    lr: float = 2e-3  # peak AdamW learning rate (cosine decay after warm-up)
-    warmup_steps: int = 20
-    time_budget_s: float = 0.0  # stop training after this many seconds (0: run every epoch)
-    eval_prompts: int = 6  # held-out prompts per held-out source whose answers measure top-1 agreement
-    eval_every: int = 40  # optimizer steps between held-out checks (the go/no-go curve in the model card)
-    seed: int = 1234
-    answers_dir: str = str(DATA_DIR / "head-answers")  # the target's answers with their taps, kept for the next build
-    dtype: str = "float32"  # the target's dtype while answering
-    save_dtype: str = "float16"  # the head on disk
-    resume: bool = False  # continue the head at --out: its weights, optimizer state and stages, on this stage's data
-    state_dir: str = str(DATA_DIR / "head-state")  # fp32 weights and optimizer state per head, for --resume
+from engine.paths import check_ours
+from engine.train.config import HeadBuildConfig
 
 
 @dataclass

@@ -26,8 +26,8 @@ from engine.decode.eagle3 import WEIGHTS, default_taps, load_head
 from engine.decode.loading import load_model, pick_dtype
 from engine.errors import PhoenixError
 from engine.paths import CARD, check_ours
+from engine.train.config import HeadBuildConfig
 from engine.train.eagle3 import (
-    HeadBuildConfig,
     Sample,
     Trainer,
     answer_with_taps,

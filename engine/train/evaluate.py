@@ -9,7 +9,8 @@ from engine.bench.config import BenchConfig
 from engine.bench.report import summaries
 from engine.bench.run import execute
 from engine.bench.setup import create_run
-from engine.train.distill import DistillConfig, eval_ks
+from engine.train.config import DistillConfig
+from engine.train.distill import eval_ks
 
 
 def evaluate(store: Store, cfg: DistillConfig, out_dir: str, distill_id: int, progress: bool = True) -> dict:

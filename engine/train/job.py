@@ -12,7 +12,8 @@ from engine.decode.loading import load_pair
 from engine.errors import PhoenixError
 from engine.paths import CARD, check_ours
 from engine.provenance import environment
-from engine.train.distill import DistillConfig, Work, default_out, stage_answers, training_prompts, validate
+from engine.train.config import DistillConfig
+from engine.train.distill import Work, default_out, stage_answers, training_prompts, validate
 from engine.train.evaluate import evaluate
 from engine.train.lora import model_card, stage_lora, stage_merge, write_cards
 

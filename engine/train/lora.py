@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from engine.train.distill import DistillConfig, Work
+from engine.train.config import DistillConfig
+from engine.train.distill import Work
 
 
 def lora_model(draft, cfg: DistillConfig, adapter_dir: Path | None):

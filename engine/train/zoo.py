@@ -13,51 +13,16 @@ import json
 import math
 import sysconfig
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
 from engine.decode.spec import generate
-from engine.paths import EMBEDDED_DIR, check_ours
+from engine.paths import check_ours
 from engine.prompts.sets import humaneval, split
+from engine.train.config import ZooConfig
 
 EOS = "<|endoftext|>"
-
-
-@dataclass
-class ZooConfig:
-    out: str = str(EMBEDDED_DIR)  # where target/ and draft/ are written
-    seed: int = 1234  # every random choice below derives from it
-    vocab_size: int = 4096  # byte-level BPE; small so the LM head stays cheap
-    seq_len: int = 128  # training window in tokens
-    # target: ~18M parameters, ~21 ms a token on 2 cores against ~2.7 ms for the
-    # one-layer draft; wide and shallow because it learns faster per CPU-second
-    target_hidden: int = 512
-    target_layers: int = 5
-    target_ffn: int = 1536
-    target_heads: int = 8
-    target_kv_heads: int = 4
-    target_steps: int = 1000  # ~2.2 s a step on 2 cores: ~40 min; 300 steps left a target that only wrote newlines
-    target_batch: int = 8
-    target_lr: float = 3e-3
-    # draft: one layer, distilled from the target
-    draft_hidden: int = 128
-    draft_layers: int = 1
-    draft_ffn: int = 384
-    draft_heads: int = 4
-    draft_kv_heads: int = 2
-    draft_steps: int = 240
-    draft_batch: int = 16
-    draft_lr: float = 3e-3
-    # sequence-level distillation: the draft learns the target's own greedy
-    # continuations of training prompts (HumanEval train split + stdlib windows)
-    seq_prompts: int = 200
-    seq_new_tokens: int = 96
-    seq_steps: int = 300
-    seq_batch: int = 8
-    seq_lr: float = 2e-3
-    warmup_steps: int = 30
-    save_dtype: str = "float16"  # keeps the committed pair under ~40 MB; loaded as fp32
 
 
 def stdlib_texts() -> list[str]:
