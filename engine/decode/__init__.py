@@ -6,7 +6,8 @@ server and by `bench --concurrency`; `steps`: its plain step records and the tun
 prefix cache), the drafters behind one typed base (`drafters`: draft model, n-gram; `suffix` trees; `eagle3`: the
 EAGLE-3 head, its checkpoint and its drafter; the `hybrid` of the suffix trees and the head; `choice`, a drafter
 the tuner picks per step), prepacked bf16 weights (`packed`), static caches, `--compile` and `--freeze`
-(`compiled`), assisted generation (`hf_assisted`), model loading and fetching, and one request's `Decoder`.
+(`compiled`), assisted generation (`hf_assisted`), model loading and fetching, and one request's `Decoder`. The
+settings (`config`: the pair, the suffix trees, the hybrid) and a request's `sampling_params` import no torch.
 
 Imports nothing from db, bench, observe, cli or app (tests/test_architecture.py holds it to that).
 """

@@ -7,5 +7,5 @@ Phoenix can express; `vllm_table` learns its per-batch-size k table from a load 
 stops its servers through `fleet`: a concurrency sweep and a counter watch (`record`), servers side by side
 (`side_by_side`), the load sweep in the field's terms (`load`, with arrivals, TTFT, TPOT and goodput in `arrivals`,
 and a shared system prompt and sampling in `workload`), and Phoenix's load client checked against vLLM's own
-(`crosscheck`). Phoenix's own server is `engine/serve/`.
+(`crosscheck`). Their settings are in `config` (no store, no client). Phoenix's own server is `engine/serve/`.
 """
