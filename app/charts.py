@@ -227,7 +227,9 @@ def bandit_charts(history: dict[str, pd.DataFrame], trace_url) -> alt.VConcatCha
     )
     # each panel colours its own field: one shared scale with the fixed domain explored/exploited left the
     # signal and running-estimate lines without a colour, so they drew nothing
-    return alt.vconcat(chosen, signal, mean_chart).resolve_scale(color="independent")
+    # a policy without such a signal (Thompson sampling, UCB1) gets no empty panel: run 80's drew an axis and nothing
+    panels = (chosen, signal, mean_chart) if not signals.empty else (chosen, mean_chart)
+    return alt.vconcat(*panels).resolve_scale(color="independent")
 
 
 def latency_chart(sample: pd.DataFrame) -> alt.Chart:

@@ -107,3 +107,27 @@ def test_the_run_page_shows_ttft_and_time_per_output_token_per_mode(app_db):
     for row in table.itertuples():
         assert row.ttft_p50_s == expected.loc[row.mode, "ttft_p50_s"]
         assert row.tpot_p50_s == expected.loc[row.mode, "tpot_p50_s"]
+
+
+def test_a_policy_without_an_exploration_signal_draws_no_empty_panel():
+    """Run 80's Thompson sampling drew an "epsilon / P(not best)" panel with axes and nothing in it (issue 50)."""
+    import pandas as pd
+
+    from app.charts import bandit_charts
+
+    def history(epsilon):
+        return {
+            "choices": pd.DataFrame(
+                {"t": [0, 1], "chosen_k": [2, 3], "n": [1, 1], "explored_n": [1, 0], "trace_id": [None, None]}
+            ),  # fmt: skip
+            "signals": pd.DataFrame({"t": [0, 1], "n": [1, 1], "epsilon": epsilon, "p_not_best": [None, None]}),
+            "means": pd.DataFrame(
+                {"t": [0, 1], "arm_means": [{2: 1.0}, {2: 1.0, 3: 2.0}], "arm_counts": [{2: 1}, {2: 1, 3: 1}]}
+            ),  # fmt: skip
+        }
+
+    thompson = bandit_charts(history([None, None]), lambda t: None).to_dict()
+    epsilon = bandit_charts(history([0.2, 0.1]), lambda t: None).to_dict()
+    assert len(thompson["vconcat"]) == 2 and len(epsilon["vconcat"]) == 3
+    titles = [c["encoding"]["y"].get("title") for c in thompson["vconcat"]]
+    assert "epsilon / P(not best)" not in titles

@@ -50,8 +50,12 @@ def render() -> None:
         "means the run cannot tell the two apart. tokens/s is the mean of per-request tokens/sec, the policies' "
         "reward."
     )
+    shown = shown_policies(table)
+    view = st.segmented_control(
+        "Columns", list(POLICY_VIEWS), default="verdict", key="pol_columns", help="the CSV below holds every column"
+    )
     tables.show(
-        shown_policies(table),
+        shown[["mode", "n", *POLICY_VIEWS[view or "verdict"]]],  # each view whole on a 1280 px screen
         name="policies",
         formats={"tokens/s": "%.2f", "p-value": "%.4f", "mean k": "%.2f", "explored": "%.0f%%", "fallback": "%.0f%%"},
         labels={"x reference, 95% CI": "x reference (95% CI, n)"},
@@ -72,6 +76,12 @@ def render() -> None:
     st.subheader("Tokens/sec per policy")
     charts.show(tps_chart(frame), width="stretch")
     urlstate.show_share_link("policies")
+
+
+POLICY_VIEWS = {  # 11 columns never fit 1280 px: what to decide by, and how each policy chose
+    "verdict": ["x reference, 95% CI", "share of best fixed (95% CI)", "p-value", "verdict"],
+    "how it chose": ["tokens/s", "mean k", "explored", "fallback", "arms chosen"],
+}
 
 
 def shown_policies(table: pd.DataFrame) -> pd.DataFrame:

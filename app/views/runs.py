@@ -13,6 +13,13 @@ from engine.analysis.speedup import SPEEDUP
 
 STATUSES = ["", "queued", "running", "done", "failed", "cancelled", "interrupted"]
 PAGE_SIZE = 50
+# Two views of one table, each whole on a 1280 px screen (15 columns never were): what a run showed, and how it ran
+RESULTS = ("status", "best_speedup", "best_mode", "best_interval")  # the figure people sort by, where it is seen
+SETUP = ("target", "draft", "modes", "prompts", "tags", "created_at", "archived")
+VIEWS = {
+    "results": ["status", "best_speedup", "best_mode", "best_interval", "requests"],
+    "setup": ["pair", "modes", "prompts", "tags", "created_at"],
+}
 
 
 def _choice(options: list[str], wanted: str) -> int:
@@ -75,39 +82,48 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int) 
     for r in df[df["status"].isin(["running", "queued"])].itertuples():
         frac = r.progress_done / r.progress_total if r.progress_total else 0.0
         st.progress(min(frac, 1.0), text=f"run #{r.id}: {r.status}, {r.progress_done}/{r.progress_total} requests")
-    view = df[
-        [
-            "id",
-            "name",
-            "status",
-            "best_speedup",  # the figure people sort by sits where a 1280 px screen shows it
-            "best_mode",
-            "best_interval",
-            "target",
-            "draft",
-            "modes",
-            "prompts",
-            "tags",
-            "created_at",
-            "archived",
-        ]
-    ].copy()
+    view = df[["id", "name", *RESULTS, *SETUP]].copy()
     view.insert(1, "open", [urlstate.link("run", run=i) for i in view["id"]])
     view.insert(
-        len(view.columns) - 2, "requests", [f"{d}/{t}" for d, t in zip(df["progress_done"], df["progress_total"])]
+        view.columns.get_loc("best_interval") + 1,
+        "requests",
+        [f"{d}/{t}" for d, t in zip(df["progress_done"], df["progress_total"])],
     )
     view["created_at"] = view["created_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M") if hasattr(t, "strftime") else t)
+    view["pair"] = [f"{t} / {d}" if isinstance(d, str) and d else str(t) for t, d in zip(view["target"], view["draft"])]
+    view["status"] = [f"{st_} (archived)" if a else st_ for st_, a in zip(view["status"], view["archived"])]
+    columns = st.segmented_control(
+        "Columns", list(VIEWS), default="results", key="f_columns", help="the CSV below holds every column"
+    )
+    shown = (
+        ["id", "open", "name", *VIEWS[columns or "results"]] if columns != "setup" else ["id", "name", *VIEWS["setup"]]
+    )
     tables.show(
-        view,
+        view[shown],
         name="runs",
         formats={"best_speedup": "%.2fx"},
-        labels={"best_speedup": "best x reference", "best_mode": "best mode", "best_interval": "best: 95% CI, n"},
+        labels={
+            "best_speedup": "best x reference",
+            "best_mode": "best mode",
+            "best_interval": "best: 95% CI, n",
+            "created_at": "created",
+            "pair": "target / draft",
+        },
         config={"open": st.column_config.LinkColumn("open", display_text="Run page")},
-        # long names and interval notes are cut in their cells (the Run page has them whole), not the verdict
-        widths={"name": 200, "best_interval": 150},
+        # long names, modes and interval notes are cut in their cells (the Run page has them whole): every column
+        # of a view stays on a 1280 px screen
+        widths={
+            "name": 160,
+            "best_interval": 140,
+            "requests": 70,
+            "pair": 150,
+            "modes": 120,
+            "prompts": 100,
+            "tags": 60,
+        },
     )
     st.caption(SPEEDUP + "; each run's best mode other than its reference.")
-    widgets.csv_download(view.drop(columns=["open"]), "runs", key="dl_runs")
+    widgets.csv_download(view.drop(columns=["open", "pair"]), "runs", key="dl_runs")
 
 
 render()
