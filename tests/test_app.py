@@ -732,3 +732,30 @@ def test_a_served_run_names_its_drafter_and_says_while_rows_wait_in_a_spill_file
     spill.unlink()  # written: the warning goes at the next read (cached reads last TTL seconds)
     data.changed()
     assert not any("spill file" in w.value for w in open_page("run", run=run.id).warning)
+
+
+def test_every_status_and_label_on_the_run_page_is_the_current_one(app_db, monkeypatch):
+    """Round five's stale states: "[queued]" in the selector beside a "cancelled" header; "add `target` mode" on a
+    cancelled run that has one; "No worker serves this database... Live workers: 0" while the worker starts."""
+    from engine.queue import autostart
+
+    monkeypatch.setenv("PHOENIX_OPERATOR_TOKEN", "t0ken")
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
+    app_db.set_status(1, "cancelled")
+    at = open_page("run", run=1)
+    at.text_input(key="run_token").input("t0ken")
+    at.button(key="run_action").click().run()
+    label = next(o for o in at.selectbox(key="pick_run").options if o.startswith("#1 "))
+    assert "[queued]" in label and "cancelled" not in label  # the selector says what the header says
+
+    monkeypatch.setattr(autostart, "worker_pid", lambda data_dir, url: 4242)  # started, not yet registered
+    at = open_page("run", run=1)
+    assert any("A worker is starting for this database (pid 4242)" in i.value for i in at.info)
+    assert not any("No worker serves this database" in w.value for w in at.warning)
+
+    bench = {"modes": ["target", "model_4"], "prompts": "humaneval-test", "drafter": "model", "max_new_tokens": 64}
+    run = app_db.create_run("never checked", {"bench": bench}, "embedded", "embedded", 4, status="cancelled")
+    app_db.add_requests([app_record(run.id, 0, "model_4", 4, random.Random(0), identical=None)], (run.id, 1))
+    at = open_page("run", run=run.id)
+    warned = " ".join(w.value for w in at.warning)
+    assert "it ended (cancelled) before any prompt had both" in warned and "add `target` mode" not in warned

@@ -54,8 +54,12 @@ def test_the_runs_page_filters_by_tag_hides_archived_and_pages_in_sql(app_db):
     table = next(d.value for d in at.dataframe if "open" in d.value.columns)
     assert table["id"].tolist() == [1]  # run 2 is archived
     at.toggle(key="f_archived").set_value(True).run()
-    table = next(d.value for d in at.dataframe if "open" in d.value.columns)
+    at.segmented_control(key="f_columns").set_value("setup").run()  # tags are in the table's setup view
+    table = next(d.value for d in at.dataframe if "tags" in d.value.columns)
     assert table["id"].tolist() == [2, 1] and table["tags"].tolist() == ["–", "baseline-run"]
+    at.segmented_control(key="f_columns").set_value("results").run()
+    status = next(d.value for d in at.dataframe if "status" in d.value.columns)["status"]
+    assert status.tolist() == ["done (archived)", "done"]
     at = open_page("runs", tag="baseline-run", archived=1)
     assert next(d.value for d in at.dataframe if "open" in d.value.columns)["id"].tolist() == [1]
     assert "2 runs" in open_page("runs", archived=1).number_input(key="f_page").label
@@ -178,6 +182,7 @@ def test_the_policies_page_shows_which_drafter_arm_each_decision_took(app_db):
     run_id = _spec_bench_run(app_db)
     at = open_page("policies", run=run_id)
     assert any(s.value == "Chosen arm over time" for s in at.subheader)
+    at.segmented_control(key="pol_columns").set_value("how it chose").run()  # the table's second view
     table = next(d.value for d in at.dataframe if "arms chosen" in d.value.columns)
     assert table.set_index("mode").loc["bandit", "arms chosen"] == "target 50%, ngram_4 50%"
 

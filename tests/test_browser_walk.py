@@ -17,6 +17,9 @@ from test_browser import ARTIFACTS, CHROMIUM, ROOT, start_dashboard
 
 pytestmark = [
     pytest.mark.browser,
+    # one xdist worker takes the whole walk, in file order: the real pair's demo that the second-demo test leaves
+    # to the worker must not share the cores with another worker's walk, nor run before the tests that need a worker
+    pytest.mark.xdist_group("browser_walk"),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)"),
 ]
 
@@ -236,57 +239,6 @@ def test_a_newcomers_walk_through_a_finished_demo_and_every_page_shows_nothing_c
     assert len(list(SHOTS.glob("*.png"))) >= 2 * (len(pages) + 2)
 
 
-def test_the_second_demo_fetches_the_real_pair_first_and_says_so_on_its_run_page(walk_server, chromium):
-    """Where SmolLM2 is not here yet (CI), the second demo button queues the real pair's demo and the worker fetches
-    the model first, saying each stage on the run's page. The fetch and the run itself are left to the worker (the
-    module's teardown stops it); here the click-to-stage path is checked."""
-    from app import form
-    from db.store import Store
-
-    if form.real_pair_present():
-        pytest.skip("SmolLM2 is already fetched here, so the home page offers one demo, on the real pair (the walk)")
-    base, url = walk_server
-    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
-    page.goto(base)
-    page.get_by_text("Quick demo", exact=True).first.click(timeout=60000)
-    # 120 s: under the full suite's load on 2 cores the home page's rerun after the click took over 60 s once
-    page.get_by_role("button", name=re.compile("fetches SmolLM2-135M first")).click(timeout=120000)
-    page.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run=\d+$"), timeout=60000)
-    run_id = int(page.url.rsplit("=", 1)[1])
-    assert Store(url).get_run(run_id).target == "smollm2"
-    page.get_by_text("Preparing the models").wait_for(timeout=120000)
-    page.close()
-
-
-def test_enter_in_a_new_run_field_queues_nothing_and_a_second_press_is_named_a_duplicate(walk_server, chromium):
-    """Three Enter presses once queued four runs: in a real browser, Enter in a field submits nothing; the button
-    queues; pressing it again within a minute names the duplicate first (issue 50's walk case)."""
-    from db.store import Store
-
-    base, url = walk_server
-    store = Store(url)
-    before = len(store.list_runs())
-    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
-    page.goto(f"{base}/new")
-    name = page.get_by_label("Name (empty: the modes joined)")
-    name.wait_for(timeout=60000)
-    name.fill("walk duplicate check")
-    for _ in range(3):
-        name.press("Enter")
-    time.sleep(3)
-    assert len(store.list_runs()) == before  # Enter submitted nothing
-    queue = page.get_by_role("button", name="Queue run")
-    queue.click()
-    page.get_by_text("Watch run #").first.wait_for(timeout=60000)
-    assert len(store.list_runs()) == before + 1
-    queue.click()
-    page.get_by_text("with these very settings was queued moments ago").wait_for(timeout=60000)
-    assert len(store.list_runs()) == before + 1  # named, not queued
-    page.close()
-    for run in store.list_runs()[: len(store.list_runs()) - before]:
-        store.request_cancel(run.id)  # the walk's own run: nothing else waits behind it
-
-
 def test_after_resume_the_run_page_follows_the_run_to_its_end_without_a_reload(walk_server, chromium):
     """It once showed "queued 3/8" for over 6 minutes while the run finished 8/8 (issue 50's walk case): Resume
     in a real browser, then the same page, never reloaded, reaches the run's end as the worker finishes it."""
@@ -353,3 +305,55 @@ def test_where_every_mode_loses_no_page_says_speculation_pays(walk_server, chrom
             found.append(path)
         page.close()
     assert not found, f"'Speculation pays here' beside a run where every mode lost: {found}"
+
+
+def test_the_second_demo_fetches_the_real_pair_first_and_says_so_on_its_run_page(walk_server, chromium):
+    """Where SmolLM2 is not here yet (CI), the second demo button queues the real pair's demo and the worker fetches
+    the model first, saying each stage on the run's page. The fetch and the run itself are left to the worker (the
+    module's teardown stops it); here the click-to-stage path is checked."""
+    from app import form
+    from db.store import Store
+
+    if form.real_pair_present():
+        pytest.skip("SmolLM2 is already fetched here, so the home page offers one demo, on the real pair (the walk)")
+    base, url = walk_server
+    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(base)
+    page.get_by_text("Quick demo", exact=True).first.click(timeout=60000)
+    # 120 s: under the full suite's load on 2 cores the home page's rerun after the click took over 60 s once
+    page.get_by_role("button", name=re.compile("fetches SmolLM2-135M first")).click(timeout=120000)
+    page.wait_for_url(re.compile(rf"^{re.escape(base)}/run\?run=\d+$"), timeout=60000)
+    run_id = int(page.url.rsplit("=", 1)[1])
+    assert Store(url).get_run(run_id).target == "smollm2"
+    page.get_by_text("Preparing the models").wait_for(timeout=120000)
+    page.close()
+    Store(url).request_cancel(run_id)  # the stage is shown: the run itself is not this test's to wait for
+
+
+def test_enter_in_a_new_run_field_queues_nothing_and_a_second_press_is_named_a_duplicate(walk_server, chromium):
+    """Three Enter presses once queued four runs: in a real browser, Enter in a field submits nothing; the button
+    queues; pressing it again within a minute names the duplicate first (issue 50's walk case)."""
+    from db.store import Store
+
+    base, url = walk_server
+    store = Store(url)
+    before = len(store.list_runs())
+    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{base}/new")
+    name = page.get_by_label("Name (empty: the modes joined)")
+    name.wait_for(timeout=60000)
+    name.fill("walk duplicate check")
+    for _ in range(3):
+        name.press("Enter")
+    time.sleep(3)
+    assert len(store.list_runs()) == before  # Enter submitted nothing
+    queue = page.get_by_role("button", name="Queue run")
+    queue.click()
+    page.get_by_text("Watch run #").first.wait_for(timeout=60000)
+    assert len(store.list_runs()) == before + 1
+    queue.click()
+    page.get_by_text("with these very settings was queued moments ago").wait_for(timeout=60000)
+    assert len(store.list_runs()) == before + 1  # named, not queued
+    page.close()
+    for run in store.list_runs()[: len(store.list_runs()) - before]:
+        store.request_cancel(run.id)  # the walk's own run: nothing else waits behind it

@@ -137,6 +137,15 @@ def test_a_sweep_stopped_mid_block_keeps_every_answered_request_and_ends_interru
     assert recs[1].identical is True and recs[2].identical is None  # p1's reference never answered
 
 
+def answer_or_429(prompt: str, refused: tuple[str, ...]) -> dict:
+    """A load client's answer: five tokens, or the 429 a full queue answers for the prompts in ``refused``."""
+    if prompt in refused:
+        return {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None,
+                "error": "HTTP 429: the queue is full", "latency_s": 0.001}  # fmt: skip
+    return {"text": "x", "ttft_s": 0.01, "usage": {"completion_tokens": 5}, "speculation": None,
+            "timings": None, "error": None, "latency_s": 0.05}  # fmt: skip
+
+
 def test_a_rate_level_sends_at_poisson_arrival_times_capped_and_records_vllm_bench_serves_figures(
     tmp_path, monkeypatch
 ):
@@ -155,11 +164,7 @@ def test_a_rate_level_sends_at_poisson_arrival_times_capped_and_records_vllm_ben
 
     def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None, extra=None):
         sent.append(time.perf_counter() - t0)
-        if prompt == "prompt 3":
-            return {"text": "", "ttft_s": None, "usage": {}, "speculation": None, "timings": None,
-                    "error": "HTTP 429: the queue is full", "latency_s": 0.001}  # fmt: skip
-        return {"text": "x", "ttft_s": 0.01, "usage": {"completion_tokens": 5}, "speculation": None,
-                "timings": None, "error": None, "latency_s": 0.05}  # fmt: skip
+        return answer_or_429(prompt, refused=("prompt 3",))
 
     monkeypatch.setattr(load, "stream_one", fake)
     monkeypatch.setattr(load, "load_prompts", lambda name, limit: PROMPTS)
@@ -175,3 +180,31 @@ def test_a_rate_level_sends_at_poisson_arrival_times_capped_and_records_vllm_ben
     assert f["output_throughput"] == pytest.approx(20 / f["wall_s"])
     assert runs[first].config["request_rate"] == 20.0 and runs[second].config["request_rate"] == "inf"
     assert {r.mode for r in store.requests(first)} == {"phoenix-none_c2"}
+
+
+def test_a_concurrency_level_against_a_refusing_server_counts_refusals_as_failures_not_zero_tok_s(
+    tmp_path, monkeypatch
+):
+    """At concurrency 16 against a 429-ing server, the sweep once averaged the refused requests' 0 tok/s into its
+    table and still said n = 16 (issue 50): refusals are failed rows, n counts what was answered, and no figure
+    takes a refused request in."""
+    from helpers import migrated
+
+    from db.store import Store
+    from engine.analysis.load import level_table
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 'refused.db'}"))
+
+    def fake(url, model, prompt, max_tokens, chat, spec, timeout_s, abort=None, extra=None):
+        return answer_or_429(prompt, refused=("prompt 1", "prompt 3"))
+
+    monkeypatch.setattr(load, "stream_one", fake)
+    monkeypatch.setattr(load, "load_prompts", lambda name, limit: PROMPTS)
+    (run_id,) = load.sweep(store, LoadConfig(model="m", concurrency="4", variants="none", warmup=False), say=print)
+    run = store.get_run(run_id)
+    f = run.config["figures"]["none"]
+    assert (f["requests"], f["answered"], f["failed"]) == (5, 3, 2)
+    assert f["output_throughput"] == pytest.approx(15 / f["wall_s"])  # only answered tokens, over the wall time
+    (row,) = level_table(store.served_requests(run_id), run.config.get("wall_s")).to_dict("records")
+    assert row["n"] == 3 and row["failed"] == 2 and row["latency_p50_s"] == pytest.approx(0.05)
+    assert run.status == "done"  # some answered: the level stands, with its failures counted
