@@ -253,12 +253,13 @@ DUPLICATE_S = 60.0  # a run with the very same settings queued this recently is 
 
 
 def recent_duplicate(cfg: BenchConfig, now: datetime | None = None):
-    """A queued or running run with the very same settings created in the last DUPLICATE_S, or None."""
+    """A run with the very same settings created in the last DUPLICATE_S, whatever it has become since (a free
+    worker can finish a small run before the second press lands), or None."""
     mine = json.loads(json.dumps(asdict(cfg), default=str))
     now = now or datetime.now(UTC)
     for run in data.store().list_runs(limit=20):
         created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
-        if run.status in ("queued", "running") and (now - created).total_seconds() <= DUPLICATE_S:
+        if (now - created).total_seconds() <= DUPLICATE_S:
             if run.config.get("bench") == mine:
                 return run
     return None

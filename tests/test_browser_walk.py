@@ -17,9 +17,6 @@ from test_browser import ARTIFACTS, CHROMIUM, ROOT, start_dashboard
 
 pytestmark = [
     pytest.mark.browser,
-    # one xdist worker takes the whole walk, in file order: the real pair's demo that the second-demo test leaves
-    # to the worker must not share the cores with another worker's walk, nor run before the tests that need a worker
-    pytest.mark.xdist_group("browser_walk"),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)"),
 ]
 

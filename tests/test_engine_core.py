@@ -193,7 +193,12 @@ def test_shadow_checks_run_on_the_loops_thread_when_it_is_idle_and_every_record_
     assert threads and set(threads) == {"phoenix-loop"}
 
 
-def test_a_drafter_chosen_per_step_by_the_tuner_stays_exact_and_counts_each_drafter_apart(decoders):
+def test_a_drafter_chosen_per_step_by_the_tuner_stays_exact_and_counts_each_drafter_apart(decoders, monkeypatch):
+    from engine.serve import tuner
+
+    # every drafter may be explored: which ones are "near" the best comes from measured step times, which a busy
+    # machine moves (the full suite once left only the head near); the rule itself is the unit tests' below
+    monkeypatch.setattr(tuner, "EXPLORE_WITHIN", 0.0)
     dec = decoders["eagle3"]
     assert dec.choices() == ("eagle3", "ngram", "suffix")
     refs = references(dec)

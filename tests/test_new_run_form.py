@@ -199,5 +199,9 @@ def test_a_second_press_within_a_minute_warns_of_a_duplicate_before_queueing_it(
     assert any("with these very settings was queued moments ago" in w.value for w in at.warning)
     queue(at)
     assert len(app_db.list_runs()) == before + 2  # pressed again on purpose: queued
+    app_db.set_status(app_db.list_runs()[0].id, "done")  # a free worker finished it before the next press
+    at = open_page("new_run")
+    queue(at)
+    assert len(app_db.list_runs()) == before + 2 and any("moments ago (done)" in w.value for w in at.warning)
     source = (Path(__file__).parents[1] / "app" / "views" / "new_run.py").read_text()
     assert 'st.form("new_run", enter_to_submit=False)' in source  # AppTest cannot press Enter; the flag is the fix
