@@ -362,3 +362,20 @@ def test_the_settings_that_differ_read_as_words_with_no_none():
 
     assert words("bench.limit_per_column") == "limit per column" and words("environment.cpu") == "environment · cpu"
     assert shown(None) == "not set" and shown(12) == "12"
+
+
+def test_compare_says_why_a_series_has_no_speedup_and_its_too_few_verdict_is_short(app_db):
+    """A series whose run has a target mode but no prompt both modes answered read "no reference mode in this run",
+    which was untrue; and the too-few verdict was cut at 1280 px ("too few requests (ne")."""
+    from engine.analysis.compare import TOO_FEW
+
+    bench = {"modes": ["target", "model_4"], "prompts": "humaneval-test", "drafter": "model", "max_new_tokens": 64}
+    run = app_db.create_run("one each", {"bench": bench}, "embedded", "embedded", 2, status="done")
+    rng = random.Random(0)
+    app_db.add_requests([app_record(run.id, 0, "target", 0, rng), app_record(run.id, 1, "model_4", 4, rng)])
+    at = open_page("compare", series=f"1:model_4,{run.id}:model_4")
+    assert not at.exception, [e.value for e in at.exception]
+    speedups = next(d.value for d in at.dataframe if "95% CI and n" in d.value.columns)
+    assert speedups["95% CI and n"].tolist()[1] == "no prompt of it paired with the reference"
+    verdicts = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    assert set(verdicts["verdict"]) == {TOO_FEW} and len(TOO_FEW) <= len("not significant")

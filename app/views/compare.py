@@ -175,7 +175,9 @@ def speedup_table(url: str, series: list[str]) -> pd.DataFrame:
                 "series": label(url, s),
                 "reference": ref or "none",
                 "x reference": sp.median if sp else None,
-                "95% CI and n": sp.interval_text() if sp else "no reference mode in this run",
+                "95% CI and n": sp.interval_text()
+                if sp
+                else ("no prompt of it paired with the reference" if ref else "no reference mode in this run"),
             }
         )
     return pd.DataFrame(rows)

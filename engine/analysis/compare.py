@@ -24,7 +24,7 @@ TOKENS_PER_S = (
     "tokens/s: a request's output tokens over its wall time (prefill included); a mode's tokens/s is "
     "the mean over its requests"
 )
-TOO_FEW = "too few to test (n < 2)"  # short: the verdict cell is cut at 1280 px past ~24 characters
+TOO_FEW = "n < 2: no test"  # short as "not significant": a longer verdict was cut at 1280 px
 
 
 @dataclass
