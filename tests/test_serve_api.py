@@ -328,7 +328,7 @@ def test_a_server_that_would_refuse_every_request_does_not_start(flag, value):
         ("long_prefill_token_threshold", 0, "--long-prefill-token-threshold must be in 1"),
         ("prefix_cache_gb", -1.0, "--prefix-cache-gb must be in 0..1024"),
         ("prefix_cache_gb", float("nan"), "--prefix-cache-gb must be in 0..1024"),
-        ("pack", "fast", "--pack must be auto or off"),
+        ("pack", "fast", "--pack must be auto, on or off"),
         ("drafter", "magic", "--drafter must be auto, choice or one of"),
         ("max_queue", 0, "--max-queue must be in 1..100000"),
     ],

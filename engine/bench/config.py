@@ -117,6 +117,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
     """Every option checked before anything loads or is written, once, where the config enters: the CLI, the
     form, or a stored run being loaded. Each error names its field."""
     check_choices(cfg)
+    cfg.check_pack()
     if not cfg.modes:
         raise PhoenixError("--modes is empty: pass e.g. target,model_4,bandit", field="modes")
     _name_drafters(cfg)

@@ -33,6 +33,7 @@ class GenerateConfig(PairConfig):
 
     def validate(self) -> GenerateConfig:
         check_choices(self)
+        self.check_pack()
         check_prompt(self.prompt)
         check_k(self.k)
         if self.loop == "hf" and self.drafter not in ("model", "ngram"):
@@ -47,10 +48,13 @@ class GenerateConfig(PairConfig):
 def cmd_generate(args) -> int:
     from engine.decode.decoder import Decoder, stats_dict  # lazy: torch, kept off --help
     from engine.decode.loading import load_pair  # lazy: torch, kept off --help
+    from engine.decode.packed import pack_pair  # lazy: torch, kept off --help
 
     cfg = from_args(GenerateConfig, args).validate()
     draft = cfg.draft if cfg.drafter in DRAFT_MODEL_DRAFTERS else None
-    dec = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
+    pair = load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle)
+    pack_pair(pair, cfg.pack)
+    dec = Decoder(pair)
     dec.start_run(cfg.suffix)
     ids = dec.encode(cfg.prompt, cfg.prompt_format)
     dec.run(ids, cfg.k, min(cfg.max_new_tokens, 8), cfg.drafter, cfg.loop)  # warm-up, excluded

@@ -23,6 +23,12 @@ class PairConfig:
         "auto"  # auto | float32 | bfloat16 | float16 (auto: float32 on CPU, bfloat16 on CUDA)
     )
     allow_pickle: bool = False  # allow pickle (.bin) weights; only for files you trust
+    pack: str = "auto"  # auto | on | off: linear weights prepacked for oneDNN (auto: where measured faster on this
+    # CPU; never with --compile, whose --freeze packs its own)
+
+    def check_pack(self) -> None:
+        if self.pack not in ("auto", "on", "off"):
+            raise PhoenixError(f"--pack must be auto, on or off, got {self.pack!r}", field="pack")
 
 
 @dataclass

@@ -23,6 +23,7 @@ class LoadedPair:
     device: str
     dtype: str
     shared_vocab: int | None = None  # output rows both models have; the draft proposes only from these
+    packed: str = "off"  # whether the linear layers run prepacked, and why (engine.decode.packed.pack_pair)
 
 
 def fingerprint(model) -> str | None:

@@ -1,15 +1,22 @@
 """Linear layers with their weights prepacked for oneDNN, in eager mode: what inductor's freezing does for a
 compiled graph, without compiling, so it serves every batch size and width the scheduler runs.
 
-A bf16 ``nn.Linear`` on the CPU reorders its weight for oneDNN on every call; packed once, the same GEMM runs
-about twice as fast at the row counts a decode step has (576->1536, SmolLM2's MLP: 62 against 30 us at 16 rows,
-57 against 24 us at 1 row; a 2-core Xeon with AMX, torch 2.13, 2026-12-02), with the same result to the bit. On
-that machine fp32 lost (31 against 41 ms a step alone), so ``auto`` packs bf16 only, and only where a probe
-gives the plain layer's output exactly. The original weight stays the layer's ``weight`` (read by code that
-asks for a dtype or shape); the packed copy is extra memory, one more copy of the linear weights.
+Whether packing pays depends on the CPU and the dtype, so ``auto`` measures it on the model's own widest layer
+before choosing:
+- a bf16 ``nn.Linear`` reorders its weight for oneDNN on every call; packed once, SmolLM2's MLP ran 62 against 30
+  us at 16 rows (a 2-core Xeon with AMX, torch 2.13, 2026-12-02), while fp32 lost there (31 against 41 ms a step);
+- on a 2-core AMD EPYC (Zen 3, AVX2 only, 2026-12-03) it is the other way round: oneDNN has no bf16 kernel there,
+  and MKL's fp32 GEMM at 4-16 rows ran 3x slower than the packed one (Qwen2.5's 1536 -> 8960 MLP layer: 12.4
+  against 4.2 ms at 4 rows, 12.8 against 6.9 ms at 16).
+A packed layer is used only where it is batch invariant (a row's output is the same to the bit at 1 row and at 16),
+so a verify of k + 1 tokens computes each token as a single step does and greedy speculation stays exact. The
+original weight stays the layer's ``weight`` (read by code that asks for a dtype or shape); the packed copy is extra
+memory, one more copy of the linear weights.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -30,34 +37,59 @@ class PackedLinear(torch.nn.Module):
 
 
 def can_pack(model) -> str | None:
-    """None where ``auto`` packs this model; else why not, in a few words."""
+    """None where this model's linear layers could be packed at all; else why not, in a few words."""
     param = next(model.parameters(), None)
     if param is None or param.device.type != "cpu":
         return "not on the CPU"
-    if param.dtype != torch.bfloat16:
-        return f"{str(param.dtype).removeprefix('torch.')} (packing pays in bf16 only, measured)"
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if not torch.backends.mkldnn.is_available():
+        return "no oneDNN in this torch"
+    if param.dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no oneDNN bf16 on this CPU"
+    if param.dtype not in (torch.float32, torch.bfloat16):
+        return f"{str(param.dtype).removeprefix('torch.')} is not packed"
     return None
 
 
-def exact(linear: torch.nn.Linear, packed: PackedLinear) -> bool:
-    """The packed layer gives the plain one's output to the bit, at one row and at sixteen."""
+def _rows(linear: torch.nn.Module, rows: int) -> torch.Tensor:
+    w = linear.weight
+    return torch.randn(rows, w.shape[1], generator=torch.Generator().manual_seed(rows)).to(w.dtype)
+
+
+def batch_invariant(layer: torch.nn.Module) -> bool:
+    """Each row's output is the same to the bit whether it runs alone or among sixteen."""
     with torch.inference_mode():
-        for rows in (1, 16):
-            x = torch.randn(
-                rows, linear.in_features, dtype=linear.weight.dtype, generator=torch.Generator().manual_seed(rows)
-            )
-            if not torch.equal(linear(x), packed(x)):
-                return False
-    return True
+        x = _rows(layer, 16)
+        together = layer(x)
+        return all(torch.equal(layer(x[i : i + 1]), together[i : i + 1]) for i in (0, 5, 15))
+
+
+def _seconds(layer: torch.nn.Module, rows: int, reps: int = 5) -> float:
+    x = _rows(layer, rows)
+    with torch.inference_mode():
+        layer(x)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            layer(x)
+            times.append(time.perf_counter() - start)
+    return sorted(times)[reps // 2]
+
+
+def probe(linear: torch.nn.Linear, packed: PackedLinear) -> tuple[float, float]:
+    """Milliseconds for one decode step's and one 8-row verify's worth of this layer, plain and packed (medians)."""
+    plain = sum(_seconds(linear, rows) for rows in (1, 8))
+    fast = sum(_seconds(packed, rows) for rows in (1, 8))
+    return plain * 1e3, fast * 1e3
 
 
 def pack(model, choice: str = "auto") -> str:
-    """Pack every linear layer of ``model`` in place where ``choice`` and the machine allow; what was done, one
-    line (it goes into the run's config)."""
+    """Pack every linear layer of ``model`` in place: ``on`` wherever it can, ``auto`` where its widest layer also
+    measures faster packed on this CPU; what was done, one line (it goes into the run's config). A model packed
+    already keeps its layers and its line."""
     if choice == "off":
         return "off"
+    if getattr(model, "_phoenix_packed", None):
+        return model._phoenix_packed
     why = can_pack(model)
     if why is not None:
         return f"off: {why}"
@@ -65,9 +97,27 @@ def pack(model, choice: str = "auto") -> str:
     linears = [(p, n, c) for p, n, c in layers if type(c) is torch.nn.Linear]
     if not linears:
         return "off: no linear layers"
-    first = PackedLinear(linears[0][2])
-    if not exact(linears[0][2], first):
-        return "off: the packed layer's output differs from the plain one's on this CPU"
+    widest = max(linears, key=lambda t: t[2].weight.numel())[2]
+    trial = PackedLinear(widest)
+    if not batch_invariant(trial):
+        return "off: the packed layer's rows depend on the batch on this CPU"
+    dtype = str(widest.weight.dtype).removeprefix("torch.")
+    measured = ""
+    if choice == "auto":
+        plain, fast = probe(widest, trial)
+        measured = f"; probe {fast:.2f} against {plain:.2f} ms plain"
+        if fast >= plain:
+            return f"off: {dtype} plain layers measured faster on this CPU{measured}"
     for parent, name, child in linears:
-        setattr(parent, name, first if child is linears[0][2] else PackedLinear(child))
-    return f"packed {len(linears)} linear layers (oneDNN, bf16)"
+        setattr(parent, name, trial if child is widest else PackedLinear(child))
+    model._phoenix_packed = f"packed {len(linears)} linear layers (oneDNN, {dtype}{measured})"
+    return model._phoenix_packed
+
+
+def pack_pair(pair, choice: str) -> str:
+    """The target's and the draft's (a draft model or an EAGLE-3 head) linear layers, each measured on its own;
+    the target's line, kept on the pair (``LoadedPair.packed``) for the run's config."""
+    pair.packed = pack(pair.target, choice)
+    if pair.draft is not None:
+        pack(pair.draft, choice)
+    return pair.packed

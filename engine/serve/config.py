@@ -29,7 +29,6 @@ class ServeConfig(PairConfig):
     k_max: int = 8  # the largest k the tuner considers
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
     epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
-    pack: str = "auto"  # auto | off: linear weights prepacked for oneDNN where measured faster (bf16 on the CPU)
     profile: bool = True  # time the forward at every (batch, width) before serving; off: learn it online only
     shutdown_timeout_s: float = 30.0  # after SIGTERM: requests in flight get this long, then end aborted (a second
     # SIGTERM or Ctrl-C ends them at once); every one is recorded either way
@@ -64,8 +63,7 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
     check_k(cfg.k_max)
     if not 0.0 <= cfg.prefix_cache_gb <= 1024.0:  # NaN fails this too
         raise PhoenixError(f"--prefix-cache-gb must be in 0..1024, got {cfg.prefix_cache_gb}")
-    if cfg.pack not in ("auto", "off"):
-        raise PhoenixError(f"--pack must be auto or off, got {cfg.pack!r}")
+    cfg.check_pack()
     if not 0.0 <= cfg.shutdown_timeout_s <= 86_400.0:  # NaN fails this too
         raise PhoenixError(f"--shutdown-timeout-s must be in 0..86400, got {cfg.shutdown_timeout_s}")
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:

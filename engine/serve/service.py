@@ -28,7 +28,7 @@ from db.store import HEARTBEAT_S, Store
 from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, first_divergence
-from engine.decode.packed import pack
+from engine.decode.packed import pack_pair
 from engine.decode.prefix import PrefixCache
 from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Finished, Request
@@ -115,9 +115,7 @@ class Service:
         Without it the caller runs ``run_loop`` itself, on the main thread: measured here, torch's forwards cost
         40-75% more on a thread other than the one that first ran them (SmolLM2, 2-core AMD EPYC, 2026-12-01), so
         the command-line server keeps the loop on the main thread and HTTP on another."""
-        self.packed = pack(self.decoder.pair.target, self.cfg.pack)
-        if self.decoder.pair.draft is not None:
-            pack(self.decoder.pair.draft, self.cfg.pack)
+        self.packed = pack_pair(self.decoder.pair, self.cfg.pack)
         if self.cfg.profile:
             batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
             widths = sorted({1, 2, 3, 4, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
