@@ -1,14 +1,18 @@
 """Models Phoenix knows by name: where each lives, what it is, and how to get it.
 
-``--target smollm2 --draft smollm2-draft`` works wherever ``embedded`` does. The real
-pair is fetched or built once into models/ (never committed) and cached there.
+``--target smollm2 --draft smollm2-draft`` works wherever ``embedded`` does. The real pairs are fetched or built
+once into models/ (never committed) and cached there. A user's own model folder or GGUF file gets a name of its
+own with ``zoo add PATH --name NAME`` (kept in models/added.json); a name never shadows one of Phoenix's.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import PhoenixError
 from engine.paths import EMBEDDED_DIR, MODELS_DIR
 
 
@@ -25,6 +29,9 @@ EMBEDDED = "embedded"
 SMOLLM2 = "smollm2"
 SMOLLM2_DRAFT = "smollm2-draft"
 SMOLLM2_EAGLE3 = "smollm2-eagle3"
+QWEN15 = "qwen2.5-coder-1.5b"
+QWEN05 = "qwen2.5-coder-0.5b"
+QWEN15_EAGLE3 = "qwen2.5-coder-1.5b-eagle3"
 NAMED = {
     EMBEDDED: Named(
         EMBEDDED,
@@ -54,14 +61,81 @@ NAMED = {
         "python -m engine zoo build-head smollm2",
         15,
     ),
+    QWEN15: Named(
+        QWEN15,
+        MODELS_DIR / QWEN15,
+        "Qwen2.5-Coder-1.5B-Instruct (Apache-2.0), 1.78B parameters with its untied output layer, dequantized "
+        "from Q4_K_M",
+        f"python -m engine zoo fetch {QWEN15}",
+        7109,
+    ),
+    QWEN05: Named(
+        QWEN05,
+        MODELS_DIR / QWEN05,
+        "Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), the 1.5B's draft model (same tokenizer), dequantized from "
+        "Q4_K_M (converted from the AWQ checkpoint)",
+        f"python -m engine zoo fetch {QWEN05}",
+        2521,
+    ),
+    QWEN15_EAGLE3: Named(
+        QWEN15_EAGLE3,
+        MODELS_DIR / QWEN15_EAGLE3,
+        "Phoenix's EAGLE-3 head for Qwen2.5-Coder-1.5B-Instruct, reduced draft vocabulary (use with --drafter "
+        "eagle3 or eagle3_<k>)",
+        f"python -m engine zoo build-head {QWEN15}",
+        120,
+    ),
 }
+ADDED = MODELS_DIR / "added.json"  # names a user gave their own models (zoo add)
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def added(registry: Path | None = None) -> dict[str, Named]:
+    """The user's names (``zoo add``), each for a folder holding config.json; a registry that is not one is none."""
+    path = registry or ADDED
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for name, entry in raw.items():
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and name not in NAMED:
+            what = str(entry.get("what") or entry["path"])
+            out[name] = Named(name, Path(entry["path"]), what, f"python -m engine zoo add PATH --name {name}", 0)
+    return out
+
+
+def register(name: str, path: Path, what: str, registry: Path | None = None) -> None:
+    """Give ``path`` (a model folder) the name ``name``; one line where the name is taken or malformed."""
+    file = registry or ADDED
+    if not NAME.fullmatch(name):
+        raise PhoenixError(f"--name {name!r}: use lower-case letters, digits, '.', '_' and '-' (at most 64)")
+    if name in NAMED:
+        raise PhoenixError(f"--name {name!r} is one of Phoenix's own names; pick another")
+    known = added(file)
+    if name in known and known[name].path.resolve() != path.resolve():
+        raise PhoenixError(f"--name {name!r} already stands for {known[name].path}; pick another name")
+    entries = {n: {"path": str(m.path), "what": m.what} for n, m in known.items()}
+    entries[name] = {"path": str(path.resolve()), "what": what}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(file)
+
+
+def lookup(name: str) -> Named | None:
+    """Phoenix's name, or one the user added; None when it is no name."""
+    return NAMED.get(name) or added().get(name)
 
 
 def named_dir(name: str, role: str) -> Path | None:
     """The directory a name stands for (None when it is no name), present or not."""
-    if name not in NAMED:
+    known = lookup(name)
+    if known is None:
         return None
-    return NAMED[name].path / role if name == EMBEDDED else NAMED[name].path
+    return known.path / role if name == EMBEDDED else known.path
 
 
 def present(name: str, role: str = "target") -> bool:
@@ -72,7 +146,7 @@ def present(name: str, role: str = "target") -> bool:
 def local_models(models_dir: Path = MODELS_DIR) -> list[str]:
     """Model directories under models/ that no name stands for (distilled drafts, your own), relative to the
     project. Hidden folders are left out: a killed fetch's staging folder is not a model."""
-    named = {NAMED[n].path for n in NAMED}
+    named = {m.path for m in [*NAMED.values(), *added().values()]}
     found = []
     for cfg in sorted(models_dir.glob("**/config.json")):
         hidden = any(part.startswith(".") for part in cfg.relative_to(models_dir).parts)

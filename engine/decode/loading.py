@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.catalog import EMBEDDED, NAMED, named_dir
+from engine.catalog import EMBEDDED, NAMED, lookup, named_dir
 from engine.decode.eagle3 import default_taps, is_head_dir, load_head
+from engine.decode.own import check_model_dir, gguf_folder, is_gguf
 from engine.errors import PhoenixError
 
 
@@ -73,14 +74,18 @@ def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:
     named = named_dir(spec, role)
     if named is not None:
         if not (named / "config.json").exists():
-            raise PhoenixError(f"model {spec!r} ({role}) is not here yet ({NAMED[spec].what}): run `{NAMED[spec].get}`")
+            known = lookup(spec)
+            assert known is not None  # named_dir found it
+            raise PhoenixError(f"model {spec!r} ({role}) is not here yet ({known.what}): run `{known.get}`")
         return named
     path = Path(spec).expanduser()
     if path.is_dir():
         return check_model_dir(path, spec, allow_pickle)
+    if path.is_file() and is_gguf(path):
+        return gguf_folder(path)  # dequantized once, then loaded as a folder
     if path.exists():
         raise PhoenixError(
-            f"{spec!r} is a file, not a model directory: pass a directory holding config.json and weights"
+            f"{spec!r} is a file, not a model directory or a GGUF: pass a directory holding config.json and weights"
         )
     if spec.count("/") == 1 and not spec.startswith((".", "/")):
         return check_model_dir(_from_hub_cache(spec), spec, allow_pickle)
@@ -105,54 +110,59 @@ def _from_hub_cache(repo_id: str) -> Path:
         ) from None
 
 
-def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
-    cfg_file = path / "config.json"
-    if not cfg_file.exists():
-        raise PhoenixError(
-            f"{spec!r} is a directory but not a model (no config.json): pass a Hugging Face model directory"
-        )
-    try:
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise PhoenixError(f"{spec!r}: config.json is not valid JSON; re-export the model") from None
-    if "auto_map" in cfg:
-        raise PhoenixError(
-            f"{spec!r} needs trust_remote_code (custom model code); Phoenix never runs model code from disk"
-        )
-    has_safe = any(path.glob("*.safetensors"))
-    has_pickle = any(path.glob("*.bin")) or any(path.glob("*.pt"))
-    if not has_safe and not (has_pickle and allow_pickle):
-        if has_pickle:
-            raise PhoenixError(
-                f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle "
-                "if you trust the files"
-            )
-        raise PhoenixError(f"{spec!r} has no weights (*.safetensors): pass a complete model directory")
-    return path
-
-
 def load_model(spec: str, role: str, device: str, dtype, allow_pickle: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve(spec, role, allow_pickle)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, trust_remote_code=False, use_safetensors=not allow_pickle
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, trust_remote_code=False, use_safetensors=not allow_pickle, output_loading_info=True
         )
+        model, info = loaded
     except PhoenixError:
         raise
     except Exception as exc:  # transformers raises many types; the user needs one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PhoenixError(f"could not load {role} {spec!r}: {first}") from None
+    check_weights(info.get("missing_keys") or [], model.config, role, spec)
     return model.to(device).eval(), tokenizer
 
 
-def _same_tokenizer(t_tok, d_tok, target_name: str, draft_name: str) -> None:
-    if t_tok.get_vocab() != d_tok.get_vocab():
+def check_weights(missing, config, role: str, spec: str) -> None:
+    """Every weight the architecture needs came from the files: transformers fills a missing one with random numbers
+    and only warns, and a missing output layer of a model whose config says untied embeddings drafts garbage."""
+    missing = sorted(missing)
+    if not missing:
+        return
+    tied = bool(getattr(config.get_text_config(), "tie_word_embeddings", False))
+    if any(k.endswith("lm_head.weight") for k in missing) and not tied:
         raise PhoenixError(
-            f"draft {draft_name!r} and target {target_name!r} have different tokenizers; pick a draft from the "
-            "target's family"
+            f"{role} {spec!r}: config.json says untied embeddings (tie_word_embeddings false) but the weights hold no "
+            "lm_head.weight, so the output layer would be random; set tie_word_embeddings true or re-export the model"
+        )
+    raise PhoenixError(
+        f"{role} {spec!r}: the weights lack {len(missing)} tensor(s) the architecture needs "
+        f"({', '.join(missing[:3])}); re-export the model"
+    )
+
+
+def _same_tokenizer(t_tok, d_tok, target_name: str, draft_name: str) -> None:
+    """Speculation compares token ids: every token must have the same id on both sides (one line naming the first
+    that does not), and both must end a turn with the same token."""
+    t_vocab, d_vocab = t_tok.get_vocab(), d_tok.get_vocab()
+    if t_vocab != d_vocab:
+        odd = next((t for t in sorted(t_vocab) if d_vocab.get(t) != t_vocab[t]), None)
+        odd = odd if odd is not None else next(t for t in sorted(d_vocab) if t not in t_vocab)
+        raise PhoenixError(
+            f"draft {draft_name!r} and target {target_name!r} have different tokenizers ({len(d_vocab):,} against "
+            f"{len(t_vocab):,} tokens; {odd!r} is id {d_vocab.get(odd)} in the draft, {t_vocab.get(odd)} in the "
+            "target); pick a draft from the target's family"
+        )
+    if t_tok.eos_token_id != d_tok.eos_token_id:
+        raise PhoenixError(
+            f"draft {draft_name!r} ends with token {d_tok.eos_token_id}, target {target_name!r} with "
+            f"{t_tok.eos_token_id}; pick a draft from the target's family"
         )
 
 

@@ -52,7 +52,8 @@ def can_pack(model) -> str | None:
 
 def _rows(linear: torch.nn.Module, rows: int) -> torch.Tensor:
     w = linear.weight
-    return torch.randn(rows, w.shape[1], generator=torch.Generator().manual_seed(rows)).to(w.dtype)
+    assert isinstance(w, torch.Tensor)
+    return torch.randn(rows, int(w.shape[1]), generator=torch.Generator().manual_seed(rows)).to(w.dtype)
 
 
 def batch_invariant(layer: torch.nn.Module) -> bool:

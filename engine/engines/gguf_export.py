@@ -22,8 +22,9 @@ import numpy as np
 
 from engine.catalog import named_dir
 from engine.decode.eagle3.checkpoint import is_head_dir
+from engine.decode.sources import SOURCES
 from engine.engines.config import ExportConfig
-from engine.engines.llamacpp import smollm2_gguf
+from engine.engines.llamacpp import named_gguf
 from engine.errors import PhoenixError
 from engine.paths import DATA_DIR, ROOT
 
@@ -57,12 +58,12 @@ def tokenizer_fields(source: str, model_dir: Path) -> list[tuple]:
 
     if source == "hf":
         return hf_tokenizer_fields(model_dir)
-    if source == "smollm2":
-        path = smollm2_gguf()
+    if source in SOURCES:
+        path = named_gguf(source)
     else:
         path = Path(source)
         if not path.is_file():
-            raise PhoenixError(f"--tokenizer {source}: no such GGUF; pass smollm2, a .gguf file or hf")
+            raise PhoenixError(f"--tokenizer {source}: no such GGUF; pass {', '.join(SOURCES)}, a .gguf file or hf")
     reader = gguf.GGUFReader(str(path))
     out = []
     for name, field in reader.fields.items():

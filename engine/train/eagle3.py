@@ -313,10 +313,10 @@ def evaluate(trainer: Trainer, samples: list[Sample]) -> list[float]:
     return [round(v / max(len(per), 1), 4) for v in sums]
 
 
-def new_head(target, vocab_ids: torch.Tensor, seed: int) -> Eagle3Head:
+def new_head(target, vocab_ids: torch.Tensor, seed: int, intermediate_size: int = 0) -> Eagle3Head:
     """A head shaped like one target layer; its output layer starts from the target's own rows for those tokens."""
     torch.manual_seed(seed)
-    head = Eagle3Head(head_config_for(target.config, len(vocab_ids)))
+    head = Eagle3Head(head_config_for(target.config, len(vocab_ids), intermediate_size=intermediate_size))
     d2t, t2d = vocab_maps(vocab_ids, head.config.vocab_size)
     head.load_state_dict({"d2t": d2t, "t2d": t2d}, strict=False)
     with torch.no_grad():

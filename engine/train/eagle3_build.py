@@ -24,6 +24,7 @@ import torch
 
 from engine.decode.eagle3 import WEIGHTS, default_taps, load_head
 from engine.decode.loading import load_model, pick_dtype
+from engine.decode.packed import pack
 from engine.errors import PhoenixError
 from engine.paths import CARD, check_ours
 from engine.train.config import HeadBuildConfig
@@ -63,6 +64,8 @@ def validate(cfg: HeadBuildConfig) -> HeadBuildConfig:
         (cfg.batch_tokens >= 64 and cfg.lr > 0, "--batch-tokens must be >= 64 and --lr > 0"),
         (min(*counts, cfg.second_turns, cfg.code_style_prompts) >= 0, "prompt counts must be >= 0"),
         (0 < cfg.step_decay <= 1, "--step-decay must be in (0, 1]"),
+        (cfg.intermediate_size >= 0, "--intermediate-size must be >= 0 (0: the target's)"),
+        (cfg.pack in ("auto", "on", "off"), "--pack must be auto, on or off"),
     ]
     for ok, message in checks:
         if not ok:
@@ -209,6 +212,7 @@ def build_head(cfg: HeadBuildConfig) -> dict:
     t0 = time.perf_counter()
     target, tokenizer = load_model(cfg.target, "target", "cpu", pick_dtype(cfg.dtype, "cpu"))
     target.requires_grad_(False)
+    log(f"target's linear layers: {pack(target, cfg.pack)}")
     taps = default_taps(target.config.num_hidden_layers)
     rows, data = training_sources(cfg)
     held_rows = held_out_sources(cfg)
@@ -222,7 +226,7 @@ def build_head(cfg: HeadBuildConfig) -> dict:
     vocab = target.get_output_embeddings().weight.shape[0]
     if prior is None:
         vocab_ids, coverage = pick_vocab(every, min(cfg.draft_vocab_size, vocab), vocab)
-        head = new_head(target, vocab_ids, cfg.seed)
+        head = new_head(target, vocab_ids, cfg.seed, cfg.intermediate_size)
         head.config.taps = taps
         optimizer, stages, sha = None, [], None
     else:

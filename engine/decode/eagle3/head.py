@@ -270,8 +270,11 @@ def _rotary(c: HeadConfig):
     return LlamaRotaryEmbedding(config=llama)
 
 
-def head_config_for(target_config, draft_vocab_size: int, taps: tuple[int, ...] | None = None) -> HeadConfig:
-    """A head shaped like one layer of ``target_config`` (a transformers config)."""
+def head_config_for(
+    target_config, draft_vocab_size: int, taps: tuple[int, ...] | None = None, intermediate_size: int = 0
+) -> HeadConfig:
+    """A head shaped like one layer of ``target_config`` (a transformers config); its MLP ``intermediate_size``
+    wide where given (vLLM reads the width from the head's config)."""
     c = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
     rope = getattr(c, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") or getattr(c, "rope_theta", None) or 10000.0
@@ -279,7 +282,7 @@ def head_config_for(target_config, draft_vocab_size: int, taps: tuple[int, ...] 
         c.hidden_size,
         c.num_attention_heads,
         c.num_key_value_heads or c.num_attention_heads,
-        c.intermediate_size,
+        intermediate_size or c.intermediate_size,
         c.vocab_size,
         draft_vocab_size,
         c.hidden_size,
