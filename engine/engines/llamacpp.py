@@ -10,10 +10,13 @@ nothing is left running without a file that names it.
 from __future__ import annotations
 
 import fcntl
+import functools
 import importlib.util
+import os
 import re
 import signal
-from dataclasses import asdict, dataclass, replace
+import subprocess
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal, cast
 
@@ -42,7 +45,8 @@ class LlamaCppConfig:
     ngram_m: int | None = None  # --spec-ngram-simple-size-m: tokens drafted after a match (48; must be >= n)
     poll: int | None = None  # --poll: 0 stops idle threads spinning (servers side by side share the cores); None: 50
     port: int = 8090  # on 127.0.0.1 only
-    threads: int = 2  # -t
+    threads: int = field(default_factory=lambda: os.cpu_count() or 2)  # -t: every core (llama.cpp's own default is
+    # the physical cores, which a VM may not report); --poll stays llama.cpp's default where one server runs alone
     ctx: int = 4096  # -c: context per server
     parallel: int = 2  # -np: slots, so concurrency 2 runs two requests at once
     startup_s: float = 120.0  # how long `start` waits for /health
@@ -90,6 +94,17 @@ def binary() -> Path:
     if problem is not None:
         raise PhoenixError(f"{problem}: run `{BUILD}` (about 6 minutes on 2 cores)")
     return wheel
+
+
+@functools.cache
+def version() -> str:
+    """The llama-server that runs here, as its --version says it (build and commit), e.g. 'b10434 (7e4c0a9)'."""
+    try:
+        proc = subprocess.run([str(binary()), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError, PhoenixError) as exc:
+        return f"unknown ({exc})"[:120]
+    m = re.search(r"version: (\d+) \(([0-9a-f]+)\)", proc.stdout + proc.stderr)
+    return f"b{m[1]} ({m[2]})" if m else "unknown"
 
 
 def named_gguf(name: str) -> Path:
