@@ -20,8 +20,7 @@ from engine.bench.recorder import Recorder
 from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
 from engine.decode.compiled import finish, graph_count
 from engine.decode.decoder import Decoder
-from engine.decode.loading import fingerprint, load_pair
-from engine.decode.packed import pack_pair
+from engine.decode.loading import fingerprint, load_pair, prepare
 from engine.errors import PhoenixError
 from engine.modes import K_MAX, Mode
 from engine.prompts.sets import Prompt
@@ -30,7 +29,8 @@ from engine.prompts.sets import load as load_prompts
 
 def load_decoder(cfg: BenchConfig) -> Decoder:
     pair = load_pair(cfg.target, cfg.draft, cfg.device, cfg.dtype, cfg.allow_pickle)
-    pack_pair(pair, "off" if cfg.compile or cfg.freeze or cfg.fast != "off" else cfg.pack)  # a graph packs its own
+    graphs = cfg.compile or cfg.freeze or cfg.fast != "off" or cfg.cache == "static"  # a graph packs its own
+    prepare(pair, "off" if graphs else cfg.pack, "transformers" if graphs else cfg.runner)
     return Decoder(pair, max_new_cap=cfg.max_new_tokens_cap, cache=cfg.cache)
 
 
@@ -122,6 +122,7 @@ def execute(
         "dtype": decoder.pair.dtype,
         "prompt_format": decoder.prompt_format(cfg.prompt_format),
         "packed": decoder.pair.packed,
+        "runner": decoder.pair.runner,
     }
     # the draft's weights as loaded: which head or draft ran (a build stage changes a head under the same name)
     store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}, "draft_sha256": fingerprint(decoder.pair.draft)})

@@ -48,13 +48,11 @@ class GenerateConfig(PairConfig):
 
 def cmd_generate(args) -> int:
     from engine.decode.decoder import Decoder, stats_dict  # lazy: torch, kept off --help
-    from engine.decode.loading import load_pair  # lazy: torch, kept off --help
-    from engine.decode.packed import pack_pair  # lazy: torch, kept off --help
+    from engine.decode.loading import load_pair, prepare  # lazy: torch, kept off --help
 
     cfg = from_args(GenerateConfig, args).validate()
     draft = cfg.draft if cfg.drafter in DRAFT_MODEL_DRAFTERS else None
-    pair = load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle)
-    pack_pair(pair, cfg.pack)
+    pair = prepare(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle), cfg.pack, cfg.runner)
     dec = Decoder(pair)
     dec.start_run(cfg.suffix)
     ids = dec.encode(cfg.prompt, cfg.prompt_format)

@@ -78,7 +78,7 @@ def cmd_serve(args) -> int:
     import uvicorn  # the server's own stack, off every other command's path
 
     from engine.decode.decoder import Decoder  # lazy: torch and transformers load only for a server
-    from engine.decode.loading import load_pair  # lazy: as above
+    from engine.decode.loading import load_pair, prepare  # lazy: as above
     from engine.serve.api import make_app, ready_line  # lazy: FastAPI loads only for a server
     from engine.serve.service import Service  # lazy: torch loads only for a server
 
@@ -87,7 +87,8 @@ def cmd_serve(args) -> int:
     store = open_store(args.db)
     telemetry = start_telemetry(args)
     draft = None if cfg.drafter in ("none", "ngram", "suffix") and cfg.draft in (None, "none") else cfg.draft
-    decoder = Decoder(load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle))
+    pair = load_pair(cfg.target, draft, cfg.device, cfg.dtype, cfg.allow_pickle)
+    decoder = Decoder(prepare(pair, cfg.pack, cfg.runner))
     service = Service(cfg, decoder, store, telemetry=telemetry)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     service.start(loop_thread=False)

@@ -11,6 +11,8 @@ from engine.catalog import EMBEDDED
 from engine.errors import PhoenixError
 from engine.modes import K_MAX
 
+RUNNERS = ("auto", "phoenix", "compiled", "transformers")
+
 
 @dataclass
 class PairConfig:
@@ -26,9 +28,15 @@ class PairConfig:
     pack: str = "auto"  # auto | on | off: linear weights prepacked for oneDNN (auto: where measured faster on this
     # CPU; never with --compile, whose --freeze packs its own)
 
+    runner: str = "auto"  # auto | phoenix | compiled | transformers: what runs the forwards (auto: Phoenix's
+    # flattened forward for the Llama family, transformers' modeling for any other; compiled also fuses its norm,
+    # rotary and MLP with torch.compile)
+
     def check_pack(self) -> None:
         if self.pack not in ("auto", "on", "off"):
             raise PhoenixError(f"--pack must be auto, on or off, got {self.pack!r}", field="pack")
+        if self.runner not in RUNNERS:
+            raise PhoenixError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}", field="runner")
 
 
 @dataclass

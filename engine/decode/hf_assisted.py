@@ -15,6 +15,7 @@ from unittest import mock
 
 import torch
 
+from engine.decode.runner import unwrapped
 from engine.decode.sequence import RequestStats
 from engine.decode.spec import sync
 
@@ -74,6 +75,7 @@ def _fixed_k(draft, k: int):
 def generate_hf(
     target, draft, drafter: str, prompt_ids: list[int], k: int, max_new_tokens: int, eos_id: int | None
 ) -> RequestStats:
+    target, draft = unwrapped(target), unwrapped(draft)  # transformers' own loop runs transformers' own forward
     device = target.device
     stats = RequestStats(prompt_tokens=len(prompt_ids), k=k)
     x = torch.tensor([prompt_ids], device=device)

@@ -11,6 +11,8 @@ from typing import Any
 from engine.catalog import EMBEDDED, NAMED, lookup, named_dir
 from engine.decode.eagle3 import default_taps, is_head_dir, load_head
 from engine.decode.own import check_model_dir, gguf_folder, is_gguf
+from engine.decode.packed import pack_pair
+from engine.decode.runner import use_runner
 from engine.errors import PhoenixError
 
 
@@ -25,6 +27,7 @@ class LoadedPair:
     dtype: str
     shared_vocab: int | None = None  # output rows both models have; the draft proposes only from these
     packed: str = "off"  # whether the linear layers run prepacked, and why (engine.decode.packed.pack_pair)
+    runner: str = "transformers"  # what runs the forwards (engine.decode.runner.use_runner)
 
 
 def fingerprint(model) -> str | None:
@@ -33,6 +36,8 @@ def fingerprint(model) -> str | None:
     if model is None:
         return None
     import hashlib
+
+    model = getattr(model, "hf", model)  # the model behind Phoenix's runner: the same weights hash the same
 
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -226,6 +231,17 @@ def _check_pair_files(target_path: Path, draft_path: Path, target_name: str, dra
     rows = [r for r in (config_rows(target_path), config_rows(draft_path)) if r is not None]
     if len(rows) == 2:
         _rows_cover(min(rows), len(t_tok), target_name, draft_name)
+
+
+def prepare(pair: LoadedPair, pack: str = "auto", runner: str = "auto") -> LoadedPair:
+    """What runs the pair's forwards: linear layers prepacked where measured faster (engine.decode.packed), and
+    Phoenix's runner where the architecture allows (engine.decode.runner); both kept on the pair for the run."""
+    pack_pair(pair, pack)
+    try:
+        use_runner(pair, runner)
+    except ValueError as exc:
+        raise PhoenixError(str(exc), field="runner") from None
+    return pair
 
 
 def load_pair(

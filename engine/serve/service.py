@@ -138,6 +138,7 @@ class Service:
                     "cost_profile": self.tuner.cost.as_rows(),
                     "cost_profile_warnings": self.profile_warnings,
                     "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
+                    "runner": pair.runner,  # what ran the forwards (engine.decode.runner)
                     "environment": environment(),  # the CPU every figure of this run was measured on
                 },
                 pair.target_name,

@@ -1,0 +1,260 @@
+"""Phoenix's own forward for the Llama family (Llama, SmolLM2, Mistral, Qwen2 / Qwen2.5, Qwen3), in gpt-fast's
+style: a few plain tensor steps over the model's own weights, no per-layer plumbing.
+
+What it does that transformers' modeling does not, for a decode step or a batched verify on the CPU:
+- the batch's tokens are flattened: the linear layers see only real tokens ([N, H]), never a padding row (a verify
+  of rows with different k pads the short ones; prompts prefilled together are padded too);
+- one mask and one rotary table per forward, shared by every layer, instead of one per layer;
+- RMSNorm, rotary and SiLU-gated MLP as small functions that ``compile_ops`` fuses with torch.compile (inductor);
+- the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are.
+Attention runs through SDPA over the cache transformers' ``DynamicCache`` holds, so every caller (the single-stream
+loop, the batched rows of engine.decode.batch with their valid columns, the prefix cache) keeps its cache as is.
+
+``Runner`` stands where the model stood: it answers the same call (``input_ids``, ``cache``, ``attention_mask``,
+``position_ids``, ``logits_to_keep``, ``output_hidden_states``) and hands every other attribute to the model.
+transformers' modeling stays the reference, and any architecture not listed here runs there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.cache_utils import DynamicLayer
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def unsupported(model) -> str | None:
+    """None where the runner can run ``model``; else why not, in a few words."""
+    c = model.config
+    if c.model_type not in FAMILIES:
+        return f"{c.model_type} is not of the Llama family ({', '.join(FAMILIES)})"
+    if getattr(c, "sliding_window", None) and getattr(c, "use_sliding_window", True):
+        return "sliding-window attention"
+    if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])):
+        return "layers that are not full attention"
+    if getattr(c, "hidden_act", "silu") != "silu":
+        return f"activation {c.hidden_act}"
+    if getattr(c, "mlp_bias", False):
+        return "MLP biases"
+    return None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm, op for op: in float32, then back."""
+    dtype = x.dtype
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE in transformers' rotate-half layout; ``x`` [N, heads, d], ``cos``/``sin`` [N, 1, d]."""
+    half = x.shape[-1] // 2
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos) + (turned * sin)
+
+
+def gated(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+@dataclass
+class Output:
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None
+    cache: Any
+
+
+class Runner(nn.Module):
+    """The model's forward, flattened; ``Runner(model)`` is called as the model is. ``compile_ops`` fuses the
+    elementwise steps with torch.compile (dynamic shapes: one graph per function serves every token count)."""
+
+    def __init__(self, model, compile_ops: bool = False):
+        super().__init__()
+        why = unsupported(model)
+        if why is not None:
+            raise ValueError(f"Phoenix's runner cannot run this model: {why}")
+        self.hf = model
+        c = model.config
+        self.eps = float(c.rms_norm_eps)
+        self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.scale = self.head_dim**-0.5
+        self.qk_norm = c.model_type == "qwen3"
+        self.norm, self.rope, self.mlp_act = rms_norm, rotate, gated
+        if compile_ops:
+            self.norm, self.rope, self.mlp_act = (
+                torch.compile(f, dynamic=True, fullgraph=True) for f in (rms_norm, rotate, gated)
+            )
+        self.compiled = compile_ops
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["hf"], name)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache=None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+        output_hidden_states: bool = False,
+        use_cache: bool = True,
+        **kwargs,
+    ) -> Any:
+        if not _growing(cache):  # a preallocated (static) cache is the compiled path's: transformers' forward runs it
+            return self.hf(
+                input_ids=input_ids,
+                cache=cache,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                logits_to_keep=logits_to_keep,
+                output_hidden_states=output_hidden_states,
+                use_cache=use_cache,
+                **kwargs,
+            )
+        B, n = input_ids.shape
+        old = _cached(cache)
+        device = input_ids.device
+        if position_ids is None:
+            position_ids = (old + torch.arange(n, device=device)).expand(B, n)
+        keep = attention_mask[:, -n:].bool() if attention_mask is not None else None
+        flat = None if keep is None or bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
+        model = self.hf.model
+        x = model.embed_tokens(_take(input_ids.reshape(-1), flat))
+        cos, sin = model.rotary_emb(x, _take(position_ids.reshape(-1), flat)[None, :])
+        cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
+        mask = _mask(attention_mask, B, n, old, device)
+        hidden: list[torch.Tensor] = []
+        for i, layer in enumerate(model.layers):
+            if output_hidden_states:
+                hidden.append(x)
+            x = x + self._attention(layer, i, x, cos, sin, cache, mask, B, n, flat)
+            x = x + self._mlp(layer, x)
+        x = self.norm(x, model.norm.weight, self.eps)
+        if output_hidden_states:
+            hidden.append(x)
+        logits = self._logits(x, B, n, flat, logits_to_keep)
+        states = tuple(_pad(h, B, n, flat) for h in hidden) if output_hidden_states else None
+        return Output(logits, states, cache)
+
+    def _attention(self, layer, i: int, x, cos, sin, cache, mask, B: int, n: int, flat) -> torch.Tensor:
+        attn = layer.self_attn
+        h = self.norm(x, layer.input_layernorm.weight, self.eps)
+        q = attn.q_proj(h).view(-1, self.heads, self.head_dim)
+        k = attn.k_proj(h).view(-1, self.kv_heads, self.head_dim)
+        v = attn.v_proj(h).view(-1, self.kv_heads, self.head_dim)
+        if self.qk_norm:
+            q = self.norm(q, attn.q_norm.weight, self.eps)
+            k = self.norm(k, attn.k_norm.weight, self.eps)
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        q, k, v = (_pad(t.reshape(t.shape[0], -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
+        keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.kv_heads != self.heads
+        )
+        out = _take(out.transpose(1, 2).reshape(B * n, -1), flat)
+        return attn.o_proj(out)
+
+    def _mlp(self, layer, x: torch.Tensor) -> torch.Tensor:
+        mlp = layer.mlp
+        h = self.norm(x, layer.post_attention_layernorm.weight, self.eps)
+        return mlp.down_proj(self.mlp_act(mlp.gate_proj(h), mlp.up_proj(h)))
+
+    def _logits(self, x: torch.Tensor, B: int, n: int, flat, keep: int) -> torch.Tensor:
+        """Logits for the last ``keep`` positions of each row (0: every position), computed for real tokens only."""
+        head = self.hf.lm_head
+        if not keep:
+            return _pad(head(x), B, n, flat)
+        keep = min(keep, n)
+        wanted = torch.arange(B, device=x.device)[:, None] * n + torch.arange(n - keep, n, device=x.device)
+        if flat is None:
+            return head(x.index_select(0, wanted.view(-1))).view(B, keep, -1)
+        kept = (flat % n) >= n - keep  # the real tokens among the last ``keep`` columns
+        slots = (flat[kept] // n) * keep + flat[kept] % n - (n - keep)
+        return _pad(head(x[kept]), B, keep, slots)
+
+
+def _growing(cache) -> bool:
+    """A cache whose layers each grow by the tokens written (transformers' DynamicLayer, Phoenix's RoomyLayer)."""
+    return cache is not None and all(isinstance(layer, DynamicLayer) for layer in getattr(cache, "layers", [None]))
+
+
+def _cached(cache) -> int:
+    """Columns the cache holds now: the new tokens' first column."""
+    if cache is None:
+        return 0
+    layer = cache.layers[0] if getattr(cache, "layers", None) else None
+    keys = getattr(layer, "keys", None)
+    return int(keys.shape[-2]) if keys is not None and keys.dim() == 4 else 0
+
+
+def _take(x: torch.Tensor, flat: torch.Tensor | None) -> torch.Tensor:
+    return x if flat is None else x.index_select(0, flat)
+
+
+def _pad(x: torch.Tensor, B: int, n: int, flat: torch.Tensor | None) -> torch.Tensor:
+    """Flat rows back into [B, n, ...], padding positions zero (masked wherever they are read)."""
+    if flat is None:
+        return x.view(B, n, *x.shape[1:])
+    out = x.new_zeros(B * n, *x.shape[1:])
+    out.index_copy_(0, flat, x)
+    return out.view(B, n, *x.shape[1:])
+
+
+def _mask(attention_mask: torch.Tensor | None, B: int, n: int, old: int, device) -> torch.Tensor | None:
+    """[B, 1, n, old + n] booleans: a new token sees the valid columns up to its own; None where it sees all
+    (one new token and no mask). A query sees itself whatever the mask says, so a padding query never attends to
+    nothing (its softmax would be NaN, and NaN keys reach the valid rows through later layers)."""
+    if attention_mask is None and n == 1:
+        return None
+    cols = torch.arange(old + n, device=device)
+    own = old + torch.arange(n, device=device)
+    allowed = cols[None, :] <= own[:, None]  # [n, S]
+    if attention_mask is not None:
+        allowed = allowed[None] & attention_mask.bool()[:, None, :]
+    else:
+        allowed = allowed[None].expand(B, n, old + n)
+    allowed = allowed | (cols[None, None, :] == own[None, :, None])
+    return allowed[:, None]
+
+
+def use_runner(pair, choice: str = "auto") -> str:
+    """Put the runner where the pair's target (and draft model) stood: ``phoenix``, ``compiled`` (its elementwise
+    steps fused by torch.compile), ``auto`` (phoenix wherever the architecture allows) or ``transformers``; what
+    runs, one line, kept on the pair (``LoadedPair.runner``) for the run's config. An EAGLE-3 head is not a model
+    and keeps its own forward."""
+    if choice == "transformers":
+        pair.runner = "transformers"
+        return pair.runner
+    why = unsupported(pair.target)
+    if why is not None:
+        if choice != "auto":
+            raise ValueError(f"--runner {choice}: {why}; use --runner transformers")
+        pair.runner = f"transformers ({why})"
+        return pair.runner
+    fused = choice == "compiled"
+    if not isinstance(pair.target, Runner):
+        pair.target = Runner(pair.target, fused)
+    if pair.draft is not None and not isinstance(pair.draft, Runner) and _is_model(pair.draft):
+        if unsupported(pair.draft) is None:
+            pair.draft = Runner(pair.draft, fused)
+    pair.runner = "phoenix, compiled ops" if fused else "phoenix"
+    return pair.runner
+
+
+def _is_model(module) -> bool:
+    return hasattr(module, "config") and hasattr(module.config, "model_type") and hasattr(module, "model")
+
+
+def unwrapped(model):
+    """The transformers model behind a Runner (itself otherwise): what hashes, saves and compiles."""
+    return model.hf if isinstance(model, Runner) else model

@@ -1,0 +1,125 @@
+"""Phoenix's runner (engine.decode.runner) against transformers' modeling, the reference: the same logits and hidden
+states in fp32 for every Llama-family architecture, alone, chunked, batched with holes and padding, and through the
+prefix cache; greedy speculation through it exact at every batch and drafter; anything else runs on transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_serve_batch import PROMPTS, decode_all, references
+from transformers import DynamicCache
+
+from engine.decode.batch import BatchCache, accept_batch, prefill_together, verify_batch
+from engine.decode.decoder import Decoder
+from engine.decode.loading import load_pair, prepare
+from engine.decode.runner import Runner, unsupported, use_runner
+
+ARCHS = ["llama", "qwen2", pytest.param("qwen3", marks=pytest.mark.e2e), pytest.param("mistral", marks=pytest.mark.e2e)]
+
+
+def pair_of(tiny_dirs, arch: str):
+    return load_pair(tiny_dirs[arch]["target"], tiny_dirs[arch]["near"], "cpu", "float32")
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_prompt_then_steps_give_transformers_logits_and_hidden_states(tiny_dirs, arch):
+    model = pair_of(tiny_dirs, arch).target
+    runner = Runner(model)
+    prompt, steps = torch.tensor([[5, 9, 31, 7, 100, 3, 8]]), [torch.tensor([[11]]), torch.tensor([[4, 77, 2]])]
+    with torch.inference_mode():
+        ours, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
+        a = model(input_ids=prompt, cache=theirs, use_cache=True, output_hidden_states=True)
+        b = runner(input_ids=prompt, cache=ours, use_cache=True, output_hidden_states=True)
+        assert close(a.logits, b.logits) and len(a.hidden_states) == len(b.hidden_states)
+        assert all(close(x, y) for x, y in zip(a.hidden_states, b.hidden_states))
+        for ids in steps:
+            a = model(input_ids=ids, cache=theirs, use_cache=True, logits_to_keep=1)
+            b = runner(input_ids=ids, cache=ours, use_cache=True, logits_to_keep=1)
+            assert b.logits.shape == a.logits.shape and close(a.logits, b.logits)
+        assert ours.get_seq_length() == theirs.get_seq_length() == 11
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rows_with_holes_and_padding_give_what_transformers_gives_for_each(tiny_dirs, arch):
+    """Prompts of three lengths prefilled together (left padding), then a verify of rows with 4, 2 and 0 drafts
+    (right padding), then one row's rejection masked: the flattened forward sees none of the padding."""
+    model = pair_of(tiny_dirs, arch).target
+    out = {}
+    for name, forward in (("transformers", model), ("runner", Runner(model))):
+        with torch.inference_mode():
+            rows = prefill_together(forward, [list(range(3, 10)), [40, 41, 42], list(range(60, 72))], (0, 1))
+            assert rows is not None
+            batch = BatchCache.empty(torch.device("cpu"))
+            for _, _, cache in rows:
+                batch.add_row(cache, cache.layers[0].keys.shape[-2])
+            drafted = [[5, 6, 7, 8], [9, 10], []]
+            picks, feats = verify_batch(forward, batch, [[1] + d for d in drafted], (0, 2))
+            accept_batch(batch, drafted, picks, feats)
+            again, _ = verify_batch(forward, batch, [[2], [3], [4]])
+        out[name] = ([r[0] for r in rows], [r[1] for r in rows], picks, feats, again)
+    ref, got = out["transformers"], out["runner"]
+    assert ref[0] == got[0] and ref[2] == got[2] and ref[4] == got[4]
+    assert all(close(x, y) for x, y in zip(ref[1], got[1])) and all(close(x, y) for x, y in zip(ref[3], got[3]))
+
+
+@pytest.mark.parametrize("max_batch", [1, 3, pytest.param(8, marks=pytest.mark.e2e)])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "choice", "none"])
+@pytest.mark.parametrize("arch", ["qwen2", pytest.param("llama", marks=pytest.mark.e2e)])
+def test_every_row_through_the_runner_equals_single_stream_target_only(tiny_dirs, arch, drafter, max_batch):
+    pair = prepare(pair_of(tiny_dirs, arch), "off", "phoenix")
+    assert isinstance(pair.target, Runner) and isinstance(pair.draft, Runner) and pair.runner == "phoenix"
+    dec = Decoder(pair)
+    refs = references(dec)
+    reqs, done, _ = decode_all(dec, drafter, max_batch, seed=max_batch, budget=9, long_prefill=5)
+    for j, r in enumerate(reqs):
+        assert done[r.id].stats.output_ids == refs[j % len(PROMPTS)][: r.max_new_tokens], f"{drafter} request {j}"
+    plain = Decoder(pair_of(tiny_dirs, arch))  # transformers' modeling: the same tokens
+    assert references(plain) == refs
+
+
+def test_the_runner_drafts_and_verifies_with_packed_layers_and_a_head(tiny_dirs, tmp_path):
+    from test_eagle3 import random_head
+
+    from engine.decode.eagle3 import save_head
+
+    d = tiny_dirs["qwen2"]
+    plain = Decoder(load_pair(d["target"], None, "cpu", "float32"))
+    counts: dict[int, int] = {}
+    for p in PROMPTS:
+        for tok in plain.run(plain.encode(p), 0, 30).output_ids:
+            counts[tok] = counts.get(tok, 0) + 1
+    save_head(random_head(plain.pair.target, sorted(sorted(counts, key=lambda t: -counts[t])[:3])), tmp_path / "h")
+    pair = prepare(load_pair(d["target"], str(tmp_path / "h"), "cpu", "float32"), "on", "auto")
+    assert pair.packed.startswith("packed ") and pair.runner == "phoenix" and not isinstance(pair.draft, Runner)
+    dec = Decoder(pair)
+    for p in PROMPTS:
+        ids = dec.encode(p)
+        want = dec.run(ids, 0, 30, timed=False).output_ids
+        for drafter, k in (("eagle3", 3), ("hybrid", 5)):
+            assert dec.run(ids, k, 30, drafter, timed=False).output_ids == want
+
+
+def test_an_architecture_outside_the_family_runs_on_transformers_and_says_why(tiny_dirs):
+    pair = pair_of(tiny_dirs, "llama")
+    pair.target.config.hidden_act = "gelu"  # not the Llama family's gated SiLU
+    assert unsupported(pair.target) == "activation gelu"
+    assert use_runner(pair, "auto") == "transformers (activation gelu)" and not isinstance(pair.target, Runner)
+    with pytest.raises(ValueError, match="--runner phoenix: activation gelu"):
+        use_runner(pair, "phoenix")
+    pair.target.config.hidden_act = "silu"
+
+
+@pytest.mark.compile
+def test_compiled_ops_give_the_same_tokens(tiny_dirs):
+    pair = prepare(pair_of(tiny_dirs, "qwen2"), "off", "compiled")
+    assert pair.runner == "phoenix, compiled ops"
+    dec, plain = Decoder(pair), Decoder(pair_of(tiny_dirs, "qwen2"))
+    for p in PROMPTS:
+        ids = dec.encode(p)
+        want = plain.run(ids, 0, 24, timed=False).output_ids
+        assert dec.run(ids, 0, 24, timed=False).output_ids == want
+        assert dec.run(ids, 3, 24, "ngram", timed=False).output_ids == want
