@@ -371,3 +371,43 @@ def test_a_whole_response_whose_client_went_away_stops_decoding_behind_the_api_k
         wait_for(lambda: service.scheduler.load == (0, 0), 30, "the row to be freed")
     (rec,) = store.requests(service.run_id)
     assert rec.error == "cancelled: the client went away" and rec.output_tokens < 400
+
+
+@pytest.mark.parametrize(
+    "header,status",
+    [
+        ("Bearer s3cret", 200),
+        ("bearer s3cret", 200),  # the scheme is case-insensitive (RFC 6750)
+        ("BEARER  s3cret ", 200),
+        ("Bearer s3cre", 401),
+        ("Basic s3cret", 401),
+        ("", 401),
+    ],
+)
+def test_the_api_key_is_read_as_rfc_6750_says_and_compared_in_constant_time(decoder, tmp_path, header, status):
+    from fastapi.testclient import TestClient
+
+    from engine.serve.api import make_app
+
+    service, _ = make_service(decoder, tmp_path, api_key="s3cret")
+    with TestClient(make_app(service)) as c:
+        r = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers={"Authorization": header})
+        assert r.status_code == status, r.text
+
+
+def test_a_server_on_phoenixs_runner_warms_every_forward_shape_before_it_is_ready(tiny_dirs, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from engine.decode.loading import prepare
+    from engine.decode.runner import bucket
+    from engine.serve.api import make_app
+
+    d = tiny_dirs["qwen2"]
+    dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32"), "off", "phoenix"))
+    service, store = make_service(dec, tmp_path, max_num_batched_tokens=40)
+    with TestClient(make_app(service)) as c:
+        assert c.get("/health").status_code == 200
+    assert service.warmed == sorted({bucket(n) for n in range(1, 41)}) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48]
+    config = store.get_run(service.run_id).config
+    assert config["warmed"] == service.warmed and set(config["startup_s"]) == {"warm", "profile"}
+    assert config["runner"] == "phoenix"

@@ -6,7 +6,12 @@ What it does that transformers' modeling does not, for a decode step or a batche
   of rows with different k pads the short ones; prompts prefilled together are padded too);
 - one mask and one rotary table per forward, shared by every layer, instead of one per layer;
 - RMSNorm, rotary and SiLU-gated MLP as small functions that ``compile_ops`` fuses with torch.compile (inductor);
-- the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are.
+- the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are;
+- the token count the linear layers see is rounded up to a bucket (``bucket``: 1-8, then steps of about 1.5x), so
+  a server meets a few dozen GEMM shapes instead of hundreds: oneDNN builds a kernel per shape (0.7-0.9 ms each, per
+  layer shape, the first time) and keeps 1,024, and ``warm`` runs every bucket before the server says ready. The
+  extra rows are zeros whose results are dropped; a packed GEMM's rows do not depend on the batch, so the real
+  tokens' results are the same to the bit.
 Attention runs through SDPA over the cache transformers' ``DynamicCache`` holds, so every caller (the single-stream
 loop, the batched rows of engine.decode.batch with their valid columns, the prefix cache) keeps its cache as is.
 
@@ -129,17 +134,18 @@ class Runner(nn.Module):
         keep = attention_mask[:, -n:].bool() if attention_mask is not None else None
         flat = None if keep is None or bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
         model = self.hf.model
-        x = model.embed_tokens(_take(input_ids.reshape(-1), flat))
-        cos, sin = model.rotary_emb(x, _take(position_ids.reshape(-1), flat)[None, :])
+        real = B * n if flat is None else len(flat)
+        x = _grow(model.embed_tokens(_take(input_ids.reshape(-1), flat)), bucket(real))
+        cos, sin = model.rotary_emb(x, _grow(_take(position_ids.reshape(-1), flat), len(x))[None, :])
         cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
         mask = _mask(attention_mask, B, n, old, device)
         hidden: list[torch.Tensor] = []
         for i, layer in enumerate(model.layers):
             if output_hidden_states:
-                hidden.append(x)
+                hidden.append(x[:real])
             x = x + self._attention(layer, i, x, cos, sin, cache, mask, B, n, flat)
             x = x + self._mlp(layer, x)
-        x = self.norm(x, model.norm.weight, self.eps)
+        x = self.norm(x, model.norm.weight, self.eps)[:real]
         if output_hidden_states:
             hidden.append(x)
         logits = self._logits(x, B, n, flat, logits_to_keep)
@@ -156,13 +162,14 @@ class Runner(nn.Module):
             q = self.norm(q, attn.q_norm.weight, self.eps)
             k = self.norm(k, attn.k_norm.weight, self.eps)
         q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
-        q, k, v = (_pad(t.reshape(t.shape[0], -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
+        real = B * n if flat is None else len(flat)
+        q, k, v = (_pad(t[:real].reshape(real, -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
         keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.kv_heads != self.heads
         )
         out = _take(out.transpose(1, 2).reshape(B * n, -1), flat)
-        return attn.o_proj(out)
+        return attn.o_proj(_grow(out, len(x)))
 
     def _mlp(self, layer, x: torch.Tensor) -> torch.Tensor:
         mlp = layer.mlp
@@ -171,16 +178,46 @@ class Runner(nn.Module):
 
     def _logits(self, x: torch.Tensor, B: int, n: int, flat, keep: int) -> torch.Tensor:
         """Logits for the last ``keep`` positions of each row (0: every position), computed for real tokens only."""
-        head = self.hf.lm_head
         if not keep:
-            return _pad(head(x), B, n, flat)
+            return _pad(self._head(x), B, n, flat)
         keep = min(keep, n)
         wanted = torch.arange(B, device=x.device)[:, None] * n + torch.arange(n - keep, n, device=x.device)
         if flat is None:
-            return head(x.index_select(0, wanted.view(-1))).view(B, keep, -1)
+            return self._head(x.index_select(0, wanted.view(-1))).view(B, keep, -1)
         kept = (flat % n) >= n - keep  # the real tokens among the last ``keep`` columns
         slots = (flat[kept] // n) * keep + flat[kept] % n - (n - keep)
-        return _pad(head(x[kept]), B, keep, slots)
+        return _pad(self._head(x[kept]), B, keep, slots)
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hf.lm_head(_grow(x, bucket(len(x))))[: len(x)]
+
+
+def bucket(n: int) -> int:
+    """The token count a forward's linear layers run at: n itself up to 8, then the next of 12, 16, 24, 32, 48, ...
+    (each step about 1.5x), so at most a third of a GEMM's rows are padding."""
+    if n <= 8:
+        return n
+    size = 8
+    while size < n:
+        size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
+    return size
+
+
+def _grow(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x`` with zero rows appended up to ``rows``."""
+    return x if len(x) >= rows else torch.cat([x, x.new_zeros(rows - len(x), *x.shape[1:])])
+
+
+def warm(model, tokens: int) -> list[int]:
+    """Run every bucket up to ``tokens`` once through ``model`` (a Runner), on a throwaway cache, so no request pays
+    for building a GEMM kernel; the buckets run."""
+    from transformers import DynamicCache
+
+    sizes = sorted({bucket(n) for n in range(1, tokens + 1)})
+    with torch.inference_mode():
+        for size in sizes:
+            model(input_ids=torch.zeros(1, size, dtype=torch.long), cache=DynamicCache(config=model.config))
+    return sizes
 
 
 def _growing(cache) -> bool:

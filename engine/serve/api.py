@@ -14,6 +14,7 @@ that goes away frees its row at the next step; beyond ``--max-queue`` waiting re
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
@@ -140,7 +141,9 @@ def ready_line(service: Service) -> str:
     cfg = service.cfg
     return (
         f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, max "
-        f"batch {cfg.max_batch}, weights {service.packed}, run #{service.run_id}); Ctrl-C or SIGTERM drains and stops"
+        f"batch {cfg.max_batch}, weights {service.packed}, forward {service.decoder.pair.runner}, ready after "
+        f"{sum(service.startup_s.values()):.0f} s of warming and profiling, run #{service.run_id}); Ctrl-C or SIGTERM "
+        "drains and stops"
     )
 
 
@@ -148,7 +151,11 @@ def check_key(service: Service, request: HttpRequest) -> None:
     """--api-key, checked in each /v1 endpoint: an HTTP middleware would hide the client's disconnect from
     ``is_disconnected`` (Starlette's BaseHTTPMiddleware), and a whole response would decode on for nobody."""
     key = service.cfg.api_key
-    if key and request.headers.get("authorization", "") != f"Bearer {key}":
+    if not key:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # the scheme is case-insensitive (RFC 6750, 2.1), and the key is compared in constant time
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
         raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'")
 
 

@@ -30,6 +30,7 @@ from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, first_divergence
 from engine.decode.packed import pack_pair
 from engine.decode.prefix import PrefixCache
+from engine.decode.runner import Runner, warm
 from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Finished, Request
 from engine.observe.prometheus import Metrics
@@ -108,6 +109,8 @@ class Service:
         self._profile_rows: DynamicCache | None = None
         self._profile_batch: BatchCache | None = None
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
+        self.warmed: list[int] = []
+        self.startup_s: dict[str, float] = {}
 
     # lifecycle ----------------------------------------------------------------------
     def start(self, loop_thread: bool = True) -> None:
@@ -116,6 +119,10 @@ class Service:
         40-75% more on a thread other than the one that first ran them (SmolLM2, 2-core AMD EPYC, 2026-12-01), so
         the command-line server keeps the loop on the main thread and HTTP on another."""
         self.packed = pack_pair(self.decoder.pair, self.cfg.pack)
+        started = time.perf_counter()
+        self.warmed = self._warm()
+        self.startup_s["warm"] = round(time.perf_counter() - started, 1)
+        started = time.perf_counter()
         if self.cfg.profile:
             batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= self.cfg.max_batch] or [1]
             widths = sorted({1, 2, 3, 4, 5, self.cfg.k_max + 1} & set(range(1, self.cfg.k_max + 2)))
@@ -125,6 +132,7 @@ class Service:
             for warning in self.profile_warnings:
                 log.warning(warning)
             self._profile_rows = self._profile_batch = None
+        self.startup_s["profile"] = round(time.perf_counter() - started, 1)
         self.metrics.prepare(self.model_name, self.cfg.k_max, [])
         if self.store is not None:
             for line in replay_spills(self.store):  # rows an earlier server could not record
@@ -139,6 +147,8 @@ class Service:
                     "cost_profile_warnings": self.profile_warnings,
                     "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
                     "runner": pair.runner,  # what ran the forwards (engine.decode.runner)
+                    "warmed": self.warmed,  # the token counts every forward ran once before the first request
+                    "startup_s": self.startup_s,
                     "environment": environment(),  # the CPU every figure of this run was measured on
                 },
                 pair.target_name,
@@ -187,6 +197,19 @@ class Service:
             else:
                 self.store.set_status(self.run_id, "done")
         self.telemetry.flush()
+
+    def _warm(self) -> list[int]:
+        """Every token count a step can run, through the target and a draft model, before the first request: a
+        server's first sweep then costs what its second does (engine.decode.runner.warm). transformers' modeling
+        has no buckets to warm."""
+        pair, budget = self.decoder.pair, self.cfg.max_num_batched_tokens
+        if not isinstance(pair.target, Runner):
+            return []
+        log.info(f"warming every forward shape up to {budget} tokens")
+        sizes = warm(pair.target, budget)
+        if isinstance(pair.draft, Runner):
+            warm(pair.draft, max(self.cfg.max_batch * (self.cfg.k_max + 1), self.cfg.long_prefill_token_threshold))
+        return sizes
 
     def _timed_forward(self, b: int, n: int, context: int = 128) -> float:
         """One batched verify of ``b`` rows x ``n`` tokens on ``context`` cached tokens, timed (the cost grid). The
