@@ -11,6 +11,7 @@ import streamlit as st
 from app import data, tables
 from engine.analysis.load import TPOT, level_table
 from engine.bench import fast
+from engine.decode.card import card_line
 
 
 def duration_text(info) -> str:
@@ -66,6 +67,8 @@ def panel(url: str, info) -> None:
     """The run's provenance in two lines of text and its config in full, folded."""
     st.text(duration_text(info))
     st.text(machine_text(info.config.get("environment") or {}))
+    for role, card in (info.config.get("models") or {"target": {}}).items():
+        st.text(f"{role}: {card_line(card)}")
     if info.config.get("bench"):
         st.text("path: " + path_text(info))
     with st.expander("Full config, as stored with the run"):

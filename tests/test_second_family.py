@@ -191,3 +191,30 @@ def test_a_gguf_file_is_a_target_and_a_name_of_its_own(tiny_tokenizer, tmp_path,
     (tmp_path / "notes.gguf").write_text("not a gguf at all")
     code, _, err = run_cli(capsys, "zoo", "add", str(tmp_path / "notes.gguf"), "--name", "notes")
     assert_one_line_error(code, err, "is a file but not a GGUF")
+
+
+@pytest.mark.pages
+def test_a_lab_run_on_the_qwen2_pair_keeps_both_model_cards_and_the_run_page_shows_them(
+    qwen2, store, db_url, prompt_file, monkeypatch
+):
+    from apptest import open_page
+    from helpers import bench_cfg
+
+    from engine.bench.run import execute
+    from engine.bench.setup import create_run
+
+    cfg = bench_cfg(
+        {"qwen3": qwen2}, prompt_file, draft=qwen2["draft"], modes=["target", "model_2", "ngram_3"], limit=2
+    )
+    run = create_run(store, cfg)
+    assert execute(store, run.id, cfg, progress=False) == "done"
+    config = store.get_run(run.id).config
+    target, draft = config["models"]["target"], config["models"]["draft"]
+    assert target["family"] == draft["family"] == "qwen2" and target["vocab"] == 512
+    assert not target["tied_embeddings"] and draft["tied_embeddings"]
+    assert len(target["sha256"]) == 64 and target["sha256"] != draft["sha256"]
+    assert config["bench"]["runner"] == "phoenix" and all(r.identical for r in store.requests(run.id))
+    monkeypatch.setenv("PHOENIX_DB", db_url)
+    texts = [t.value for t in open_page("run", run=run.id).text]
+    assert any(t.startswith("target: ") and "qwen2 (Qwen2ForCausalLM)" in t and "untied" in t for t in texts)
+    assert any(t.startswith("draft: ") and "tied embeddings" in t for t in texts)

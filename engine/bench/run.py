@@ -125,7 +125,14 @@ def execute(
         "runner": decoder.pair.runner,
     }
     # the draft's weights as loaded: which head or draft ran (a build stage changes a head under the same name)
-    store.merge_config(run_id, {"bench": {**asdict(cfg), **resolved}, "draft_sha256": fingerprint(decoder.pair.draft)})
+    store.merge_config(
+        run_id,
+        {
+            "bench": {**asdict(cfg), **resolved},
+            "draft_sha256": fingerprint(decoder.pair.draft),
+            "models": decoder.pair.cards(),  # each model's card: family, size, vocabulary, source and hash
+        },
+    )
     state = make_state(decoder, cfg, telemetry)
     state.prompts = {p.id: p for p in prompts}
     existing = store.requests(run_id, include_warmup=True)

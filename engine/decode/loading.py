@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.catalog import EMBEDDED, NAMED, lookup, named_dir
+from engine.decode.card import card_of
 from engine.decode.eagle3 import default_taps, is_head_dir, load_head
 from engine.decode.own import check_model_dir, gguf_folder, is_gguf
 from engine.decode.packed import pack_pair
@@ -28,6 +29,15 @@ class LoadedPair:
     shared_vocab: int | None = None  # output rows both models have; the draft proposes only from these
     packed: str = "off"  # whether the linear layers run prepacked, and why (engine.decode.packed.pack_pair)
     runner: str = "transformers"  # what runs the forwards (engine.decode.runner.use_runner)
+    folders: tuple[Path | None, Path | None] = (None, None)  # where the target and the draft were loaded from
+
+    def cards(self) -> dict:
+        """The target's and the draft's model cards (engine.decode.card), as a run stores them."""
+        out = {"target": card_of(self.target, self.tokenizer, self.target_name, self.folders[0], self.dtype)}
+        if self.draft is not None:
+            tok = None if self.shared_vocab is None else self.tokenizer  # a head has no tokenizer of its own
+            out["draft"] = card_of(self.draft, tok, self.draft_name or "", self.folders[1], self.dtype)
+        return out
 
 
 def fingerprint(model) -> str | None:
@@ -255,12 +265,15 @@ def load_pair(
     torch_dtype = pick_dtype(dtype, dev)
     t_model, t_tok = load_model(target, "target", dev, torch_dtype, allow_pickle)
     d_model, rows = None, None
-    if draft and is_head_dir(resolve(draft, "draft", allow_pickle)):
-        d_model = load_head_for(resolve(draft, "draft"), t_model, target, draft, dev, torch_dtype)
+    d_path = resolve(draft, "draft", allow_pickle) if draft else None
+    if draft and d_path is not None and is_head_dir(d_path):
+        d_model = load_head_for(d_path, t_model, target, draft, dev, torch_dtype)
     elif draft:
         d_model, d_tok = load_model(draft, "draft", dev, torch_dtype, allow_pickle)
         rows = shared_vocab(t_tok, d_tok, t_model, d_model, target, draft)
-    return LoadedPair(t_model, d_model, t_tok, target, draft, dev, str(torch_dtype).removeprefix("torch."), rows)
+    dtype_name = str(torch_dtype).removeprefix("torch.")
+    folders = (resolve(target, "target", allow_pickle), d_path)
+    return LoadedPair(t_model, d_model, t_tok, target, draft, dev, dtype_name, rows, folders=folders)
 
 
 def _text_config(cfg: dict) -> dict:

@@ -147,6 +147,7 @@ class Service:
                     "cost_profile_warnings": self.profile_warnings,
                     "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
                     "runner": pair.runner,  # what ran the forwards (engine.decode.runner)
+                    "models": pair.cards(),  # each model's card: family, size, vocabulary, source and hash
                     "warmed": self.warmed,  # the token counts every forward ran once before the first request
                     "startup_s": self.startup_s,
                     "environment": environment(),  # the CPU every figure of this run was measured on
