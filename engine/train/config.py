@@ -113,9 +113,9 @@ HEAD_PRESETS: dict[str, dict] = {
         "target": QWEN15,
         "out": str(NAMED[QWEN15_EAGLE3].path),
         "draft_vocab_size": 16384,
-        "spec_bench_prompts": 120,
+        "spec_bench_prompts": 60,
         "second_turns": 0,
-        "code_style_prompts": 120,
+        "code_style_prompts": 80,
         "stdlib_prompts": 40,
         "max_prompt_tokens": 512,
         "train_prompt_tokens": 512,
@@ -126,7 +126,7 @@ HEAD_PRESETS: dict[str, dict] = {
         "eval_every": 50,
         "eval_prompts": 4,
         "time_budget_s": 3 * 3600.0,
-        "hours": 6.0,
+        "hours": 7.0,
     },
 }
 
