@@ -32,6 +32,23 @@ def test_block_hashes_chain_their_prefix_and_cover_whole_blocks_only():
     assert block_hashes(list(range(15))) == []
 
 
+def test_a_hash_collision_never_serves_another_prompts_kv(monkeypatch):
+    """CVE-2025-25183's attack on vLLM: two prefixes whose block hashes collide. The hash is SHA-256 of the tokens'
+    bytes (no collision can be found), and even a forced collision is caught by the token check on a hit."""
+    import hashlib
+
+    import engine.decode.prefix as prefix
+
+    planted, victim = [7] * 16 + [1], [8] * 16 + [1]
+    assert block_hashes(planted)[0] == hashlib.sha256(b"".join(t.to_bytes(8, "little") for t in [7] * 16)).digest()
+    assert block_hashes(planted) != block_hashes(victim)
+    monkeypatch.setattr(prefix, "block_hashes", lambda ids, block=BLOCK: [b"same"] * (len(ids) // block))
+    cache = PrefixCache(budget_bytes=1 << 20)
+    cache.store(planted, *_kv(17, fill=66.0), None)
+    assert cache.lookup(planted + [2], taps=False) is not None  # the planter's own prompt still hits
+    assert cache.lookup(victim, taps=False) is None  # the colliding prompt computes its own KV
+
+
 def _kv(length: int, fill: float = 1.0):
     return [torch.full((1, 2, length, 4), fill)], [torch.full((1, 2, length, 4), fill)]
 

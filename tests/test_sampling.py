@@ -194,3 +194,16 @@ def test_logprobs_are_the_targets_and_equal_with_speculation_on_and_off(decoders
                 assert [t for t, _ in a.top] == [t for t, _ in b.top], key
     one = logprobs_of(torch.zeros(1, 5), [2], 2)[0]
     assert one.token == 2 and abs(one.logprob - torch.log(torch.tensor(0.2)).item()) < 1e-6 and len(one.top) == 2
+
+
+def test_a_temperature_below_vllms_epsilon_decodes_greedily_instead_of_overflowing():
+    """temperature 1e-40 divided the logits into float32 infinities and sampled 'seenseen...'; vLLM treats any
+    temperature under 1e-5 as greedy, and so does Phoenix."""
+    from engine.decode.sampling import pick
+
+    logits = torch.tensor([[0.1, 3.0, 2.9, -1.0]])
+    for t in (1e-40, 1e-7, 9.9e-6):
+        params = SamplingParams(temperature=t, seed=5)
+        assert params.greedy and params.resolved() == params
+        assert pick(logits, params, 0) == [1]
+    assert not SamplingParams(temperature=1e-5, seed=5).greedy

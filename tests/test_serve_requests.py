@@ -108,6 +108,13 @@ def test_logprobs_equal_with_speculation_on_and_off_in_both_shapes(client):
         if ch["choices"] and ch["choices"][0]["logprobs"]
         for t in ch["choices"][0]["logprobs"]["tokens"]
     ]
+    offsets = [  # a stream's text_offset counts from the start of the output, as the whole response's does
+        o
+        for ch in chunks
+        if ch["choices"] and ch["choices"][0]["logprobs"]
+        for o in ch["choices"][0]["logprobs"]["text_offset"]
+    ]
+    assert offsets == lp_on["text_offset"] and offsets[0] == 0
     assert streamed == lp_on["tokens"]
 
 

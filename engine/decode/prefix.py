@@ -3,7 +3,9 @@ caching, llama.cpp's slot reuse). Requests that share a system prompt, a convers
 prompt sent again reuse the KV the first one computed.
 
 The key is vLLM's: each full block of ``BLOCK`` tokens is hashed together with the hash of the block before it,
-so a block's hash names its whole prefix. When a prompt's prefill is done, its KV (whole blocks only) and, where
+so a block's hash names its whole prefix. The hash is SHA-256 over the tokens' bytes (vLLM moved there after
+CVE-2025-25183: with Python's unkeyed tuple hash a client found two 16-token prefixes that collide in 3 CPU-minutes
+and was served another prompt's KV), and a hit is also checked token for token against the entry's own tokens. When a prompt's prefill is done, its KV (whole blocks only) and, where
 its drafter reads them, the target's taps at those positions are kept as one entry; every block hash of it points
 there. A new prompt walks its block hashes and takes the deepest one held, always leaving at least one token to
 compute (its logits give the first token). Entries leave least recently used first, past a memory budget. A
@@ -14,6 +16,7 @@ Exact: a request served from the cache gives what it gives cold (tests/test_pref
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -25,12 +28,13 @@ from engine.decode.batch import roomy_cache, roomy_layers
 BLOCK = 16  # tokens a block holds (vLLM's default block size)
 
 
-def block_hashes(ids: list[int], block: int = BLOCK) -> list[int]:
-    """The chained hash of every full block: the i-th covers tokens 0 .. (i + 1) * block."""
-    out: list[int] = []
-    h = 0
+def block_hashes(ids: list[int], block: int = BLOCK) -> list[bytes]:
+    """The chained SHA-256 of every full block: the i-th covers tokens 0 .. (i + 1) * block."""
+    out: list[bytes] = []
+    h = b""
     for start in range(0, len(ids) - len(ids) % block, block):
-        h = hash((h, tuple(ids[start : start + block])))
+        chunk = b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids[start : start + block])
+        h = hashlib.sha256(h + chunk).digest()
         out.append(h)
     return out
 
@@ -41,8 +45,9 @@ class Entry:
     values: list[torch.Tensor]
     features: torch.Tensor | None  # the target's taps at these positions [length, taps x hidden], where read
     length: int
-    hashes: list[int]
+    hashes: list[bytes]
     nbytes: int
+    tokens: tuple[int, ...] = ()  # the prefix itself: a hit must match it token for token
 
 
 @dataclass
@@ -56,8 +61,8 @@ class PrefixStats:
 @dataclass
 class PrefixCache:
     budget_bytes: int
-    entries: OrderedDict[int, Entry] = field(default_factory=OrderedDict)  # by last block hash, oldest use first
-    index: dict[int, int] = field(default_factory=dict)  # block hash -> the entry that holds that prefix
+    entries: OrderedDict[bytes, Entry] = field(default_factory=OrderedDict)  # by last block hash, oldest use first
+    index: dict[bytes, bytes] = field(default_factory=dict)  # block hash -> the entry that holds that prefix
     used: int = 0
     stats: PrefixStats = field(default_factory=PrefixStats)
 
@@ -82,8 +87,10 @@ class PrefixCache:
         best = None
         for i, h in enumerate(block_hashes(ids)):
             length = (i + 1) * BLOCK
-            entry = self.entries.get(self.index.get(h, -1))
+            entry = self.entries.get(self.index.get(h, b""))
             if length >= len(ids) or entry is None or (taps and entry.features is None):
+                break
+            if entry.tokens[:length] != tuple(ids[:length]):  # a hash collision: never serve another prompt's KV
                 break
             best = (entry, length)
         if best is not None:
@@ -113,14 +120,14 @@ class PrefixCache:
         )
         if nbytes > self.budget_bytes:
             return
-        self.entries[last] = Entry(ks, vs, feats, length, hashes, nbytes)
+        self.entries[last] = Entry(ks, vs, feats, length, hashes, nbytes, tuple(ids[:length]))
         for h in hashes:
             self.index[h] = last
         self.used += nbytes
         while self.used > self.budget_bytes and self.entries:
             self._evict(next(iter(self.entries)))
 
-    def _evict(self, key: int) -> None:
+    def _evict(self, key: bytes) -> None:
         entry = self.entries.pop(key)
         self.used -= entry.nbytes
         self.stats.evicted += 1

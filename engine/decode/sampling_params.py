@@ -7,6 +7,9 @@ import secrets
 from dataclasses import dataclass, replace
 
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs bound (vLLM's default max_logprobs is 20 too)
+# Below this a temperature decodes greedily, as vLLM's _SAMPLING_EPS: logits / 1e-40 overflow float32 to inf, and
+# the request sampled 'seenseenseen...' instead of the argmax it asked for in effect
+GREEDY_BELOW = 1e-5
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_BELOW or self.top_k == 1
 
     def resolved(self) -> SamplingParams:
         """With a seed: the request's own, or a fresh one (so every sampled request can be replayed)."""

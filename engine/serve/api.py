@@ -242,9 +242,10 @@ class Stream:
     def _chunk(self, delta: dict | None, reason=None, **extra) -> str:
         return chunk(self.service, self.req, self.chat, self.created, delta, reason, **extra)
 
-    def _logprobs(self) -> dict | None:
+    def _logprobs(self, offset: int) -> dict | None:
+        """The logprobs not sent yet; ``offset``: the text sent before this chunk's (text_offset counts from it)."""
         lps, self.scored = self.scored, []
-        return logprobs_body(self.service.decoder.pair.tokenizer, lps, self.chat, len(self.sent))
+        return logprobs_body(self.service.decoder.pair.tokenizer, lps, self.chat, offset)
 
     def _sendable(self) -> str:
         if self.stop is None:
@@ -268,9 +269,10 @@ class Stream:
                     tokens, lps = payload
                     self.decoded += self.text.add(tokens)
                     self.scored += lps
+                    offset = len(self.sent)
                     delta = self._delta(self._sendable())
                     if delta:
-                        yield self._chunk({"content": delta}, logprobs=self._logprobs())
+                        yield self._chunk({"content": delta}, logprobs=self._logprobs(offset))
                     continue
                 done = True
                 for event in self._end(payload):
@@ -285,12 +287,13 @@ class Stream:
             body = {"error": {"message": f"decoding failed: {f.error}", "type": "server_error", "code": f.reason}}
             return [f"data: {json.dumps(body)}\n\n", "data: [DONE]\n\n"]
         full = self.service.decoder.text(f.stats)
+        offset = len(self.sent)
         tail = self._delta(self.stop.cut(full) if self.stop else full)
         spec = {"speculation": self.service.speculation(f), "metrics": request_metrics(self.service, f)}
         last = self._chunk(
             {"content": tail} if tail else {},
             finish_reason(f),
-            logprobs=self._logprobs(),
+            logprobs=self._logprobs(offset),
             stop_reason=f.stop_reason,
             **({} if self.with_usage else spec),
         )
