@@ -244,6 +244,11 @@ class Store(Queries, Tracker, Distills, StoreBase):
                 for r in rows
             ]
 
+    def request_seqs(self, run_id: int) -> set[int]:
+        """The seq of every request the run holds (a spill's replay skips those already written)."""
+        with self.session_scope() as s:
+            return set(s.scalars(select(Request.seq).where(Request.run_id == run_id)))
+
     def count_requests(self, run_id: int) -> int:  # the kept rows: delete confirms with it, tests count with it
         with self.session_scope() as s:
             return s.scalar(select(func.count()).select_from(Request).where(Request.run_id == run_id)) or 0

@@ -5,7 +5,8 @@ prompt sent again reuse the KV the first one computed.
 The key is vLLM's: each full block of ``BLOCK`` tokens is hashed together with the hash of the block before it,
 so a block's hash names its whole prefix. The hash is SHA-256 over the tokens' bytes (vLLM moved there after
 CVE-2025-25183: with Python's unkeyed tuple hash a client found two 16-token prefixes that collide in 3 CPU-minutes
-and was served another prompt's KV), and a hit is also checked token for token against the entry's own tokens. When a prompt's prefill is done, its KV (whole blocks only) and, where
+and was served another prompt's KV), and a hit is also checked token for token against the entry's own tokens.
+When a prompt's prefill is done, its KV (whole blocks only) and, where
 its drafter reads them, the target's taps at those positions are kept as one entry; every block hash of it points
 there. A new prompt walks its block hashes and takes the deepest one held, always leaving at least one token to
 compute (its logits give the first token). Entries leave least recently used first, past a memory budget. A

@@ -189,7 +189,7 @@ class Service:
         self._recorded.set()
         self._threads[0].join(timeout_s)
         if self.store is not None and self.run_id is not None:
-            lost = self.recorder.lost() if self.recorder is not None else None
+            lost = self.recorder.lost(self._finished.qsize()) if self.recorder is not None else None
             if self.dead and self.dead == self.scheduler.ending and not lost:  # a shutdown ended what was held
                 self.store.set_status(self.run_id, "interrupted", self.scheduler.ending)
             elif self.dead or lost:  # a run whose rows did not all reach the store never ends done
@@ -327,16 +327,27 @@ class Service:
 
     # the recorder thread ------------------------------------------------------------
     def _record_loop(self) -> None:
+        """Until the run ends: finished requests to the recorder, and the run's heartbeat. Nothing here may end the
+        thread (a heartbeat that met a locked, full or read-only database once did, and every later answer went
+        unrecorded while /health said ok): a failure is the recorder's error, and the next pass tries again."""
         beat = time.monotonic()
         while True:
-            batch = self._drain(timeout_s=0.25)
-            self._write(batch)
-            if self.store is not None and self.run_id is not None and time.monotonic() - beat > HEARTBEAT_S:
-                self.store.heartbeat(self.run_id)
-                beat = time.monotonic()
-            if self._recorded.is_set() and self._finished.empty():
-                self._write(self._drain(timeout_s=0.0), everything=True)
-                return
+            try:
+                batch = self._drain(timeout_s=0.25)
+                self._write(batch)
+                if self.store is not None and self.run_id is not None and time.monotonic() - beat > HEARTBEAT_S:
+                    beat = time.monotonic()
+                    self.store.heartbeat(self.run_id)
+                    if self.recorder is not None:
+                        self.recorder.check()
+                if self._recorded.is_set() and self._finished.empty():
+                    self._write(self._drain(timeout_s=0.0), everything=True)
+                    return
+            except Exception as exc:  # noqa: BLE001 -- the store's failures are many; none may stop the recorder
+                log.error("the recorder met %s: %s; it goes on", type(exc).__name__, exc)
+                if self.recorder is not None:
+                    self.recorder.fail(exc)
+                time.sleep(0.25)
 
     def _drain(self, timeout_s: float) -> list[Finished]:
         out = []
