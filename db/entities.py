@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine.measure import Measured, PositionCount, StepRecord  # noqa: F401  (PositionCount, StepRecord: re-exported)
+from engine.measure import (  # noqa: F401  (PositionCount, StepRecord: re-exported)
+    Measured,
+    PositionCount,
+    StepRecord,
+    mean_acceptance_length,
+    tokens_per_pass,
+)
 
 
 class StoreError(Exception):
@@ -134,6 +140,8 @@ class ModeSummary:
     checked_n: int
     passes: int = 0
     output_tokens: int = 0
+    drafts: int = 0  # passes that drafted at least one token (vLLM's num_drafts)
+    failed: int = 0  # requests that ended in an error: left out of every figure above
     speedup: Any = None  # the paired per-prompt speedup against target-only (engine.analysis.speedup.Spread)
     acceptance_ci: tuple[float, float] | None = None  # Wilson's 95% interval for accepted / proposed
 
@@ -142,10 +150,14 @@ class ModeSummary:
         return self.accepted / self.proposed if self.proposed else None
 
     @property
-    def mean_accepted_length(self) -> float | None:
-        """Tokens per verify pass, bonus included (vLLM's mean acceptance length, Spec-Bench's 'mean accepted
-        tokens'): 1 + accepted / passes, so 1.00 for target-only."""
-        return 1 + self.accepted / self.passes if self.passes else None
+    def mean_acceptance_length(self) -> float | None:
+        """vLLM's: 1 + accepted / drafting passes (engine.measure)."""
+        return mean_acceptance_length(self.accepted, self.drafts)
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        """Tokens per verify pass, every pass counted (engine.measure): 1.00 for target-only."""
+        return tokens_per_pass(self.accepted, self.passes)
 
 
 @dataclass

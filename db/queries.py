@@ -191,6 +191,7 @@ class Queries(Series):
         if totals.empty:
             return []
         per_mode = totals.groupby("mode", sort=False).sum(numeric_only=True).sort_values("first_seq")
+        per_mode_failed = totals.groupby("mode", sort=False)["failed"].max()  # per mode already: not summed over k
         pct = self.latency_percentiles(run_id, {m: int(n) for m, n in per_mode["n"].items()}, (50, 95))
         out = []
         for mode, t in per_mode.iterrows():
@@ -211,6 +212,8 @@ class Queries(Series):
                     int(t["checked"]),
                     passes=int(t["passes"]),
                     output_tokens=int(t["output_tokens"]),
+                    drafts=int(t["drafts"]),
+                    failed=int(per_mode_failed.get(mode, 0)),
                 )
             )
         return out

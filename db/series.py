@@ -107,8 +107,15 @@ class Series(StoreBase):
         return pd.concat(frames, ignore_index=True).sort_values("seq", ignore_index=True)
 
     def arm_totals(self, run_id: int) -> pd.DataFrame:
-        """Sums per (mode, k) over a run's requests: the one scan behind the results table and the time split."""
-        r = Request
+        """Sums per (mode, k) over a run's answered requests (a request that ended in an error, a refused one, has
+        no latency or tokens/s of its own: counted apart as failed): the one scan behind the results table and the
+        time split, with ``drafts``, the passes that drafted (position 0's proposed)."""
+        r, p = Request, RequestPosition
+        drafts = (
+            select(func.coalesce(func.sum(p.proposed), 0))
+            .join(r, p.request_id == r.id)
+            .where(r.run_id == run_id, r.warmup.is_(False), r.error.is_(None), p.position == 0)
+        )
         q = (
             select(
                 r.mode,
@@ -128,11 +135,22 @@ class Series(StoreBase):
                 func.count(r.identical).label("checked"),
                 func.min(r.seq).label("first_seq"),
             )
-            .where(r.run_id == run_id, r.warmup.is_(False))
+            .where(r.run_id == run_id, r.warmup.is_(False), r.error.is_(None))
             .group_by(r.mode, r.k)
             .order_by(r.mode, r.k)
         )
-        return self._frame(q)
+        totals = self._frame(q)
+        if totals.empty:
+            return totals
+        by_arm = self._frame(drafts.add_columns(r.mode, r.k).group_by(r.mode, r.k))
+        by_arm.columns = ["drafts", "mode", "k"]
+        totals = totals.merge(by_arm, on=["mode", "k"], how="left").fillna({"drafts": 0}).astype({"drafts": int})
+        failed = self._frame(
+            select(r.mode, func.count().label("failed"))
+            .where(r.run_id == run_id, r.warmup.is_(False), r.error.is_not(None))
+            .group_by(r.mode)
+        )
+        return totals.merge(failed, on="mode", how="left").fillna({"failed": 0}).astype({"failed": int})
 
     def positions(self, run_id: int) -> pd.DataFrame:
         r, p = Request, RequestPosition
@@ -260,7 +278,7 @@ class Series(StoreBase):
                     i = math.floor(pos)
                     pair = s.scalars(
                         select(r.latency_s)
-                        .where(r.run_id == run_id, r.mode == mode, r.warmup.is_(False))
+                        .where(r.run_id == run_id, r.mode == mode, r.warmup.is_(False), r.error.is_(None))
                         .order_by(r.latency_s)
                         .offset(i)
                         .limit(2)

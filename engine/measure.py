@@ -84,6 +84,19 @@ class Measured:
         return [p.reached or 0 for p in self.positions]
 
 
+def mean_acceptance_length(accepted: float, drafts: float) -> float | None:
+    """vLLM's mean acceptance length: 1 + accepted / drafts, where drafts are the verify passes that drafted at
+    least one token (as vLLM counts them, a pass that drafted nothing is no speculative step); the bonus token
+    included. None where nothing was drafted. The one definition: responses, counters, pages and reports read it."""
+    return 1.0 + accepted / drafts if drafts else None
+
+
+def tokens_per_pass(accepted: float, passes: float) -> float | None:
+    """Tokens per verify pass, every pass counted (Spec-Bench's "mean accepted tokens" per decoding step): 1 +
+    accepted / passes, so 1.00 for target-only. Not vLLM's mean acceptance length, which counts drafting passes."""
+    return 1.0 + accepted / passes if passes else None
+
+
 MEASURED = tuple(f.name for f in fields(Measured))
 
 
@@ -143,7 +156,7 @@ def vllm_request_metrics(
     n_accepted, n_drafted = sum(a for _, a in steps), sum(d for d, _ in steps)
     decode_s = max(0.0, latency_s - (ttft_s or 0.0))
     speculative = {
-        "mean_acceptance_length": 1.0 + n_accepted / len(steps) if steps else 1.0,
+        "mean_acceptance_length": mean_acceptance_length(n_accepted, len(steps)) or 1.0,
         "draft_acceptance_rate": n_accepted / n_drafted if n_drafted else 0.0,
         "acceptance_histogram": histogram,
         "num_spec_steps": len(steps),

@@ -115,9 +115,31 @@ def test_mode_summaries_aggregate_in_sql_and_leave_warmups_out(store):
     assert by["target"].n == 1 and by["target"].tokens_per_s == 10.0
     assert by["model_4"].tokens_per_s == pytest.approx((20 / 1.0 + 20 / 3.0) / 2)  # the mean of per-request tokens/s
     assert by["model_4"].acceptance == 8 / 16
-    assert by["model_4"].mean_accepted_length == 1 + 8 / 6  # tokens per verify pass, bonus included
+    assert by["model_4"].tokens_per_pass == 1 + 8 / 6  # tokens per verify pass, every pass, bonus included
+    assert by["model_4"].mean_acceptance_length is None  # these rows keep no per-position counts: no drafts known
     assert by["model_4"].p50_latency_s == 2.0 and by["model_4"].mean_latency_s == 2.0
     assert (by["model_4"].identical_n, by["model_4"].checked_n) == (1, 2)
+
+
+def test_mean_acceptance_length_is_vllms_and_failed_requests_are_apart_from_every_figure(store):
+    """vLLM's mean acceptance length counts the passes that drafted (position 0's proposed), not every pass; a
+    refused request (a 429 after 3 s) is a failure, never an n, a latency or a 0 tok/s averaged in."""
+    from engine.measure import PositionCount
+
+    run = store.create_run("r", {}, "t", "d", total=4)
+    drafted = [PositionCount(0, 2, 2, 2), PositionCount(1, 2, 1, 2)]  # 2 of its 3 passes drafted
+    store.add_requests(
+        [
+            request_record(run.id, 0, proposed=4, accepted=3, positions=drafted),
+            request_record(run.id, 1, proposed=4, accepted=3, positions=drafted, latency=2.0),
+            request_record(run.id, 2, proposed=0, accepted=0, latency=3.0, tokens=0, error="429 Too Many Requests"),
+            request_record(run.id, 3, proposed=0, accepted=0, latency=3.0, tokens=0, error="429 Too Many Requests"),
+        ]
+    )
+    (m,) = store.mode_summaries(run.id)
+    assert (m.n, m.failed) == (2, 2)
+    assert m.mean_acceptance_length == 1 + 6 / 4 and m.tokens_per_pass == 1 + 6 / 6
+    assert m.p95_latency_s == pytest.approx(1.95) and m.tokens_per_s == pytest.approx((10 / 1 + 10 / 2) / 2)
 
 
 def test_positions_sum_per_mode_and_arm(store):

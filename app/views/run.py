@@ -279,9 +279,9 @@ def kpis(summaries) -> None:
         low[1].metric("p50 latency", f"{m.p50_latency_s:.3f} s")
         low[2].metric("p95 latency", f"{m.p95_latency_s:.3f} s")
         low[3].metric(
-            "mean accepted",
-            "n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
-            help="tokens per verify pass, the bonus token included (1.00 for target-only)",
+            "mean acceptance length",
+            "n/a" if m.mean_acceptance_length is None else f"{m.mean_acceptance_length:.2f}",
+            help="vLLM's: 1 + accepted / passes that drafted, the bonus token included",
         )
         st.caption(kpi_intervals(m, base))
 
@@ -309,7 +309,7 @@ def diagnosis(fit, summaries, drafter: str = "model") -> str:
     if not others:
         return diagnose(None, None, None, None)
     parts = [
-        f"{m.mode}: acceptance {m.acceptance:.0%}, {m.mean_accepted_length:.2f} tokens per pass"
+        f"{m.mode}: acceptance {m.acceptance:.0%}, {m.tokens_per_pass:.2f} tokens per pass"
         + (f", {m.speedup.median:.2f}x target-only (n={m.speedup.n})" if m.speedup and m.speedup.median else "")
         for m in others
     ]

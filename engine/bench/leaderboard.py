@@ -13,6 +13,7 @@ import pandas as pd
 
 from engine.analysis.compare import compare
 from engine.analysis.speedup import speedups
+from engine.measure import tokens_per_pass
 from engine.modes import reference_mode
 from engine.prompts.sets import SPEC_BENCH_ORDER, spec_bench_column, spec_bench_column_of
 
@@ -89,7 +90,7 @@ def _row(mode: str, column: str, g: pd.DataFrame, base: pd.DataFrame, spread, al
         "p25": spread.p25 if spread else None,
         "p75": spread.p75 if spread else None,
         "n": len(g),
-        "mean_accepted": 1 + float(g["accepted"].sum()) / passes if passes else None,
+        "mean_accepted": tokens_per_pass(int(g["accepted"].sum()), passes),  # Spec-Bench's: per decoding step
         "tokens_per_s": float(g["tokens_per_s"].mean()),
         "target_tokens_per_s": float(same["tokens_per_s"].mean()),
         "p_value": test.p_value if test else None,

@@ -50,16 +50,16 @@ def _speed(s: Spread | None, iqr: bool = True) -> str:
 def format_table(rows: list[ModeSummary]) -> str:
     base = reference_mode(m.mode for m in rows) or "reference"
     head = (
-        f"{'mode':<14}{'n':>5}{'p50 (s)':>9}{'p95 (s)':>9}{'tok/s':>8}{'accept':>8}{'acc len':>8}{'draft %':>8}"
-        f"{'identical':>11}  x {base} (IQR)"
+        f"{'mode':<14}{'n':>5}{'failed':>7}{'p50 (s)':>9}{'p95 (s)':>9}{'tok/s':>8}{'accept':>8}{'acc len':>8}"
+        f"{'draft %':>8}{'identical':>11}  x {base} (IQR)"
     )
     lines = [head, "-" * len(head)]
     for m in rows:
         share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
         lines.append(
-            f"{m.mode:<14}{m.n:>5}{m.p50_latency_s:>9.3f}{m.p95_latency_s:>9.3f}{m.tokens_per_s:>8.2f}"
-            f"{_f(m.acceptance, '.1%'):>8}{_f(m.mean_accepted_length, '.2f'):>8}{share:>8.0%}{ident:>11}"
+            f"{m.mode:<14}{m.n:>5}{m.failed:>7}{m.p50_latency_s:>9.3f}{m.p95_latency_s:>9.3f}{m.tokens_per_s:>8.2f}"
+            f"{_f(m.acceptance, '.1%'):>8}{_f(m.mean_acceptance_length, '.2f'):>8}{share:>8.0%}{ident:>11}"
             f"  {_speed(m.speedup)}"
         )
     return "\n".join(lines)
@@ -84,7 +84,7 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
         f"**{info.name}**, {title}, {date}: {setting}.",
         "",
         f"| mode | n | tok/s | x {reference_mode(m.mode for m in rows) or 'reference'}, median (IQR) | acceptance "
-        "| mean accepted length | draft share | identical |",
+        "| mean acceptance length | draft share | identical |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in rows:
@@ -92,7 +92,7 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
         lines.append(
             f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "
-            f"| {_f(m.mean_accepted_length, '.2f', '')} | {share:.0%} | {ident} |"
+            f"| {_f(m.mean_acceptance_length, '.2f', '')} | {share:.0%} | {ident} |"
         )
     return "\n".join(lines)
 
@@ -206,7 +206,9 @@ def csv_rows(rows: list[ModeSummary]) -> list[dict]:
             "speedup_p25": m.speedup.p25 if m.speedup else None,
             "speedup_p75": m.speedup.p75 if m.speedup else None,
             "acceptance": m.acceptance,
-            "mean_accepted_length": m.mean_accepted_length,
+            "mean_acceptance_length": m.mean_acceptance_length,
+            "tokens_per_pass": m.tokens_per_pass,
+            "failed": m.failed,
             "p50_latency_s": m.p50_latency_s,
             "p95_latency_s": m.p95_latency_s,
             "identical": m.identical_n,

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from engine.errors import PhoenixError
-from engine.measure import Measured
+from engine.measure import Measured, mean_acceptance_length
 from engine.modes import SERVING_ENGINES
 
 SPEC = "spec_decode_"
@@ -68,7 +68,7 @@ class SpecCounters:
             "acceptance": self.accepted / self.draft_tokens
             if self.draft_tokens
             else (None if counted else self.gauge_rate),
-            "mean_acceptance_length": 1 + self.accepted / self.drafts
+            "mean_acceptance_length": mean_acceptance_length(self.accepted, self.drafts)
             if self.drafts
             else (None if counted else self.gauge_length),
             "per_position": [self.per_pos.get(i, 0.0) / self.drafts if self.drafts else None for i in range(n)],

@@ -103,7 +103,8 @@ def metrics_of(store: Store, run_id: int) -> list[tuple[str, float, int]]:
             "p50_latency_s": m.p50_latency_s,
             "p95_latency_s": m.p95_latency_s,
             "acceptance": m.acceptance,
-            "mean_accepted": m.mean_accepted_length,
+            "mean_acceptance_length": m.mean_acceptance_length,
+            "tokens_per_pass": m.tokens_per_pass,
             "identical": m.identical_n,
             "checked": m.checked_n,
         }
