@@ -168,13 +168,13 @@ def test_shadow_checks_run_on_the_loops_thread_when_it_is_idle_and_every_record_
     dec = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
     service, store = make_service(dec, tmp_path, shadow_rate=1.0)
     threads: list[str] = []
-    real = dec.run
+    real = dec.reference
 
     def watched(*args, **kw):
         threads.append(threading.current_thread().name)
         return real(*args, **kw)
 
-    dec.run = watched  # type: ignore[method-assign]
+    dec.reference = watched  # type: ignore[method-assign]
     service.start()
     done = threading.Event()
     left = [len(SERVED)]
@@ -191,6 +191,47 @@ def test_shadow_checks_run_on_the_loops_thread_when_it_is_idle_and_every_record_
     rows = store.requests(service.run_id)
     assert len(rows) == len(SERVED) and all(r.identical is True for r in rows)
     assert threads and set(threads) == {"phoenix-loop"}
+
+
+def test_the_shadow_check_decodes_each_request_as_it_was_asked_sampled_stopped_or_past_eos(tiny_dirs, tmp_path):
+    """The server's identity check is the lab's (engine.decode.decoder.identity on Decoder.reference): a correct
+    sampled request, one that ended on a stop string, and one with ignore_eos are identical, never 'diverged' (the
+    shadow once re-decoded greedily, with EOS and without stop strings)."""
+    from test_serve_api import PROMPTS as SERVED
+    from test_serve_api import make_service
+
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.decode.sampling_params import SamplingParams
+    from engine.serve.detokenize import StopStrings
+
+    d = tiny_dirs["qwen3"]
+    dec = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    service, store = make_service(dec, tmp_path, shadow_rate=1.0)
+    service.start()
+    tok = dec.pair.tokenizer
+    full = dec.text(dec.run(dec.encode(SERVED[1]), 0, 24, timed=False))
+    stop = StopStrings(tok, [full[len(full) // 2 : len(full) // 2 + 2]])
+    asks = [
+        Request(dec.encode(SERVED[0]), 16, "model", k=3, sampling=SamplingParams(temperature=0.8, seed=7)),
+        Request(dec.encode(SERVED[1]), 24, "ngram", k=4, stop=stop),
+        Request(dec.encode(SERVED[2]), 40, "model", k=2, ignore_eos=True),
+    ]
+    done = threading.Event()
+    left = [len(asks)]
+
+    def finished(_f):
+        left[0] -= 1
+        if not left[0]:
+            done.set()
+
+    for r in asks:
+        r.on_done = finished
+        service.submit(r)
+    assert done.wait(60)
+    service.stop()
+    rows = store.requests(service.run_id)
+    assert len(rows) == 3 and [r.identical for r in rows] == [True, True, True], [r.diverged_at for r in rows]
 
 
 def test_a_drafter_chosen_per_step_by_the_tuner_stays_exact_and_counts_each_drafter_apart(decoders, monkeypatch):

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from db.entities import BanditRecord, RequestRecord
 from engine.bench.config import BenchConfig
-from engine.decode.decoder import Decoder, finite, first_divergence, sha256_text
-from engine.decode.sequence import Finished
+from engine.decode.decoder import Decoder, finite, identity, sha256_text
+from engine.decode.sequence import Finished, Request
 from engine.measure import measured
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
@@ -114,9 +114,7 @@ def check_identity(rec: RequestRecord, output_ids: list[int], reference) -> None
     if isinstance(reference, str):  # only the sha is known (a resumed run)
         rec.identical = rec.output_sha256 == reference
         return
-    pos = first_divergence(output_ids, reference)
-    rec.identical = pos is None
-    rec.diverged_at = pos
+    rec.identical, rec.diverged_at = identity(output_ids, reference)
 
 
 def run_one(
@@ -189,8 +187,8 @@ def judge(
         check_identity(rec, stats.output_ids, state.reference[prompt.id])
     elif shadow_rng is not None and shadow_rng.random() < cfg.shadow_rate:
         # no clock: not measured; the prompt's own seed, so a sampled output is checked token for token too
-        ref = state.decoder.run(ids, 0, cfg.max_new_tokens, timed=False, sampling=cfg.sampling(prompt.id)).output_ids
-        check_identity(rec, stats.output_ids, ref)
+        ask = Request(ids, cfg.max_new_tokens, sampling=cfg.sampling(prompt.id))
+        check_identity(rec, stats.output_ids, state.decoder.reference(ask))
     if decision is not None:
         policy = state.policies[mode]
         policy.update(decision.arm if state.arm_labels else rec.k, rec.tokens_per_s, observation(rec))

@@ -65,6 +65,13 @@ def finite(x: float | None) -> float | None:
     return None if x is None or x != x else x
 
 
+def identity(output_ids: list[int], reference: list[int]) -> tuple[bool, int | None]:
+    """(identical, first diverging position) of an output against its target-only reference: the one check the lab
+    and the server make."""
+    at = first_divergence(output_ids, reference)
+    return at is None, at
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """Index of the first differing token, or None when the lists are equal."""
     for i, (x, y) in enumerate(zip(a, b)):
@@ -233,6 +240,24 @@ class Decoder:
             return generate(
                 self._target, used, prompt_ids, k, max_new_tokens, self.eos_id, choose_k, cache, timed, sampling
             )
+
+    def reference(self, request) -> list[int]:
+        """The target-only output a request (engine.decode.sequence.Request) must equal: decoded alone, as it was
+        asked: its sampling and seed, its stop strings and stop tokens, its EOS honoured or ignored. Untimed."""
+        eos = None if request.ignore_eos else self.eos_id
+        with torch.inference_mode():
+            stats = generate(
+                self._target,
+                None,
+                list(request.prompt_ids),
+                0,
+                request.max_new_tokens,
+                eos,
+                timed=False,
+                sampling=request.sampling,
+                stop=request.stop,
+            )
+        return stats.output_ids
 
     def compile(self, k_max: int, positions: int, freeze: bool = False) -> CompileStats:
         """torch.compile the target's forward (and the draft model's), static cache implied, with the weights frozen

@@ -112,18 +112,20 @@ def generate(
     cache: Cache | None = None,
     timed: bool = True,
     sampling: SamplingParams = GREEDY,
+    stop=None,
 ) -> RequestStats:
     """Decoding with speculation, one request (greedy, or sampled exactly in distribution with ``sampling``): the
     engine core's ``Sequence`` on a single-row cache; k=0 is target-only through the same code.
 
     ``choose_k`` (optional) picks k before each pass from the last pass, for policies that adapt within a request;
-    it must stay cheap and pure. ``cache`` is an empty cache to fill (a preallocated static one,
-    engine.decode.compiled); a growing ``DynamicCache`` by default. ``timed=False`` runs without the clock: no
+    it must stay cheap and pure. ``stop``: the request's stop strings (engine.decode.sequence.StopCheck). ``cache``
+    is an empty cache to fill (a preallocated static one, engine.decode.compiled); a growing ``DynamicCache`` by
+    default. ``timed=False`` runs without the clock: no
     device syncs, every time 0.
     """
     clock = Clock(target.device if timed else None)
     drafting = drafter is not None and (k > 0 or choose_k is not None)
-    s = Sequence(list(prompt_ids), max_new_tokens, eos_id, drafter if drafting else None, k=k, sampling=sampling)
+    s = Sequence(list(prompt_ids), max_new_tokens, eos_id, drafter if drafting else None, k, sampling, stop)
     stats = s.stats
     stats.prefill_s, stats.draft_prefill_s, stats.ttft_s = 0.0, 0.0, 0.0
     cache = cache if cache is not None else DynamicCache(config=target.config)

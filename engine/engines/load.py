@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from db.entities import RequestRecord
 from db.store import Store
-from engine.decode.decoder import first_divergence
+from engine.decode.decoder import identity
 from engine.engines import fleet
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
@@ -356,7 +356,6 @@ def judge(rec: RequestRecord, answer: dict, reference: dict) -> None:
     is kept), else by text."""
     ids, ref = answer.get("token_ids"), reference.get("token_ids")
     if ids is not None and ref is not None:
-        rec.diverged_at = first_divergence(ids, ref)
-        rec.identical = rec.diverged_at is None
+        rec.identical, rec.diverged_at = identity(ids, ref)
     else:
         rec.identical = rec.output_text == reference["text"]

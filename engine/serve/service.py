@@ -27,7 +27,7 @@ from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
 from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
-from engine.decode.decoder import Decoder, first_divergence
+from engine.decode.decoder import Decoder, identity
 from engine.decode.packed import pack_pair
 from engine.decode.prefix import PrefixCache
 from engine.decode.runner import Runner, warm
@@ -309,9 +309,7 @@ class Service:
             if not self._shadow_jobs:
                 return False
             _, rec, f = self._shadow_jobs.popleft()
-        ref = self.decoder.run(f.request.prompt_ids, 0, f.request.max_new_tokens, timed=False).output_ids
-        rec.diverged_at = first_divergence(f.stats.output_ids, ref)
-        rec.identical = rec.diverged_at is None
+        rec.identical, rec.diverged_at = identity(f.stats.output_ids, self.decoder.reference(f.request))
         self._checked.put(rec)
         return True
 
