@@ -79,3 +79,40 @@ def test_close_drains_every_queued_record_and_counts_only_real_requests(short_lo
     recorder.close()
     assert len(store.requests(run.id, include_warmup=True)) == 4
     assert store.get_run(run.id).progress_done == 3 == recorder.done
+
+
+class FailsFor:
+    """A store whose add_requests fails ``n`` times, then writes."""
+
+    def __init__(self, store, n: int):
+        self.store, self.n = store, n
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def add_requests(self, records, progress=None):
+        if self.n:
+            self.n -= 1
+            raise StoreError("database is locked")
+        return self.store.add_requests(records, progress)
+
+
+def test_one_transient_failure_is_retried_and_forgotten_and_the_run_keeps_every_row(store):
+    """The lab's recorder once kept its first write error forever: a run whose retry wrote every row still failed."""
+    run = store.create_run("r", {}, "t", "d", total=3)
+    recorder = Recorder(store, run.id, batch=8, interval_s=0.05)
+    recorder.writer.store, recorder.writer.retry_s = FailsFor(store, 1), (0.0,)
+    for seq in range(3):
+        recorder.put(request_record(run.id, seq))
+    recorder.close()  # no error: the retry wrote them
+    assert recorder.error is None and [r.seq for r in store.requests(run.id)] == [0, 1, 2]
+
+
+def test_a_pending_batch_of_ten_thousand_rows_or_more_is_held_never_dropped(store):
+    run = store.create_run("r", {}, "t", "d", total=10_001)
+    recorder = Recorder(store, run.id, batch=20_000, interval_s=0.05)
+    recorder.writer.store, recorder.writer.retry_s = FailsFor(store, 3), (0.0,)
+    for seq in range(10_001):
+        recorder.put(request_record(run.id, seq))
+    recorder.close()
+    assert store.count_requests(run.id) == 10_001 and store.get_run(run.id).progress_done == 10_001

@@ -1,4 +1,7 @@
-"""The server's rows reach the store, or the server says why not: it never drops one silently.
+"""A server's spill files: where its recorder (engine.bench.recorder.Writer, the one write policy for the lab and the
+server) spills rows the store would not take, and their replay by the next server on the same database.
+
+The server's rows reach the store, or the server says why not: it never drops one silently.
 
 A batch that fails to write (the database locked past its busy timeout, the disk full) is retried a few times with
 growing waits; still failing, it stays pending (written before anything newer once the store answers again) and
@@ -14,32 +17,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
-import threading
-import time
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from db.entities import BanditRecord, PositionCount, RequestRecord, StoreError
+from db.entities import BanditRecord, PositionCount, RequestRecord
 from db.store import Store, safe_url
+from engine.bench.recorder import Writer as Recorder  # noqa: F401  (the server's recorder: the one policy)
+from engine.bench.recorder import database_file
 from engine.measure import StepRecord
 
 log = logging.getLogger("phoenix.serve")
-RETRY_S = (0.25, 1.0, 4.0)  # waits between a failed write's tries
-MAX_PENDING = 20_000  # rows held unwritten before new requests are refused
 
 
 def spill_path(store: Store, run_id: int) -> Path:
     """Beside a SQLite database (the run's rows belong with it), else in data/."""
     db = database_file(store)
     return (db.parent if db is not None else Path("data")) / f"phoenix-serve-run{run_id}.spill.jsonl"
-
-
-def _header(store: Store, run_id: int, progress: int) -> dict:
-    """The spill's first line: which database and run its rows belong to (data/ may hold several databases')."""
-    return {"spill": 1, "database": safe_url(store.url), "run_id": run_id, "progress": progress}
 
 
 SPILL = re.compile(r"phoenix-serve-run([0-9]+)\.spill\.jsonl")  # exactly the name a recorder gives its run's file
@@ -198,158 +192,3 @@ def _replay(store: Store, path: Path, run_id: int, header: dict, batch: int) -> 
             flush()
     flush()
     return written, skipped, stepped
-
-
-def database_file(store: Store) -> Path | None:
-    """The SQLite file behind the store (None for another database, or one in memory)."""
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        return None
-    db = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
-    return Path(db) if db and db != ":memory:" else None
-
-
-def _identity(path: Path | None) -> tuple[int, int] | None:
-    try:
-        return (path.stat().st_dev, path.stat().st_ino) if path is not None else None
-    except OSError:
-        return None
-
-
-class Recorder:
-    def __init__(self, store: Store, run_id: int, spill: Path, retry_s: tuple[float, ...] = RETRY_S):
-        self.store, self.run_id, self.spill, self.retry_s = store, run_id, spill, retry_s
-        # the file the server opened: if that path stops naming it (deleted, replaced), rows written through the open
-        # connection would go to a file nobody can open again, silently; they are held and spilled instead
-        self.file = database_file(store)
-        self.identity = _identity(self.file)
-        self.steps: list[StepRecord] = []  # unwritten, oldest first
-        self.records: list[RequestRecord] = []
-        self.progress = 0  # requests done, as the run's progress counts them
-        self.error: str | None = None  # the last write's failure; None once writes succeed again
-        self.spill_error: str | None = None
-        self.written = 0
-        self._lock = threading.Lock()
-
-    @property
-    def refusing(self) -> str | None:
-        """Why new requests are refused (None: they are taken)."""
-        if self.error is None:
-            return None
-        if self.spill_error is not None:
-            return f"rows cannot be recorded ({self.error}) nor spilled ({self.spill_error})"
-        if len(self.records) > MAX_PENDING:
-            return f"{len(self.records)} rows wait to be recorded ({self.error})"
-        return None
-
-    def health(self) -> dict:
-        """What /health shows, which anyone may read: counts and the kind of failure, never a path or a URL (the
-        log has the whole line)."""
-        with self._lock:
-            kind = self.error.split(":")[0] if self.error else None
-            return {
-                "ok": self.error is None,
-                "pending": len(self.records) + len(self.steps),
-                "written": self.written,
-                **({"error": f"{kind} (the server's log says more)"} if kind else {}),
-                **(
-                    {"refusing": "rows can be neither recorded nor held; see the server's log"} if self.refusing else {}
-                ),
-            }
-
-    def fail(self, exc: Exception) -> None:
-        """A failure met outside a write (the heartbeat while idle): kept as the error /health shows, and the next
-        write retries."""
-        with self._lock:
-            self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-
-    def check(self) -> None:
-        """The store answers (a heartbeat went through): with nothing pending, the recorder is well again, unless
-        its database file is no longer the one it opened (a heartbeat writes to an unlinked file without a word)."""
-        try:
-            self._same_file()
-        except StoreError as exc:
-            self.fail(exc)
-            return
-        if self.error is not None and not self.records and not self.steps:
-            self._recovered()
-
-    def _same_file(self) -> None:
-        if self.file is not None and _identity(self.file) != self.identity:
-            raise StoreError(
-                f"the database file {self.file} was removed or replaced while the server ran: rows are held and "
-                f"spilled to {self.spill}, not written to a file nobody can open again"
-            )
-
-    def write(self, steps: list[StepRecord], records: list[RequestRecord], progress: int) -> bool:
-        """Write what is pending and these, oldest first, with retries; True when nothing is left unwritten."""
-        with self._lock:
-            self.steps += steps
-            self.records += records
-            self.progress = max(self.progress, progress)
-        if not self.steps and not self.records:
-            return True
-        for wait in (0.0, *self.retry_s):
-            time.sleep(wait)
-            try:
-                self._flush()
-            except Exception as exc:  # the store's failures are many (locked, disk full, gone): each one retried
-                with self._lock:
-                    self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                continue
-            self._recovered()
-            return True
-        log.error("the recorder cannot write %d rows (%s); they are kept and spilled to %s", len(self.records),
-                  self.error, self.spill)  # fmt: skip
-        self._spill()
-        return False
-
-    def _flush(self) -> None:
-        self._same_file()
-        if self.steps:
-            self.store.add_serve_steps(self.run_id, self.steps)
-            with self._lock:
-                self.steps = []
-        if self.records:
-            n = len(self.records)
-            self.store.add_requests(self.records, progress=(self.run_id, self.progress))  # one transaction
-            with self._lock:
-                self.records, self.written = [], self.written + n
-
-    def _recovered(self) -> None:
-        if self.error is not None:
-            log.warning("the recorder writes again; every held row is recorded")
-        with self._lock:
-            self.error = self.spill_error = None
-        if self.spill.exists():
-            self.spill.unlink()
-
-    def _spill(self) -> None:
-        """Every unwritten row as one JSON line in the spill file (replaced whole: it holds exactly what is
-        pending)."""
-        tmp = self.spill.with_suffix(".tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(json.dumps(_header(self.store, self.run_id, self.progress)) + "\n")
-                for rec in self.records:
-                    f.write(json.dumps({"request": asdict(rec)}, default=str) + "\n")
-                for step in self.steps:
-                    f.write(json.dumps({"step": asdict(step)}, default=str) + "\n")
-            os.replace(tmp, self.spill)
-            with self._lock:
-                self.spill_error = None
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)  # a disk that filled mid-write leaves no empty .tmp behind
-            with self._lock:
-                self.spill_error = f"{type(exc).__name__}: {exc}"
-
-    def lost(self, unread: int = 0) -> str | None:
-        """At the end: why the run is not ``done`` (rows still unwritten, and ``unread`` finished requests the
-        recorder never took), or None."""
-        if not self.records and not self.steps and not unread:
-            return None
-        where = f"spilled to {self.spill}" if self.spill.exists() and self.spill_error is None else "not spilled"
-        held = (
-            f"{len(self.records) + unread} answered requests were not recorded ({self.error or 'the recorder stopped'})"
-        )
-        return f"{held}; {where}"
