@@ -142,7 +142,7 @@ def time_split_chart(split: pd.DataFrame) -> alt.Chart:
                     "arm": arm,
                     "part": part,
                     "seconds_per_request": secs / r.n,
-                    "share": secs / total if total else 0.0,
+                    "share_of_request_time": secs / total if total else 0.0,  # each part's, not the draft share
                     "n": r.n,
                 }
             )
@@ -163,7 +163,7 @@ def time_split_chart(split: pd.DataFrame) -> alt.Chart:
                 "arm",
                 "part",
                 alt.Tooltip("seconds_per_request:Q", format=".3f"),
-                alt.Tooltip("share:Q", format=".0%"),
+                alt.Tooltip("share_of_request_time:Q", format=".0%", title="share of request time"),
                 "n",
             ],
         )

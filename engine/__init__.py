@@ -1,4 +1,4 @@
-"""Phoenix engine: greedy speculative decoding with full acceptance accounting.
+"""Phoenix engine: speculative decoding, greedy or sampled exactly in distribution, with full acceptance accounting.
 
 The shared vocabulary sits at the top, named once: modes and their drafters (`modes`), dataclass configs to CLI
 flags (`config`), file locations (`paths`), the models known by name (`catalog`), `PhoenixError` (`errors`), and

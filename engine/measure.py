@@ -97,6 +97,12 @@ def tokens_per_pass(accepted: float, passes: float) -> float | None:
     return 1.0 + accepted / passes if passes else None
 
 
+def draft_share(draft_s: float, verify_s: float) -> float:
+    """Drafting's share of the decode passes' time: draft / (draft + verify), prefills apart (0 where nothing ran)."""
+    total = draft_s + verify_s
+    return draft_s / total if total else 0.0
+
+
 MEASURED = tuple(f.name for f in fields(Measured))
 
 

@@ -1,5 +1,6 @@
 """Pure figures over recorded numbers, each defined once: the speedup (`speedup`), ratios of means with Welch's test
 (`compare`), the break-even model (`breakeven`), a run's fit (`fit`), regret against the best fixed arm (`regret`),
 intervals and drift (`stats`), a serving engine's cost per pass (`pass_cost`), the per-prompt oracle (`oracle`), a
-hybrid drafter's passes by source (`sources`) and what a served run's prefix cache did (`prefix`).
+hybrid drafter's passes by source (`sources`), what a served run's prefix cache did (`prefix`), and a served or load
+run's per-mode throughput, TTFT, TPOT and percentiles, and its steps over time (`load`).
 """

@@ -19,6 +19,7 @@ from engine.analysis.sources import source_positions as summed_source_positions
 from engine.analysis.speedup import Spread, speedups
 from engine.analysis.stats import wilson
 from engine.bench.leaderboard import leaderboard, per_position
+from engine.measure import draft_share
 from engine.modes import reference_mode
 
 REPORT_FORMATS = ("table", "md", "csv")
@@ -55,7 +56,7 @@ def format_table(rows: list[ModeSummary]) -> str:
     )
     lines = [head, "-" * len(head)]
     for m in rows:
-        share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
+        share = draft_share(m.draft_s, m.verify_s)
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
         lines.append(
             f"{m.mode:<14}{m.n:>5}{m.failed:>7}{m.p50_latency_s:>9.3f}{m.p95_latency_s:>9.3f}{m.tokens_per_s:>8.2f}"
@@ -88,7 +89,7 @@ def markdown(info: RunInfo, rows: list[ModeSummary], link: str | None = None) ->
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in rows:
-        share = m.draft_s / (m.draft_s + m.verify_s) if (m.draft_s + m.verify_s) else 0.0
+        share = draft_share(m.draft_s, m.verify_s)
         ident = f"{m.identical_n}/{m.checked_n}" if m.checked_n else "n/a"
         lines.append(
             f"| {m.mode} | {m.n} | {m.tokens_per_s:.1f} | {_speed(m.speedup)} | {_f(m.acceptance, '.1%', '')} "

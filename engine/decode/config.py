@@ -12,6 +12,8 @@ from engine.errors import PhoenixError
 from engine.modes import K_MAX
 
 RUNNERS = ("auto", "phoenix", "compiled", "transformers")
+BUDGET = 512  # max tokens a step computes: every row's pending token and drafts, then prompt chunks
+LONG_PREFILL = 256  # the most of one prompt a step prefills (vLLM's long_prefill_token_threshold)
 
 
 @dataclass

@@ -25,14 +25,12 @@ import torch
 from transformers import DynamicCache
 
 from engine.decode.batch import BatchCache, accept_batch, prefill_together, roomy_cache, verify_batch
+from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.decode.drafters import Drafter
 from engine.decode.prefix import PrefixCache, kv_of, restore
 from engine.decode.sequence import Finished, QueueFull, Request, Sequence, draft_together
 from engine.decode.spec import forward
 from engine.decode.steps import StepRecord, Tuner, plan
-
-BUDGET = 512  # max tokens a step computes: every row's pending token and drafts, then prompt chunks
-LONG_PREFILL = 256  # the most of one prompt a step prefills (vLLM's long_prefill_token_threshold)
 
 
 @dataclass(eq=False)

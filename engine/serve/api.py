@@ -193,7 +193,7 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     try:
         service.submit(req)
     except QueueFull as exc:
-        service.stats["refused"] += 1
+        service.count("refused")
         raise ApiError(429, f"the server is full: {exc}; retry shortly", code="queue_full") from None
     except RuntimeError as exc:  # the decoding loop stopped for good, or the recorder cannot record
         raise ApiError(503, str(exc), code="unavailable") from None

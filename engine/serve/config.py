@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from engine.decode.config import PairConfig
+from engine.decode.config import BUDGET, LONG_PREFILL, PairConfig
 from engine.errors import PhoenixError
 from engine.modes import DRAFTERS, check_k
 
@@ -23,8 +23,8 @@ class ServeConfig(PairConfig):
     served_model_name: str = ""  # the model id /v1/models lists and requests name; default: the target's name
     max_batch: int = 8  # rows decoded together
     max_queue: int = 64  # requests waiting beyond the batch; more get 429 with Retry-After
-    max_num_batched_tokens: int = 512  # a step's token budget: the rows' pending tokens and drafts, then prompts
-    long_prefill_token_threshold: int = 256  # the most of one prompt a step prefills (longer ones go in chunks)
+    max_num_batched_tokens: int = BUDGET  # a step's token budget: the rows' pending tokens and drafts, then prompts
+    long_prefill_token_threshold: int = LONG_PREFILL  # the most of one prompt a step prefills (longer: in chunks)
     prefix_cache_gb: float = 0.5  # prompts' KV kept for later prompts that begin alike (0: off), LRU past this
     k_max: int = 8  # the largest k the tuner considers
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for

@@ -109,6 +109,7 @@ class Service:
         self._profile_rows: DynamicCache | None = None
         self._profile_batch: BatchCache | None = None
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
+        self._stats_lock = threading.Lock()  # the recorder's thread and the HTTP thread both count
         self.warmed: list[int] = []
         self.startup_s: dict[str, float] = {}
 
@@ -233,6 +234,10 @@ class Service:
             batch.cache.crop(-n)
             batch.valid, batch.lengths = batch.valid[:, :-n], [context] * b
             return seconds
+
+    def count(self, kind: str) -> None:
+        with self._stats_lock:
+            self.stats[kind] += 1
 
     # requests -----------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -365,7 +370,7 @@ class Service:
                     self._shadow_jobs.append((time.monotonic(), rec, f))
             else:
                 records.append(rec)
-            self.stats["cancelled" if f.cancelled else "failed" if f.failed else "finished"] += 1
+            self.count("cancelled" if f.cancelled else "failed" if f.failed else "finished")
             if f.failed:
                 log.error("request %s %s: %s", f.request.id, f.reason, f.error)
             if f.cancelled:  # its drafts were verified all the same: /metrics counts them as the record does
