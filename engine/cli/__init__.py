@@ -54,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     except PhoenixError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    args = build_parser().parse_args(argv)
+    args, extras = build_parser().parse_known_args(argv)
+    if extras:  # the command's own help says what it takes: `bench --bogus` once pointed at `engine --help`
+        words = [args.command] + [v for k, v in sorted(vars(args).items()) if k.endswith("_command") and v]
+        print(f"error: unrecognized arguments: {' '.join(extras)}; see `python -m engine {' '.join(words)} --help`",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         return args.func(args)
     except (PhoenixError, StoreError) as exc:

@@ -296,7 +296,10 @@ def _head_matches(head: dict, target: dict, target_name: str, draft_name: str) -
             f"EAGLE-3 head {draft_name!r} maps into a vocabulary of {head.get('vocab_size')} tokens, target "
             f"{target_name!r} has {t.get('vocab_size')}; pick the head made for this target"
         )
-    taps = tuple((head.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or default_taps(layers))
+    eagle = head.get("eagle_config") or {}
+    if not isinstance(eagle, dict):  # a string where an object belongs was a traceback; every other field a line
+        raise PhoenixError(f"EAGLE-3 head {draft_name!r}: config.json's eagle_config must be an object, got {eagle!r}")
+    taps = tuple(eagle.get("eagle_aux_hidden_state_layer_ids") or default_taps(layers))
     if len(taps) != 3 or not all(isinstance(i, int) and 0 <= i <= layers for i in taps):
         raise PhoenixError(
             f"EAGLE-3 head {draft_name!r} taps layers {list(taps)}; target {target_name!r} has {layers} "

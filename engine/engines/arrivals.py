@@ -57,6 +57,8 @@ def arrival_times(n: int, rate: float, burstiness: float, seed: int) -> list[flo
 def slos_of(text: str) -> dict[str, float]:
     """'ttft:500,tpot:50' as {'ttft': 500.0, 'tpot': 50.0} (milliseconds), vllm bench serve's --goodput."""
     out: dict[str, float] = {}
+    if text and not text.strip(" ,"):  # "," once meant "no SLOs" without a word
+        raise PhoenixError(f"--goodput: {text!r} names no SLO; e.g. ttft:500,tpot:50, or leave it out", field="goodput")
     for part in [p.strip() for p in re.split(r"[ ,]", text or "") if p.strip()]:
         key, sep, value = part.partition(":")
         try:

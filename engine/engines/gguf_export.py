@@ -64,7 +64,10 @@ def tokenizer_fields(source: str, model_dir: Path) -> list[tuple]:
         path = Path(source)
         if not path.is_file():
             raise PhoenixError(f"--tokenizer {source}: no such GGUF; pass {', '.join(SOURCES)}, a .gguf file or hf")
-    reader = gguf.GGUFReader(str(path))
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # gguf raises ValueError ("GGUF magic invalid") and others for a file that is not one
+        raise PhoenixError(f"--tokenizer {source}: {path} is not a GGUF file ({str(exc)[:80]})") from None
     out = []
     for name, field in reader.fields.items():
         if name.startswith("tokenizer."):

@@ -49,8 +49,20 @@ from engine.queue.owned import owned
 
 
 def variants_of(cfg: LoadConfig) -> list[str]:
-    rates_of(cfg.request_rate)
+    """Every setting checked, and the variants named, before a run is written or a server started."""
+    rates = rates_of(cfg.request_rate)
     slos_of(cfg.goodput)
+    levels_of(cfg.concurrency)
+    if not 1 <= cfg.max_new_tokens <= 1 << 16:  # 0 once sent every request a 400 and ended a failed run with exit 0
+        raise PhoenixError(f"--max-new-tokens must be in 1..65536, got {cfg.max_new_tokens}", field="max_new_tokens")
+    if rates and not 0 < cfg.burstiness <= 100:  # NaN fails this too; it was refused only after a failed run
+        raise PhoenixError(f"--burstiness must be in (0, 100], got {cfg.burstiness}", field="burstiness")
+    if cfg.max_concurrency is not None and not rates:
+        raise PhoenixError(
+            "--max-concurrency caps the requests in flight at a --request-rate; with --concurrency levels each level "
+            "is its own cap: pass --request-rate, or leave --max-concurrency out",
+            field="max_concurrency",
+        )
     check_timeout(cfg.timeout_s)
     if cfg.system_prompt:
         system_text(cfg.system_prompt)

@@ -45,6 +45,20 @@ def running_pid(f: dict[str, Path]) -> int | None:
     return record[0] if record is not None and is_process(*record) else None
 
 
+def check_port_free(port: int, name: str) -> None:
+    """One line, before a server is launched, where another program already listens on 127.0.0.1:``port``."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port a stopped server left in TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise PhoenixError(
+                f"port {port} is taken by another program; {name} was not started: pass another --port"
+            ) from None
+
+
 def log_tail(path: Path, lines: int = 400) -> list[str]:
     try:
         with open(path, "rb") as fh:

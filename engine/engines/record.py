@@ -50,6 +50,8 @@ def levels_of(text: str) -> list[int]:
         raise PhoenixError(f"--concurrency must be comma-separated whole numbers, got {text!r}") from None
     if not levels or any(c < 1 or c > 1024 for c in levels):
         raise PhoenixError(f"--concurrency levels must be in 1..1024, got {text!r}")
+    if len(set(levels)) != len(levels):  # 1,1 once ran the level twice, as two levels of one sweep
+        raise PhoenixError(f"--concurrency names a level twice: {text!r}", field="concurrency")
     return levels
 
 

@@ -17,10 +17,29 @@ from engine.prompts.sets import Prompt
 
 def row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | None = None) -> RequestRecord:
     """``r`` is a whole answer (ServerClient.complete via one_request) or a streamed one (stream_one). ``k``: the
-    server's own draft length where it is known; else the k Phoenix's server chose most, or vLLM's."""
+    server's own draft length where it is known; else the k Phoenix's server chose most, or vLLM's. An answer whose
+    counts are not counts (``"NaN"``, a string, a negative number) is recorded as failed, saying so."""
+    try:
+        return _row_of(run_id, seq, mode, prompt, r, k)
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        bad = {**r, "usage": {}, "speculation": None, "metrics": None, "timings": None, "output_tokens": 0}
+        bad["error"] = f"the server's answer holds counts that are not counts ({type(exc).__name__}: {exc})"[:300]
+        return _row_of(run_id, seq, mode, prompt, bad, k)
+
+
+def _count(value) -> int:
+    """A token count as a server sends it: a whole number of 0 or more (a bool, a float or "NaN" is not one)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a token count")
+    return value
+
+
+def _row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | None) -> RequestRecord:
     usage, spec = r.get("usage") or {}, r.get("speculation") or {}
     timings = r.get("timings") or {}
-    n_out = int(r.get("output_tokens", usage.get("completion_tokens", 0)) or 0)
+    n_out = _count(r.get("output_tokens", usage.get("completion_tokens", 0)))
     lat = r["latency_s"]
     row = RequestRecord(
         run_id=run_id,
@@ -29,7 +48,7 @@ def row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | N
         k=0,
         prompt_id=prompt.id,
         prompt_text=prompt.text,
-        prompt_tokens=int(r.get("prompt_tokens", usage.get("prompt_tokens", 0)) or 0),
+        prompt_tokens=_count(r.get("prompt_tokens", usage.get("prompt_tokens", 0))),
         output_tokens=n_out,
         latency_s=lat,
         ttft_s=r.get("ttft_s"),

@@ -92,7 +92,12 @@ def install(suffix: bool = True, venv: Path | None = None, say=print) -> Path:
             marker.write_text(json.dumps(info, indent=1))
         say(f"vLLM {VERSION} is installed at {venv}")
         return venv
-    venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PhoenixError(
+            f"cannot make {venv.parent} for vLLM's venv ({exc.strerror}); set PHOENIX_CACHE to a writable folder"
+        ) from None
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two installs take turns; the second finds the first's venv
         if not installed(venv):
@@ -154,6 +159,16 @@ def model_dir(name: str, role: str, flag: str) -> Path:
     return path
 
 
+def _is_head(folder: Path) -> bool:
+    """An EAGLE-3 head's folder: its config.json names an Eagle3 architecture (read without loading anything)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return isinstance(archs, list) and any("Eagle3" in str(a) for a in archs)
+
+
 def parse_table(text: str) -> list[list[int]]:
     """ "1-2:4,3-8:2,9-256:0" as vLLM's [[first, last, k], ...], checked as vLLM checks it (first range from 1,
     ranges in order and apart, k >= 0) so a bad table is one line here, not a server that dies at start."""
@@ -190,7 +205,21 @@ def speculative_config(cfg: VllmConfig) -> dict | None:
         spec |= {"prompt_lookup_min": cfg.lookup_min, "prompt_lookup_max": cfg.lookup_max}
     elif cfg.method in ("eagle3", "draft_model"):
         default = "smollm2-eagle3" if cfg.method == "eagle3" else "smollm2-draft"
-        spec["model"] = str(model_dir(cfg.draft or default, "draft", "--draft"))
+        folder = model_dir(cfg.draft or default, "draft", "--draft")
+        head = _is_head(folder)
+        if cfg.method == "eagle3" and not head:  # vLLM failed 35 s later on "no module or parameter named 'model'"
+            raise PhoenixError(
+                f"--method eagle3 drafts with an EAGLE-3 head; --draft {cfg.draft or default} is a draft model: pass "
+                "--method draft_model, or a head (zoo list)",
+                field="draft",
+            )
+        if cfg.method == "draft_model" and head:  # vLLM reads the head's config and runs EAGLE-3 under this name
+            raise PhoenixError(
+                f"--method draft_model drafts with a model; --draft {cfg.draft or default} is an EAGLE-3 head: pass "
+                "--method eagle3",
+                field="draft",
+            )
+        spec["model"] = str(folder)
     elif cfg.method == "suffix" and installed() and not suffix_available():
         raise PhoenixError(
             f"vLLM's suffix method needs {SUFFIX_PACKAGE}, which did not install in {venv_dir()}; "
@@ -285,6 +314,8 @@ def start(cfg: VllmConfig, data_dir: Path = DATA_DIR) -> dict:
         raise PhoenixError(f"vLLM is not installed (no venv at {venv_dir()}): run `{INSTALL}` (about 3-6 minutes)")
     argv, env = command(cfg)
     data_dir.mkdir(parents=True, exist_ok=True)
+    if process.running_pid(files(cfg, data_dir)) is None:
+        process.check_port_free(cfg.port, "vLLM")  # another program on it: vLLM would die on "Address already in use"
     with open(files(cfg, data_dir)["lock"], "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         info = process.launch("vLLM", files(cfg, data_dir), argv, url_of(cfg), asdict(cfg), cfg.startup_s, why, env)

@@ -72,7 +72,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: HttpRequest, exc: ApiError):
-        log.warning("%d %s: %s", exc.status, request.url.path, exc.message)
+        (log.info if exc.status == 499 else log.warning)("%d %s: %s", exc.status, request.url.path, exc.message)
         headers = {"Retry-After": "1"} if exc.status == 429 else None
         return error_response(exc.status, exc.message, exc.param, exc.code, headers)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from fastapi import Request as HttpRequest
+from starlette.requests import ClientDisconnect
 
 from engine.decode.sampling_params import MAX_LOGPROBS, SamplingParams
 from engine.serve.service import Service
@@ -20,6 +21,18 @@ NEUTRAL: dict[str, tuple] = {  # fields Phoenix does not act on: only the values
     "echo": (None, False),
     "suffix": (None, ""),
     "use_beam_search": (None, False),
+}
+# the type each neutral value must have: True == 1 and 0 == False in Python, so `n: true`, `echo: 0` and
+# `presence_penalty: false` once passed as the neutral values
+NEUTRAL_TYPES: dict[str, tuple[type, ...]] = {
+    "n": (int,),
+    "best_of": (int,),
+    "presence_penalty": (int, float),
+    "frequency_penalty": (int, float),
+    "repetition_penalty": (int, float),
+    "echo": (bool,),
+    "suffix": (str,),
+    "use_beam_search": (bool,),
 }
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_BODY_BYTES = 1 << 20  # a request body past this is a 413: a 4 MB prompt once stalled /health for 15 s
@@ -51,11 +64,14 @@ async def read_body(request: HttpRequest) -> dict:
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise ApiError(413, f"the body is {declared} bytes; at most {MAX_BODY_BYTES} are read", code="too_large")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, f"the body is over {MAX_BODY_BYTES} bytes", code="too_large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, f"the body is over {MAX_BODY_BYTES} bytes", code="too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client left mid-upload: nobody to answer, and no server error (it was a 500)
+        raise ApiError(499, "the client went away before its request arrived", code="client_gone") from None
     try:
         body = json.loads(b"".join(chunks))
     except RecursionError:  # JSON nested 100,000 deep was a 500 with a 75-line log
@@ -74,8 +90,12 @@ def check_fields(body: dict) -> None:
         if body.get(name) not in harmless:
             raise ApiError(400, f"{name} is not supported by Phoenix's server; leave it out", param=name)
     for name, neutral in NEUTRAL.items():
-        if body.get(name) not in neutral:
-            raise ApiError(400, f"{name}={body[name]!r} is not supported by Phoenix's server; leave it out", param=name)
+        value = body.get(name)
+        typed = value is None or (
+            isinstance(value, NEUTRAL_TYPES[name]) and (bool in NEUTRAL_TYPES[name]) == (type(value) is bool)
+        )
+        if not typed or value not in neutral:
+            raise ApiError(400, f"{name}={value!r} is not supported by Phoenix's server; leave it out", param=name)
 
 
 def _number(body: dict, name: str, default: float, low: float, high: float, open_low: bool = False) -> float:
@@ -122,7 +142,8 @@ def sampling_of(service: Service, body: dict, chat: bool) -> SamplingParams:
     if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < -1):
         raise ApiError(400, f"top_k must be -1, 0 or a positive count, got {top_k!r}", param="top_k")
     vocab = service.decoder.pair.target.config.vocab_size
-    stop_ids = body.get("stop_token_ids") or []
+    stop_ids = body.get("stop_token_ids")
+    stop_ids = [] if stop_ids is None else stop_ids  # 0, "", {} or false are no list of ids, not an empty one
     if not isinstance(stop_ids, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in stop_ids
     ):
@@ -238,18 +259,24 @@ def check_unicode(text: str, param: str) -> None:
 def max_tokens(service: Service, body: dict, chat: bool, n_prompt: int) -> int:
     ctx = getattr(service.decoder.pair.target.config, "max_position_embeddings", None) or 1 << 30
     cap = service.cfg.max_tokens_cap
-    value = body.get("max_completion_tokens") if chat else None
-    value = body.get("max_tokens") if value is None else value
+    name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    value = body.get(name)
     if value is None:
+        if n_prompt >= ctx:  # nothing left to generate in: the prompt is the problem, not a negative max_tokens
+            raise ApiError(
+                400,
+                f"the prompt ({n_prompt} tokens) fills the model's context of {ctx}; shorten it",
+                param="messages" if chat else "prompt",
+            )
         value = min(cap, ctx - n_prompt) if chat else DEFAULT_COMPLETION_TOKENS
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
-        raise ApiError(400, f"max_tokens must be a whole number in 1..{cap}, got {value!r}", param="max_tokens")
+        raise ApiError(400, f"{name} must be a whole number in 1..{cap}, got {value!r}", param=name)
     if n_prompt + value > ctx:
         raise ApiError(
             400,
-            f"the prompt ({n_prompt} tokens) + max_tokens ({value}) exceed the model's context of {ctx}; shorten "
-            "the prompt or lower max_tokens",
-            param="max_tokens",
+            f"the prompt ({n_prompt} tokens) + {name} ({value}) exceed the model's context of {ctx}; shorten "
+            f"the prompt or lower {name}",
+            param=name,
         )
     return value
 
