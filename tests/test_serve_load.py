@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -263,3 +264,51 @@ def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):
     info = store.get_run(run_id)
     assert info.status == "done" and all(r.error is None for r in store.requests(run_id))
     assert info.config["load"]["api_key"] == "set" and "s3cret" not in json.dumps(info.config)
+
+
+@pytest.mark.parametrize("deadline", ["2.9"])
+def test_at_the_shutdown_deadline_every_held_request_ends_aborted_with_an_openai_error_and_is_recorded(
+    tiny_dirs, tmp_path, deadline
+):
+    """uvicorn was given max(1, int(deadline)), at or below Phoenix's own deadline, so it cancelled the answers first:
+    whole requests got a plain-text 500, streams ended without [DONE], and rows said the client went away."""
+    import threading
+
+    port = free_port()
+    proc = serve_process(tiny_dirs, tmp_path, port, "--shutdown-timeout-s", deadline, "--max-batch", "1")
+    answers: dict[int, tuple[int, str]] = {}
+    try:
+        wait_for(lambda: healthy(port) or proc.poll() is not None, 120, "the server")
+
+        def whole(i: int) -> None:
+            try:
+                with post(port, {"prompt": f"def f{i}(x):\n", "max_tokens": 480, "ignore_eos": True}) as r:
+                    answers[i] = (r.status, r.read().decode())
+            except urllib.error.HTTPError as exc:
+                answers[i] = (exc.code, exc.read().decode())
+
+        workers = [threading.Thread(target=whole, args=(i,)) for i in range(6)]
+        for w in workers:
+            w.start()
+        stream: list[str] = []
+        with post(port, {"prompt": "x", "max_tokens": 480, "ignore_eos": True, "stream": True}) as resp:
+            proc.send_signal(signal.SIGTERM)
+            stream = [raw.decode() for raw in resp]
+        for w in workers:
+            w.join(60)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = proc.stdout.read() if proc.stdout else ""
+    assert "CancelledError" not in log and "Traceback" not in log, log[-3000:]
+    assert any("[DONE]" in line for line in stream)
+    ended = [json.loads(text) for status, text in answers.values() if status != 200]
+    assert len(answers) == 6 and ended, answers  # six requests of ~1 s each, one at a time: the deadline ends some
+    assert all(e["error"]["code"] == "aborted" and "deadline" in e["error"]["message"] for e in ended)
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    (run,) = store.list_runs()
+    recs = store.requests(run.id)
+    assert len(recs) == 7 and run.status == "interrupted"
+    aborted = [r for r in recs if r.error]
+    assert len(aborted) >= len(ended) and all("deadline" in r.error for r in aborted), [r.error for r in aborted]

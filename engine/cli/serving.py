@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import socket
 import sys
@@ -48,6 +49,15 @@ def check_port(host: str, port: int) -> None:
             raise PhoenixError(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port") from None
 
 
+ANSWER_GRACE_S = 5.0  # past the deadline: how long the aborted requests' answers get to reach their clients
+
+
+def graceful_timeout(deadline_s: float) -> int:
+    """uvicorn's own graceful timeout: past Phoenix's deadline and the answers' grace, so uvicorn never cancels a
+    request Phoenix is still ending (it once got max(1, int(deadline)), at or below the deadline)."""
+    return math.ceil(deadline_s + ANSWER_GRACE_S) + 1
+
+
 def shutdown(server, service, deadline_s: float):
     """The SIGTERM and Ctrl-C handler: the first stops taking requests and lets those in flight finish, for at most
     ``deadline_s``; past it, or at a second signal, every request still held ends ``aborted`` (recorded) and the
@@ -56,8 +66,17 @@ def shutdown(server, service, deadline_s: float):
     signals = []
 
     def force(reason: str) -> None:
-        server.force_exit = True
+        """Every held request ends aborted, answered (an OpenAI error, a stream's error event and [DONE]) and
+        recorded; only then is uvicorn told to stop waiting. Forcing it first cancelled the answers mid-flight: whole
+        requests got a plain-text 500, streams ended without [DONE], rows said the client went away."""
         service.scheduler.end_all(reason)
+        threading.Thread(target=exit_when_answered, daemon=True).start()
+
+    def exit_when_answered() -> None:
+        ends = time.monotonic() + ANSWER_GRACE_S
+        while time.monotonic() < ends and (service.scheduler.load != (0, 0) or service.answering()):
+            time.sleep(0.05)
+        server.force_exit = True
 
     def handle(_signum=None, _frame=None) -> None:
         signals.append(time.monotonic())
@@ -99,7 +118,7 @@ def cmd_serve(args) -> int:
             port=cfg.port,
             log_level="warning",
             access_log=False,
-            timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout_s)),  # a half-sent body cannot hold the exit
+            timeout_graceful_shutdown=graceful_timeout(cfg.shutdown_timeout_s),  # a half-sent body cannot hold the exit
         )
     )
     http = threading.Thread(target=server.run, name="phoenix-http", daemon=True)

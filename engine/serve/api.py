@@ -200,10 +200,17 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     created = int(time.time())
     if body.get("stream"):
         out = Stream(service, req, chat, created, stop, with_usage)
+        service.answered(+1)  # until the stream's last event is sent (Stream.events)
         return StreamingResponse(out.events(events), media_type="text/event-stream")
-    finished = await wait_done(request, req, events)
+    service.answered(+1)
+    try:
+        finished = await wait_done(request, req, events)
+    finally:
+        service.answered(-1)
     if finished is None:
         return Response(status_code=499)  # the client went away; its row is already free
+    if finished.reason == "aborted":  # a shutdown's deadline or second signal ended it: an OpenAI body, recorded
+        return error_response(503, f"the request was ended: {finished.error}", code="aborted")
     if finished.failed:  # its step failed (the log has the line): an OpenAI 500 body; the loop goes on
         return error_response(500, f"decoding failed: {finished.error}", code=finished.reason)
     text = service.decoder.text(finished.stats)
@@ -279,6 +286,7 @@ class Stream:
                     yield event
                 return
         finally:
+            self.service.answered(-1)
             if not done:
                 self.req.cancelled = True
 

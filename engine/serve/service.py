@@ -110,6 +110,7 @@ class Service:
         self._profile_batch: BatchCache | None = None
         self.stats: Counter[str] = Counter()  # requests finished, cancelled, refused: what /health reports
         self._stats_lock = threading.Lock()  # the recorder's thread and the HTTP thread both count
+        self._answering = 0
         self.warmed: list[int] = []
         self.startup_s: dict[str, float] = {}
 
@@ -238,6 +239,15 @@ class Service:
     def count(self, kind: str) -> None:
         with self._stats_lock:
             self.stats[kind] += 1
+
+    def answered(self, delta: int) -> None:
+        """An HTTP answer begins (+1) or has been handed to its client whole (-1): a shutdown waits for them."""
+        with self._stats_lock:
+            self._answering += delta
+
+    def answering(self) -> bool:
+        with self._stats_lock:
+            return self._answering > 0
 
     # requests -----------------------------------------------------------------------
     def submit(self, req: Request) -> None:
