@@ -92,7 +92,8 @@ class HeadBuildConfig:
     batch_tokens: int = 1536  # tokens per optimizer step: small, since a CPU budget buys few steps
     lr: float = 2e-3  # peak AdamW learning rate (cosine decay after warm-up)
     warmup_steps: int = 20
-    time_budget_s: float = 0.0  # stop training after this many seconds (0: run every epoch)
+    time_budget_s: float = 0.0  # stop training after it ran this many seconds (its main thread's CPU time, so a paused
+    # build does not spend it; 0: run every epoch)
     eval_prompts: int = 6  # held-out prompts per held-out source whose answers measure top-1 agreement
     eval_every: int = 40  # optimizer steps between held-out checks (the go/no-go curve in the model card)
     seed: int = 1234
