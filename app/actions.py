@@ -20,7 +20,7 @@ from engine.bench.setup import create_run
 from engine.catalog import NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, present
 from engine.decode.eagle3 import is_head_dir
 from engine.decode.fetch import FETCHERS
-from engine.decode.loading import check_same_tokenizer_files, resolve
+from engine.decode.loading import check_same_tokenizer_files, has_chat_template, resolve
 from engine.errors import PhoenixError
 from engine.modes import Mode
 from engine.paths import DATA_DIR, MODELS_DIR, ROOT
@@ -183,6 +183,8 @@ def field_checks(cfg: BenchConfig, arms_text: str) -> dict[str, str]:
         d = _check(errors, "draft", lambda: resolve(cfg.draft, "draft"))
     if t is not None and d is not None:
         _check(errors, "draft", lambda: check_same_tokenizer_files(t, d, cfg.target, cfg.draft))
+    if t is not None and cfg.prompt_format == "chat" and not has_chat_template(t):  # the worker's failure, said first
+        errors["prompt_format"] = f"{cfg.target!r} has no chat template; use raw (or auto, which picks raw for it)"
     _check(errors, "modes", lambda: _check_modes(cfg))
     try:
         cfg.arms = [int(a) for a in arms_text.split(",") if a.strip()]

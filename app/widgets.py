@@ -48,8 +48,9 @@ def run_picker(url: str, key: str = "run") -> int | None:
         empty_state()
         return None
     ids = runs["id"].tolist()
+    fresh = data.run(url, current) if current in ids else None  # the list is cached: the open run's status is read now
     labels = {
-        r.id: f"#{r.id} {r.name} [{r.status}]"
+        r.id: f"#{r.id} {r.name} [{fresh.status if fresh is not None and r.id == current else r.status}]"
         + "".join(f" #{t}" for t in str(r.tags or "").split(",") if t)
         + (" (archived)" if r.archived else "")
         for r in runs.itertuples()
@@ -122,17 +123,28 @@ def queued(run, worker: str, log) -> None:
         )
 
 
+def shadow_rate(info) -> float:
+    """The share of outputs a run re-decodes target-only: a lab run's --shadow-rate or a server's."""
+    if info.bench is not None:
+        return float(getattr(info.bench, "shadow_rate", 0.0) or 0.0)
+    return float((info.config.get("phoenix_serve") or {}).get("shadow_rate") or 0.0)
+
+
 def identity_banner(url: str, run_id: int, info=None) -> None:
     """Identity against target-only. A run still waiting or running says what it waits for instead of warning."""
     same, checked, bad = data.identity(url, run_id)
     if checked == 0 and info is not None and info.status in ("queued", "running"):
         has_target = info.bench is not None and "target" in info.bench.modes
+        rate = shadow_rate(info)
         st.info(
             "No output checked yet: "
             + (
                 "each output is checked against the target-only request on the same prompt as soon as both are done."
                 if has_target
-                else "without a target mode, a shadow share of outputs is re-decoded target-only as the run goes."
+                else f"without a target mode, {rate:.0%} of outputs are re-decoded target-only as the run goes."
+                if rate
+                else "this run checks none (no target mode, shadow rate 0); a shadow rate above 0 (serve or bench "
+                "--shadow-rate 0.1) re-decodes that share target-only."
             )
         )
     elif checked == 0 and info is not None and info.bench is not None and "target" in info.bench.modes:

@@ -193,3 +193,94 @@ def test_a_client_that_leaves_mid_upload_is_no_server_error(decoder, tmp_path, c
                       b"Content-Length: 5000\r\n\r\n{\"prompt\": ")  # fmt: skip
         wait_for(lambda: any("went away" in r.getMessage() for r in caplog.records), 20, "the disconnect to be seen")
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "500" in r.getMessage()]
+
+
+# --- the walk's findings (the dashboard), each through AppTest ------------------------------------------------
+
+
+def served_run(store, status: str = "running", shadow_rate: float = 0.0, **config):
+    """A run as Phoenix's server or another engine writes it: no bench config."""
+    return store.create_run(
+        "served", {"phoenix_serve": {"shadow_rate": shadow_rate}, **config}, "smollm2", None, 0, status=status
+    )
+
+
+def test_short_command_shortens_every_path_inside_vllms_json_so_each_variant_reads_apart():
+    from engine.analysis.load import short_command
+
+    def vllm(k: int) -> str:
+        spec = f'{{"method":"eagle3","num_speculative_tokens":{k},"model":"/work/main/models/smollm2-eagle3"}}'
+        return f"/venv/bin/python -m vllm.entrypoints.openai.api_server --model /m/smollm2 --speculative-config {spec}"
+
+    one, four = short_command(vllm(1)), short_command(vllm(4))
+    assert one != four and '"model":"smollm2-eagle3"}' in one and "/work" not in one
+    assert short_command("/x/bin/llama-server -m /d/gguf/a.gguf --port 8090") == "llama-server -m a.gguf --port 8090"
+
+
+def test_the_cancel_notice_says_what_a_cancel_did():
+    from app.views.run import cancel_notice
+
+    assert "cancel asked" in cancel_notice(4, "running") and "Run #4: running;" not in cancel_notice(4, "running")
+    assert cancel_notice(4, "cancelled") == "Run #4 cancelled before it started."
+
+
+@pytest.mark.pages
+def test_the_picker_names_the_open_runs_status_now_not_the_cached_lists(app_db):
+    from apptest import open_page
+
+    run = served_run(app_db, status="queued")
+    open_page("run", run=run.id)  # the list of runs is now cached with [queued]
+    app_db.set_status(run.id, "running")
+    at = open_page("run", run=run.id)
+    label = at.selectbox(key="pick_run")
+    assert "[running]" in label.format_func(run.id) and "[queued]" not in label.format_func(run.id)
+
+
+@pytest.mark.pages
+def test_a_served_run_without_shadow_checks_never_promises_them(app_db):
+    from apptest import open_page
+
+    run = served_run(app_db, status="running", shadow_rate=0.0)
+    infos = [i.value for i in open_page("run", run=run.id).info]
+    assert not any("re-decoded target-only as the run goes" in t for t in infos)
+    assert any("checks none" in t for t in infos)
+
+
+@pytest.mark.pages
+def test_an_engine_that_reports_totals_only_draws_no_empty_time_chart_and_no_contradiction(app_db):
+    """llama.cpp's answers: drafted and accepted totals, no positions, no time split."""
+    from apptest import open_page
+    from helpers import request_record
+
+    run = served_run(app_db, status="done")
+    app_db.add_requests(
+        [
+            request_record(
+                run.id, i, mode="llamacpp-ngram-simple_c1", proposed=9, accepted=5, draft_s=0.0, verify_s=0.0
+            )
+            for i in range(3)
+        ]
+    )
+    at = open_page("run", run=run.id)
+    captions = [c.value for c in at.caption]
+    assert not any(c == "No drafted tokens in this run." for c in captions)
+    assert any("totals per request, not per position" in c for c in captions)
+    assert any(c.startswith("No time split") for c in captions)
+
+
+@pytest.mark.pages
+def test_policies_opens_on_the_newest_run_that_has_a_bandit(app_db):
+    from apptest import open_page
+
+    served_run(app_db, status="done")  # newest, and no bandit in it
+    at = open_page("policies")
+    assert at.query_params["run"] in ("2", ["2"])  # build_db's newest bandit run, not the served one
+
+
+def test_the_form_refuses_chat_for_a_target_without_a_chat_template():
+    from app.actions import field_checks
+    from engine.bench.config import BenchConfig
+
+    cfg = BenchConfig(target="embedded", draft="embedded", prompt_format="chat", modes=["target", "model_2"])
+    assert "has no chat template" in field_checks(cfg, "0,2")["prompt_format"]
+    assert "prompt_format" not in field_checks(BenchConfig(target="embedded", draft="embedded"), "0,2")

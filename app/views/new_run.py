@@ -191,6 +191,7 @@ def settings(slots: dict) -> None:
         key="n_format",
         help="auto: through the target's chat template when it has one; chat: always; raw: the text as it is",
     )
+    slots["prompt_format"] = c8.empty()
     c9.selectbox("dtype", form.DTYPES, key="n_dtype", help="auto: float32 on CPU, bfloat16 on CUDA")
     c10.selectbox("Device", form.DEVICES, key="n_device")
     slots["device"] = c10.empty()

@@ -19,9 +19,20 @@ HOW = (
 )
 
 
+def newest_with_bandit(runs) -> int | None:
+    for r in runs.itertuples() if not runs.empty else []:
+        if any(is_bandit(m) for m in str(r.modes or "").split(",") if m):
+            return int(r.id)
+    return None
+
+
 def render() -> None:
     url = data.db_url()
     st.title("Policies")
+    if "run" not in st.query_params:  # the newest run with a bandit, not the newest run (a server's has none)
+        with_bandit = newest_with_bandit(data.runs(url))
+        if with_bandit is not None:
+            st.query_params["run"] = str(with_bandit)
     run_id = widgets.run_picker(url)
     if run_id is None:
         return

@@ -17,10 +17,10 @@ from engine.queue.autostart import worker_pid
 def render() -> None:
     url = data.db_url()
     st.title("Run")
+    data.run.clear()  # one row by key: the picker's label, the header, controls and banners agree with the status now
     run_id = widgets.run_picker(url)
     if run_id is None:
         return
-    data.run.clear()  # one row by key: the header, controls and banners below must agree with the status now
     info = data.run(url, run_id)
     if info.config_error:  # shown, not swallowed: the page falls back to the stored dict
         st.warning(
@@ -67,7 +67,7 @@ def run_actions(info) -> None:
                 st.error(denied)
                 return
             if can_cancel:
-                notice = f"Run #{info.id}: {actions.cancel_run(info.id)}; rows already written are kept."
+                notice = cancel_notice(info.id, actions.cancel_run(info.id))
             else:
                 ok = actions.resume_run(info.id)
                 resumed = f"Run #{info.id} queued to resume; done prompts are skipped."
@@ -145,7 +145,12 @@ def body(url: str, run_id: int) -> None:
     )
     st.info(diagnosis(fit, summaries, drafter))
     st.subheader("Per-position acceptance")
-    if pos.empty:
+    if pos.empty and any(m.proposed for m in summaries):  # llama.cpp's answers: totals only (its run #102 said none)
+        st.caption(
+            "This engine's answers give drafted and accepted totals per request, not per position, so no curve is "
+            "drawn here; its server-wide per-position counters are in the level's table above."
+        )
+    elif pos.empty:
         st.caption("No drafted tokens in this run.")
     else:
         frame, fits = charts.acceptance_frame(pos)
@@ -157,8 +162,12 @@ def body(url: str, run_id: int) -> None:
     st.subheader("Tokens/sec per arm")
     charts.show(charts.tokens_per_arm_chart(sample, urlstate.trace_url), width="stretch")
     st.subheader("Where the time goes")
-    charts.show(charts.time_split_chart(split), width="stretch")
-    widgets.csv_download(split, f"run{run_id}-time-split", key="dl_split")
+    timed = split[["prefill_s", "draft_prefill_s", "draft_s", "verify_s"]].fillna(0.0).to_numpy().sum() > 0
+    if timed:
+        charts.show(charts.time_split_chart(split), width="stretch")
+        widgets.csv_download(split, f"run{run_id}-time-split", key="dl_split")
+    else:  # another engine's answers carry no split of their time: an empty chart with one tick said nothing
+        st.caption("No time split: this engine's answers do not say how long drafting, verifying and prefill took.")
     bandit(data.bandit(url, run_id))
     st.subheader("Latency distribution")
     charts.show(charts.latency_chart(sample), width="stretch")
@@ -284,6 +293,19 @@ def kpis(summaries) -> None:
             help="vLLM's: 1 + accepted / passes that drafted, the bonus token included",
         )
         st.caption(kpi_intervals(m, base))
+
+
+def cancel_notice(run_id: int, status: str | None) -> str:
+    """What a Cancel did, in words: a running run's worker stops at its next request (the status still says running
+    until it does); a queued one is cancelled at once. Never 'Run #4: running' as if nothing happened."""
+    if status == "running":
+        return (
+            f"Run #{run_id}: cancel asked; its worker stops it after the request it is on, and the status then says "
+            "cancelled. Rows already written are kept."
+        )
+    if status == "cancelled":
+        return f"Run #{run_id} cancelled before it started."
+    return f"Run #{run_id} had already ended ({status or 'not found'}); nothing to cancel."
 
 
 def kpi_intervals(m, base: str | None = "target") -> str:

@@ -161,11 +161,13 @@ def optimum_note(a: float, c: float, measured, k_max: int = K_MAX) -> str:
     best = points.loc[points["measured speedup"].idxmax()]
     k_best, s_best = int(best["k"]), float(best["measured speedup"])
     head = f"The model's optimum is k = {k_opt} ({predicted_speedup(a, c, k_opt):.2f}x predicted)"
+    # the fit covers one drafter's arms: its best arm, not the run's best mode (the verdict names that one), so two
+    # sentences on one page never name two different "best" arms as the same thing
     if k_best == k_opt:
-        return f"{head}; the run's best measured arm is the same k ({best['arm']}, {s_best:.2f}x)."
+        return f"{head}; the fitted drafter's best measured arm is the same k ({best['arm']}, {s_best:.2f}x)."
     tried = sorted(int(k) for k in points["k"].unique())
     costed = points.dropna(subset=["verify cost"])
-    text = f"{head}; the run's best measured arm is {best['arm']} ({s_best:.2f}x)."
+    text = f"{head}; the fitted drafter's best measured arm is {best['arm']} ({s_best:.2f}x)."
     if k_opt not in tried:
         text += f" The run did not try k = {k_opt} (it tried {', '.join(map(str, tried))})."
     if not costed.empty:

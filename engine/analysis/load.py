@@ -10,6 +10,8 @@ per prompt.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -105,9 +107,14 @@ def k_by_batch(steps: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+PATH = re.compile(r"""[^\s"',={}]*/([^\s"',/={}]+)""")  # a path inside a word: a JSON value, a --flag=value, alone
+
+
 def short_command(command: str) -> str:
-    """A server's command line without this machine's paths: the binary and model by their file names."""
-    return " ".join(part.rsplit("/", 1)[-1] if "/" in part else part for part in command.split())
+    """A server's command line without this machine's paths: each path by its last part, wherever it sits in a word
+    (inside vLLM's --speculative-config JSON too, which a cut at a word's last '/' once left as 'smollm2-eagle3"}',
+    so k1 and k4 read the same)."""
+    return PATH.sub(r"\1", command)
 
 
 def level_method(config: dict) -> str:

@@ -210,6 +210,18 @@ def config_rows(path: Path) -> int | None:
     return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
 
 
+def has_chat_template(folder: Path) -> bool:
+    """A model folder whose tokenizer has a chat template (in tokenizer_config.json or chat_template.jinja), read
+    without loading anything."""
+    if (Path(folder) / "chat_template.jinja").is_file():
+        return True
+    try:
+        config = json.loads((Path(folder) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
 def check_same_tokenizer_files(target_path: Path, draft_path: Path, target_name: str, draft_name: str) -> None:
     """The pair checks of load_pair without loading weights, for the form and `submit`: the same tokenizer, and
     output layers (as config.json declares them) that cover every token."""
