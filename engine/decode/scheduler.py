@@ -98,7 +98,12 @@ class Scheduler:
     @property
     def held_tokens(self) -> int:
         """Tokens in the KV cache of admitted requests (their rows in the batch, their prompts so far)."""
-        return sum(self.batch.lengths) + sum(r.seq.computed for r in self.prefilling)
+        return sum(self.held_by_row)
+
+    @property
+    def held_by_row(self) -> list[int]:
+        """Each admitted request's tokens in the KV cache: its row in the batch, or its prompt so far."""
+        return list(self.batch.lengths) + [r.seq.computed for r in self.prefilling]
 
     def run(self, stop: threading.Event, idle_s: float = 0.05, idle: Callable[[], bool] | None = None) -> None:
         """Step until ``stop`` is set and nothing is left: a stop drains what was admitted or waits. ``idle`` runs

@@ -14,11 +14,17 @@ As vLLM does, every child a run will touch is created at 0 when the run starts (
 ``rate()`` needs a sample before the first increment, or it never sees that increment.
 ``phoenix:num_requests_running`` mirrors vLLM's gauge, which Grafana dashboards use to list models.
 
-Phoenix's server adds what a router reads (the inference gateway's model-server protocol; point the endpoint
-picker's queue and KV-cache metric flags at these names), with vLLM's meanings:
-  num_requests_waiting  requests queued, not yet admitted to the batch
-  kv_cache_usage_perc   share of the KV cache in use, 0..1 (tokens held by admitted requests over the most the loop
-                        holds: --max-batch rows of the model's context)
+Phoenix's server adds what a router reads: the Gateway API Inference Extension's model-server protocol
+(kubernetes-sigs/gateway-api-inference-extension, docs/proposals/003-model-server-protocol), with its types and
+meanings; `serve --metrics-prefix vllm` publishes them under the names an endpoint picker reads by default:
+  num_requests_waiting  gauge: requests queued, not yet admitted to the batch
+  num_requests_running  gauge: requests admitted (decoding or prefilling)
+  kv_cache_usage_perc   gauge, 0..1: the share of the KV blocks the loop holds for its rows that admitted requests
+                        fill (BLOCK_SIZE tokens a block, each row's tokens rounded up to whole blocks; the loop holds
+                        --max-batch rows of the model's context, num_gpu_blocks in cache_config_info)
+  cache_config_info     gauge 1, its labels the cache's configuration (block_size, num_gpu_blocks, ...)
+  lora_requests_info    gauge whose value is the time of the sample, labels max_lora, running_lora_adapters and
+                        waiting_lora_adapters: Phoenix serves no LoRA adapter, so max_lora is 0 and both lists empty
 and vLLM's per-request histograms: time_to_first_token_seconds, request_time_per_output_token_seconds,
 request_queue_time_seconds, e2e_request_latency_seconds.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -41,49 +48,65 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 TPS_BUCKETS = (5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000, 5000)
 
 
+BLOCK_SIZE = 16  # tokens a KV block holds, as the protocol's cache_config_info reports it (vLLM's default)
+PREFIXES = ("phoenix", "vllm")
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, prefix: str = "phoenix"):
+        if prefix not in PREFIXES:
+            raise PhoenixError(f"--metrics-prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
         self.registry = registry or CollectorRegistry()
+        self.prefix = prefix
         r, model = self.registry, ["model_name", "engine"]  # vLLM's label names; one engine here
-        self.drafts = Counter("phoenix:spec_decode_num_drafts", "Number of spec decoding drafts.", model, registry=r)
-        self.draft_tokens = Counter(
-            "phoenix:spec_decode_num_draft_tokens", "Number of draft tokens.", model, registry=r
-        )
-        self.accepted = Counter(
-            "phoenix:spec_decode_num_accepted_tokens", "Number of accepted tokens.", model, registry=r
-        )
+        p = prefix
+        self.drafts = Counter(f"{p}:spec_decode_num_drafts", "Number of spec decoding drafts.", model, registry=r)
+        self.draft_tokens = Counter(f"{p}:spec_decode_num_draft_tokens", "Number of draft tokens.", model, registry=r)
+        self.accepted = Counter(f"{p}:spec_decode_num_accepted_tokens", "Number of accepted tokens.", model, registry=r)
         self.per_pos = Counter(
-            "phoenix:spec_decode_num_accepted_tokens_per_pos",
+            f"{p}:spec_decode_num_accepted_tokens_per_pos",
             "Accepted tokens per draft position.",
             model + ["position"],
             registry=r,
         )
         arm = ["mode", "arm"]
         self.latency = Histogram(
-            "phoenix:request_latency_seconds", "End-to-end request latency.", arm, buckets=LATENCY_BUCKETS, registry=r
+            f"{p}:request_latency_seconds", "End-to-end request latency.", arm, buckets=LATENCY_BUCKETS, registry=r
         )
         self.tokens_per_s = Histogram(
-            "phoenix:request_tokens_per_second",
+            f"{p}:request_tokens_per_second",
             "Output tokens per second of a request.",
             arm,
             buckets=TPS_BUCKETS,
             registry=r,
         )
-        self.requests = Counter("phoenix:requests", "Recorded requests (warm-up excluded).", arm, registry=r)
+        self.requests = Counter(f"{p}:requests", "Recorded requests (warm-up excluded).", arm, registry=r)
         self.running = Gauge(
-            "phoenix:num_requests_running",
-            "Number of requests being decoded (this worker decodes one at a time: 1 while a run executes).",
+            f"{p}:num_requests_running",
+            "Number of requests in model execution batches (a worker decodes one at a time: 1 while a run executes).",
             model,
             registry=r,
         )
 
         def served(name: str, doc: str, buckets: tuple | None = None):  # the server's, labelled as vLLM labels them
             if buckets is None:
-                return Gauge(f"phoenix:{name}", doc, model, registry=r)
-            return Histogram(f"phoenix:{name}", doc, model, buckets=buckets, registry=r)
+                return Gauge(f"{p}:{name}", doc, model, registry=r)
+            return Histogram(f"{p}:{name}", doc, model, buckets=buckets, registry=r)
 
-        self.waiting = served("num_requests_waiting", "Number of requests waiting to be admitted.")
-        self.kv_usage = served("kv_cache_usage_perc", "KV-cache usage: 1 means every slot is in use.")
+        self.waiting = served("num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_usage = served("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.cache_config = Gauge(
+            f"{p}:cache_config_info",
+            "Information of the KV cache's configuration.",
+            ["block_size", "num_gpu_blocks", "cache_dtype", "enable_prefix_caching"],
+            registry=r,
+        )
+        self.lora = Gauge(
+            f"{p}:lora_requests_info",
+            "Running stats on LoRA requests (Phoenix serves no adapter: max_lora 0).",
+            ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
+            registry=r,
+        )
         self.ttft = served("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.tpot = served("request_time_per_output_token_seconds", "Time per output token, per request.", TPOT_BUCKETS)
         self.queue = served("request_queue_time_seconds", "Time queued before the prefill.", LATENCY_BUCKETS)
@@ -94,6 +117,11 @@ class Metrics:
         self.running.labels(model_name, "0").set(running)
         self.waiting.labels(model_name, "0").set(waiting)
         self.kv_usage.labels(model_name, "0").set(kv_usage)
+        self.lora.labels("0", "", "").set(time.time())
+
+    def describe_cache(self, blocks: int, dtype: str, prefix_caching: bool) -> None:
+        """cache_config_info: one sample, 1, whose labels say what the cache is (set once, at start)."""
+        self.cache_config.labels(str(BLOCK_SIZE), str(blocks), dtype, str(prefix_caching).lower()).set(1)
 
     def observe_served(
         self, model_name: str, ttft_s: float | None, latency_s: float, queue_s: float, n_out: int

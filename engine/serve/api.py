@@ -111,6 +111,22 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             **({"recorder": recorder} if recorder is not None else {}),
         }
 
+    @app.get("/live")
+    async def live():
+        """Liveness: the process answers and its decoding loop runs (a dead loop never recovers: restart it)."""
+        if service.dead:
+            return error_response(503, f"the decoding loop stopped: {service.dead}", code="loop_stopped")
+        return {"status": "alive"}
+
+    @app.get("/ready")
+    async def ready():
+        """Readiness, apart from liveness: warm and taking requests. Not ready while it drains after SIGTERM or
+        cannot record (a router takes it out of the rotation and brings it back when it can)."""
+        why = service.not_ready()
+        if why is not None:
+            return error_response(503, why, code="not_ready")
+        return {"status": "ready", "run_id": service.run_id}
+
     @app.get("/v1/models")
     async def models(request: HttpRequest):
         check_key(service, request)

@@ -33,6 +33,8 @@ class ServeConfig(PairConfig):
     shutdown_timeout_s: float = 30.0  # after SIGTERM: requests in flight get this long, then end aborted (a second
     # SIGTERM or Ctrl-C ends them at once); every one is recorded either way
     shadow_rate: float = 0.0  # share of finished requests re-decoded single-stream target-only to check identity
+    metrics_prefix: str = "phoenix"  # phoenix | vllm: the /metrics names (vllm: what an inference gateway's endpoint
+    # picker and vLLM's Grafana dashboards read by default, the model-server protocol's names)
     name: str = ""  # the live run's name
     seed: int = 0
 
@@ -64,6 +66,8 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
     if not 0.0 <= cfg.prefix_cache_gb <= 1024.0:  # NaN fails this too
         raise PhoenixError(f"--prefix-cache-gb must be in 0..1024, got {cfg.prefix_cache_gb}")
     cfg.check_pack()
+    if cfg.metrics_prefix not in ("phoenix", "vllm"):
+        raise PhoenixError(f"--metrics-prefix must be phoenix or vllm, got {cfg.metrics_prefix!r}")
     if not 0.0 <= cfg.shutdown_timeout_s <= 86_400.0:  # NaN fails this too
         raise PhoenixError(f"--shutdown-timeout-s must be in 0..86400, got {cfg.shutdown_timeout_s}")
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:

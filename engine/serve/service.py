@@ -33,7 +33,7 @@ from engine.decode.prefix import PrefixCache
 from engine.decode.runner import Runner, warm
 from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Finished, Request
-from engine.observe.prometheus import Metrics
+from engine.observe.prometheus import BLOCK_SIZE, Metrics
 from engine.observe.sentry import Telemetry
 from engine.prompts.sets import Prompt
 from engine.provenance import environment
@@ -76,7 +76,7 @@ class Service:
         telemetry: Telemetry | None = None,
     ):
         self.cfg, self.decoder, self.store = cfg, decoder, store
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(prefix=cfg.metrics_prefix)
         self.telemetry = telemetry or Telemetry.off()
         self.model_name = cfg.served_model_name or decoder.pair.target_name
         self.drafter = default_drafter(cfg, decoder)
@@ -136,6 +136,7 @@ class Service:
             self._profile_rows = self._profile_batch = None
         self.startup_s["profile"] = round(time.perf_counter() - started, 1)
         self.metrics.prepare(self.model_name, self.cfg.k_max, [])
+        self.metrics.describe_cache(self.kv_blocks, self.decoder.pair.dtype, self.scheduler.prefix is not None)
         if self.store is not None:
             for line in replay_spills(self.store):  # rows an earlier server could not record
                 log.warning(line)
@@ -174,6 +175,17 @@ class Service:
             self.scheduler.run(self._stop, idle=self.shadow_one)
         except Exception:
             log.error("the decoding loop stopped: %s", self.scheduler.dead)
+
+    def not_ready(self) -> str | None:
+        """Why the server should get no new request now (None: ready)."""
+        if self.dead:
+            return f"the decoding loop stopped: {self.dead}"
+        if self.run_id is None and self.store is not None or not self._threads:
+            return "warming up"
+        if self._stop.is_set():
+            return "draining: the server is stopping"
+        refusing = self.recorder.refusing if self.recorder is not None else None
+        return f"the server cannot record requests now: {refusing}" if refusing else None
 
     @property
     def dead(self) -> str | None:
@@ -267,12 +279,18 @@ class Service:
         self.scheduler.submit(req)
         self.gauges()
 
+    @property
+    def kv_blocks(self) -> int:
+        """The KV blocks the loop holds for its rows: --max-batch rows of the model's context, BLOCK_SIZE tokens a
+        block (the protocol's num_gpu_blocks)."""
+        ctx = getattr(self.decoder.pair.target.config, "max_position_embeddings", None) or 1 << 16
+        return self.cfg.max_batch * -(-ctx // BLOCK_SIZE)
+
     def gauges(self) -> None:
         """Set the gauges a router reads from the loop's state now (a scrape calls this first)."""
         running, waiting = self.scheduler.load
-        ctx = getattr(self.decoder.pair.target.config, "max_position_embeddings", None) or 1 << 30
-        usage = self.scheduler.held_tokens / (self.cfg.max_batch * ctx)
-        self.metrics.load(self.model_name, running, waiting, min(1.0, usage))
+        used = sum(-(-n // BLOCK_SIZE) for n in self.scheduler.held_by_row)
+        self.metrics.load(self.model_name, running, waiting, min(1.0, used / self.kv_blocks))
 
     def speculation(self, f: Finished) -> dict:
         """What speculation did for one request, as its response reports it (llama.cpp's ``timings``, richer)."""
