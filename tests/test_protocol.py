@@ -66,10 +66,8 @@ def test_every_series_the_protocol_names_has_its_type_labels_and_meaning_while_r
     assert lora_labels["max_lora"] == "0" and lora_labels["running_lora_adapters"] == ""
     assert abs(lora_value - time.time()) < 60  # the protocol's value is the sample's timestamp
 
-    threads = [
-        threading.Thread(target=client.post, args=("/v1/completions",), kwargs={"json": {"prompt": p, "max_tokens": 300, "ignore_eos": True}})
-        for p in PROMPTS * 2
-    ]  # fmt: skip
+    long = [{"prompt": p, "max_tokens": 300, "ignore_eos": True} for p in PROMPTS * 2]
+    threads = [threading.Thread(target=client.post, args=("/v1/completions",), kwargs={"json": b}) for b in long]
     for t in threads:
         t.start()
     wait_for(lambda: service.scheduler.load == (2, 4), 30, "two running and four waiting")
