@@ -10,6 +10,8 @@ one. Before a stage overwrites the head, the published head is kept in ``state_d
 
 from __future__ import annotations
 
+import copy
+import gc
 import hashlib
 import json
 import pickle
@@ -233,9 +235,13 @@ def build_head(cfg: HeadBuildConfig) -> dict:
         head, vocab_ids, optimizer, stages, sha = prior
         coverage = kept_coverage(every, vocab_ids, vocab)  # this stage's answers under the kept vocabulary
     log(f"draft vocabulary: {len(vocab_ids)} tokens; coverage of this stage's answers {coverage['coverage']}")
-    trainer = Trainer(
-        head, target.get_input_embeddings(), target.get_output_embeddings().weight[vocab_ids].float(), cfg
-    )
+    # training needs the target's embedding and its output rows of the draft vocabulary only: the rest of the target
+    # (14 GB for a 1.5B model in fp32, packed) is let go, so the machine can measure beside a paused build
+    embed = copy.deepcopy(target.get_input_embeddings()).requires_grad_(False)
+    out_rows = target.get_output_embeddings().weight[vocab_ids].float().clone()
+    del target
+    gc.collect()
+    trainer = Trainer(head, embed, out_rows, cfg)
     held = {name: [clip_prompt(s, cfg.train_prompt_tokens) for s in ss] for name, ss in held.items()}
     before = {name: evaluate(trainer, ss) for name, ss in held.items()}
     t0 = time.perf_counter()
