@@ -25,6 +25,9 @@ EXAMPLES = {
     "serve": "python -m engine serve --target smollm2 --draft smollm2-eagle3 --drafter eagle3 --max-batch 16\n"
     "  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' "
     '-d \'{"prompt": "def add(a, b):", "max_tokens": 32}\'',
+    "fleet": "python -m engine fleet start --replicas 2 --router cache_aware --target smollm2 --draft none "
+    "--drafter ngram\n  python -m engine engines load --url http://127.0.0.1:8100 --limit 16\n"
+    "  python -m engine fleet stop --port 8100",
     "tag": "python -m engine tag 12 baseline",
     "untag": "python -m engine untag 12 baseline",
     "note": "python -m engine note 12 --text 'quiet machine, second sitting'",

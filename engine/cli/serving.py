@@ -13,12 +13,36 @@ import time
 from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
 from engine.config import add_options, from_args
 from engine.errors import PhoenixError
+from engine.serve import fleet
 from engine.serve.config import ServeConfig, check_serve
+from engine.serve.fleet import FleetConfig
 
 MOVED = {"sweep", "watch", "engines"}  # `serve <these>` was the serving-engine client before Phoenix served
 
 
+def cmd_fleet_start(args) -> int:
+    cfg = from_args(FleetConfig, args)
+    record = fleet.start(cfg, say=lambda line: print(line, flush=True))
+    print(f"fleet: {cfg.replicas} replicas behind vllm-router ({cfg.router}) at {record['url']}")
+    print(f"stop it with `python -m engine fleet stop --port {cfg.port}`")
+    return 0
+
+
+def cmd_fleet_stop(args) -> int:
+    stopped = fleet.stop(args.port)
+    print(f"stopped: {', '.join(stopped) if stopped else 'nothing was still running'}")
+    return 0
+
+
 def add_commands(sub) -> None:
+    f = sub.add_parser("fleet", help="Phoenix's servers as replicas behind vllm-router: start and stop them")
+    fsub = f.add_subparsers(dest="fleet_command", required=True)
+    fs = fsub.add_parser("start", help="start N replicas and vllm-router in front of them, on 127.0.0.1")
+    add_options(fs, FleetConfig)
+    fs.set_defaults(func=cmd_fleet_start)
+    ft = fsub.add_parser("stop", help="stop exactly what `fleet start` on that port started")
+    ft.add_argument("--port", type=int, default=FleetConfig.port, help="the router's port (default 8100)")
+    ft.set_defaults(func=cmd_fleet_stop)
     p = sub.add_parser(
         "serve",
         help="Phoenix's OpenAI-compatible server: continuous batching, one forward verifies every request's drafts, "

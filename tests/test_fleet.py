@@ -1,0 +1,76 @@
+"""`fleet start|stop`: two of Phoenix's servers behind a real vllm-router, each recording its own live run in the one
+database, speaking the model-server protocol a router reads; `stop` stops exactly what `start` started."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import free_port
+
+from engine.errors import PhoenixError
+from engine.serve import fleet
+
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.skipif(
+        not (Path(sys.executable).parent / "vllm-router").is_file()
+        and not shutil.which("vllm-router")
+        and not os.environ.get("PHOENIX_REQUIRE_ROUTER"),
+        reason="vllm-router is not installed (pip install -r requirements-engines.txt)",
+    ),
+]
+
+
+def post(url: str, prompt: str) -> dict:
+    body = json.dumps({"prompt": prompt, "max_tokens": 6}).encode()
+    req = urllib.request.Request(f"{url}/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def test_two_replicas_behind_a_real_router_record_their_own_runs_and_stop_is_exact(tmp_path):
+    from db.migrate import ensure_schema
+    from db.store import Store
+
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    ensure_schema(db)
+    port = free_port()
+    cfg = fleet.FleetConfig(replicas=2, router="round_robin", port=port, db=db, max_batch=2, name="ci")
+    record = fleet.start(cfg, tmp_path, say=lambda _: None)
+    try:
+        assert [p["name"] for p in record["processes"]] == ["replica 0", "replica 1", "vllm-router"]
+        answers = [post(record["url"], f"def f{i}(x):\n") for i in range(4)]
+        assert all(a["choices"][0]["text"] is not None for a in answers)
+        for i in range(2):  # each replica speaks the protocol under the names a router reads
+            with urllib.request.urlopen(f"http://127.0.0.1:{port + 1 + i}/metrics", timeout=10) as r:
+                body = r.read().decode()
+            assert "vllm:num_requests_waiting" in body and "vllm:kv_cache_usage_perc" in body
+            assert 'vllm:cache_config_info{block_size="16"' in body
+        with pytest.raises(PhoenixError, match="already running"):
+            fleet.start(cfg, tmp_path, say=lambda _: None)
+    finally:
+        stopped = fleet.stop(port, tmp_path)
+    assert sorted(stopped) == ["replica 0", "replica 1", "vllm-router"]
+    store = Store(db)
+    runs = {r.name: r for r in store.list_runs()}
+    assert set(runs) == {"ci replica 0", "ci replica 1"} and all(r.status == "done" for r in runs.values())
+    assert sorted(store.count_requests(r.id) for r in runs.values()) == [2, 2]  # round robin: two each
+    with pytest.raises(PhoenixError, match=f"no fleet was started on port {port}"):
+        fleet.stop(port, tmp_path)
+
+
+def test_bad_fleet_settings_are_one_line_before_anything_starts(tmp_path):
+    for settings, says in (
+        ({"replicas": 0}, "--replicas must be in 1..16"),
+        ({"port": 65535}, "--port must leave room"),
+        ({"router": "kv_aware"}, "--router must be cache_aware, power_of_two or round_robin"),
+    ):
+        with pytest.raises(PhoenixError, match=says):
+            fleet.start(fleet.FleetConfig(**settings), tmp_path, say=lambda _: None)
+    assert not list(tmp_path.glob("fleet-*"))
