@@ -12,6 +12,7 @@ from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.analysis.oracle import ORACLE_NOTE, oracle_lines
 from engine.analysis.pass_cost import PASS_COST
+from engine.analysis.regressions import REGRESSION, SUSPICIOUS, VERDICTS, series_of, series_verdicts
 from engine.bench import fast
 from engine.bench.config import BenchConfig, validate
 from engine.bench.leaderboard import markdown as leaderboard_markdown
@@ -111,9 +112,11 @@ def cmd_runs(args) -> int:
     for r in open_store(args.db).list_runs():
         if (r.archived and not args.archived) or (args.tag and args.tag not in r.tags):
             continue
+        # a served run has no total: "16 req", not "16/0"; no draft is "none", not None
+        done = f"{r.progress_done}/{r.progress_total}" if r.progress_total else f"{r.progress_done} req"
         print(
-            f"{r.id:>5}  {r.status:<12} {r.progress_done:>5}/{r.progress_total:<5} {r.created_at:%Y-%m-%d %H:%M}  "
-            f"{r.name}  [{r.target} / {r.draft}]"
+            f"{r.id:>5}  {r.status:<12} {done:>11} {r.created_at:%Y-%m-%d %H:%M}  "
+            f"{r.name}  [{r.target} / {r.draft or 'none'}]"
             + (f"  #{' #'.join(r.tags)}" if r.tags else "")
             + ("  (archived)" if r.archived else "")
         )
@@ -250,7 +253,30 @@ def cmd_db_upgrade(args) -> int:
     return 0
 
 
+def cmd_regressions(args) -> int:
+    store = open_store(args.db)
+    series = series_of(store.list_runs(limit=100_000), lambda run_id: summaries(store, run_id))
+    verdicts = series_verdicts(series)
+    counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in VERDICTS}
+    print(", ".join(f"{n} {v}" for v, n in counts.items()) + f" over {len(series)} series (the PyTorch HUD's rule)")
+    for v in verdicts:
+        if v.verdict in (REGRESSION, SUSPICIOUS):
+            target, engine, setting, prompts, cpu = v.key
+            ratios = ", ".join(f"{r:.2f}x" for r in v.ratios)
+            runs = ", ".join(f"#{i}" for i in v.run_ids[-2:])
+            print(f"{v.verdict:<12} {v.figure:<17} {target} {engine} {setting} ({prompts}; {cpu}): {ratios} of the "
+                  f"baseline {v.baseline:.4g}, runs {runs}")  # fmt: skip
+    return 1 if args.exit_code and counts[REGRESSION] else 0
+
+
 def add_commands(sub) -> None:
+    g = sub.add_parser(
+        "regressions",
+        help="every series of runs (model, engine, setting, prompts, CPU) judged by the PyTorch HUD's rule",
+    )
+    add_db(g)
+    g.add_argument("--exit-code", action="store_true", help="exit 1 when a series regressed (for CI)")
+    g.set_defaults(func=cmd_regressions)
     b = sub.add_parser("bench", help="run modes through the same prompts and record every request")
     add_bench_options(b)
     b.set_defaults(func=cmd_bench)
