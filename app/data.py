@@ -18,6 +18,7 @@ from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
 from engine.analysis.prefix import summary as prefix_summary
+from engine.analysis.regressions import series_of, series_verdicts
 from engine.analysis.stats import cross_run_drift
 from engine.bench import report
 from engine.bench.config import stored
@@ -324,3 +325,30 @@ def workers(url: str) -> list[str]:
     live heartbeat (a worker on another machine shows only while it runs something)."""
     here = [f"{socket.gethostname()}:{pid}" for pid in live_workers(url)]
     return sorted(set(here) | set(queue_state(url, 0).running_workers))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def regression_verdicts(url: str) -> pd.DataFrame:
+    """Every series of this database's runs judged by the PyTorch HUD's rule (engine.analysis.regressions), the
+    worst first: one row per series and figure."""
+    store = _store(url)
+    series = series_of(store.list_runs(limit=100_000), lambda run_id: report.summaries(store, run_id))
+    rows = []
+    for v in series_verdicts(series):
+        target, engine, setting, prompts, cpu = v.key
+        rows.append(
+            {
+                "verdict": v.verdict,
+                "figure": v.figure,
+                "model": target,
+                "engine": engine,
+                "setting": setting,
+                "prompts": prompts,
+                "CPU": cpu,
+                "newest / baseline": ", ".join(f"{r:.2f}x" for r in v.ratios),
+                "baseline": v.baseline,
+                "points": len(v.points),
+                "runs": ", ".join(f"#{i}" for i in v.run_ids),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -22,6 +22,7 @@ page = st.navigation(
         st.Page("views/compare.py", title="Compare", url_path="compare"),
         st.Page("views/policies.py", title="Policies", url_path="policies"),
         st.Page("views/requests.py", title="Requests", url_path="requests"),
+        st.Page("views/regressions.py", title="Regressions", url_path="regressions"),
         st.Page("views/new_run.py", title="New run", url_path="new"),
     ]
 )

@@ -18,7 +18,7 @@ from engine.catalog import SMOLLM2_EAGLE3
 
 pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
 
-PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run"]
+PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run", "regressions"]
 
 
 def fields(spec) -> set[str]:
@@ -42,6 +42,7 @@ TITLES = {
     "policies": "Policies",
     "requests": "Requests",
     "new_run": "New run",
+    "regressions": "Regressions",
 }
 
 
@@ -67,6 +68,7 @@ def test_every_page_renders_run_1_of_a_recorded_database_with_its_data(app_db, p
         "policies": lambda: set(tables[0]["mode"]) == {"target", "model_4", "bandit"},
         "requests": lambda: len(tables) > 0 and len(tables[0]) > 0,
         "new_run": lambda: any(b.label == "Queue run" for b in at.button),
+        "regressions": lambda: len(tables) == 1 and {"verdict", "figure", "runs"} <= set(tables[0].columns),
     }[page]
     assert shown(), page
 

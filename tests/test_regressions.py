@@ -61,3 +61,13 @@ def test_the_committed_runs_are_judged_and_none_regressed(capsys):
     code, out, _ = run_cli(capsys, "regressions", "--db", f"sqlite:///{RESULTS_DB}", "--exit-code")
     assert code == 0, out
     assert "over" in out and "series (the PyTorch HUD's rule)" in out and "0 regression" in out
+
+
+@pytest.mark.pages
+def test_the_regressions_page_shows_each_verdict_with_its_series(app_db):
+    from apptest import open_page
+
+    at = open_page("regressions")
+    assert not at.exception
+    assert {m.label for m in at.metric} == {REGRESSION, SUSPICIOUS, NO_REGRESSION, INSUFFICIENT}
+    assert any("PyTorch HUD" in c.value for c in at.caption)
