@@ -310,6 +310,8 @@ def gguf_of(name: str) -> Path:
         if not path.is_file():
             raise PhoenixError(f"{name}: no such GGUF file")
         return path
+    if name in SOURCES:  # a fetched model drafts as the GGUF it came from (the 0.5B for the 1.5B)
+        return named_gguf(name)
     path = source_dir(name)
     out = DATA_DIR / "gguf" / f"{Path(name).name}-{source_hash(path)[:12]}.gguf"
     return out if out.is_file() else Path(export(name, ExportConfig(out=str(out)))["path"])
