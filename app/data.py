@@ -17,6 +17,7 @@ from db.entities import RunFilter
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
+from engine.analysis import sweeps as sweep_analysis
 from engine.analysis.prefix import summary as prefix_summary
 from engine.analysis.regressions import series_of, series_verdicts
 from engine.analysis.stats import cross_run_drift
@@ -352,3 +353,22 @@ def regression_verdicts(url: str) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def sweep_points(url: str) -> pd.DataFrame:
+    """Every load sweep's points (engine.analysis.sweeps): one row per sweep, level and setting."""
+    return sweep_analysis.points(sweep_analysis.sweeps(_store(url).list_runs(limit=100_000)))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def sweep_labels(url: str) -> dict[int, tuple[str, str]]:
+    """Each sweep by its first run's id (what a link names it by): (its key in the points, its label), newest
+    first."""
+    found = sweep_analysis.sweeps(_store(url).list_runs(limit=100_000))
+    ordered = sorted(found.items(), key=lambda kv: -kv[1][0].id)
+    return {runs[0].id: (key, sweep_analysis.label(runs)) for key, runs in ordered}
+
+
+def runs_by_id(url: str, ids: tuple[int, ...]) -> dict:
+    return {i: run(url, i) for i in ids}

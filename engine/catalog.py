@@ -86,6 +86,13 @@ NAMED = {
         120,
     ),
 }
+# the GGUF each fetchable model is assembled into (engine.decode.sources), so a llama.cpp run that served the file
+# is shown as the model it is, beside the same model served by Phoenix or vLLM
+GGUF_FILES = {
+    SMOLLM2: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    QWEN15: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    QWEN05: "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
+}
 ADDED = MODELS_DIR / "added.json"  # names a user gave their own models (zoo add)
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
@@ -123,6 +130,20 @@ def register(name: str, path: Path, what: str, registry: Path | None = None) -> 
     tmp = file.with_suffix(".tmp")
     tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(file)
+
+
+def model_name(served: str) -> str:
+    """The model a run served, as people name it: a fetched model's GGUF or folder by its name, another path by its
+    last part (never this machine's absolute path)."""
+    local = Path(served).expanduser().exists() or (MODELS_DIR.parent / served).exists()
+    if served.count("/") == 1 and not served.startswith((".", "/", "~")) and not local:
+        return served  # a Hugging Face id, whole
+    tail = served.rstrip("/").rsplit("/", 1)[-1]
+    by_file = {f: n for n, f in GGUF_FILES.items()}
+    if tail in by_file:
+        return by_file[tail]
+    by_folder = {m.path.name: n for n, m in NAMED.items() if n != EMBEDDED}
+    return by_folder.get(tail, tail) if "/" in served else served
 
 
 def lookup(name: str) -> Named | None:

@@ -18,7 +18,7 @@ from engine.catalog import SMOLLM2_EAGLE3
 
 pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
 
-PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run", "regressions"]
+PAGES = ["runs", "run", "breakeven", "compare", "policies", "requests", "new_run", "regressions", "sweeps"]
 
 
 def fields(spec) -> set[str]:
@@ -43,6 +43,7 @@ TITLES = {
     "requests": "Requests",
     "new_run": "New run",
     "regressions": "Regressions",
+    "sweeps": "Sweeps",
 }
 
 
@@ -69,6 +70,7 @@ def test_every_page_renders_run_1_of_a_recorded_database_with_its_data(app_db, p
         "requests": lambda: len(tables) > 0 and len(tables[0]) > 0,
         "new_run": lambda: any(b.label == "Queue run" for b in at.button),
         "regressions": lambda: len(tables) == 1 and {"verdict", "figure", "runs"} <= set(tables[0].columns),
+        "sweeps": lambda: any("No runs yet" in i.value for i in at.info),  # build_db holds lab runs, no load sweep
     }[page]
     assert shown(), page
 

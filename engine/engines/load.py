@@ -24,9 +24,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from db.entities import RequestRecord
 from db.store import Store
@@ -242,8 +244,11 @@ def level(
     cfg: LoadConfig, model: str, prompts: list[Prompt], lv: Level, order: list[str], urls: dict[str, str], on_block
 ):
     """Every variant at one level, block by block, the order rotating; ``on_block`` gets each block's (prompt,
-    result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time."""
+    result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time, and per
+    variant each block's (wall seconds, output tokens): paired blocks, every variant's on the same prompts, give a
+    ratio between two settings its interval (engine.analysis.sweeps)."""
     walls = dict.fromkeys(order, 0.0)
+    per_block: dict[str, list[list[float]]] = {v: [] for v in order}
     abort = threading.Event()
     size = max(cfg.block, lv.c) if lv.rate is None else (cfg.block or len(prompts))
     for b, block in enumerate(blocks_of(prompts, size)):
@@ -257,8 +262,17 @@ def level(
                 on_block({**got, variant: cut.answered[""]})
                 raise KeyboardInterrupt from None
             walls[variant] += wall
+            per_block[variant].append([round(wall, 4), sum(_out_tokens(r) for _, r in got[variant])])
         on_block(got)
-    return walls
+    return walls, per_block
+
+
+def _out_tokens(r: dict) -> int:
+    """An answer's output tokens as the server counted them (0 for a failed one)."""
+    if r.get("error") is not None:
+        return 0
+    n = r.get("output_tokens", (r.get("usage") or {}).get("completion_tokens", 0))
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
 
 
 def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> list[int]:
@@ -275,6 +289,8 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
             names, urls = _canonical(names, cfg.url, cfg.timeout_s)
         extra: dict = {"servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)]}
         extra = {k: v for k, v in extra.items() if v}
+        # the levels of one invocation are one sweep: the Sweeps page draws them as one picture
+        extra["sweep"] = {"id": f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}", "engine": cfg.engine}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
             extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
         return [
@@ -340,12 +356,12 @@ def _level_run(
         written.extend(records)
 
     with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted, answered blocks kept; error: failed
-        walls = level(cfg, model, prompts, lv, order, urls, keep)
+        walls, per_block = level(cfg, model, prompts, lv, order, urls, keep)
     slos = slos_of(cfg.goodput)
     per_variant = {
         v: figures([r for r in written if r.mode.startswith(f"{cfg.engine}-{v}_")], walls[v], slos) for v in names
     }
-    store.merge_config(run.id, {"wall_s": walls, "figures": per_variant})
+    store.merge_config(run.id, {"wall_s": walls, "figures": per_variant, "blocks": per_block})
     failed = sum(r.error is not None for r in written)
     first_error = next((r.error for r in written if r.error is not None), None)
     store.set_status(run.id, "failed" if failed == len(written) else "done", first_error)

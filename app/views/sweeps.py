@@ -1,0 +1,95 @@
+"""Sweeps: a load sweep as one picture. Which engine and speculation setting is fastest at my load, within my
+latency target, on this CPU: throughput against load, latency against throughput with the frontier, the best
+setting at each load (by how much, with the interval from paired blocks), and where each setting stops meeting
+the SLO typed here. Several sweeps (an engine each) draw together; two models or two CPUs never share a chart."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import data, sweep_charts, urlstate, widgets
+from app.charts import show
+from engine.analysis.sweeps import best_at_each_load, best_within, frontier, slo_table
+
+
+def chosen_sweeps(options: dict[int, tuple[str, str]]) -> list[int]:
+    """The sweeps in the link (by their first runs' ids), else the newest one."""
+    asked = [urlstate.whole(i) for i in urlstate.qp("sweeps").split(",")]
+    return [i for i in asked if i in options] or list(options)[:1]
+
+
+def slos() -> dict[str, float]:
+    c1, c2, c3 = st.columns(3)
+    out = {}
+    for col, key, label in (
+        (c1, "ttft_p95", "TTFT p95 within (ms, 0: no target)"),
+        (c2, "ttft_p50", "TTFT p50 within (ms)"),
+        (c3, "tpot_p50", "TPOT p50 within (ms)"),
+    ):
+        default = urlstate.whole(urlstate.qp(key, "0"), 0, 10**7) or 0
+        value = col.number_input(label, min_value=0, max_value=10**7, value=default, step=50, key=f"slo_{key}")
+        urlstate.set_qp(**{key: int(value) or None})
+        if value:
+            out[key] = float(value)
+    return out
+
+
+def render() -> None:
+    url = data.db_url()
+    st.title("Sweeps")
+    options = data.sweep_labels(url)
+    if not options:
+        st.info("No runs yet: a sweep is one `python -m engine engines load` (or side-by-side) invocation.")
+        st.code("python -m engine engines load --url http://127.0.0.1:8000 --concurrency 1,2,4,8", language="bash")
+        return
+    picked = st.multiselect(
+        "Sweeps (one per engine, say)",
+        list(options),
+        default=chosen_sweeps(options),
+        format_func=lambda i: options[i][1],
+        key="sweeps",
+    )
+    urlstate.set_qp(sweeps=",".join(str(i) for i in picked))
+    if not picked:
+        st.caption("Pick one sweep or more.")
+        return
+    frame = data.sweep_points(url)
+    frame = frame[frame["sweep"].isin([options[i][0] for i in picked])]
+    runs_by_id = data.runs_by_id(url, tuple(sorted(frame["run_id"].unique().tolist())))
+    target = slos()
+    latency = st.radio(
+        "Latency axis", list(sweep_charts.LATENCIES), format_func=sweep_charts.LATENCIES.get, horizontal=True,
+        key="sweep_latency",
+    )  # fmt: skip
+    for (model, cpu, kind), g in frame.groupby(["model", "cpu", "load_kind"], sort=True):
+        st.subheader(f"{model} · {cpu} · by {kind}")
+        show(sweep_charts.throughput_chart(g, cpu))
+        show(sweep_charts.latency_chart(g, frontier(g, latency), latency, cpu))
+        if g["goodput_req_s"].notna().any():
+            show(sweep_charts.goodput_chart(g, cpu))
+        st.caption(f"n = {int(g['n'].sum())} answered requests over {g['run_id'].nunique()} levels; click a point to "
+                   "open its level's run.")  # fmt: skip
+    st.subheader("The best setting at each load")
+    best = best_at_each_load(frame, runs_by_id)
+    st.dataframe(best, hide_index=True, width="stretch", column_config=_formats())
+    if target:
+        said = ", ".join(f"{k.replace('_', ' ').upper()} <= {v:g} ms" for k, v in target.items())
+        st.subheader(f"Within the SLO: {said}")
+        st.dataframe(best_within(frame, target), hide_index=True, width="stretch", column_config=_formats())
+        st.dataframe(slo_table(frame, target), hide_index=True, width="stretch", column_config=_formats())
+    widgets.csv_download(frame, "sweep-points", key="dl_sweep")
+    urlstate.show_share_link("sweeps")
+
+
+def _formats() -> dict:
+    number = st.column_config.NumberColumn
+    return {
+        "tok/s": number(format="%.1f"),
+        "x runner-up": number(format="%.2fx"),
+        "tok/s there": number(format="%.1f"),
+        "TTFT p95 (ms)": number(format="%.0f"),
+        "TPOT p50 (ms)": number(format="%.1f"),
+    }
+
+
+render()

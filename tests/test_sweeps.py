@@ -1,0 +1,118 @@
+"""A load sweep as one picture (engine.analysis.sweeps, the Sweeps page): levels grouped by invocation, the frontier,
+the best setting at each load with its paired-block interval, and the best within a typed SLO."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from engine.analysis import sweeps as S
+
+
+def level_run(
+    run_id: int, name: str, level: int, figures: dict, sweep: str | None = None, blocks=None, engine="phoenix"
+):
+    config = {
+        "load": {"engine": engine, "prompts": "humaneval-test", "limit": 8, "concurrency": "1,2,4"},
+        "level": level,
+        "request_rate": None,
+        "figures": figures,
+        "environment": {"cpu": "AMD EPYC (family 25, model 1)"},
+    }
+    if sweep:
+        config["sweep"] = {"id": sweep, "engine": engine}
+    if blocks:
+        config["blocks"] = blocks
+    return SimpleNamespace(
+        id=run_id, name=f"{name} c={level}", config=config, target="smollm2", created_at=datetime(2026, 12, 3)
+    )
+
+
+def fig(tps: float, ttft_ms: float, tpot_ms: float = 20.0, goodput: float | None = None) -> dict:
+    return {"answered": 8, "output_throughput": tps, "ttft_ms_p50": ttft_ms / 2, "ttft_ms_p95": ttft_ms,
+            "tpot_ms_p50": tpot_ms, "goodput": goodput}  # fmt: skip
+
+
+def test_levels_group_by_their_stored_sweep_or_by_invocation_for_older_runs():
+    runs = [
+        level_run(1, "old", 1, {"none": fig(30, 100)}),
+        level_run(2, "old", 2, {"none": fig(50, 150)}),
+        level_run(5, "old", 1, {"none": fig(31, 90)}),  # the same command again, later: a sweep of its own
+        level_run(6, "new", 1, {"none": fig(30, 100)}, sweep="s1"),
+        level_run(7, "new", 2, {"none": fig(55, 140)}, sweep="s1"),
+    ]
+    found = S.sweeps(runs)
+    assert sorted(sorted(r.id for r in rs) for rs in found.values()) == [[1, 2], [5], [6, 7]]
+    assert found["s1"][0].id == 6 and S.label(found["s1"]).startswith("#6-#7 new (phoenix, smollm2)")
+
+
+def test_the_frontier_keeps_only_points_nothing_beats_on_both_throughput_and_latency():
+    frame = pd.DataFrame(
+        {"throughput_tok_s": [10, 20, 30, 25, 40], "ttft_p95_s": [0.1, 0.2, 0.5, 0.6, 0.9], "setting": list("abcde")}
+    )
+    assert S.frontier(frame)["setting"].tolist() == ["a", "b", "c", "e"]  # d: c is faster and quicker
+
+
+def test_the_best_setting_at_each_load_says_by_how_much_with_the_interval_of_paired_blocks():
+    blocks = {
+        "none": [[1.0, 100], [1.0, 110], [1.0, 95], [1.0, 105]],
+        "k3": [[1.0, 150], [1.0, 160], [1.0, 140], [1.0, 150]],
+    }
+    runs = [
+        level_run(1, "s", 1, {"none": fig(100, 100), "k3": fig(150, 90)}, sweep="x", blocks=blocks),
+        level_run(2, "s", 2, {"none": fig(180, 200), "k3": fig(170, 210)}, sweep="x"),
+    ]
+    frame = S.points(S.sweeps(runs))
+    best = S.best_at_each_load(frame, {r.id: r for r in runs})
+    assert best["best"].tolist() == ["phoenix k3 (#1)", "phoenix none (#1)"]
+    assert best["x runner-up"].round(2).tolist() == [1.5, round(180 / 170, 2)]
+    low, high = (float(x.rstrip("x")) for x in best["interval (paired blocks)"].iloc[0].split("-"))
+    assert 1.3 < low <= 1.5 <= high < 1.7  # the four blocks' ratios: 1.50, 1.45, 1.47, 1.43
+    assert best["interval (paired blocks)"].iloc[1] == "blocks not kept by this run"
+
+
+def test_the_best_within_an_slo_and_where_each_setting_stops_meeting_it():
+    runs = [
+        level_run(1, "s", 1, {"none": fig(30, 100), "k3": fig(50, 120)}, sweep="x"),
+        level_run(2, "s", 4, {"none": fig(100, 300), "k3": fig(120, 650)}, sweep="x"),
+        level_run(3, "s", 8, {"none": fig(160, 450), "k3": fig(150, 900)}, sweep="x"),
+    ]
+    frame = S.points(S.sweeps(runs))
+    within = S.best_within(frame, {"ttft_p95": 500})
+    assert within["best within the SLO"].tolist() == ["phoenix k3 (#1)", "phoenix none (#1)", "phoenix none (#1)"]
+    assert within["settings meeting it"].tolist() == ["2 of 2", "1 of 2", "1 of 2"]
+    table = S.slo_table(frame, {"ttft_p95": 500}).set_index("setting")
+    assert (
+        table.loc["phoenix k3 (#1)", "meets up to"] == "1" and table.loc["phoenix k3 (#1)", "stops meeting at"] == "4"
+    )
+    assert table.loc["phoenix none (#1)", "meets up to"] == "8" and pd.isna(
+        table.loc["phoenix none (#1)", "stops meeting at"]
+    )
+
+
+@pytest.mark.pages
+def test_the_sweeps_page_answers_the_best_setting_at_a_load_within_an_slo_on_the_committed_runs(monkeypatch):
+    from apptest import open_page
+
+    from engine.paths import RESULTS_DB
+
+    monkeypatch.setenv("PHOENIX_DB", f"sqlite:///{RESULTS_DB}")
+    at = open_page("sweeps", sweeps="161,138,143", ttft_p95="500")
+    assert not at.exception
+    assert any(s.value.startswith("smollm2 · ") for s in at.subheader)
+    within = at.dataframe[1].value
+    row = within[within["load"] == "concurrency 8"].iloc[0]
+    assert row["best within the SLO"] == "phoenix none (#161)" and round(row["tok/s"], 1) == 167.3
+    charts = [c for c in at.get("vega_lite_chart")]
+    assert len(charts) >= 2  # throughput against load, latency against throughput
+
+
+@pytest.mark.pages
+def test_the_sweeps_page_on_a_database_without_load_runs_says_what_makes_one(app_db):
+    from apptest import open_page
+
+    at = open_page("sweeps")
+    assert any("No runs yet" in i.value for i in at.info)
