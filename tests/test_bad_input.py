@@ -68,7 +68,7 @@ CASES = [  # (argv, pattern of the one line)
     ("worker --db {ok} --poll -1", "--poll must be a finite number"),
     ("worker --db {ok} --max-idle inf", "--max-idle must be a finite number"),
     ("show abc", "run ids are whole numbers"),
-    ("bench --no-such-flag", r"unrecognized arguments: --no-such-flag; see `python -m engine --help`"),
+    ("bench --no-such-flag", r"unrecognized arguments: --no-such-flag; see `python -m engine bench --help`"),
     ("generate --k four", "--k expects a number, got 'four'"),
     ("bench --db {dir}/p.db --suffix-min-prob 2", r"--suffix-min-prob must be in 0\.\.1"),
     (

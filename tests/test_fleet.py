@@ -14,7 +14,7 @@ import pytest
 from helpers import free_port
 
 from engine.errors import PhoenixError
-from engine.serve import fleet
+from engine.engines import replicas as fleet
 
 pytestmark = [
     pytest.mark.services,

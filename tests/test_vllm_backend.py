@@ -59,8 +59,8 @@ def test_a_level_cut_short_by_a_dying_server_keeps_the_requests_it_answered(stor
     second level never gets its counters, and its 2 answers (and the failures after them) are rows all the same."""
     server.dies_after = 6
     cfg = SweepConfig(
-        url=server.url, model=server.model, prompts=prompt_file, limit=4, max_new_tokens=16, concurrency="1,1"
-    )
+        url=server.url, model=server.model, prompts=prompt_file, limit=4, max_new_tokens=16, concurrency="1,2"
+    )  # (a level named twice, "1,1", is refused now: it ran the level twice as two levels of one sweep)
     with pytest.raises(PhoenixError):
         sweep(store, cfg)
     (run,) = store.list_runs()
@@ -68,7 +68,7 @@ def test_a_level_cut_short_by_a_dying_server_keeps_the_requests_it_answered(stor
     second = [r for r in rows if r.seq >= 4]
     assert len(rows) == 8 and run.status == "failed" and run.progress_done == 8
     assert sum(r.error is None for r in second) == 2 and all(r.output_tokens == 16 for r in second if not r.error)
-    assert run.config["cut_level"] == {"concurrency": 1, "recorded": 4, "of": 4}
+    assert run.config["cut_level"] == {"concurrency": 2, "recorded": 4, "of": 4}
     assert {r.k for r in second} == {len(run.config["vllm_levels"][0]["per_position"])}
 
 

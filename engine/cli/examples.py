@@ -28,6 +28,7 @@ EXAMPLES = {
     "fleet": "python -m engine fleet start --replicas 2 --router cache_aware --target smollm2 --draft none "
     "--drafter ngram\n  python -m engine engines load --url http://127.0.0.1:8100 --limit 16\n"
     "  python -m engine fleet stop --port 8100",
+    "regressions": "python -m engine regressions --db sqlite:///benchmarks/results.db --exit-code",
     "tag": "python -m engine tag 12 baseline",
     "untag": "python -m engine untag 12 baseline",
     "note": "python -m engine note 12 --text 'quiet machine, second sitting'",

@@ -13,9 +13,9 @@ import time
 from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
 from engine.config import add_options, from_args
 from engine.errors import PhoenixError
-from engine.serve import fleet
+from engine.engines import replicas as fleet
 from engine.serve.config import ServeConfig, check_serve
-from engine.serve.fleet import FleetConfig
+from engine.engines.replicas import FleetConfig
 
 MOVED = {"sweep", "watch", "engines"}  # `serve <these>` was the serving-engine client before Phoenix served
 
