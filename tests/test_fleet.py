@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import free_port
 
-from engine.errors import PhoenixError
 from engine.engines import replicas as fleet
+from engine.errors import PhoenixError
 
 pytestmark = [
     pytest.mark.services,

@@ -26,7 +26,7 @@ EXAMPLES = {
     "  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' "
     '-d \'{"prompt": "def add(a, b):", "max_tokens": 32}\'',
     "fleet": "python -m engine fleet start --replicas 2 --router cache_aware --target smollm2 --draft none "
-    "--drafter ngram\n  python -m engine engines load --url http://127.0.0.1:8100 --limit 16\n"
+    "--drafter ngram\n  # measured as a user's client would: engines load --url http://127.0.0.1:8100\n"
     "  python -m engine fleet stop --port 8100",
     "regressions": "python -m engine regressions --db sqlite:///benchmarks/results.db --exit-code",
     "tag": "python -m engine tag 12 baseline",

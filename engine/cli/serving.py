@@ -12,10 +12,10 @@ import time
 
 from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
 from engine.config import add_options, from_args
-from engine.errors import PhoenixError
 from engine.engines import replicas as fleet
-from engine.serve.config import ServeConfig, check_serve
 from engine.engines.replicas import FleetConfig
+from engine.errors import PhoenixError
+from engine.serve.config import ServeConfig, check_serve
 
 MOVED = {"sweep", "watch", "engines"}  # `serve <these>` was the serving-engine client before Phoenix served
 
