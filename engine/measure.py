@@ -97,6 +97,12 @@ def tokens_per_pass(accepted: float, passes: float) -> float | None:
     return 1.0 + accepted / passes if passes else None
 
 
+def cpu_per_1k_tokens(cpu_s: float | None, output_tokens: int) -> float | None:
+    """The cost of output: CPU seconds (every thread of the process that served them) per 1,000 output tokens; None
+    where the CPU time is unknown or nothing was produced."""
+    return 1000.0 * cpu_s / output_tokens if cpu_s is not None and output_tokens > 0 else None
+
+
 def draft_share(draft_s: float, verify_s: float) -> float:
     """Drafting's share of the decode passes' time: draft / (draft + verify), prefills apart (0 where nothing ran)."""
     total = draft_s + verify_s

@@ -44,7 +44,8 @@ def test_at_concurrency_1_every_prompt_runs_through_every_variant_before_the_nex
     assert walls["none"] > 0 and walls["k3"] > 0
     # each block's wall and output tokens per variant, paired: what gives a ratio between settings its interval
     assert [len(per_block[v]) for v in ("none", "k3")] == [3, 3]
-    assert sum(w for w, _ in per_block["k3"]) == pytest.approx(walls["k3"], abs=1e-3)
+    assert sum(b[0] for b in per_block["k3"]) == pytest.approx(walls["k3"], abs=1e-3)
+    assert all(b[2] is None for b in per_block["k3"])  # no CPU reader given: no cost, never a made-up one
 
 
 def test_a_block_never_holds_fewer_prompts_than_the_level_runs_at_once(monkeypatch):

@@ -9,6 +9,7 @@ from engine.analysis.breakeven import diagnose, measured_speedups, verdict
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
+from engine.measure import cpu_per_1k_tokens
 from engine.modes import Mode, reference_mode
 from engine.paths import DATA_DIR
 from engine.queue.autostart import worker_pid
@@ -132,6 +133,7 @@ def body(url: str, run_id: int) -> None:
         st.info("No requests recorded yet.")
         return
     kpis(summaries)
+    cost_line(info, summaries)
     provenance.latency(url, info)
     serving.level(url, info)  # a load level: its variants side by side
     tracking.baseline_table(url, info, [m.mode for m in summaries])
@@ -293,6 +295,25 @@ def kpis(summaries) -> None:
             help="vLLM's: 1 + accepted / passes that drafted, the bonus token included",
         )
         st.caption(kpi_intervals(m, base))
+
+
+def cost_line(info, summaries) -> None:
+    """CPU seconds per 1,000 output tokens, per mode: what the run's own process spent on each (a lab run), or what
+    each server's process spent (a load level, where Phoenix could read it)."""
+    spent = info.config.get("cpu_s") or {}
+    figures = info.config.get("figures") or {}
+    parts = [
+        f"{m.mode} {value:.1f}"
+        for m in summaries
+        if (value := cpu_per_1k_tokens(spent.get(m.mode), m.output_tokens)) is not None
+    ]
+    parts += [
+        f"{variant} {f['cpu_s_per_1k_tokens']:.1f}"
+        for variant, f in figures.items()
+        if isinstance(f, dict) and f.get("cpu_s_per_1k_tokens") is not None
+    ]
+    if parts:
+        st.caption("Cost, CPU-seconds per 1,000 output tokens: " + ", ".join(parts))
 
 
 def cancel_notice(run_id: int, status: str | None) -> str:

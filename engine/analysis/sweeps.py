@@ -28,6 +28,7 @@ FIGURES = {
     "ttft_p95_s": ("ttft_ms_p95", 1e-3),
     "tpot_p50_s": ("tpot_ms_p50", 1e-3),
     "goodput_req_s": ("goodput", 1.0),
+    "cpu_s_per_1k_tokens": ("cpu_s_per_1k_tokens", 1.0),
 }
 
 
@@ -122,7 +123,8 @@ def block_ratio(runs_by_id: dict, run_id: int, best: str, other: str) -> tuple[f
     a, b = blocks.get(best), blocks.get(other)
     if not a or not b or len(a) != len(b) or len(a) < 2:
         return None
-    ratios = [(ta / wa) / (tb / wb) for (wa, ta), (wb, tb) in zip(a, b) if wa > 0 and wb > 0 and tb > 0 and ta > 0]
+    pairs = [(x[0], x[1], y[0], y[1]) for x, y in zip(a, b)]  # each block: [wall s, output tokens, cpu s]
+    ratios = [(ta / wa) / (tb / wb) for wa, ta, wb, tb in pairs if wa > 0 and wb > 0 and tb > 0 and ta > 0]
     interval = median_interval(ratios) if len(ratios) >= 2 else None
     if interval is None:
         return None

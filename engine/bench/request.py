@@ -7,6 +7,7 @@ request outside the decode loop.
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ class RunState:
     arm_labels: list[str] = field(default_factory=list)  # --drafter-arms: a policy's arm i is arm_labels[i]
     answers: dict[str, str] = field(default_factory=dict)  # target-only text by prompt id: a next turn's context
     prompts: dict[str, Prompt] = field(default_factory=dict)  # the run's prompts by id (a later turn finds its parent)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # per mode: the process's CPU seconds its measured requests
+    # took (time.process_time: every thread of this process, the decode's included), the cost per token
 
     def arm(self, decision_k: int, run_drafter: str) -> tuple[str, int, bool]:
         """(drafter, k, confident?) of a bandit's choice: its k with the run's drafter, or the drafter arm it
@@ -143,6 +146,7 @@ def run_one(
     span = nullcontext() if warmup else state.telemetry.request(mode, k, run_id, cfg.target, cfg.draft, trace_id)
     with span as txn:
         threshold = cfg.confidence_threshold if confident else 0.0
+        cpu_before = time.process_time()
         stats = state.decoder.run(
             ids,
             k,
@@ -153,11 +157,13 @@ def run_one(
             confidence=threshold,
             sampling=cfg.sampling(prompt.id),
         )
+        cpu = time.process_time() - cpu_before
         rec = make_record(run_id, state.seq, mode, k, prompt, stats, state.decoder.text(stats), warmup, trace_id)
         rec.drafter = drafter if (k > 0 or choose_k) else "none"
         state.seq += 1
         if warmup:
             return rec, stats
+        state.cpu_s[mode] = state.cpu_s.get(mode, 0.0) + cpu
         judge(state, cfg, rec, stats, prompt, ids, mode, decision, shadow_rng)
         state.telemetry.finish_request(txn, rec)
     if rec.bandit is not None:

@@ -196,6 +196,10 @@ def execute(
         bar.close()  # before any error line, so that line is the last one printed
         if status in ("done", "cancelled", "interrupted"):
             recorder.close()
+            stored = store.get_run(run_id)
+            spent = ((stored.config if stored else {}) or {}).get("cpu_s") or {}  # a resumed run adds to what it spent
+            total = {m: spent.get(m, 0.0) + state.cpu_s.get(m, 0.0) for m in {*spent, *state.cpu_s}}
+            store.merge_config(run_id, {"cpu_s": total})
             if cfg.compile:
                 store.merge_config(run_id, {"compile": finish(decoder.compile_stats, graphs_at_start)})
             store.set_status(run_id, status)

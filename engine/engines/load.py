@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from db.entities import RequestRecord
 from db.store import Store
 from engine.decode.decoder import identity
-from engine.engines import fleet
+from engine.engines import fleet, process
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
 from engine.engines.config import LoadConfig
@@ -44,6 +44,7 @@ from engine.engines.rows import row_of
 from engine.engines.vllm import VllmConfig
 from engine.engines.workload import as_sent, system_text
 from engine.errors import PhoenixError
+from engine.measure import cpu_per_1k_tokens
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.provenance import environment
@@ -241,14 +242,22 @@ def levels(cfg: LoadConfig, n_prompts: int) -> list[Level]:
 
 
 def level(
-    cfg: LoadConfig, model: str, prompts: list[Prompt], lv: Level, order: list[str], urls: dict[str, str], on_block
+    cfg: LoadConfig,
+    model: str,
+    prompts: list[Prompt],
+    lv: Level,
+    order: list[str],
+    urls: dict[str, str],
+    on_block,
+    cpu_of: dict[str, Callable[[], float | None]] | None = None,
 ):
     """Every variant at one level, block by block, the order rotating; ``on_block`` gets each block's (prompt,
     result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time, and per
-    variant each block's (wall seconds, output tokens): paired blocks, every variant's on the same prompts, give a
-    ratio between two settings its interval (engine.analysis.sweeps)."""
+    variant each block's (wall seconds, output tokens, the server's CPU seconds or None): paired blocks, every
+    variant's on the same prompts, give a ratio between two settings its interval (engine.analysis.sweeps); the CPU
+    seconds (``cpu_of[variant]`` read before and after: the server's process, where it can be read) give its cost."""
     walls = dict.fromkeys(order, 0.0)
-    per_block: dict[str, list[list[float]]] = {v: [] for v in order}
+    per_block: dict[str, list[list[float | None]]] = {v: [] for v in order}
     abort = threading.Event()
     size = max(cfg.block, lv.c) if lv.rate is None else (cfg.block or len(prompts))
     for b, block in enumerate(blocks_of(prompts, size)):
@@ -256,15 +265,50 @@ def level(
         got: dict[str, list] = {}
         for variant in turn:
             spec = None if cfg.spec_types else speculation(variant)
+            read = (cpu_of or {}).get(variant) or (lambda: None)
+            before = read()
             try:
                 wall, got[variant] = send_block(cfg, model, block, lv, urls[variant], spec, abort)
             except Cut as cut:
                 on_block({**got, variant: cut.answered[""]})
                 raise KeyboardInterrupt from None
             walls[variant] += wall
-            per_block[variant].append([round(wall, 4), sum(_out_tokens(r) for _, r in got[variant])])
+            after = read()
+            cpu = round(after - before, 3) if before is not None and after is not None else None
+            per_block[variant].append([round(wall, 4), sum(_out_tokens(r) for _, r in got[variant]), cpu])
         on_block(got)
     return walls, per_block
+
+
+def cpu_reader(url: str, pid: int | None, api_key: str | None) -> Callable[[], float | None]:
+    """The server's cumulative CPU seconds: its process session's (a server Phoenix started: vLLM's engine core
+    counted in), else what Phoenix's own server says on /health; None for a server that says nothing."""
+    if pid is not None:
+        return lambda: process.session_cpu_s(pid)
+
+    def from_health() -> float | None:
+        base = url.rstrip("/").removesuffix("/v1")
+        try:
+            req = urllib.request.Request(f"{base}/health")
+            if api_key:
+                req.add_header("Authorization", f"Bearer {api_key}")
+            with urllib.request.urlopen(req, timeout=5) as r:
+                value = json.loads(r.read(1 << 16)).get("cpu_s")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return from_health
+
+
+def cost(blocks: list[list]) -> dict:
+    """A variant's CPU cost at one level, from its blocks: the server's CPU seconds and per 1,000 output tokens
+    (None where the server's CPU time could not be read, or a block's was not)."""
+    cpu = [b[2] for b in blocks]
+    tokens = sum(b[1] for b in blocks)
+    if not blocks or any(c is None for c in cpu):
+        return {"cpu_s": None, "cpu_s_per_1k_tokens": None}
+    return {"cpu_s": sum(cpu), "cpu_s_per_1k_tokens": cpu_per_1k_tokens(sum(cpu), tokens)}
 
 
 def _out_tokens(r: dict) -> int:
@@ -284,6 +328,7 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
     plan = managed(cfg) if cfg.spec_types else []
     with fleet.running(plan) as started:
         urls = {v: s["url"] for v, s in zip(names, started)} if plan else dict.fromkeys(names, cfg.url)
+        pids = {v: s.get("pid") for v, s in zip(names, started)} if plan else {}
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s, cfg.api_key)
         if cfg.engine == "phoenix" and not plan:
             names, urls = _canonical(names, cfg.url, cfg.timeout_s)
@@ -291,10 +336,13 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
         extra = {k: v for k, v in extra.items() if v}
         # the levels of one invocation are one sweep: the Sweeps page draws them as one picture
         extra["sweep"] = {"id": f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}", "engine": cfg.engine}
+        cpu_of = {v: cpu_reader(urls[v], pids.get(v), cfg.api_key) for v in names}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
             extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
         return [
-            _level_run(store, cfg, model, prompts, lv, names, names if i % 2 == 0 else names[::-1], urls, extra, say)
+            _level_run(
+                store, cfg, model, prompts, lv, names, names if i % 2 == 0 else names[::-1], urls, extra, say, cpu_of
+            )
             for i, lv in enumerate(levels(cfg, len(prompts)))
         ]
 
@@ -318,6 +366,7 @@ def _level_run(
     urls: dict[str, str],
     extra: dict,
     say: Callable[[str], None],
+    cpu_of: dict[str, Callable[[], float | None]] | None = None,
 ) -> int:
     """One level's run; ``names`` are the variants (the first the reference), ``order`` this level's turn."""
     run = store.create_run(
@@ -356,10 +405,12 @@ def _level_run(
         written.extend(records)
 
     with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted, answered blocks kept; error: failed
-        walls, per_block = level(cfg, model, prompts, lv, order, urls, keep)
+        walls, per_block = level(cfg, model, prompts, lv, order, urls, keep, cpu_of)
     slos = slos_of(cfg.goodput)
     per_variant = {
-        v: figures([r for r in written if r.mode.startswith(f"{cfg.engine}-{v}_")], walls[v], slos) for v in names
+        v: figures([r for r in written if r.mode.startswith(f"{cfg.engine}-{v}_")], walls[v], slos)
+        | cost(per_block.get(v, []))
+        for v in names
     }
     store.merge_config(run.id, {"wall_s": walls, "figures": per_variant, "blocks": per_block})
     failed = sum(r.error is not None for r in written)

@@ -59,6 +59,22 @@ def check_port_free(port: int, name: str) -> None:
             ) from None
 
 
+def session_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of every process in the session ``pid`` leads: a server Phoenix started and its
+    children (vLLM's engine core), from /proc; None where there is no such process (or no /proc)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total, seen = 0, False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 13 and (fields[3] == str(pid) or stat.parent.name == str(pid)):
+            total += int(fields[11]) + int(fields[12])  # utime, stime (the 14th and 15th fields of stat)
+            seen = True
+    return total / tick if seen else None
+
+
 def log_tail(path: Path, lines: int = 400) -> list[str]:
     try:
         with open(path, "rb") as fh:

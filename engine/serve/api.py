@@ -106,6 +106,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "rows": rows,
             "waiting": waiting,
             "run_id": service.run_id,
+            "cpu_s": round(time.process_time(), 3),  # the process's CPU seconds: a load client's cost per token
             **service.stats,
             **({"prefix_cache": service.scheduler.prefix.health()} if service.scheduler.prefix else {}),
             **({"recorder": recorder} if recorder is not None else {}),
