@@ -18,6 +18,7 @@ from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine.analysis import speedup
 from engine.analysis import sweeps as sweep_analysis
+from engine.analysis.compare import compare
 from engine.analysis.prefix import summary as prefix_summary
 from engine.analysis.regressions import series_of, series_verdicts
 from engine.analysis.stats import cross_run_drift
@@ -372,3 +373,38 @@ def sweep_labels(url: str) -> dict[int, tuple[str, str]]:
 
 def runs_by_id(url: str, ids: tuple[int, ...]) -> dict:
     return {i: run(url, i) for i in ids}
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def baseline_deltas(url: str, baseline: int, runs: tuple[tuple[int, str], ...]) -> pd.DataFrame:
+    """Each (run, its best mode) against the baseline run's best mode: the ratio of mean tokens/s as a Δ%, its 95%
+    interval on the log scale, and whether the difference is outside the noise (Welch's test; engine.analysis.compare,
+    the one builder of comparison rows)."""
+    store = _store(url)
+    base_mode = next((m for i, m in runs if i == baseline), None) or _best_mode(url, baseline)
+    base = store.rewards(baseline, [base_mode])["tokens_per_s"].tolist() if base_mode else []
+    rows = []
+    for run_id, mode in runs:
+        c = compare(base, store.rewards(run_id, [mode])["tokens_per_s"].tolist()) if mode and base else None
+        said = "the baseline" if run_id == baseline else (
+            "no figure" if c is None or c.ratio is None
+            else "within the noise" if c.verdict != "significant" else "faster" if c.ratio > 1 else "slower"
+        )  # fmt: skip
+        rows.append(
+            {
+                "id": run_id,
+                f"Δ% tok/s vs #{baseline}": None if c is None or c.ratio is None else 100 * (c.ratio - 1),
+                "Δ 95% CI": "" if c is None or c.ratio_low is None else
+                f"{100 * (c.ratio_low - 1):+.0f}..{100 * (c.ratio_high - 1):+.0f}%",
+                "vs baseline": said,
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _best_mode(url: str, run_id: int) -> str | None:
+    """A run's best mode other than its reference (by the paired speedup), else its first."""
+    found = summaries(url, run_id)
+    drafting = [m for m in found if m.speedup is not None and m.speedup.median is not None]
+    best = max(drafting, key=lambda m: m.speedup.median, default=None)
+    return best.mode if best is not None else (found[0].mode if found else None)

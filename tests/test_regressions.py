@@ -71,3 +71,18 @@ def test_the_regressions_page_shows_each_verdict_with_its_series(app_db):
     assert not at.exception
     assert {m.label for m in at.metric} == {REGRESSION, SUSPICIOUS, NO_REGRESSION, INSUFFICIENT}
     assert any("PyTorch HUD" in c.value for c in at.caption)
+
+
+@pytest.mark.pages
+def test_a_baseline_pinned_in_the_link_gives_each_run_its_delta_with_its_interval_and_noise_verdict(app_db):
+    from apptest import open_page
+
+    at = open_page("runs", baseline="1")
+    table = at.dataframe[0].value
+    assert {"Δ% tok/s vs #1", "Δ 95% CI", "vs baseline"} <= set(table.columns)
+    rows = table.set_index("id")
+    assert rows.loc[1, "vs baseline"] == "the baseline"
+    assert rows.loc[2, "vs baseline"] in ("within the noise", "faster", "slower")
+    assert at.query_params["baseline"] in ("1", ["1"])  # the pin is part of the shareable link
+    setup = open_page("runs", columns="setup")
+    assert setup.query_params["columns"] in ("setup", ["setup"])  # the columns view is kept in the link too

@@ -48,6 +48,13 @@ def render() -> None:
     )
     descending = s2.toggle("Descending", value=urlstate.qp("asc") != "1", key="f_desc")
     archived = s3.toggle("Show archived", value=urlstate.qp("archived") == "1", key="f_archived")
+    baseline = st.number_input(
+        "Baseline run: each run's best mode against its best mode, Δ% of tokens/s (0: none)",
+        0,
+        (1 << 53) - 1,  # the widget's own ceiling
+        min(urlstate.qp_int("baseline") or 0, (1 << 53) - 1),
+        key="f_baseline",
+    )
     filters = RunFilter(name=name, model=model, status=status, tag=tag, archived=archived)
     total = data.runs_total(url, filters)
     pages = max(1, math.ceil(total / PAGE_SIZE))
@@ -63,18 +70,19 @@ def render() -> None:
         sort=None if sort == "id" else sort,
         asc=None if descending else "1",
         page=None if page == 1 else page,
+        baseline=int(baseline) or None,
     )
     if total == 0 and not any((name, model, status, tag)) and data.runs_total(url, RunFilter(archived=True)) == 0:
         widgets.empty_state()
         return
-    table(url, filters, sort, descending, int(page))
+    table(url, filters, sort, descending, int(page), int(baseline) or None)
     with st.expander("Quick demo"):  # reachable from home once runs exist too
         widgets.demo_buttons("more")
     urlstate.show_share_link("runs")
 
 
 @st.fragment(run_every="3s")
-def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int) -> None:
+def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int, baseline: int | None = None) -> None:
     df = data.runs(url, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, sort=sort, descending=descending)
     if df.empty:
         st.warning("No run matches these filters.")
@@ -92,12 +100,23 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int) 
     view["created_at"] = view["created_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M") if hasattr(t, "strftime") else t)
     view["pair"] = [f"{t} / {d}" if isinstance(d, str) and d else str(t) for t, d in zip(view["target"], view["draft"])]
     view["status"] = [f"{st_} (archived)" if a else st_ for st_, a in zip(view["status"], view["archived"])]
+    wanted = urlstate.qp("columns", "results")
     columns = st.segmented_control(
-        "Columns", list(VIEWS), default="results", key="f_columns", help="the CSV below holds every column"
+        "Columns",
+        list(VIEWS),
+        default=wanted if wanted in VIEWS else "results",
+        key="f_columns",
+        help="the CSV below holds every column",
     )
+    urlstate.set_qp(columns=None if columns in (None, "results") else columns)  # the view is part of the link
     shown = (
         ["id", "open", "name", *VIEWS[columns or "results"]] if columns != "setup" else ["id", "name", *VIEWS["setup"]]
     )
+    if baseline is not None:
+        deltas = data.baseline_deltas(url, baseline, tuple(zip(df["id"].tolist(), df["best_mode"].fillna("").tolist())))
+        view = view.merge(deltas, on="id", how="left")
+        if columns != "setup":
+            shown += [c for c in deltas.columns if c != "id"]
     tables.show(
         view[shown],
         name="runs",
