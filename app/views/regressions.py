@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, urlstate
+from app import data, tables, urlstate
 from engine.analysis.regressions import BASELINE_WINDOW, LINE, VERDICTS
 
 RULE = (
@@ -38,11 +38,11 @@ def render() -> None:
     )
     urlstate.set_qp(verdict=",".join(shown))
     view = table[table["verdict"].isin(shown)]
-    st.dataframe(
+    tables.show(
         view,
-        hide_index=True,
-        width="stretch",
-        column_config={"baseline": st.column_config.NumberColumn(format="%.4g")},
+        name="regressions",
+        formats={"baseline": "%.4g"},
+        widths={"setting": 160, "prompts": 200, "CPU": 160, "runs": 120},
     )
     st.caption(
         f"{len(view)} of {len(table)} series-figures; runs are listed oldest first, the newest two judged. Open one "

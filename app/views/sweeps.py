@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, sweep_charts, urlstate, widgets
+from app import data, sweep_charts, tables, urlstate, widgets
 from app.charts import show
 from engine.analysis.sweeps import best_at_each_load, best_within, frontier, slo_table
 
@@ -71,25 +71,24 @@ def render() -> None:
                    "open its level's run.")  # fmt: skip
     st.subheader("The best setting at each load")
     best = best_at_each_load(frame, runs_by_id)
-    st.dataframe(best, hide_index=True, width="stretch", column_config=_formats())
+    tables.show(best, name="sweep_best", formats=FORMATS, widths=WIDTHS)
     if target:
         said = ", ".join(f"{k.replace('_', ' ').upper()} <= {v:g} ms" for k, v in target.items())
         st.subheader(f"Within the SLO: {said}")
-        st.dataframe(best_within(frame, target), hide_index=True, width="stretch", column_config=_formats())
-        st.dataframe(slo_table(frame, target), hide_index=True, width="stretch", column_config=_formats())
+        tables.show(best_within(frame, target), name="sweep_within", formats=FORMATS, widths=WIDTHS)
+        tables.show(slo_table(frame, target), name="sweep_slo", formats=FORMATS, widths=WIDTHS)
     widgets.csv_download(frame, "sweep-points", key="dl_sweep")
     urlstate.show_share_link("sweeps")
 
 
-def _formats() -> dict:
-    number = st.column_config.NumberColumn
-    return {
-        "tok/s": number(format="%.1f"),
-        "x runner-up": number(format="%.2fx"),
-        "tok/s there": number(format="%.1f"),
-        "TTFT p95 (ms)": number(format="%.0f"),
-        "TPOT p50 (ms)": number(format="%.1f"),
-    }
+FORMATS = {
+    "tok/s": "%.1f",
+    "x runner-up": "%.2fx",
+    "tok/s there": "%.1f",
+    "TTFT p95 (ms)": "%.0f",
+    "TPOT p50 (ms)": "%.1f",
+}
+WIDTHS = {"model": 110, "cpu": 150, "best": 170, "runner-up": 170, "best within the SLO": 170, "setting": 180}
 
 
 render()
