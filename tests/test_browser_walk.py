@@ -354,3 +354,53 @@ def test_enter_in_a_new_run_field_queues_nothing_and_a_second_press_is_named_a_d
     page.close()
     for run in store.list_runs()[: len(store.list_runs()) - before]:
         store.request_cancel(run.id)  # the walk's own run: nothing else waits behind it
+
+
+@pytest.fixture(scope="module")
+def results_server(tmp_path_factory):
+    """The dashboard over the committed runs (read-only): the sweeps, regressions and baseline of real sweeps."""
+    from engine.paths import RESULTS_DB
+
+    folder = tmp_path_factory.mktemp("results")
+    proc, base = start_dashboard(f"sqlite:///{RESULTS_DB}", folder, autostart="0")
+    yield base
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_sweeps_regressions_and_a_baseline_show_nothing_cut_flat_or_none(results_server, chromium):
+    """Issue 59's pages on the committed sweeps, at 1280 and 1920 px, screenshotted for CI's artifacts."""
+    pages = [
+        ("sweeps?sweeps=161,138,143&ttft_p95=500", "sweeps", '[data-testid="stVegaLiteChart"]'),
+        ("regressions", "regressions", '[data-testid="stDataFrame"]'),
+        ("?baseline=161", "runs-baseline", '[data-testid="stDataFrame"]'),
+    ]
+    found = []
+    for width in WIDTHS:
+        context = chromium.new_context(viewport={"width": width, "height": 1200})
+        for path, name, wait_for in pages:
+            found += visit(context, results_server, path, name, wait_for)
+        context.close()
+    assert not found, "\n".join(found)
+
+
+def test_from_the_first_page_to_the_best_setting_at_8_within_an_slo_in_under_a_minute(results_server, chromium):
+    """A serving engineer's question, asked as a newcomer would: open the dashboard, go to Sweeps, pick the three
+    engines' sweeps, type the TTFT p95 target, read the answer; the figure agrees with the run page it links to."""
+    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    start = time.monotonic()
+    page.goto(results_server)
+    page.get_by_role("link", name="Sweeps").click(timeout=60000)
+    page.get_by_text("Sweeps (one per engine, say)").wait_for(timeout=60000)
+    page.goto(f"{results_server}/sweeps?sweeps=161,138,143")  # the three sweeps, as a picked selection's link reads
+    box = page.get_by_label("TTFT p95 within (ms, 0: no target)")
+    box.fill("500")
+    box.press("Enter")
+    page.get_by_text("Within the SLO: TTFT P95 <= 500 ms").wait_for(timeout=60000)
+    page.wait_for_timeout(1500)
+    elapsed = time.monotonic() - start
+    text = page.inner_text("body")
+    page.screenshot(path=str(SHOTS / "sweeps-answer-1280.png"), full_page=True)
+    page.close()
+    assert elapsed < 60, f"{elapsed:.0f} s"
+    assert "phoenix none (#161)" in text and "167.3" in text  # the best within the SLO at 8, as run #164's figures

@@ -115,8 +115,8 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int, 
     if baseline is not None:
         deltas = data.baseline_deltas(url, baseline, tuple(zip(df["id"].tolist(), df["best_mode"].fillna("").tolist())))
         view = view.merge(deltas, on="id", how="left")
-        if columns != "setup":
-            shown += [c for c in deltas.columns if c != "id"]
+        if columns != "setup":  # in place of the interval and counts: every column stays on a 1280 px screen
+            shown = ["id", "open", "name", "best_speedup", "best_mode", *[c for c in deltas.columns if c != "id"]]
     tables.show(
         view[shown],
         name="runs",
@@ -132,7 +132,9 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int, 
         # long names, modes and interval notes are cut in their cells (the Run page has them whole): every column
         # of a view stays on a 1280 px screen
         widths={
-            "name": 160,
+            "name": 130,
+            "Δ 95% CI": 80,
+            "vs baseline": 100,
             "best_interval": 140,
             "requests": 70,
             "pair": 150,
