@@ -73,7 +73,7 @@ def render() -> None:
     best = best_at_each_load(frame, runs_by_id)
     tables.show(best, name="sweep_best", formats=FORMATS, widths=WIDTHS)
     if target:
-        said = ", ".join(f"{k.replace('_', ' ').upper()} <= {v:g} ms" for k, v in target.items())
+        said = ", ".join(f"{k.replace('_', ' ').upper()} ≤ {v:g} ms" for k, v in target.items())
         st.subheader(f"Within the SLO: {said}")
         tables.show(best_within(frame, target), name="sweep_within", formats=FORMATS, widths=WIDTHS)
         tables.show(slo_table(frame, target), name="sweep_slo", formats=FORMATS, widths=WIDTHS)

@@ -301,6 +301,7 @@ def stored(config: dict) -> BenchConfig:
     values.setdefault("prompt_format", "raw")  # runs saved before prompt formats existed encoded prompts raw
     if "limit_per_category" in values:  # its old name: it always kept N per leaderboard column
         values["limit_per_column"] = values.pop("limit_per_category")
+    values.pop("packed", None)  # runs of 2026-12-02 kept what --pack chose inside 'bench'; it lives beside it now
     for key in ("device", "dtype", "prompt_format"):
         if key in config:
             values[key] = config[key]

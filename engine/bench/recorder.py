@@ -210,6 +210,7 @@ class Recorder:
         self.batch, self.interval_s = batch, interval_s
         self.done = progress_start
         self.writer = Writer(store, run_id, None)
+        self.stuck: str | None = None  # a batch still unwritten after every retry: the lab stops (see ``check``)
         self._q: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="phoenix-recorder", daemon=True)
         self._thread.start()
@@ -245,9 +246,17 @@ class Recorder:
                 pass
             self.done += sum(1 for r in pending if not r.warmup)
             try:
-                self.writer.write([], pending, self.done)  # held on failure, retried on the next pass
+                ok = self.writer.write([], pending, self.done)  # held on failure, retried on the next pass
+                self.stuck = None if ok else self.writer.error
             except Exception as exc:  # noqa: BLE001 -- the writer holds its rows; nothing ends this thread
                 self.writer.fail(exc)
+
+    def check(self) -> None:
+        """Raise once a batch is still unwritten after every retry (a full disk, say): a lab run that cannot record
+        stops there, rather than decoding every request to be lost; ``resume`` decodes the unrecorded ones again.
+        A transient failure (a lock past its timeout) clears within the retries and never stops it."""
+        if self.stuck:
+            raise StoreError(self.stuck.removeprefix("StoreError: ") + f"; {self.writer.written} rows were written")
 
     def close(self) -> None:
         self._q.put(_STOP)

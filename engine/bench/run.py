@@ -121,7 +121,6 @@ def execute(
         "device": decoder.pair.device,
         "dtype": decoder.pair.dtype,
         "prompt_format": decoder.prompt_format(cfg.prompt_format),
-        "packed": decoder.pair.packed,
         "runner": decoder.pair.runner,
     }
     # the draft's weights as loaded: which head or draft ran (a build stage changes a head under the same name)
@@ -129,6 +128,7 @@ def execute(
         run_id,
         {
             "bench": {**asdict(cfg), **resolved},
+            "packed": decoder.pair.packed,  # what --pack auto chose: a fact of the run, not an option to resume with
             "draft_sha256": fingerprint(decoder.pair.draft),
             "models": decoder.pair.cards(),  # each model's card: family, size, vocabulary, source and hash
         },
@@ -172,6 +172,7 @@ def execute(
                 results = run_group(state, run_id, cfg, group, ids, mode, False, shadow_rng)
             else:
                 results = [run_one(state, run_id, cfg, group[0], ids[0], mode, False, shadow_rng)]
+            recorder.check()
             for rec, stats in results:
                 recorder.put(rec)
                 if on_request:

@@ -100,7 +100,10 @@ def shutdown(server, service, deadline_s: float):
         ends = time.monotonic() + ANSWER_GRACE_S
         while time.monotonic() < ends and (service.scheduler.load != (0, 0) or service.answering()):
             time.sleep(0.05)
-        server.force_exit = True
+        if service.scheduler.load != (0, 0) or service.answering():
+            # Only an answer its client will not take gets cut. Forcing otherwise skipped uvicorn's lifespan
+            # shutdown, and asyncio then cancelled the lifespan task: a CancelledError traceback in every log.
+            server.force_exit = True
 
     def handle(_signum=None, _frame=None) -> None:
         signals.append(time.monotonic())
