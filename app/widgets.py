@@ -86,7 +86,9 @@ def demo_buttons(key: str, token: str = "") -> None:
         st.caption(locked)
         return
     choices = [(actions.demo_config(), f"{key}_demo", "primary", "")]
-    if not form.real_pair_present():
+    if form.real_pair_present():  # the embedded pair stays one click away: seconds, offline, the README's promise
+        choices.append((actions.demo_config(real=False), f"{key}_demo_embedded", "secondary", ""))
+    else:
         choices.append(
             (
                 actions.demo_config(real=True),

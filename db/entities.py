@@ -171,12 +171,14 @@ class QueueState:
     running_workers: list[str]
     mean_request_s: float | None  # over the target's latest measured requests, warm-up left out
     measured_n: int
+    ahead_s: float | None = None  # the requests ahead, each priced by its own run's target; None: one is unmeasured
 
     def eta_s(self, own_requests: int, workers: int) -> float | None:
-        """Seconds until this run is done: every request ahead of it and its own, shared among the workers."""
-        if self.mean_request_s is None or workers <= 0:
+        """Seconds until this run is done: every request ahead of it (at its own target's time) and its own,
+        shared among the workers."""
+        if self.mean_request_s is None or self.ahead_s is None or workers <= 0:
             return None
-        return (self.queued_ahead_requests + self.running_left_requests + own_requests) * self.mean_request_s / workers
+        return (self.ahead_s + own_requests * self.mean_request_s) / workers
 
 
 @dataclass

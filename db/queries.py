@@ -98,14 +98,15 @@ class Queries(Series):
         return self._frame(q)
 
     def identity(self, run_id: int) -> tuple[int, int, pd.DataFrame]:
-        """(identical, checked, mismatches) for a run; mismatches carry their diverging position."""
+        """(identical, checked, mismatches) for a run; mismatches carry their diverging position. The target-only
+        rows are the reference itself, identical by definition: they are not counted as checked."""
         r = Request
         with self.session_scope() as s:
             same, checked = s.execute(
                 select(
                     func.coalesce(func.sum(cast(case((r.identical.is_(True), 1), else_=0), Integer)), 0),
                     func.count(r.identical),
-                ).where(r.run_id == run_id, r.warmup.is_(False))
+                ).where(r.run_id == run_id, r.warmup.is_(False), r.mode != "target")
             ).one()
         bad = self._frame(
             select(r.id, r.seq, r.mode, r.k, r.prompt_id, r.diverged_at, r.trace_id)

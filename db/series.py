@@ -287,35 +287,47 @@ class Series(StoreBase):
         return out
 
     def queue_state(self, run_id: int, recent: int = 200) -> E.QueueState:
-        """A queued run's place in the queue (workers claim the oldest first), what runs now, and the mean time of the
-        target's latest ``recent`` requests, the figure an ETA can rest on."""
+        """A queued run's place in the queue (workers claim the oldest first), what runs now, and the work ahead
+        priced by each run's own target: the mean time of that target's latest ``recent`` requests (a SmolLM2 run
+        ahead of an embedded-pair run costs SmolLM2's time, not the embedded pair's)."""
         live = status_expr()
         with self.session_scope() as s:
             me = s.get(Run, run_id)
             target = me.target if me is not None else ""
-            ahead_n, ahead_left = s.execute(
-                select(func.count(), func.coalesce(func.sum(Run.progress_total - Run.progress_done), 0)).where(
+            ahead = s.execute(
+                select(Run.target, Run.progress_total - Run.progress_done).where(
                     Run.status == "queued", Run.id < run_id
                 )
-            ).one()
-            running = s.execute(
-                select(Run.worker_id, Run.progress_total - Run.progress_done).where(live == "running")
             ).all()
-            latest = (
-                select(Request.latency_s)
-                .join(Run, Run.id == Request.run_id)
-                .where(Run.target == target, Request.warmup.is_(False))
-                .order_by(Request.id.desc())
-                .limit(recent)
-                .subquery()
-            )
-            mean, n = s.execute(select(func.avg(latest.c.latency_s), func.count())).one()
+            running = s.execute(
+                select(Run.worker_id, Run.target, Run.progress_total - Run.progress_done).where(live == "running")
+            ).all()
+            means = {
+                t: self._mean_request_s(s, t, recent)
+                for t in {target, *(t for t, _ in ahead), *(t for _, t, _ in running)}
+            }
+        left = [(t, max(0, n or 0)) for t, n in ahead] + [(t, max(0, n or 0)) for _, t, n in running]
+        priced = all(means[t][0] is not None for t, n in left if n)
         return E.QueueState(
-            int(ahead_n) + 1,
-            int(ahead_left or 0),
+            len(ahead) + 1,
+            int(sum(max(0, n or 0) for _, n in ahead)),
             len(running),
-            int(sum(max(0, left or 0) for _, left in running)),
-            sorted({w for w, _ in running if w}),
-            float(mean) if mean is not None else None,
-            int(n or 0),
+            int(sum(max(0, n or 0) for _, _, n in running)),
+            sorted({w for w, _, _ in running if w}),
+            means[target][0],
+            means[target][1],
+            float(sum(n * (means[t][0] or 0.0) for t, n in left)) if priced else None,
         )
+
+    @staticmethod
+    def _mean_request_s(s, target: str, recent: int) -> tuple[float | None, int]:
+        latest = (
+            select(Request.latency_s)
+            .join(Run, Run.id == Request.run_id)
+            .where(Run.target == target, Request.warmup.is_(False))
+            .order_by(Request.id.desc())
+            .limit(recent)
+            .subquery()
+        )
+        mean, n = s.execute(select(func.avg(latest.c.latency_s), func.count())).one()
+        return (float(mean) if mean is not None else None), int(n or 0)

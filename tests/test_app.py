@@ -320,6 +320,23 @@ def test_until_the_real_pair_is_here_a_second_demo_fetches_it_first(tmp_path, mo
     assert run.config["bench"]["modes"] == ["target", "suffix_16", "ngram_8"]
 
 
+def test_once_the_real_pair_is_here_the_embedded_demo_is_still_offered(tmp_path, monkeypatch):
+    """Issue 58's walk: the README promises an embedded-pair demo, but a machine with SmolLM2 offered only the real
+    pair's (minutes where the embedded one takes seconds)."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    monkeypatch.setenv("PHOENIX_DB", url)
+    monkeypatch.setenv("PHOENIX_AUTOSTART_WORKER", "0")
+    from app import form
+
+    monkeypatch.setattr(form, "present", lambda name, role="target": True)
+    at = open_page("runs")
+    assert "embedded pair" in at.button(key="empty_demo_embedded").label
+    assert "smollm2" in at.button(key="empty_demo").label.lower()
+    at.button(key="empty_demo_embedded").click().run()
+    (run,) = Store(url).list_runs()
+    assert (run.target, run.status) == ("embedded", "queued")
+
+
 def test_a_missing_fetchable_target_passes_the_form_checks(monkeypatch, tmp_path):
     import engine.catalog as catalog
     from app import actions
@@ -588,6 +605,17 @@ def test_a_queued_run_shows_its_place_the_live_workers_an_eta_and_how_to_add_a_w
         for c in at.caption
     )
     assert any("python -m engine worker" in c.value for c in at.code)
+
+
+def test_a_queued_runs_eta_prices_the_runs_ahead_by_their_own_target_not_by_its_own(app_db):
+    """Issue 58: a queued embedded-pair run behind a SmolLM2 run was priced at the embedded pair's 1.8 s a request,
+    while SmolLM2's took about 40 s. A run ahead whose target was never measured here leaves the ETA unknown."""
+    app_db.create_run("ahead", {"bench": {}}, "smollm2", None, 20, status="queued")
+    mine = app_db.create_run("mine", {"bench": {}}, "embedded", "embedded", 6, status="queued")
+    q = app_db.queue_state(mine.id)
+    assert q.mean_request_s is not None and q.ahead_s is None and q.eta_s(6, 1) is None
+    at = open_page("run", run=mine.id)
+    assert any("a run ahead has a target with no measured request" in c.value for c in at.caption)
 
 
 def test_a_queued_run_without_any_worker_says_nothing_will_run_and_gives_the_command(app_db):

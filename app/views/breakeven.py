@@ -109,6 +109,8 @@ def render() -> None:
     k = col3.slider("k: draft length", 1, K_MAX, urlstate.whole(urlstate.qp("k", "4"), 1, K_MAX) or 4)
     if measured is None:
         urlstate.set_qp(a=f"{a:.2f}", c=f"{c:.2f}", k=k)
+    elif fit is not None and fit.a is not None and fit.c is not None:
+        a, c = fit.a, fit.c  # the fit's own values, not the sliders' rounding: one optimum, one figure on the page
     k_opt = optimum_k(a, c, K_MAX)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(f"E(a,{k}), tokens per pass", f"{expected_tokens(a, k):.2f}")

@@ -203,12 +203,14 @@ def queue_panel(url: str, info) -> None:
     eta = q.eta_s(info.progress_total, len(serving))
     if eta is not None:
         st.caption(
-            f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s): every request ahead and its own, at "
-            f"{q.mean_request_s:.2f} s each (the mean of this target's latest {q.measured_n} measured requests), "
-            f"shared among {len(serving)} worker{'s' * (len(serving) != 1)}."
+            f"ETA: done in about {eta / 60:.0f} min ({eta:,.0f} s): its own requests at {q.mean_request_s:.2f} s "
+            f"each (the mean of this target's latest {q.measured_n} measured requests), after every request ahead "
+            f"at its own run's target's time, shared among {len(serving)} worker{'s' * (len(serving) != 1)}."
         )
     elif q.mean_request_s is None:
         st.caption("No ETA yet: no request of this target has been measured in this database.")
+    elif q.ahead_s is None:
+        st.caption("No ETA yet: a run ahead has a target with no measured request in this database.")
     starting = worker_pid(DATA_DIR, url) if not serving else None
     if starting is not None:  # autostarted, not yet registered: "no worker serves it" would be untrue
         st.info(f"A worker is starting for this database (pid {starting}); the run begins once it has loaded.")
