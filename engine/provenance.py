@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -76,5 +77,12 @@ def environment() -> dict:
         "machine": platform.machine(),
         "processor": platform.processor(),
         **cpu(),
+        **threads(),
         "git_sha": git_sha(),
     }
+
+
+def threads() -> dict:
+    """torch's intra-op threads where torch is loaded (a fleet's replicas share the cores: the plan prices that)."""
+    torch = sys.modules.get("torch")
+    return {"threads": torch.get_num_threads()} if torch is not None else {}

@@ -74,3 +74,57 @@ def test_bad_fleet_settings_are_one_line_before_anything_starts(tmp_path):
         with pytest.raises(PhoenixError, match=says):
             fleet.start(fleet.FleetConfig(**settings), tmp_path, say=lambda _: None)
     assert not list(tmp_path.glob("fleet-*"))
+
+
+def _running(port: int) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            body = r.read().decode()
+    except OSError:
+        return 0.0
+    line = next((ln for ln in body.splitlines() if ln.startswith("vllm:num_requests_running")), "x 0")
+    return float(line.rsplit(" ", 1)[-1])
+
+
+def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path):
+    """Issue 60: one replica SIGKILLed while it holds requests. The load client's run records every request it
+    sent, answered or an error the client saw; the router sends the later ones to the replica left."""
+    import signal
+    import subprocess
+    import time
+
+    from db.migrate import ensure_schema
+    from db.store import Store
+
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    ensure_schema(db)
+    port = free_port()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n"}) + "\n" for i in range(16)))
+    cfg = fleet.FleetConfig(replicas=2, router="round_robin", port=port, db=db, max_batch=2, name="kill")
+    record = fleet.start(cfg, tmp_path, say=lambda _: None)
+    victim = next(p for p in record["processes"] if p["name"] == "replica 1")
+    argv = [sys.executable, "-m", "engine", "engines", "load", "--url", f"http://127.0.0.1:{port}", "--engine"]
+    argv += ["phoenix", "--variants", "none", "--no-chat", "--prompts", str(prompts), "--limit", "16"]
+    argv += ["--max-new-tokens", "300", "--concurrency", "4", "--name", "through the router", "--db", db]
+    try:
+        load = subprocess.Popen(argv, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while _running(port + 2) < 1 and time.monotonic() < deadline and load.poll() is None:
+            time.sleep(0.05)
+        assert _running(port + 2) >= 1, "replica 1 never held a request"
+        os.kill(victim["pid"], signal.SIGKILL)
+        out, _ = load.communicate(timeout=300)
+    finally:
+        fleet.stop(port, tmp_path)
+    store = Store(db)
+    (run,) = [r for r in store.list_runs() if r.name.startswith("through the router")]
+    rows = store.requests(run.id)
+    assert len(rows) == 16, out[-2000:]  # every request the client sent is a row
+    failed = [r for r in rows if r.error]
+    answered = [r for r in rows if not r.error]
+    assert failed and all(r.error.strip() for r in failed), out[-2000:]  # what the victim held: errors, recorded
+    assert len(failed) <= 4 and all(r.output_tokens > 0 for r in answered)
+    last = sorted(rows, key=lambda r: r.seq)[-4:]
+    assert all(not r.error for r in last), [r.error for r in last]  # routed around the dead replica

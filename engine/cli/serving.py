@@ -34,7 +34,35 @@ def cmd_fleet_stop(args) -> int:
     return 0
 
 
+def cmd_fleet_plan(args) -> int:
+    from engine.engines import planning  # lazy: SimPy and pandas load only for a plan
+
+    cfg = from_args(planning.PlanConfig, args)
+    store = open_store(args.db)
+    table, best = planning.plan(store, cfg)
+    print(table.round(2).to_string(index=False))
+    if cfg.slo:
+        print(
+            f"cheapest within {cfg.slo} (at the median): {best.replicas} replica(s), {best.setting}, "
+            f"{best.output_throughput:.1f} tok/s, TTFT p50 {best.ttft_ms_p50:.0f} ms, "
+            f"TPOT p50 {best.tpot_ms_p50:.1f} ms"
+            if best
+            else f"no priced fleet meets {cfg.slo}: add replicas (--replicas) or relax the SLO"
+        )
+    if cfg.validate:
+        check = planning.validation(store, cfg)
+        print("\nthe plan against fleets measured here:")
+        print(check.round(3).to_string(index=False))
+        if not check.empty:
+            print(
+                f"largest error: throughput {check['tok/s error'].max():.0%}, TTFT p50 {check['TTFT error'].max():.0%}"
+            )
+    return 0
+
+
 def add_commands(sub) -> None:
+    from engine.engines.planning import PlanConfig
+
     f = sub.add_parser("fleet", help="Phoenix's servers as replicas behind vllm-router: start and stop them")
     fsub = f.add_subparsers(dest="fleet_command", required=True)
     fs = fsub.add_parser("start", help="start N replicas and vllm-router in front of them, on 127.0.0.1")
@@ -43,6 +71,14 @@ def add_commands(sub) -> None:
     ft = fsub.add_parser("stop", help="stop exactly what `fleet start` on that port started")
     ft.add_argument("--port", type=int, default=FleetConfig.port, help="the router's port (default 8100)")
     ft.set_defaults(func=cmd_fleet_stop)
+    fp = fsub.add_parser(
+        "plan",
+        help="the replica count and speculation setting that meet an SLO at a request rate, simulated from one "
+        "replica's measured steps, with its error against fleets measured here",
+    )
+    add_options(fp, PlanConfig)
+    add_db(fp)
+    fp.set_defaults(func=cmd_fleet_plan)
     p = sub.add_parser(
         "serve",
         help="Phoenix's OpenAI-compatible server: continuous batching, one forward verifies every request's drafts, "
