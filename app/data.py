@@ -244,6 +244,17 @@ def served_requests(url: str, run_id: int) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def all_runs(url: str) -> list:
+    """The newest runs as entities (the Fleet page groups served runs by the fleet they name)."""
+    return _store(url).list_runs(limit=2000)  # the newest 2,000: fleets are recent, and a read is bounded
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def prefix_rows(url: str, run_id: int) -> list:
+    return _store(url).prefix_rows(run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def serve_steps(url: str, run_id: int) -> pd.DataFrame:
     return _store(url).serve_steps_frame(run_id)
 

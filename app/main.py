@@ -19,6 +19,7 @@ page = st.navigation(
         st.Page("views/runs.py", title="Runs", url_path="runs", visibility="hidden"),
         st.Page("views/run.py", title="Run", url_path="run"),
         st.Page("views/sweeps.py", title="Sweeps", url_path="sweeps"),
+        st.Page("views/fleet.py", title="Fleet", url_path="fleet"),
         st.Page("views/breakeven.py", title="Break-even", url_path="breakeven"),
         st.Page("views/compare.py", title="Compare", url_path="compare"),
         st.Page("views/policies.py", title="Policies", url_path="policies"),

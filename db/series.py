@@ -246,7 +246,7 @@ class Series(StoreBase):
         """A served run's requests with what latency under load is made of: time to first token, queue, batch."""
         r = Request
         cols = (r.seq, r.mode, r.prompt_id, r.output_tokens, r.latency_s, r.ttft_s, r.tokens_per_s, r.proposed)
-        more = (r.accepted, r.queue_s, r.batch_size, r.error, r.identical)
+        more = (r.accepted, r.queue_s, r.batch_size, r.cached_tokens, r.error, r.identical)
         return self._frame(select(*cols, *more).where(r.run_id == run_id, r.warmup.is_(False)).order_by(r.seq))
 
     def prefix_rows(self, run_id: int) -> list[tuple[int | None, int, float | None]]:

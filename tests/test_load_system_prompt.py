@@ -57,3 +57,24 @@ def test_a_sampled_sweep_sends_each_prompt_one_seed_in_every_variant():
     assert as_sent(LoadConfig(), a, None) == ("x", None)  # greedy: the body as before
     with pytest.raises(PhoenixError, match="--temperature must be in 0..2"):
         variants_of(replace(LoadConfig(), temperature=-1.0))
+
+
+def test_several_tenants_give_each_prompt_its_own_deployments_prefix_the_same_in_every_variant(tmp_path):
+    """--tenants N: N system prompts that differ from their first line, each prompt always its tenant's (the
+    workload on which a cache-aware router keeps a replica's prefix cache warm)."""
+    from engine.prompts.sets import Prompt
+
+    f = tmp_path / "system.txt"
+    f.write_text("You are terse.")
+    cfg = replace(LoadConfig(), system_prompt=str(f), tenants=3, chat=False)
+    prompts = [Prompt(f"p{i}", f"def f{i}():") for i in range(30)]
+    sent = {p.id: as_sent(cfg, p, None)[0] for p in prompts}
+    firsts = {text.split("\n", 1)[0] for text in sent.values()}
+    assert firsts == {f"You serve deployment {t} of 3." for t in (1, 2, 3)}
+    assert all(text.endswith(f"You are terse.\n\n{p.text}") for p, text in zip(prompts, sent.values()))
+    assert sent == {p.id: as_sent(cfg, p, None)[0] for p in prompts}  # the same tenant every time
+    for bad in (0, 2000):
+        with pytest.raises(PhoenixError, match="--tenants must be in 1..1024"):
+            variants_of(replace(cfg, tenants=bad))
+    with pytest.raises(PhoenixError, match="come with --system-prompt"):
+        variants_of(replace(LoadConfig(), tenants=2))

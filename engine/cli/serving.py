@@ -53,6 +53,7 @@ def cmd_fleet_plan(args) -> int:
         check = planning.validation(store, cfg)
         print("\nthe plan against fleets measured here:")
         print(check.round(3).to_string(index=False))
+        planning.record_validation(store, check, cfg.source)
         if not check.empty:
             print(
                 f"largest error: throughput {check['tok/s error'].max():.0%}, TTFT p50 {check['TTFT error'].max():.0%}"

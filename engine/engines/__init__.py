@@ -8,6 +8,7 @@ validates Phoenix's EAGLE-3 head with vLLM's `speculators`). A measurement start
 stops its servers through `fleet`: a concurrency sweep and a counter watch (`record`), servers side by side
 (`side_by_side`), the load sweep in the field's terms (`load`, with arrivals, TTFT, TPOT and goodput in `arrivals`,
 and a shared system prompt and sampling in `workload`), and Phoenix's load client checked against vLLM's own
-(`crosscheck`). Phoenix's own servers as replicas behind `vllm-router` (`replicas`: `fleet start|stop`). Their
+(`crosscheck`). Phoenix's own servers as replicas behind `vllm-router` (`replicas`: `fleet start|stop`), and
+the fleet plan priced from one replica's measured steps (`planning`: `fleet plan`). Their
 settings are in `config` (no store, no client). Phoenix's own server is `engine/serve/`.
 """

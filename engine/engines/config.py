@@ -107,5 +107,7 @@ class LoadConfig:
     head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
     warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
     temperature: float = 0.0  # above 0: sampled requests, each prompt with one seed (from --seed) in every variant
+    tenants: int = 1  # with --system-prompt: that many deployments, each prompt sent with its tenant's system
+    # prompt (their first lines differ): the prefixes a router's cache-aware policy can keep apart
     system_prompt: str = ""  # a text file sent before every prompt (the system message, or the raw prompt's start):
     # one shared prefix, as a deployment's system prompt is, for a server's prefix cache

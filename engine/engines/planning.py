@@ -4,6 +4,7 @@ replica's measured steps (engine.analysis.fleet_plan), with the plan's error aga
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -121,3 +122,12 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
                 "TTFT error": fp.error(pred.ttft_ms_p50, fig["ttft_ms_p50"]),
             })  # fmt: skip
     return pd.DataFrame(out)
+
+
+def record_validation(store: Store, check: pd.DataFrame, source: str) -> None:
+    """Each validated load run keeps what the plan predicted for it (the Fleet page shows it beside the measurement),
+    with the replica runs whose steps priced it."""
+    for run_id, rows in check.groupby("run"):
+        records = json.loads(rows.drop(columns=["run"]).to_json(orient="records"))  # plain JSON types, no numpy
+        kept = [row | {"source": source} for row in records]
+        store.merge_config(int(run_id), {"fleet_plan": kept})

@@ -70,7 +70,9 @@ def replica_argv(cfg: FleetConfig, i: int) -> list[str]:
     argv = [sys.executable, "-m", "engine", "serve", "--host", "127.0.0.1", "--port", str(cfg.port + 1 + i)]
     argv += ["--target", cfg.target, "--draft", cfg.draft, "--drafter", cfg.drafter, "--dtype", cfg.dtype]
     argv += ["--max-batch", str(cfg.max_batch), "--prefix-cache-gb", str(cfg.prefix_cache_gb)]
-    argv += ["--metrics-prefix", "vllm", "--name", f"{cfg.name or f'fleet-{cfg.port}'} replica {i}"]
+    name = cfg.name or f"fleet-{cfg.port}"
+    argv += ["--metrics-prefix", "vllm", "--name", f"{name} replica {i}", "--fleet", name]
+    argv += ["--router", f"{cfg.router}@http://127.0.0.1:{cfg.port}"]
     return argv + (["--db", cfg.db] if cfg.db else [])
 
 

@@ -332,13 +332,21 @@ REASONS = (
 )
 
 
+# lines that only point elsewhere ("See root cause above"): the cause is an earlier line
+POINTERS = ("See root cause above", "Engine core initialization failed")
+MEMORY = "Available memory"  # the KV cache did not fit beside what the machine's other processes hold
+
+
 def why(returncode: int | None, lines: list[str]) -> str:
-    """One line from a failed start's log: a refused head, a taken port, a missing module."""
+    """One line from a failed start's log: a refused head, a taken port, a missing module, memory run out."""
     for pattern in REASONS:
         for line in reversed(lines):
             m = pattern.search(line)
-            if m and "Warning" not in line and "warn" not in line:
-                return m[1].strip()[:240]
+            if m and "Warning" not in line and "warn" not in line and not any(p in line for p in POINTERS):
+                said = m[1].strip()[:240]
+                if MEMORY in line:  # a sweep's servers run side by side: say what to do about it
+                    said += " (a sweep starts one vLLM per variant side by side: fewer --spec-types at a time)"
+                return said
     return next((ln.strip()[:240] for ln in reversed(lines) if ln.strip()), f"exit status {returncode}")
 
 

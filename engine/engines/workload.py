@@ -1,5 +1,7 @@
 """What a load sweep sends beyond the prompt itself: a shared system prompt before every prompt (a deployment's,
-for a server's prefix cache), and sampling with one seed per prompt, the same in every variant."""
+for a server's prefix cache), optionally one per tenant (``--tenants N``: N deployments whose system prompts differ
+from their first token, each prompt always its tenant's, as a router sees several customers' prefixes), and sampling
+with one seed per prompt, the same in every variant."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class Sweep(Protocol):
     temperature: float
     seed: int
     system_prompt: str
+    tenants: int
     chat: bool
 
 
@@ -44,14 +47,24 @@ def as_sent(cfg: Sweep, prompt: Prompt, extra: dict | None) -> tuple[str, dict |
     if cfg.temperature > 0:
         seed = int.from_bytes(hashlib.sha256(f"{cfg.seed}:{prompt.id}".encode()).digest()[:8]) >> 1
         extra = (extra or {}) | {"temperature": cfg.temperature, "seed": seed}
-    return with_system(cfg, prompt.text, extra)
+    return with_system(cfg, prompt.text, extra, tenant_of(cfg, prompt.id))
 
 
-def with_system(cfg: Sweep, text: str, extra: dict | None) -> tuple[str, dict | None]:
-    """One prompt as sent under --system-prompt: a system message before it (chat), or the text before it (raw)."""
+def tenant_of(cfg: Sweep, prompt_id: str) -> int:
+    """The tenant a prompt belongs to (0 with one tenant): by a hash of its id, so the same in every variant."""
+    if cfg.tenants <= 1:
+        return 0
+    return int.from_bytes(hashlib.sha256(f"tenant:{prompt_id}".encode()).digest()[:4]) % cfg.tenants
+
+
+def with_system(cfg: Sweep, text: str, extra: dict | None, tenant: int = 0) -> tuple[str, dict | None]:
+    """One prompt as sent under --system-prompt: a system message before it (chat), or the text before it (raw);
+    with several tenants, each tenant's system prompt starts with its own line, so no two share a first block."""
     if not cfg.system_prompt:
         return text, extra
     system = system_text(cfg.system_prompt)
+    if cfg.tenants > 1:
+        system = f"You serve deployment {tenant + 1} of {cfg.tenants}.\n{system}"
     if not cfg.chat:
         return f"{system}\n\n{text}", extra
     messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]

@@ -36,6 +36,8 @@ class ServeConfig(PairConfig):
     metrics_prefix: str = "phoenix"  # phoenix | vllm: the /metrics names (vllm: what an inference gateway's endpoint
     # picker and vLLM's Grafana dashboards read by default, the model-server protocol's names)
     name: str = ""  # the live run's name
+    fleet: str = ""  # the fleet this server is a replica of (`fleet start` sets it; the Fleet page groups by it)
+    router: str = ""  # the router in front of it, "<policy>@<url>" (`fleet start` sets it)
     seed: int = 0
 
 
