@@ -13,6 +13,7 @@ import time
 from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
 from engine.config import add_options, from_args
 from engine.engines import replicas as fleet
+from engine.engines.config import PlanConfig
 from engine.engines.replicas import FleetConfig
 from engine.errors import PhoenixError
 from engine.serve.config import ServeConfig, check_serve
@@ -62,8 +63,6 @@ def cmd_fleet_plan(args) -> int:
 
 
 def add_commands(sub) -> None:
-    from engine.engines.planning import PlanConfig
-
     f = sub.add_parser("fleet", help="Phoenix's servers as replicas behind vllm-router: start and stop them")
     fsub = f.add_subparsers(dest="fleet_command", required=True)
     fs = fsub.add_parser("start", help="start N replicas and vllm-router in front of them, on 127.0.0.1")

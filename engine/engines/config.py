@@ -111,3 +111,17 @@ class LoadConfig:
     # prompt (their first lines differ): the prefixes a router's cache-aware policy can keep apart
     system_prompt: str = ""  # a text file sent before every prompt (the system message, or the raw prompt's start):
     # one shared prefix, as a deployment's system prompt is, for a server's prefix cache
+
+
+@dataclass
+class PlanConfig:
+    source: str = (
+        ""  # Phoenix's served runs (a replica's own live runs, ids comma-separated) whose steps price a replica
+    )
+    rate: str = "1"  # request rates in requests/s, comma-separated (inf: every request at once)
+    replicas: str = "1,2,4"  # fleet sizes to price
+    slo: str = ""  # "ttft:MS,tpot:MS": the plan names the fewest replicas meeting both at the median
+    max_batch: int = 8  # each replica's --max-batch
+    requests: int = 64  # requests per simulated sitting (the median of 20 sittings is given)
+    same_machine: bool = True  # the replicas share this machine's cores (each priced at its share of threads)
+    validate: str = ""  # LOADRUN:REPLICAS,...: `engines load` runs measured through a fleet of that many replicas

@@ -6,29 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 import pandas as pd
 
 from db.store import Store
 from engine.analysis import fleet_plan as fp
 from engine.engines.arrivals import slos_of
+from engine.engines.config import PlanConfig
 from engine.engines.replicas import threads_each
 from engine.errors import PhoenixError
-
-
-@dataclass
-class PlanConfig:
-    source: str = (
-        ""  # Phoenix's served runs (a replica's own live runs, ids comma-separated) whose steps price a replica
-    )
-    rate: str = "1"  # request rates in requests/s, comma-separated (inf: every request at once)
-    replicas: str = "1,2,4"  # fleet sizes to price
-    slo: str = ""  # "ttft:MS,tpot:MS": the plan names the fewest replicas meeting both at the median
-    max_batch: int = 8  # each replica's --max-batch
-    requests: int = 64  # requests per simulated sitting (the median of 20 sittings is given)
-    same_machine: bool = True  # the replicas share this machine's cores (each priced at its share of threads)
-    validate: str = ""  # LOADRUN:REPLICAS,...: `engines load` runs measured through a fleet of that many replicas
 
 
 def _ints(text: str, flag: str) -> list[int]:
