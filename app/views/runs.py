@@ -133,6 +133,7 @@ def table(url: str, filters: RunFilter, sort: str, descending: bool, page: int, 
         # of a view stays on a 1280 px screen
         widths={
             "name": 130,
+            "best_mode": 160,  # a load level's best mode names engine, setting, level: llamacpp-ngram-simple-n4-m8_c8
             "Δ 95% CI": 80,
             "vs baseline": 100,
             "best_interval": 140,
