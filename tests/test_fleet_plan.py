@@ -72,3 +72,12 @@ def test_a_plan_without_measured_steps_or_a_setting_never_run_is_one_line():
     p = fp.fit_profile(steps_frame(), [(10, 0.015), (100, 0.105)], threads=2)
     with pytest.raises(PhoenixError, match="never ran 'eagle3-k2'"):
         fp.simulate(p, "eagle3-k2", 1, 1.0, fp.Workload([1], [2]), n=2)
+
+
+def test_the_plans_rates_are_read_as_engines_load_reads_them():
+    from engine.engines.planning import _rates
+
+    assert _rates("0.5,1,inf") == [0.5, 1.0, float("inf")]
+    for bad in ("nan", "0", "-1", ",", "x"):
+        with pytest.raises(PhoenixError, match="--rate"):
+            _rates(bad)

@@ -67,3 +67,7 @@ def test_a_replica_row_counts_failures_apart_and_the_plan_rows_come_back_with_th
     assert (row["answered"], row["failed"], row["prefix hit rate"], row["TTFT p50 (ms)"]) == (2, 1, 0.5, 200.0)
     measured = [SimpleNamespace(id=9, config={"fleet_plan": [{"replicas": 2, "tok/s error": 0.05}]})]
     assert F.plan_against_measured(measured).to_dict("records") == [{"replicas": 2, "tok/s error": 0.05, "run": 9}]
+
+
+def test_a_replica_that_answered_nothing_draws_no_line_and_no_error():
+    assert F.hit_rate_over_time({"r0": pd.DataFrame()}).empty

@@ -74,6 +74,8 @@ def hit_rate_over_time(requests: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Each replica's prefix-cache hit rate so far, request by request in the order it answered them."""
     frames = []
     for replica, frame in requests.items():
+        if frame.empty:
+            continue
         kept = frame[frame["error"].isna() & frame["cached_tokens"].notna()].sort_values("seq")
         if kept.empty:
             continue

@@ -25,16 +25,18 @@ from engine.errors import PhoenixError
 SLO_KEYS = ("ttft", "tpot", "e2el")  # milliseconds, as vllm bench serve's --goodput takes them
 
 
-def rates_of(text: str) -> list[float]:
-    """'1,2,4,inf' as request rates (requests per second); inf sends all at once."""
+def rates_of(text: str, flag: str = "--request-rate") -> list[float]:
+    """'1,2,4,inf' as request rates (requests per second); inf sends all at once. ``flag`` names the option in the
+    one-line refusal (`fleet plan` calls it --rate)."""
     out = []
     for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
         try:
             rate = math.inf if part == "inf" else float(part)
         except ValueError:
-            raise PhoenixError(f"--request-rate: {part!r} is not a number of requests per second or inf") from None
+            raise PhoenixError(f"{flag}: {part!r} is not a number of requests per second or inf") from None
         if not (rate > 0) or (math.isinf(rate) and part != "inf") or (math.isfinite(rate) and rate > 1e6):
-            raise PhoenixError(f"--request-rate must be above 0 (or inf), got {part!r}", field="request_rate")
+            field = flag.lstrip("-").replace("-", "_")
+            raise PhoenixError(f"{flag} must be above 0 (or inf), got {part!r}", field=field)
         out.append(rate)
     return out
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from db.store import Store
 from engine.analysis import fleet_plan as fp
-from engine.engines.arrivals import slos_of
+from engine.engines.arrivals import rates_of, slos_of
 from engine.engines.config import PlanConfig
 from engine.engines.replicas import threads_each
 from engine.errors import PhoenixError
@@ -28,12 +28,10 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 def _rates(text: str) -> list[float]:
-    try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise PhoenixError(f"--rate takes requests/s separated by commas (or inf), got {text!r}") from None
-    if not out or min(out) <= 0:
-        raise PhoenixError(f"--rate needs rates above 0, got {text!r}")
+    """The plan's rates, read as `engines load --request-rate` reads them (NaN and 0 refused)."""
+    out = rates_of(text, "--rate")
+    if not out:
+        raise PhoenixError(f"--rate needs at least one rate above 0 (or inf), got {text!r}")
     return out
 
 
