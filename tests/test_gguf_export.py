@@ -252,3 +252,18 @@ def test_each_servers_requests_carry_the_longest_draft_it_proposes():
     assert draft_length(variant("draft-eagle3-k2", base)) == 2
     assert draft_length(variant("ngram-simple-n3-m6", base)) == 6  # ngram-simple drafts size-m, not n-max
     assert draft_length(variant("ngram-mod", base)) == base.draft_max
+
+
+def test_the_default_tokenizer_is_the_target_the_draft_was_made_for(tmp_path):
+    """A Qwen head exported with SmolLM2's tokenizer (the old default) serves with speculation silently off."""
+    from engine.catalog import NAMED, QWEN15, SMOLLM2, SMOLLM2_DRAFT
+    from engine.engines.gguf_export import target_of
+
+    head = tiny_head(tmp_path / "head")
+    (head / "phoenix_card.json").write_text(json.dumps({"role": "eagle3-head", "target": QWEN15}))
+    assert target_of(head) == QWEN15
+    (head / "phoenix_card.json").write_text(json.dumps({"role": "eagle3-head", "target": "/somewhere/else"}))
+    assert target_of(head) == "hf"  # a user's own target: the folder's own tokenizer
+    assert target_of(tmp_path / "nothing-here") == "hf"
+    assert target_of(NAMED[SMOLLM2_DRAFT].path) == SMOLLM2  # built before its card named its target
+    assert ExportConfig().tokenizer == "auto"

@@ -12,7 +12,8 @@ EngineName = Literal["auto", "vllm", "sglang", "llamacpp", "phoenix"]
 @dataclass
 class ExportConfig:
     out: str = ""  # the GGUF to write; empty: data/gguf/<name>-<source hash>.gguf
-    tokenizer: str = "smollm2"  # whose tokenizer: smollm2 (its GGUF, key for key), a .gguf file, or hf (the folder's)
+    tokenizer: str = "auto"  # whose tokenizer: auto (the target's GGUF the draft was made for), a fetched model's name
+    # (its GGUF, key for key), a .gguf file, or hf (the folder's own tokenizer.json)
     dtype: Literal["f16", "f32"] = "f16"  # matrices; norms and d2t keep f32 and int64
 
 

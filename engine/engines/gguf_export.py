@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.catalog import named_dir
+from engine.catalog import NAMED, SMOLLM2, SMOLLM2_DRAFT, named_dir
 from engine.decode.eagle3.checkpoint import is_head_dir
 from engine.decode.sources import SOURCES
 from engine.engines.config import ExportConfig
@@ -52,10 +52,26 @@ def permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def target_of(model_dir: Path) -> str:
+    """The fetched target a draft or head was made for: its card's ``target``, else the folder's own tokenizer (hf).
+    SmolLM2's draft predates the card field, so its name says it. A Qwen head exported with SmolLM2's tokenizer
+    would serve with speculation silently off ("vocabs are not compatible")."""
+    try:
+        card = json.loads((model_dir / "phoenix_card.json").read_text())
+    except (OSError, ValueError):
+        card = {}
+    target = card.get("target") if isinstance(card, dict) else None
+    if isinstance(target, str) and target in SOURCES:
+        return target
+    return SMOLLM2 if model_dir.resolve() == NAMED[SMOLLM2_DRAFT].path.resolve() else "hf"
+
+
 def tokenizer_fields(source: str, model_dir: Path) -> list[tuple]:
     """(key, value, type, sub type) of every ``tokenizer.*`` key to write."""
     import gguf
 
+    if source == "auto":
+        source = target_of(model_dir)
     if source == "hf":
         return hf_tokenizer_fields(model_dir)
     if source in SOURCES:

@@ -161,8 +161,12 @@ class Trainer:
             p = torch.softmax(z[:, 1 : J + 1].float() @ self.out_rows.T, dim=-1)
             greedy = x[:, 2 : J + 2]
             emb = self.embed(x[:, 1 : J + 1]).float()
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.cfg.train_dtype == "bfloat16"):
+            return self._unroll(f, x, valid, answer, p, greedy, emb, J, len(batch))
+
+    def _unroll(self, f, x, valid, answer, p, greedy, emb, J: int, rows: int) -> tuple[torch.Tensor, list[float]]:
         hidden = self.head.fc(f[:, :J].float())
-        positions = torch.arange(J).expand(len(batch), J)
+        positions = torch.arange(J).expand(rows, J)
         keys, values, total, agree = [], [], torch.zeros(()), []
         for s in range(self.cfg.ttt_steps):
             q, k, v = self.head.qkv(emb, hidden, positions)
@@ -194,7 +198,8 @@ def _ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch
     scores = [(q @ ks[0].transpose(-1, -2)) * scale + torch.where(pos[None, :] <= pos[:, None] - s, 0.0, -math.inf)]
     for t in range(1, s + 1):
         scores.append(((q * _shift(ks[t], s - t)).sum(-1, keepdim=True)) * scale)
-    w = torch.softmax(torch.cat(scores, dim=-1).nan_to_num(nan=0.0), dim=-1).nan_to_num(nan=0.0)
+    # fp32 softmax: under bf16 autocast the scores come out bf16, whose rounding a softmax over ~1,000 keys amplifies
+    w = torch.softmax(torch.cat(scores, dim=-1).float().nan_to_num(nan=0.0), dim=-1).nan_to_num(nan=0.0)
     out = w[..., :J] @ vs[0]
     for t in range(1, s + 1):
         out = out + w[..., J + t - 1 : J + t] * _shift(vs[t], s - t)

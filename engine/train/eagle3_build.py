@@ -68,6 +68,7 @@ def validate(cfg: HeadBuildConfig) -> HeadBuildConfig:
         (0 < cfg.step_decay <= 1, "--step-decay must be in (0, 1]"),
         (cfg.intermediate_size >= 0, "--intermediate-size must be >= 0 (0: the target's)"),
         (cfg.pack in ("auto", "on", "off"), "--pack must be auto, on or off"),
+        (cfg.train_dtype in ("float32", "bfloat16"), "--train-dtype must be float32 or bfloat16"),
     ]
     for ok, message in checks:
         if not ok:
