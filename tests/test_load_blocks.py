@@ -214,3 +214,48 @@ def test_a_concurrency_level_against_a_refusing_server_counts_refusals_as_failur
     (row,) = level_table(store.served_requests(run_id), run.config.get("wall_s")).to_dict("records")
     assert row["n"] == 3 and row["failed"] == 2 and row["latency_p50_s"] == pytest.approx(0.05)
     assert run.status == "done"  # some answered: the level stands, with its failures counted
+
+
+def test_a_managed_server_that_died_after_start_is_named_with_its_logs_reason(tmp_path):
+    """llama.cpp's draft-eagle3 on a qwen2 target aborts on its first request (its qwen2 graph exposes no layer
+    inputs): the sweep must say so in one line before it runs a level, not record 8 connection errors per level."""
+    import http.server
+    import threading
+
+    from engine.engines import fleet
+    from engine.engines.llamacpp import LlamaCppConfig
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    alive = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=alive.serve_forever, daemon=True).start()
+    dead = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    dead_port = dead.server_address[1]
+    dead.server_close()  # nothing answers there now
+    log = tmp_path / "llamacpp.log"
+    log.write_text(
+        "I srv llama_server: listening\n"
+        'src/llama-graph.cpp:1384: GGML_ASSERT(t_layer_inp[il] != nullptr && "layer input tensor is null") failed\n'
+        "#2 ggml_abort ()\n"
+    )
+    servers = [
+        fleet.Server("none", LlamaCppConfig()),
+        fleet.Server("draft-eagle3-k3", LlamaCppConfig(spec_type="draft-eagle3")),
+    ]
+    infos = [
+        {"url": f"http://127.0.0.1:{alive.server_address[1]}", "log": str(tmp_path / "other.log")},
+        {"url": f"http://127.0.0.1:{dead_port}", "log": str(log)},
+    ]
+    try:
+        gone = fleet.died(servers, infos)
+    finally:
+        alive.shutdown()
+    assert len(gone) == 1
+    assert gone[0].startswith("draft-eagle3-k3: its server died") and "layer input tensor is null" in gone[0]
+    assert fleet.died(servers[:1], infos[:1]) == []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.catalog import named_dir
-from engine.engines import llamacpp, vllm
+from engine.engines import llamacpp, process, vllm
 from engine.engines.gguf_export import gguf_of
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.vllm import VllmConfig
@@ -133,3 +133,17 @@ def running(servers: list[Server]) -> Iterator[list[dict]]:
     finally:
         for s in ours:
             s.stop()
+
+
+def died(servers: list[Server], infos: list[dict]) -> list[str]:
+    """One line per server that stopped answering after it started (llama.cpp's draft-eagle3 aborts on its first
+    request for a target whose graph exposes no layer inputs, such as qwen2), with the line of its log that says
+    why, so a sweep refuses before it measures a dead variant as 8 connection errors."""
+    out = []
+    for s, info in zip(servers, infos):
+        if process.healthy(str(info.get("url", ""))):
+            continue
+        lines = process.log_tail(Path(info["log"])) if info.get("log") else []
+        why = next((ln.strip() for ln in lines if "GGML_ASSERT" in ln or "error" in ln.lower()), "")
+        out.append(f"{s.variant}: its server died after it started ({why[:240] or 'no reason in its log'})")
+    return out

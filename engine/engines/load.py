@@ -343,6 +343,9 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
         cpu_of = {v: cpu_reader(urls[v], pids.get(v), cfg.api_key) for v in names}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
             extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
+        gone = fleet.died(plan, started)
+        if gone:
+            raise PhoenixError("; ".join(gone) + ": no level was run; leave that variant out of --spec-types")
         return [
             _level_run(
                 store, cfg, model, prompts, lv, names, names if i % 2 == 0 else names[::-1], urls, extra, say, cpu_of
