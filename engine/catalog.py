@@ -83,7 +83,7 @@ NAMED = {
         "Phoenix's EAGLE-3 head for Qwen2.5-Coder-1.5B-Instruct, reduced draft vocabulary (use with --drafter "
         "eagle3 or eagle3_<k>)",
         f"python -m engine zoo build-head {QWEN15}",
-        120,
+        139,
     ),
 }
 # the GGUF each fetchable model is assembled into (engine.decode.sources), so a llama.cpp run that served the file
