@@ -17,7 +17,7 @@ from app import data, form
 from app.form import drafters_of
 from engine.bench.config import BenchConfig, validate
 from engine.bench.setup import create_run
-from engine.catalog import NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, present
+from engine.catalog import HEADS, NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, present
 from engine.decode.eagle3 import is_head_dir
 from engine.decode.fetch import FETCHERS
 from engine.decode.loading import check_same_tokenizer_files, has_chat_template, resolve
@@ -234,7 +234,7 @@ def check_draft_kind(cfg: BenchConfig, draft_dir) -> None:
     if draft_dir is not None:
         head = is_head_dir(draft_dir)
     elif cfg.draft in NAMED:
-        head = cfg.draft == SMOLLM2_EAGLE3
+        head = cfg.draft in HEADS
     else:
         return
     drafters = drafters_of(cfg)
@@ -242,7 +242,7 @@ def check_draft_kind(cfg: BenchConfig, draft_dir) -> None:
     if headed and not head:
         raise PhoenixError(
             f"{' and '.join(headed)} modes draft with an EAGLE-3 head, and {cfg.draft} is a draft model: pick "
-            "smollm2-eagle3 or your head's folder as the draft, or use model_<k> modes"
+            f"a head ({', '.join(sorted(HEADS))}) or your head's folder as the draft, or use model_<k> modes"
         )
     if head and drafters & {"model"}:
         raise PhoenixError(

@@ -4,7 +4,17 @@ again), the form's values make a config. Pure, so a test can round-trip every ru
 from __future__ import annotations
 
 from engine.bench.config import BenchConfig
-from engine.catalog import EMBEDDED, NAMED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, present
+from engine.catalog import (
+    EMBEDDED,
+    NAMED,
+    QWEN05,
+    QWEN15,
+    QWEN15_EAGLE3,
+    SMOLLM2,
+    SMOLLM2_DRAFT,
+    SMOLLM2_EAGLE3,
+    present,
+)
 from engine.decode.fetch import FETCHERS
 from engine.modes import Mode, drafter_arm
 from engine.policies.wrappers import FallbackConfig
@@ -163,6 +173,9 @@ def label(choice: str) -> str:
         SMOLLM2: "target",
         SMOLLM2_DRAFT: "draft model",
         SMOLLM2_EAGLE3: "EAGLE-3 head",
+        QWEN15: "target",
+        QWEN05: "draft model",
+        QWEN15_EAGLE3: "EAGLE-3 head",
     }
     state = "" if present(choice) else (" · not here: fetched first" if choice in FETCHERS else " · not here")
     return f"{choice} ({short.get(choice, 'model')}, {NAMED[choice].size_mb} MB){state}"

@@ -86,6 +86,7 @@ NAMED = {
         139,
     ),
 }
+HEADS = frozenset({SMOLLM2_EAGLE3, QWEN15_EAGLE3})  # the names that stand for an EAGLE-3 head, not a draft model
 # the GGUF each fetchable model is assembled into (engine.decode.sources), so a llama.cpp run that served the file
 # is shown as the model it is, beside the same model served by Phoenix or vLLM
 GGUF_FILES = {

@@ -16,6 +16,7 @@ from helpers import ROOT, migrated
 from app import form
 from db.store import Store
 from engine.bench.config import BenchConfig, stored
+from engine.errors import PhoenixError
 
 pytestmark = pytest.mark.pages  # renders dashboard pages through AppTest: its own loop, -m pages
 
@@ -93,7 +94,7 @@ def test_every_run_of_the_readme_table_can_be_queued_again_from_the_form(readme_
         assert any(f"Settings of run #{run_id}" in c.value for c in at.caption)
         assert at.multiselect(key="n_modes").value == cfg.modes
         queue(at)
-        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert not at.exception and not at.error, (run_id, [e.value for e in at.error], [c.value for c in at.code])
         queued = store.list_runs()[0]
         assert queued.status == "queued" and queued.id > max(runs)
         assert as_queued(stored(queued.config)) == as_queued(cfg), run_id
@@ -205,3 +206,16 @@ def test_a_second_press_within_a_minute_warns_of_a_duplicate_before_queueing_it(
     assert len(app_db.list_runs()) == before + 2 and any("moments ago (done)" in w.value for w in at.warning)
     source = (Path(__file__).parents[1] / "app" / "views" / "new_run.py").read_text()
     assert 'st.form("new_run", enter_to_submit=False)' in source  # AppTest cannot press Enter; the flag is the fix
+
+
+def test_every_named_head_counts_as_a_head_not_only_smollm2s():
+    """The Qwen head re-queued from the README's table was refused as 'a draft model' by a check that knew one
+    head by name."""
+    from app.actions import check_draft_kind
+    from engine.catalog import HEADS, NAMED, QWEN05
+
+    for head in HEADS:
+        assert "EAGLE-3 head" in NAMED[head].what
+        check_draft_kind(BenchConfig(target="qwen2.5-coder-1.5b", draft=head, modes=["target", "eagle3_3"]), None)
+    with pytest.raises(PhoenixError, match="is a draft model"):
+        check_draft_kind(BenchConfig(target="qwen2.5-coder-1.5b", draft=QWEN05, modes=["eagle3_3"]), None)

@@ -119,7 +119,7 @@ def fields(targets: list[str], drafts: list[str], modes: list[str]) -> dict:
             key="n_drafter",
             help="model: the draft model; ngram: prompt lookup; suffix: suffix trees over this request "
             "and earlier outputs of the run (model-free, adaptive length); eagle3: an EAGLE-3 head "
-            "(pick smollm2-eagle3 or your head's folder as the draft)",
+            "(pick a head, such as smollm2-eagle3 or qwen2.5-coder-1.5b-eagle3, or your head's folder as the draft)",
         )
         st.multiselect(
             "Modes (pick, or type one: target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hf_<k>, "
