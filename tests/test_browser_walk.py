@@ -252,7 +252,10 @@ def test_after_resume_the_run_page_follows_the_run_to_its_end_without_a_reload(w
     page.get_by_text(f"#{run.id} · queued").or_(page.get_by_text(f"#{run.id} · running")).or_(
         page.get_by_text(f"#{run.id} · done")
     ).first.wait_for(timeout=60000)
-    end = time.monotonic() + 300
+    # the walk's one worker may still be finishing an earlier demo run while the other half of the suite shares the
+    # two cores (a clean-clone run on a Zen 4 took 25 min and the resumed run was still running after 300 s); alone
+    # it ends in seconds. What is tested is that the page follows it without a reload, not how fast it ends
+    end = time.monotonic() + 600
     while time.monotonic() < end and store.get_run(run.id).status in ("queued", "running"):
         time.sleep(2)
     assert store.get_run(run.id).status == "done", store.get_run(run.id).error
