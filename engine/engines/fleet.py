@@ -144,6 +144,10 @@ def died(servers: list[Server], infos: list[dict]) -> list[str]:
         if process.healthy(str(info.get("url", ""))):
             continue
         lines = process.log_tail(Path(info["log"])) if info.get("log") else []
-        why = next((ln.strip() for ln in lines if "GGML_ASSERT" in ln or "error" in ln.lower()), "")
+        # the abort's own line where there is one, else the newest error (the log keeps earlier starts above it)
+        why = next((ln for ln in lines if "GGML_ASSERT" in ln), None) or next(
+            (ln for ln in reversed(lines) if "error" in ln.lower()), ""
+        )
+        why = why.strip()
         out.append(f"{s.variant}: its server died after it started ({why[:240] or 'no reason in its log'})")
     return out
