@@ -7,6 +7,7 @@ and hands back DataFrames and plain entities.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import streamlit as st
 from db.entities import RunFilter
 from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
+from engine import runspec
 from engine.analysis import speedup
 from engine.analysis import sweeps as sweep_analysis
 from engine.analysis.compare import compare
@@ -345,20 +347,23 @@ def regression_verdicts(url: str) -> pd.DataFrame:
     """Every series of this database's runs judged by the PyTorch HUD's rule (engine.analysis.regressions), the
     worst first: one row per series and figure."""
     store = _store(url)
-    series = series_of(store.list_runs(limit=100_000), lambda run_id: report.summaries(store, run_id))
+    specs: dict = {}
+    series = series_of(store.list_runs(limit=100_000), lambda run_id: report.summaries(store, run_id), specs)
     rows = []
-    for v in series_verdicts(series):
-        target, engine, setting, prompts, cpu = v.key
+    for v in series_verdicts(series, specs):
+        spec = v.spec
         rows.append(
             {
                 "verdict": v.verdict,
                 "figure": v.figure,
-                "model": target,
-                "engine": engine,
-                "setting": setting,
-                "prompts": prompts,
-                "CPU": cpu,
-                "newest / baseline": ", ".join(f"{r:.2f}x" for r in v.ratios),
+                "model": spec.target.label(),
+                "engine": spec.engine,
+                "setting": f"{spec.speculation.text()} at {spec.load}",
+                "prompts": f"{spec.prompts}, {spec.max_new_tokens} tokens, T={spec.temperature:g}",
+                "cache": spec.cache,
+                "path": " ".join(x for x in (spec.runner, spec.cores) if x),
+                "CPU": spec.cpu,
+                "newest / baseline": ", ".join("n/a" if r != r else f"{r:.2f}x" for r in v.ratios),
                 "baseline": v.baseline,
                 "points": len(v.points),
                 "runs": ", ".join(f"#{i}" for i in v.run_ids),
@@ -382,6 +387,24 @@ def sweep_labels(url: str) -> dict[int, tuple[str, str]]:
     return {runs[0].id: (key, sweep_analysis.label(runs)) for key, runs in ordered}
 
 
+@st.cache_data(ttl=TTL, show_spinner=False)
+def sweep_sitting(url: str) -> list[str]:
+    """The sweeps the Sweeps page opens on (engine.analysis.sweeps.sitting)."""
+    return sweep_analysis.sitting(sweep_analysis.sweeps(_store(url).list_runs(limit=100_000)))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def variant_latencies(url: str, run_id: int, variant: str) -> list[float]:
+    """A load level's answered requests' end-to-end latencies for one variant (its rows' mode is
+    <engine>-<variant>_c<level>)."""
+    frame = _store(url).served_requests(run_id)
+    if frame.empty:
+        return []
+    mode = re.compile(rf"^(?:vllm|sglang|llamacpp|phoenix)-{re.escape(variant)}_c\d+$")
+    mine = frame[frame["mode"].map(lambda m: bool(mode.match(str(m)))) & frame["error"].isna()]
+    return [float(x) for x in mine["latency_s"].dropna()]
+
+
 def runs_by_id(url: str, ids: tuple[int, ...]) -> dict:
     return {i: run(url, i) for i in ids}
 
@@ -390,15 +413,25 @@ def runs_by_id(url: str, ids: tuple[int, ...]) -> dict:
 def baseline_deltas(url: str, baseline: int, runs: tuple[tuple[int, str], ...]) -> pd.DataFrame:
     """Each (run, its best mode) against the baseline run's best mode: the ratio of mean tokens/s as a Δ%, its 95%
     interval on the log scale, and whether the difference is outside the noise (Welch's test; engine.analysis.compare,
-    the one builder of comparison rows)."""
+    the one builder of comparison rows). Only across runs that measured the same work (engine.runspec.comparable):
+    any other row says which field differs and gives no delta."""
     store = _store(url)
-    base_mode = next((m for i, m in runs if i == baseline), None) or _best_mode(url, baseline)
+    base_mode = next((m for i, m in runs if i == baseline), None) or best_mode(url, baseline)
     base = store.rewards(baseline, [base_mode])["tokens_per_s"].tolist() if base_mode else []
+    base_info = run(url, baseline)
+    base_spec = runspec.of(base_info, base_mode) if base_info is not None and base_mode else None
     rows = []
     for run_id, mode in runs:
-        c = compare(base, store.rewards(run_id, [mode])["tokens_per_s"].tolist()) if mode and base else None
+        info = run(url, run_id)
+        differs = runspec.comparable(base_spec, runspec.of(info, mode)) if base_spec and info and mode else None
+        c = (
+            None
+            if differs
+            else (compare(base, store.rewards(run_id, [mode])["tokens_per_s"].tolist()) if mode and base else None)
+        )
         said = "the baseline" if run_id == baseline else (
-            "no figure" if c is None or c.ratio is None
+            f"not comparable ({differs})" if differs
+            else "no figure" if c is None or c.ratio is None
             else "within the noise" if c.verdict != "significant" else "faster" if c.ratio > 1 else "slower"
         )  # fmt: skip
         rows.append(
@@ -413,7 +446,7 @@ def baseline_deltas(url: str, baseline: int, runs: tuple[tuple[int, str], ...]) 
     return pd.DataFrame(rows)
 
 
-def _best_mode(url: str, run_id: int) -> str | None:
+def best_mode(url: str, run_id: int) -> str | None:
     """A run's best mode other than its reference (by the paired speedup), else its first."""
     found = summaries(url, run_id)
     drafting = [m for m in found if m.speedup is not None and m.speedup.median is not None]

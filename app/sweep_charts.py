@@ -12,12 +12,34 @@ from app.charts import MIN_HEIGHT
 LATENCIES = {"ttft_p95_s": "TTFT p95", "ttft_p50_s": "TTFT p50", "tpot_p50_s": "TPOT p50"}
 
 
+# Tableau 20 without its greys (the frontier's band is grey): 18 colours, none repeated within a chart up to 18
+# settings; past that the settings are listed in the table instead of guessed at by colour
+PALETTE = [
+    "#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
+    "#9ecae9", "#ffbf79", "#ff9d98", "#88d27a", "#83bcb6", "#d6a5c9", "#fcbfd2", "#d8b5a5", "#b7a97b",
+]  # fmt: skip
+LEGEND_ROW_PX = 20  # one legend entry's height: the chart is as tall as its legend, so no entry is cut
+
+
 def _base(frame: pd.DataFrame, title: str) -> alt.Chart:
     df = frame.copy()
     df["open"] = "./run?run=" + df["run_id"].astype(int).astype(str)
-    df["load_s"] = df["load"].map(lambda v: "inf" if v == float("inf") else f"{v:g}")
-    df["load"] = df["load"].where(df["load"] != float("inf"), df.loc[df["load"] != float("inf"), "load"].max() * 2)
-    return alt.Chart(df, title=title, height=max(MIN_HEIGHT, 300))
+    df["load_s"] = df["load_label"] if "load_label" in df else df["load"].map(lambda v: f"{v:g}")
+    finite = df.loc[df["load"] != float("inf"), "load"]
+    df["load"] = df["load"].where(df["load"] != float("inf"), (finite.max() if len(finite) else 1) * 2)
+    height = max(MIN_HEIGHT, 300, LEGEND_ROW_PX * (df["setting"].nunique() + 3))
+    return alt.Chart(df, title=title, height=height)
+
+
+def _color() -> alt.Color:
+    return alt.Color("setting:N", title="engine · weights · setting (sweep)", scale=alt.Scale(range=PALETTE))
+
+
+def _load_axis(frame: pd.DataFrame) -> alt.X:
+    kind = frame["load_kind"].iloc[0]
+    unbounded = (frame["load"] == float("inf")).any()
+    title = kind + (" (unbounded: drawn at twice the highest rate)" if unbounded else "")
+    return alt.X("load:Q", title=title, scale=alt.Scale(type="log", base=2))
 
 
 def _tooltip() -> list:
@@ -29,6 +51,8 @@ def _tooltip() -> list:
         alt.Tooltip("ttft_p95_s:Q", format=".3f", title="TTFT p95 (s)"),
         alt.Tooltip("tpot_p50_s:Q", format=".4f", title="TPOT p50 (s)"),
         alt.Tooltip("n:Q", title="n (answered)"),
+        alt.Tooltip("cached_share:Q", format=".0%", title="prompt tokens cached"),
+        alt.Tooltip("cache:N", title="cache scenario"),
         alt.Tooltip("run_id:Q", title="run"),
     ]
 
@@ -36,14 +60,13 @@ def _tooltip() -> list:
 def throughput_chart(frame: pd.DataFrame, cpu: str) -> alt.Chart:
     """Output tok/s against load, a line per engine and setting; speculation off solid, on dashed, so the two of
     one engine read as a pair."""
-    kind = frame["load_kind"].iloc[0]
     return (
-        _base(frame, f"Output throughput against load · {cpu}")
+        _base(frame.dropna(subset=["throughput_tok_s"]), f"Output throughput against load · {cpu}")
         .mark_line(point=True)
         .encode(
-            x=alt.X("load:Q", title=kind, scale=alt.Scale(type="log", base=2)),
+            x=_load_axis(frame),
             y=alt.Y("throughput_tok_s:Q", title="output tokens/s"),
-            color=alt.Color("setting:N", title="engine · setting (sweep)"),
+            color=_color(),
             strokeDash=alt.StrokeDash("speculation:N", title="speculation", sort=["off", "on"]),
             href="open:N",
             tooltip=_tooltip(),
@@ -61,7 +84,7 @@ def latency_chart(frame: pd.DataFrame, frontier: pd.DataFrame, latency: str, cpu
         .encode(
             x=alt.X("throughput_tok_s:Q", title="output tokens/s"),
             y=alt.Y(f"{latency}:Q", title=f"{label} (s)"),
-            color=alt.Color("setting:N", title="engine · setting (sweep)"),
+            color=_color(),
             strokeDash=alt.StrokeDash("speculation:N", sort=["off", "on"]),
             order="load:Q",
             href="open:N",
@@ -76,15 +99,15 @@ def latency_chart(frame: pd.DataFrame, frontier: pd.DataFrame, latency: str, cpu
     return edge + lines
 
 
-def goodput_chart(frame: pd.DataFrame, cpu: str) -> alt.Chart:
-    kind = frame["load_kind"].iloc[0]
+def goodput_chart(frame: pd.DataFrame, cpu: str, slo: str) -> alt.Chart:
+    """Requests/s meeting every SLO against load; ``slo`` names the SLO the runs counted goodput against."""
     return (
-        _base(frame.dropna(subset=["goodput_req_s"]), f"Goodput against load (requests/s meeting every SLO) · {cpu}")
+        _base(frame.dropna(subset=["goodput_req_s"]), f"Goodput against load (requests/s meeting {slo}) · {cpu}")
         .mark_line(point=True)
         .encode(
-            x=alt.X("load:Q", title=kind, scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("goodput_req_s:Q", title="goodput (requests/s)"),
-            color=alt.Color("setting:N", title="engine · setting (sweep)"),
+            x=_load_axis(frame),
+            y=alt.Y("goodput_req_s:Q", title=f"goodput (requests/s within {slo})"),
+            color=_color(),
             strokeDash=alt.StrokeDash("speculation:N", sort=["off", "on"]),
             href="open:N",
             tooltip=_tooltip(),

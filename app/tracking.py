@@ -8,6 +8,7 @@ from markdown_it import MarkdownIt
 
 from app import actions, data, likeness, tables, urlstate
 from db.tracker import TrackerError
+from engine import runspec
 from engine.analysis.compare import TOKENS_PER_S, compare
 
 # Raw HTML off and no links, images or autolinks: a note can format text but can load nothing from outside.
@@ -103,10 +104,15 @@ def baseline_table(url: str, info, modes: list[str]) -> None:
     base_modes = [m.mode for m in data.summaries(url, base_id)]
     if not base_modes:
         return
-    base = {m: data.rewards(url, base_id, (m,))["tokens_per_s"].tolist() for m in base_modes}
-    best = max(base, key=lambda m: sum(base[m]) / max(1, len(base[m])))
+    best = data.best_mode(url, base_id) or base_modes[0]  # the one rule both baseline views use
+    base = {best: data.rewards(url, base_id, (best,))["tokens_per_s"].tolist()}
+    base_spec = runspec.of(data.run(url, base_id), best)
     rows = []
     for mode in modes:
+        differs = runspec.comparable(base_spec, runspec.of(info, mode))
+        if differs:  # a delta across different work is no verdict: refused, naming the field
+            rows.append({"mode": mode, "n": 0, "verdict": f"not comparable ({differs})"})
+            continue
         c = compare(base[best], data.rewards(url, info.id, (mode,))["tokens_per_s"].tolist())
         rows.append(
             {

@@ -181,10 +181,10 @@ class Queries(Series):
         r = Request
         q = (
             select(r.run_id, r.mode, r.prompt_id, r.category, r.tokens_per_s, r.latency_s, r.accepted, r.proposed)
-            .where(r.run_id == run_id, r.mode.in_(modes), r.warmup.is_(False))
+            .where(r.run_id == run_id, r.mode.in_(modes), r.warmup.is_(False), r.error.is_(None))
             .order_by(r.seq)
         )
-        return self._frame(q)
+        return self._frame(q)  # answered requests only: a failed one's 0 tokens/s is no sample of a speed
 
     def mode_summaries(self, run_id: int, totals: pd.DataFrame | None = None) -> list[E.ModeSummary]:
         """Phoenix's results table for a run, from the (mode, k) sums and SQL percentiles."""

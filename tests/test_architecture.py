@@ -11,7 +11,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [p for folder in ("engine", "db", "app") for p in (ROOT / folder).rglob("*.py")] + [
     ROOT / "migrations" / "env.py"
 ]
-BASE = {"engine.errors", "engine.config", "engine.modes", "engine.paths", "engine.catalog", "engine.provenance"}
+BASE = {
+    "engine.errors",
+    "engine.config",
+    "engine.modes",
+    "engine.paths",
+    "engine.catalog",
+    "engine.provenance",
+    "engine.runspec",  # what ran: read by every layer that compares runs
+}
 SHAPE = {"engine.measure"}  # one request as measured: imports nothing, so every layer may build on it, db included
 
 # package -> the packages it may import (itself included). Read top-down: nothing below imports anything above.

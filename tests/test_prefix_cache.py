@@ -42,7 +42,7 @@ def test_a_hash_collision_never_serves_another_prompts_kv(monkeypatch):
     planted, victim = [7] * 16 + [1], [8] * 16 + [1]
     assert block_hashes(planted)[0] == hashlib.sha256(b"".join(t.to_bytes(8, "little") for t in [7] * 16)).digest()
     assert block_hashes(planted) != block_hashes(victim)
-    monkeypatch.setattr(prefix, "block_hashes", lambda ids, block=BLOCK: [b"same"] * (len(ids) // block))
+    monkeypatch.setattr(prefix, "block_hashes", lambda ids, block=BLOCK, salt="": [b"same"] * (len(ids) // block))
     cache = PrefixCache(budget_bytes=1 << 20)
     cache.store(planted, *_kv(17, fill=66.0), None)
     assert cache.lookup(planted + [2], taps=False) is not None  # the planter's own prompt still hits

@@ -60,7 +60,7 @@ def test_the_committed_runs_are_judged_and_none_regressed(capsys):
 
     code, out, _ = run_cli(capsys, "regressions", "--db", f"sqlite:///{RESULTS_DB}", "--exit-code")
     assert code == 0, out
-    assert "over" in out and "series (the PyTorch HUD's rule)" in out and "0 regression" in out
+    assert "figures of" in out and "series had enough points to judge" in out and "0 regression" in out
 
 
 @pytest.mark.pages
@@ -86,3 +86,78 @@ def test_a_baseline_pinned_in_the_link_gives_each_run_its_delta_with_its_interva
     assert at.query_params["baseline"] in ("1", ["1"])  # the pin is part of the shareable link
     setup = open_page("runs", columns="setup")
     assert setup.query_params["columns"] in ("setup", ["setup"])  # the columns view is kept in the link too
+
+
+def test_a_collapse_to_zero_is_a_regression_never_dropped():
+    assert walk([100, 101, 99, 100, 0, 0], "throughput_tok_s")[-1] == REGRESSION
+    assert walk([0.04] * 5 + [float("inf")] * 2, "ttft_p50_s")[-1] == REGRESSION  # every request failed
+    assert walk([100, 101, 99, float("nan"), 100], "throughput_tok_s")[-1] == NO_REGRESSION  # NaN: not measured
+
+
+def test_a_baseline_of_zero_or_inf_gives_no_ratio_of_it():
+    v = judge(series([0, 0, 0, 0, 0]), "throughput_tok_s")
+    assert v.verdict == REGRESSION and all(r != r for r in v.ratios)  # no "0.00x of the baseline inf"
+
+
+def _fixture_runs(slow: float, wobble: float):
+    """A served series as stored: eight load levels of one configuration on one server, each a run of its own
+    (two sweep names: the name is not the key), the newest two slowed by ``slow`` and every point wobbling."""
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    rng = random.Random(7)
+    runs = []
+    for i in range(8):
+        factor = (1 - slow if i >= 6 else 1.0) * rng.uniform(1 - wobble, 1 + wobble)
+        cfg = {
+            "load": {"engine": "phoenix", "prompts": "humaneval-test", "limit": 16, "max_new_tokens": 64},
+            "level": 4,
+            "request_rate": None,
+            "cache_scenario": "cold",
+            "server": {"dtype": "bfloat16", "threads": 2, "drafter": "eagle3", "settings": {"max_batch": 16}},
+            "environment": {"cpu": "fixture CPU"},
+            "figures": {
+                v: {"answered": 16, "output_throughput": 100 * factor, "ttft_ms_p50": 80 / factor,
+                    "tpot_ms_p50": 30 / factor}
+                for v in ("none", "eagle3-auto")
+            },  # fmt: skip
+        }
+        at = datetime(2026, 12, 1, tzinfo=UTC) + timedelta(days=i)
+        name = f"{'nightly' if i % 2 else 'phoenix load'} c=4"
+        runs.append(SimpleNamespace(id=i + 1, name=name, status="done", created_at=at, config=cfg, target="smollm2",
+                                    draft=None, bench=None))  # fmt: skip
+    return runs
+
+
+@pytest.mark.parametrize(("slow", "caught"), [(0.25, True), (0.05, False)])
+def test_a_planted_slowdown_in_a_served_series_is_caught_and_a_wobble_is_not(slow, caught):
+    from engine.analysis.regressions import series_of, series_verdicts
+
+    series = series_of(_fixture_runs(slow, wobble=0.03), lambda _: [])
+    assert len(series) == 2  # one series per variant: the two sweep names did not split them
+    verdicts = series_verdicts(series)
+    assert all(v.verdict != INSUFFICIENT for v in verdicts)  # every series with >= 3 runs is judged
+    assert any(v.verdict == REGRESSION for v in verdicts) == caught
+
+
+def test_the_regressions_gate_fails_on_a_database_slowed_on_purpose(tmp_path, capsys):
+    """The CI gate can fail: a served series in a real store, its newest two runs 25% slower, exits 1."""
+    from helpers import migrated, run_cli
+
+    from db.store import Store
+
+    url = migrated(f"sqlite:///{tmp_path / 'slow.db'}")
+    store = Store(url)
+    for run in _fixture_runs(0.25, wobble=0.02):
+        run_id = store.create_run(run.name, run.config, "smollm2", None, 0).id
+        store.set_status(run_id, "done")
+    code, out, _ = run_cli(capsys, "regressions", "--db", url, "--exit-code")
+    assert code == 1 and "regression   throughput_tok_s" in out, out
+
+
+def test_a_judging_command_refuses_a_database_that_is_not_there(tmp_path, capsys):
+    from helpers import run_cli
+
+    missing = tmp_path / "typo.db"
+    code, _, err = run_cli(capsys, "regressions", "--db", str(missing), "--exit-code")
+    assert code == 2 and "no Phoenix database" in err and not missing.exists()

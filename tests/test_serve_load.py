@@ -312,3 +312,46 @@ def test_at_the_shutdown_deadline_every_held_request_ends_aborted_with_an_openai
     assert len(recs) == 7 and run.status == "interrupted"
     aborted = [r for r in recs if r.error]
     assert len(aborted) >= len(ended) and all("deadline" in r.error for r in aborted), [r.error for r in aborted]
+
+
+def test_two_passes_of_the_same_prompts_are_cold_by_default_and_warm_only_when_named(tiny_dirs, tmp_path):
+    """The cold protocol: a second sweep of the same (long) prompts against the same server finds none of them in
+    its prefix cache, and every row says so (0, not unknown); under --cache warm the same sweep is served from it.
+    Outputs stay identical to speculation off either way (the salt changes the cache key, not the prompt)."""
+    import json as _json
+
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.engines.config import LoadConfig
+    from engine.engines.load import sweep as load_sweep
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.service import Service
+
+    body = "".join(f"    y{j} = x * {j} + {j}\n" for j in range(12))
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(_json.dumps({"id": f"p{i}", "prompt": f"def g{i}(x):\n{body}"}) + "\n" for i in range(3)))
+    store = Store(migrated(f"sqlite:///{tmp_path / 'cold.db'}"))
+    d = tiny_dirs["qwen3"]
+    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
+    with http_server(service) as port:
+        cfg = LoadConfig(
+            url=f"http://127.0.0.1:{port}", prompts=str(path), limit=3, max_new_tokens=6, chat=False,
+            concurrency="1", variants="none,k2",
+        )  # fmt: skip
+        cold = [load_sweep(store, cfg, say=lambda _line: None)[0] for _ in range(2)]
+        from dataclasses import replace
+
+        warm = [load_sweep(store, replace(cfg, cache="warm"), say=lambda _line: None)[0] for _ in range(2)]
+    for run_id in cold:
+        rows = store.requests(run_id)
+        assert rows and all(r.cached_tokens == 0 and r.prompt_tokens >= 16 for r in rows)
+        info = store.get_run(run_id)
+        assert info.config["cache_scenario"] == "cold"
+        assert all(f["cached_share"] == 0.0 for f in info.config["figures"].values())
+        assert all(r.identical for r in rows if not r.mode.startswith("phoenix-none"))
+    rows = store.requests(warm[1])
+    assert sum(r.cached_tokens or 0 for r in rows) > 0  # the warm scenario is what it says
+    info = store.get_run(warm[1])
+    assert info.config["cache_scenario"].startswith("warm")
+    assert any(f["cached_share"] > 0 for f in info.config["figures"].values())

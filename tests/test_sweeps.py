@@ -67,11 +67,62 @@ def test_the_best_setting_at_each_load_says_by_how_much_with_the_interval_of_pai
     ]
     frame = S.points(S.sweeps(runs))
     best = S.best_at_each_load(frame, {r.id: r for r in runs})
-    assert best["best"].tolist() == ["phoenix k3 (#1)", "phoenix none (#1)"]
-    assert best["x runner-up"].round(2).tolist() == [1.5, round(180 / 170, 2)]
-    low, high = (float(x.rstrip("x")) for x in best["interval (paired blocks)"].iloc[0].split("-"))
+    assert best["leader"].tolist() == ["phoenix k3 (#1)", "phoenix none (#1)"]
+    assert best["x runner-up"].round(2).tolist()[0] == 1.46  # the median of the paired blocks' ratios
+    low, high = (float(x.rstrip("x")) for x in best["interval (95%)"].iloc[0].split("-"))
     assert 1.3 < low <= 1.5 <= high < 1.7  # the four blocks' ratios: 1.50, 1.45, 1.47, 1.43
-    assert best["interval (paired blocks)"].iloc[1] == "blocks not kept by this run"
+    # level 2 kept no blocks: no interval, so no winner is named however the point estimates fall
+    assert best["verdict"].tolist() == ["best", S.TIE]
+    assert "no interval" in best["ranked by"].iloc[1] and best["interval (95%)"].iloc[1] == ""
+
+
+def test_a_lead_inside_its_noise_is_a_tie_with_its_interval_shown():
+    blocks = {
+        "none": [[1.0, 100], [1.0, 120], [1.0, 90], [1.0, 110]],
+        "k3": [[1.0, 112], [1.0, 98], [1.0, 108], [1.0, 103]],
+    }
+    runs = [level_run(1, "s", 1, {"none": fig(105.0, 100), "k3": fig(105.03, 90)}, sweep="x", blocks=blocks)]
+    best = S.best_at_each_load(S.points(S.sweeps(runs)), {r.id: r for r in runs})
+    row = best.iloc[0]
+    assert row["verdict"] == S.TIE and row["interval (95%)"]  # 1.0003x: shown with its interval, never "best"
+    low, high = (float(x.rstrip("x")) for x in row["interval (95%)"].split("-"))
+    assert low < 1 < high
+
+
+def test_a_setting_that_answered_nothing_is_failed_not_zero_and_never_ranked():
+    dead = {"answered": 0, "output_throughput": 0.0, "ttft_ms_p95": None}
+    runs = [level_run(1, "s", 1, {"none": fig(100, 100), "k3": dead}, sweep="x")]
+    frame = S.points(S.sweeps(runs))
+    assert pd.isna(frame.set_index("variant").loc["k3", "throughput_tok_s"])  # not 0
+    best = S.best_at_each_load(frame, {})
+    assert best["leader"].iloc[0] == "phoenix none (#1)" and best["verdict"].iloc[0] == "only setting"
+    assert best["failed settings"].iloc[0] == "phoenix k3 (#1)"
+    table = S.slo_table(frame, {"ttft_p95": 500}).set_index("setting")
+    assert (
+        pd.isna(table.loc["phoenix k3 (#1)", "stops meeting at"]) and table.loc["phoenix k3 (#1)", "failed at"] == "1"
+    )
+
+
+def test_at_a_fixed_arrival_rate_settings_are_ranked_by_latency_never_by_throughput():
+    runs = [
+        level_run(1, "s", 16, {"none": fig(100, 100) | {"e2el_ms_p50": 900}, "k3": fig(101, 90) | {"e2el_ms_p50": 600}})
+    ]
+    runs[0].config["request_rate"] = 2.0
+    frame = S.points(S.sweeps(runs))
+    lat = {"none": [0.9, 0.95, 0.85, 0.92, 0.88], "k3": [0.6, 0.62, 0.58, 0.61, 0.59]}
+    best = S.best_at_each_load(frame, {}, latencies=lambda run_id, v: lat[v])
+    row = best.iloc[0]
+    assert row["leader"] == "phoenix k3 (#1)" and row["verdict"] == "best" and "latency" in row["ranked by"]
+    unbounded = [level_run(2, "u", 16, {"none": fig(100, 100)}, sweep="y")]
+    unbounded[0].config["request_rate"] = "inf"
+    assert S.points(S.sweeps(unbounded))["load_label"].tolist() == ["unbounded (all at once)"]
+
+
+def test_a_gguf_served_as_it_is_carries_its_quantization_in_every_setting_name():
+    runs = [level_run(1, "s", 1, {"none": fig(100, 100)}, sweep="x", engine="llamacpp")]
+    runs[0].config["servers"] = [{"variant": "none", "command": "llama-server -m /m/qwen-q4_k_m.gguf -t 2"}]
+    frame = S.points(S.sweeps(runs))
+    assert frame["setting"].tolist() == ["llamacpp Q4_K_M none (#1)"] and frame["weights"].tolist() == ["Q4_K_M"]
 
 
 def test_the_best_within_an_slo_and_where_each_setting_stops_meeting_it():
@@ -82,7 +133,7 @@ def test_the_best_within_an_slo_and_where_each_setting_stops_meeting_it():
     ]
     frame = S.points(S.sweeps(runs))
     within = S.best_within(frame, {"ttft_p95": 500})
-    assert within["best within the SLO"].tolist() == ["phoenix k3 (#1)", "phoenix none (#1)", "phoenix none (#1)"]
+    assert within["leading within the SLO"].tolist() == ["phoenix k3 (#1)", "phoenix none (#1)", "phoenix none (#1)"]
     assert within["settings meeting it"].tolist() == ["2 of 2", "1 of 2", "1 of 2"]
     table = S.slo_table(frame, {"ttft_p95": 500}).set_index("setting")
     assert (
@@ -105,7 +156,7 @@ def test_the_sweeps_page_answers_the_best_setting_at_a_load_within_an_slo_on_the
     assert any(s.value.startswith("smollm2 · ") for s in at.subheader)
     within = at.dataframe[1].value
     row = within[within["load"] == "concurrency 8"].iloc[0]
-    assert row["best within the SLO"] == "phoenix none (#161)" and round(row["tok/s"], 1) == 167.3
+    assert row["leading within the SLO"] == "phoenix none (#161)" and round(row["tok/s"], 1) == 167.3
     charts = [c for c in at.get("vega_lite_chart")]
     assert len(charts) >= 2  # throughput against load, latency against throughput
 

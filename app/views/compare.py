@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, data, likeness, tables, urlstate, widgets
+from engine import runspec
 from engine.analysis.compare import TOKENS_PER_S, compare
 from engine.analysis.speedup import RATIO_OF_MEANS, SPEEDUP, speedups
 from engine.analysis.stats import cross_run_drift
@@ -81,7 +82,15 @@ def render() -> None:
     tables.show(speedup_table(url, series), name="compare_speedups", formats={"x reference": "%.2fx"})
     st.caption(SPEEDUP + ". Series from different runs each pair with their own run's reference.")
     st.subheader(f"Series against the baseline, {label(url, series[0])}")
-    table = verdicts(frames, alpha)
+    refused = not_comparable(url, series)
+    if refused:
+        st.error(
+            "No verdict across different work (engine.runspec): "
+            + "; ".join(f"{label(url, s)}: {why}" for s, why in refused.items())
+            + ". Their distributions are drawn above; no ratio or test is given."
+        )
+    kept = [f for s, f in zip(series, frames) if s not in refused]
+    table = verdicts(kept, alpha) if len(kept) > 1 else pd.DataFrame()
     tables.show(
         shown_verdicts(table),
         name="compare",
@@ -110,6 +119,19 @@ def render() -> None:
     else:
         tables.show(diff.drop(columns="key"))
     urlstate.show_share_link("compare")
+
+
+def not_comparable(url: str, series: list[str]) -> dict[str, str]:
+    """The series that measured other work than the baseline (the first), each with the field that differs."""
+    base_id, base_mode, _ = parse_series(series[0])
+    base = runspec.of(data.run(url, base_id), base_mode)
+    out = {}
+    for s in series[1:]:
+        run_id, mode, _ = parse_series(s)
+        why = runspec.comparable(base, runspec.of(data.run(url, run_id), mode))
+        if why:
+            out[s] = why
+    return out
 
 
 def label(url: str, series: str) -> str:

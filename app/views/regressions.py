@@ -13,8 +13,9 @@ RULE = (
     f"{BASELINE_WINDOW} points before them; a point is past the line where its throughput is below "
     f"{LINE[True]:.1f}x the baseline, or its median TTFT or TPOT above {LINE[False]:.1f}x. Two points in a row past "
     "the line: regression; the newest only: suspicious; neither: no regression; fewer than three points: "
-    "insufficient data. A series keeps one model, engine, setting (mode, or variant and level), prompt set and "
-    "CPU, and a load sweep's name, which says what the load client cannot see of the server."
+    "insufficient data. A series is one RunSpec key (engine.runspec): the model and its weights, prompts, tokens, "
+    "sampling, load point, cache scenario and CPU, and the setting (speculation, draft, forward path, engine, cores). "
+    "A collapse to 0 tokens/s, or a level whose every request failed, is past the line, never dropped."
 )
 
 
@@ -42,7 +43,7 @@ def render() -> None:
         view,
         name="regressions",
         formats={"baseline": "%.4g"},
-        widths={"setting": 160, "prompts": 200, "CPU": 160, "runs": 120},
+        widths={"setting": 160, "prompts": 200, "cache": 140, "path": 140, "CPU": 160, "runs": 120},
     )
     st.caption(
         f"{len(view)} of {len(table)} series-figures; runs are listed oldest first, the newest two judged. Open one "

@@ -12,10 +12,12 @@ from app.charts import show
 from engine.analysis.sweeps import best_at_each_load, best_within, frontier, slo_table
 
 
-def chosen_sweeps(options: dict[int, tuple[str, str]]) -> list[int]:
-    """The sweeps in the link (by their first runs' ids), else the newest one."""
+def chosen_sweeps(options: dict[int, tuple[str, str]], url: str) -> list[int]:
+    """The sweeps in the link (by their first runs' ids), else the newest sitting: the newest sweep of several
+    levels with every other engine's sweep measured beside it (engine.analysis.sweeps.sitting)."""
     asked = [urlstate.whole(i) for i in urlstate.qp("sweeps").split(",")]
-    return [i for i in asked if i in options] or list(options)[:1]
+    by_key = {key: i for i, (key, _) in options.items()}
+    return [i for i in asked if i in options] or [by_key[k] for k in data.sweep_sitting(url) if k in by_key]
 
 
 def slos() -> dict[str, float]:
@@ -45,7 +47,7 @@ def render() -> None:
     picked = st.multiselect(
         "Sweeps (one per engine, say)",
         list(options),
-        default=chosen_sweeps(options),
+        default=chosen_sweeps(options, url),
         format_func=lambda i: options[i][1],
         key="sweeps",
     )
@@ -61,17 +63,33 @@ def render() -> None:
         "Latency axis", list(sweep_charts.LATENCIES), format_func=sweep_charts.LATENCIES.get, horizontal=True,
         key="sweep_latency",
     )  # fmt: skip
-    for (model, cpu, kind), g in frame.groupby(["model", "cpu", "load_kind"], sort=True):
-        st.subheader(f"{model} · {cpu} · by {kind}")
+    for (model, cpu, cache, kind), g in frame.groupby(["model", "cpu", "cache", "load_kind"], sort=True):
+        st.subheader(f"{model} · {cpu} · cache: {cache} · by {kind}")
         show(sweep_charts.throughput_chart(g, cpu))
         show(sweep_charts.latency_chart(g, frontier(g, latency), latency, cpu))
-        if g["goodput_req_s"].notna().any():
-            show(sweep_charts.goodput_chart(g, cpu))
-        st.caption(f"n = {int(g['n'].sum())} answered requests over {g['run_id'].nunique()} levels; click a point to "
-                   "open its level's run.")  # fmt: skip
-    st.subheader("The best setting at each load")
-    best = best_at_each_load(frame, runs_by_id)
+        for slo, gg in g[g["goodput_req_s"].notna()].groupby("goodput_slo"):
+            show(sweep_charts.goodput_chart(gg, cpu, slo or "no SLO"))
+            st.caption(f"Goodput counts the requests within {slo or 'no SLO'}, the SLO the runs were measured against "
+                       "(the SLO typed on this page ranks the tables below).")  # fmt: skip
+        st.caption(
+            f"n = {int(g['n'].sum())} answered requests over {g['run_id'].nunique()} levels; "
+            + cached_words(g)
+            + "; weights: "
+            + ", ".join(sorted(set(g["weights"])))
+            + ". Click a point to open its level's run."
+        )
+        if g["failed"].any():
+            st.warning("Answered nothing (failed, not drawn as 0): " + ", ".join(
+                f"{r.setting} at {r.load_label}" for r in g[g["failed"]].itertuples()))  # fmt: skip
+    st.subheader("The leading setting at each load, and whether its lead is outside the noise")
+    best = best_at_each_load(frame, runs_by_id, latencies=lambda run_id, v: data.variant_latencies(url, run_id, v))
     tables.show(best, name="sweep_best", formats=FORMATS, widths=WIDTHS)
+    st.caption(
+        "verdict: best only where the 95% interval of the leader's ratio to the runner-up lies above 1 (paired "
+        "blocks where both ran on the same prompts in one level, else a bootstrap); tied otherwise, its interval "
+        "shown. At a fixed arrival rate the arrivals set throughput: settings are ranked by median end-to-end "
+        "latency. x runner-up is the interval's own centre. unequal terms: what else differs (weights, cores)."
+    )
     if target:
         said = ", ".join(f"{k.replace('_', ' ').upper()} ≤ {v:g} ms" for k, v in target.items())
         st.subheader(f"Within the SLO: {said}")
@@ -81,14 +99,33 @@ def render() -> None:
     urlstate.show_share_link("sweeps")
 
 
+def cached_words(g) -> str:
+    """The cached share of prompt tokens beside throughput: what a prefix cache served, per engine."""
+    parts = []
+    for engine, e in g.groupby("engine"):
+        share = e["cached_share"].dropna()
+        parts.append(f"{engine} {share.mean():.0%}" if len(share) else f"{engine} not reported")
+    return "prompt tokens served from a prefix cache: " + ", ".join(parts)
+
+
 FORMATS = {
     "tok/s": "%.1f",
-    "x runner-up": "%.2fx",
+    "x runner-up": "%.3fx",
     "tok/s there": "%.1f",
     "TTFT p95 (ms)": "%.0f",
     "TPOT p50 (ms)": "%.1f",
 }
-WIDTHS = {"model": 110, "cpu": 150, "best": 170, "runner-up": 170, "best within the SLO": 170, "setting": 180}
+WIDTHS = {
+    "model": 110,
+    "cpu": 120,
+    "cache": 90,
+    "verdict": 90,
+    "leader": 170,
+    "interval (95%)": 100,
+    "runner-up": 170,
+    "leading within the SLO": 170,
+    "setting": 180,
+}
 
 
 render()

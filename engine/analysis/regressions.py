@@ -4,16 +4,23 @@ them; a point is past the line where its median TTFT or TPOT is above 1.2x the b
 0.8x; two consecutive points past the line are a regression, one (the newest) is suspicious, none is no regression,
 and a series too short to have a baseline window and two new points is insufficient data.
 
-A series' key is what must stay the same for its points to be comparable: the target model, the engine, the mode
-(the setting: drafter and k, or a server's variant and level), the prompts, and the CPU (a figure from one machine
-is not a figure for another).
+A series' key is what must stay the same for its points to be comparable: ``RunSpec.key()`` (engine.runspec), the
+one definition: the target and its weights, the prompts and tokens, sampling, the load point and cache scenario, the
+CPU, and the setting (speculation, draft, forward path, engine, cores). A name is not part of it, so the same
+configuration measured by two sweeps is one series.
+
+A point of 0 (a collapse to no tokens/s, a level whose every request failed) is past the line, never dropped; only
+a figure that was not measured (NaN, None) is left out.
 """
 
 from __future__ import annotations
 
-import re
+import math
 import statistics
 from dataclasses import dataclass, field
+
+from engine import runspec
+from engine.runspec import RunSpec
 
 REGRESSION, SUSPICIOUS, NO_REGRESSION, INSUFFICIENT = "regression", "suspicious", "no regression", "insufficient data"
 VERDICTS = (REGRESSION, SUSPICIOUS, NO_REGRESSION, INSUFFICIENT)
@@ -35,6 +42,7 @@ class Verdict:
     key: tuple
     figure: str
     verdict: str
+    spec: RunSpec | None = None  # the newest point's RunSpec (engine.runspec): the series' fields, for people
     baseline: float | None = None
     ratios: list[float] = field(default_factory=list)  # the newest points over the baseline, oldest first
     points: list[Point] = field(default_factory=list)
@@ -44,65 +52,78 @@ class Verdict:
         return [p.run_id for p in self.points]
 
 
-def past_line(ratio: float, higher_is_better: bool) -> bool:
-    return ratio < LINE[True] if higher_is_better else ratio > LINE[False]
+def past_line(value: float, baseline: float, higher_is_better: bool) -> bool:
+    """Past the line: throughput under 0.8x the baseline (0 always), a latency over 1.2x (inf always)."""
+    if higher_is_better:
+        return value <= 0 or value < LINE[True] * baseline
+    return math.isinf(value) or value > LINE[False] * baseline
 
 
-def judge(points: list[Point], figure: str, key: tuple = ()) -> Verdict:
+def ratio_of(value: float, baseline: float) -> float:
+    """The point over the baseline; NaN where the baseline is no figure to divide by (0 or inf)."""
+    return value / baseline if 0 < baseline < math.inf else math.nan
+
+
+def judge(points: list[Point], figure: str, key: tuple = (), spec=None) -> Verdict:
     """The verdict on one series of one figure, its points in time order."""
-    points = sorted([p for p in points if p.value == p.value and p.value > 0], key=lambda p: (p.at, p.run_id))
+    points = sorted([p for p in points if p.value == p.value], key=lambda p: (p.at, p.run_id))
     if len(points) < NEWEST + 1:
-        return Verdict(key, figure, INSUFFICIENT, points=points)
+        return Verdict(key, figure, INSUFFICIENT, spec, points=points)
     window = points[-(NEWEST + BASELINE_WINDOW) : -NEWEST]
     baseline = statistics.median(p.value for p in window)
-    ratios = [p.value / baseline for p in points[-NEWEST:]]
     better = HIGHER_IS_BETTER[figure]
-    past = [past_line(r, better) for r in ratios]
+    past = [past_line(p.value, baseline, better) for p in points[-NEWEST:]]
+    ratios = [ratio_of(p.value, baseline) for p in points[-NEWEST:]]
     verdict = REGRESSION if all(past) else SUSPICIOUS if past[-1] else NO_REGRESSION
-    return Verdict(key, figure, verdict, baseline, ratios, points)
+    return Verdict(key, figure, verdict, spec, baseline, ratios, points)
 
 
-def series_verdicts(series: dict[tuple, dict[str, list[Point]]]) -> list[Verdict]:
+def series_verdicts(series: dict[tuple, dict[str, list[Point]]], specs: dict | None = None) -> list[Verdict]:
     """Every series' every figure judged; the worst first (regression, suspicious, no regression, insufficient)."""
-    out = [judge(points, figure, key) for key, figures in series.items() for figure, points in figures.items()]
+    specs = specs or {}
+    out = [
+        judge(points, figure, key, specs.get(key))
+        for key, figures in series.items()
+        for figure, points in figures.items()
+    ]
     return sorted(out, key=lambda v: (VERDICTS.index(v.verdict), v.key, v.figure))
 
 
-def series_of(runs, summaries) -> dict[tuple, dict[str, list[Point]]]:
-    """Every run's figures as points of their series. ``runs``: RunInfo-like objects (id, created_at, target, config,
-    bench, status); ``summaries(run_id)``: a lab run's ModeSummary list. A load level gives a point per variant of
-    throughput, TTFT p50 and TPOT p50 (its stored figures); a lab run a point per mode of tokens/s. Runs that did not
-    finish are left out."""
+def series_of(runs, summaries, specs: dict | None = None) -> dict[tuple, dict[str, list[Point]]]:
+    """Every run's figures as points of their series, keyed by ``RunSpec.key()``. ``runs``: RunInfo-like objects
+    (id, created_at, target, config, bench, status); ``summaries(run_id)``: a lab run's ModeSummary list. A load
+    level gives a point per variant of throughput, TTFT p50 and TPOT p50 (its stored figures; a variant that
+    answered nothing: 0 tokens/s and latencies of inf); a lab run a point per mode of tokens/s. Runs that did not
+    finish are left out. ``specs``, where given, is filled with each key's newest RunSpec."""
     out: dict[tuple, dict[str, list[Point]]] = {}
+    specs = specs if specs is not None else {}
 
-    def add(key: tuple, figure: str, run, value) -> None:
+    def add(spec: RunSpec, figure: str, run, value) -> None:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            key = spec.key()
+            specs[key] = spec
             out.setdefault(key, {}).setdefault(figure, []).append(Point(run.id, run.created_at.isoformat(), value))
 
-    for run in runs:
+    for run in sorted(runs, key=lambda r: r.id):
         if run.status != "done":
             continue
         cfg = run.config or {}
-        cpu = (cfg.get("environment") or {}).get("cpu") or "unknown CPU"
-        load = cfg.get("load")
-        if isinstance(load, dict) and isinstance(cfg.get("figures"), dict):
-            level = f"c={cfg.get('level')}" if cfg.get("request_rate") is None else f"rate={cfg.get('request_rate')}"
-            # what the load run cannot see of the server (its dtype, its prefix cache) is in the sweep's name: the
-            # name without its level is part of the key, so two differently set servers are two series
-            sweep = re.sub(r"\s*(c=\d+|rate=\S+)$", "", run.name)
-            extra = ", system prompt" if load.get("system_prompt") else ""
-            extra += f", T={load['temperature']}" if load.get("temperature") else ""
-            prompts = f"{load.get('prompts')} x{load.get('limit')}, {load.get('max_new_tokens')} tokens{extra}; {sweep}"
+        if isinstance(cfg.get("load"), dict) and isinstance(cfg.get("figures"), dict):
             for variant, f in cfg["figures"].items():
                 if not isinstance(f, dict):
                     continue
-                key = (run.target, str(load.get("engine")), f"{variant} {level}", prompts, cpu)
-                add(key, "throughput_tok_s", run, f.get("output_throughput"))
-                add(key, "ttft_p50_s", run, (f.get("ttft_ms_p50") or 0) / 1000 or None)
-                add(key, "tpot_p50_s", run, (f.get("tpot_ms_p50") or 0) / 1000 or None)
+                spec = runspec.of(run, variant)
+                failed = f.get("answered") == 0
+                add(spec, "throughput_tok_s", run, 0.0 if failed else f.get("output_throughput"))
+                for figure, name in (("ttft_p50_s", "ttft_ms_p50"), ("tpot_p50_s", "tpot_ms_p50")):
+                    value = f.get(name)
+                    add(
+                        spec,
+                        figure,
+                        run,
+                        math.inf if failed else value / 1000 if isinstance(value, (int, float)) else None,
+                    )
         elif run.bench is not None:
-            b = run.bench
-            prompts = f"{b.prompts} x{b.limit}, {b.max_new_tokens} tokens, {b.dtype}"
             for m in summaries(run.id):
-                add((run.target, "phoenix-lab", m.mode, prompts, cpu), "throughput_tok_s", run, m.tokens_per_s)
+                add(runspec.of(run, m.mode), "throughput_tok_s", run, m.tokens_per_s)
     return out

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import statistics
 
 import pandas as pd
 
+from engine import runspec
 from engine.analysis.stats import median_interval
 from engine.catalog import model_name
 
@@ -28,8 +30,11 @@ FIGURES = {
     "ttft_p95_s": ("ttft_ms_p95", 1e-3),
     "tpot_p50_s": ("tpot_ms_p50", 1e-3),
     "goodput_req_s": ("goodput", 1.0),
+    "e2el_p50_s": ("e2el_ms_p50", 1e-3),
     "cpu_s_per_1k_tokens": ("cpu_s_per_1k_tokens", 1.0),
+    "cached_share": ("cached_share", 1.0),
 }
+TIE = "tied"  # the interval of the ratio to the runner-up holds 1 (or there is none): no setting is named best
 
 
 def sweep_of(run) -> str | None:
@@ -83,25 +88,67 @@ def points(sweep_runs: dict[str, list]) -> pd.DataFrame:
             for variant, f in cfg["figures"].items():
                 if not isinstance(f, dict):
                     continue
+                spec = runspec.of(run, variant)
+                quant = f" {spec.target.quantization}" if spec.target.quantization else ""
                 row = {
                     "sweep": key,
                     "sweep_name": name,
                     "run_id": run.id,
-                    "model": model_name(run.target),
-                    "cpu": (cfg.get("environment") or {}).get("cpu") or "unknown CPU",
+                    "model": spec.target.name,
+                    "weights": spec.target.quantization or "not recorded",
+                    "cpu": spec.cpu,
+                    "hardware": str(cfg.get("hardware") or spec.cpu),
+                    "cache": spec.cache,
+                    "cores": spec.cores,
                     "engine": engine,
                     "variant": variant,
-                    "setting": f"{engine} {variant} (#{runs[0].id})",  # its sweep's first run: two sweeps apart
+                    # its sweep's first run: two sweeps apart; the weights in the name (a Q4_K_M GGUF is not bf16)
+                    "setting": f"{engine}{quant} {variant} (#{runs[0].id})",
                     "speculation": "off" if variant.startswith("none") else "on",
                     "load_kind": "request rate (req/s)" if rate is not None else "concurrency",
                     "load": load_value,
+                    "load_label": "unbounded (all at once)" if rate == "inf" else f"{load_value:g}",
                     "n": f.get("answered"),
+                    "failed": f.get("answered") == 0,  # a setting that answered nothing: failed, never 0 tok/s
+                    "goodput_slo": slo_words(f.get("slos_ms")),
                 }
                 for out, (key_in, scale) in FIGURES.items():
                     value = f.get(key_in)
-                    row[out] = value * scale if isinstance(value, (int, float)) and value == value else None
+                    ok = isinstance(value, (int, float)) and value == value and not row["failed"]
+                    row[out] = float(value) * scale if ok and value is not None else None
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+def slo_words(slos) -> str:
+    """The SLO a level counted its goodput against, in words (TTFT <= 2000 ms, TPOT <= 200 ms); "" for none."""
+    if not isinstance(slos, dict) or not slos:
+        return ""
+    return ", ".join(f"{str(k).upper()} ≤ {v:g} ms" for k, v in slos.items() if isinstance(v, (int, float)))
+
+
+def sitting(found: dict[str, list], hours: float = 6.0) -> list[str]:
+    """The sweeps a page opens on: the newest sweep of several levels, and beside it every other engine's newest
+    sweep of the same model and CPU begun within ``hours`` of it (one sitting: peers measured together)."""
+    multi = {k: runs for k, runs in found.items() if len(runs) > 1}
+    if not multi:
+        return list(found)[-1:]
+    newest = max(multi, key=lambda k: multi[k][-1].id)
+    head = multi[newest][0]
+
+    def where(runs) -> tuple:
+        r = runs[0]
+        return (model_name(r.target), ((r.config or {}).get("environment") or {}).get("cpu"))
+
+    engines = {((head.config or {}).get("load") or {}).get("engine")}
+    out = [newest]
+    for key, runs in sorted(multi.items(), key=lambda kv: -kv[1][-1].id):
+        engine = ((runs[0].config or {}).get("load") or {}).get("engine")
+        close = abs((runs[0].created_at - head.created_at).total_seconds()) <= hours * 3600
+        if key != newest and engine not in engines and where(runs) == where(multi[newest]) and close:
+            engines.add(engine)
+            out.append(key)
+    return out
 
 
 def frontier(frame: pd.DataFrame, latency: str = "ttft_p95_s") -> pd.DataFrame:
@@ -131,56 +178,133 @@ def block_ratio(runs_by_id: dict, run_id: int, best: str, other: str) -> tuple[f
     return statistics.median(ratios), interval[0], interval[1]
 
 
-def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict) -> pd.DataFrame:
-    """Per model, CPU and load: the setting with the most throughput, the runner-up and by how much (the ratio of
-    their throughputs, and its interval from the paired blocks where the level kept them)."""
+def unpaired_ratio(a: list[float], b: list[float], lower_is_better: bool = False) -> tuple[float, float, float] | None:
+    """The ratio of two settings' medians (a over b; b over a where lower is better, so above 1 favours a) with a
+    95% bootstrap interval (seeded: the same data gives the same verdict), or None with fewer than 2 samples each."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    rng = random.Random(0)
+
+    def ratio(x: list[float], y: list[float]) -> float:
+        mx, my = statistics.median(x), statistics.median(y)
+        if lower_is_better:
+            return my / mx if mx > 0 else math.inf
+        return mx / my if my > 0 else math.inf
+
+    draws = sorted(ratio(rng.choices(a, k=len(a)), rng.choices(b, k=len(b))) for _ in range(2000))
+    return ratio(a, b), draws[49], draws[1949]
+
+
+def _block_rates(runs_by_id: dict, run_id: int, variant: str) -> list[float]:
+    blocks = (runs_by_id[run_id].config.get("blocks") or {}).get(variant) if run_id in runs_by_id else None
+    return [b[1] / b[0] for b in blocks or [] if b[0] > 0]
+
+
+def verdict(interval: tuple[float, float, float] | None) -> str:
+    """best where the interval of the ratio to the runner-up lies wholly above 1; else tied."""
+    return "best" if interval is not None and interval[1] > 1.0 else TIE
+
+
+def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> pd.DataFrame:
+    """Per model, CPU, cache scenario and load: the leading setting, the runner-up and by how much, with the
+    interval of their ratio; the leader is named ``best`` only where that interval excludes 1 (else ``tied``, with
+    the interval shown). At a concurrency (or an unbounded rate) settings are ranked by throughput, the interval from
+    the level's paired blocks (the same prompts) or, between runs, by a bootstrap over their blocks. At a fixed
+    arrival rate throughput is set by the arrivals, so the ranking is by median end-to-end latency, the interval by
+    a bootstrap over each setting's requests (``latencies(run_id, variant)``). Settings that answered nothing are
+    listed as failed, never ranked."""
     rows = []
-    for (model, cpu, kind, load), g in frame.dropna(subset=["throughput_tok_s"]).groupby(
-        ["model", "cpu", "load_kind", "load"], sort=True
-    ):
-        ranked = g.sort_values("throughput_tok_s", ascending=False)
+    for (model, cpu, cache, kind, load), g in frame.groupby(["model", "cpu", "cache", "load_kind", "load"], sort=True):
+        by_latency = kind.startswith("request rate") and math.isfinite(load)
+        figure = "e2el_p50_s" if by_latency else "throughput_tok_s"
+        ok = g[~g["failed"]].dropna(subset=[figure])
+        ranked = ok.sort_values(figure, ascending=by_latency)
+        failed = ", ".join(g[g["failed"]]["setting"])
+        if ranked.empty:
+            said = "every setting failed"
+            rows.append({"model": model, "cpu": cpu, "cache": cache, "load": _load(g), "verdict": said, "leader": None,
+                         "failed settings": failed})  # fmt: skip
+            continue
         top = ranked.iloc[0]
         second = ranked.iloc[1] if len(ranked) > 1 else None
-        row = {
-            "model": model,
-            "cpu": cpu,
-            "load": f"{kind} {load:g}",
-            "best": top["setting"],
-            "tok/s": top["throughput_tok_s"],
-            "runner-up": None if second is None else second["setting"],
-            "x runner-up": None if second is None else top["throughput_tok_s"] / second["throughput_tok_s"],
-            "interval (paired blocks)": "",
-            "run": int(top["run_id"]),
-        }
-        if second is not None and top["run_id"] == second["run_id"]:
-            paired = block_ratio(runs_by_id, int(top["run_id"]), top["variant"], second["variant"])
-            row["interval (paired blocks)"] = (
-                f"{paired[1]:.2f}-{paired[2]:.2f}x" if paired else "blocks not kept by this run"
-            )
-        elif second is not None:
-            row["interval (paired blocks)"] = "different runs: not paired"
-        rows.append(row)
+        interval, how = _interval(top, second, runs_by_id, latencies, by_latency)
+        rows.append(
+            {
+                "model": model,
+                "cpu": cpu,
+                "cache": cache,
+                "load": _load(g),
+                "verdict": "only setting" if second is None else verdict(interval),
+                "leader": top["setting"],
+                "x runner-up": None if interval is None else interval[0],
+                "interval (95%)": "" if interval is None else f"{interval[1]:.2f}-{interval[2]:.2f}x",
+                "ranked by": ("median end-to-end latency" if by_latency else "throughput")
+                + (f"; {how}" if how else ""),
+                "runner-up": None if second is None else second["setting"],
+                "tok/s": top["throughput_tok_s"],
+                "unequal terms": "" if second is None else unequal(top, second),
+                "failed settings": failed,
+                "run": int(top["run_id"]),
+            }
+        )
     return pd.DataFrame(rows)
+
+
+def _load(g: pd.DataFrame) -> str:
+    return f"{g['load_kind'].iloc[0]} {g['load_label'].iloc[0]}"
+
+
+def _interval(top, second, runs_by_id: dict, latencies, by_latency: bool):
+    """The leader's ratio to the runner-up with its interval, and how it was had."""
+    if second is None:
+        return None, ""
+    if by_latency:
+        if latencies is None:
+            return None, "no requests read: no interval"
+        a, b = latencies(int(top["run_id"]), top["variant"]), latencies(int(second["run_id"]), second["variant"])
+        found = unpaired_ratio(a, b, lower_is_better=True)
+        return found, "bootstrap over requests" if found else "too few requests for an interval"
+    if top["run_id"] == second["run_id"]:
+        paired = block_ratio(runs_by_id, int(top["run_id"]), top["variant"], second["variant"])
+        if paired:
+            return paired, "paired blocks"
+    a = _block_rates(runs_by_id, int(top["run_id"]), top["variant"])
+    b = _block_rates(runs_by_id, int(second["run_id"]), second["variant"])
+    found = unpaired_ratio(a, b)
+    return found, ("bootstrap over blocks (not paired)" if found else "fewer than 2 blocks each: no interval")
+
+
+def unequal(a, b) -> str:
+    """What differs between two settings' terms beyond the setting itself: their weights and cores."""
+    out = []
+    if a.get("weights") != b.get("weights"):
+        out.append(f"weights {a.get('weights')} / {b.get('weights')}")
+    if a.get("cores") != b.get("cores"):
+        out.append(f"cores {a.get('cores')} / {b.get('cores')}")
+    return "; ".join(out)
 
 
 SLO_FIGURES = {"ttft_p50": "ttft_p50_s", "ttft_p95": "ttft_p95_s", "tpot_p50": "tpot_p50_s"}
 
 
 def slo_table(frame: pd.DataFrame, slos_ms: dict[str, float]) -> pd.DataFrame:
-    """Per setting: the highest load at which it meets every SLO (milliseconds, keys of SLO_FIGURES) and the first
-    load at which it stops, with its throughput there."""
+    """Per setting: the highest load at which it meets every SLO (milliseconds, keys of SLO_FIGURES), the first
+    load at which it stops, with its throughput there, and the loads at which it answered nothing (failed: not a
+    miss of the SLO, and never a point at 0)."""
     rows = []
     ok = meets(frame, slos_ms)
     for (model, setting), g in frame.groupby(["model", "setting"], sort=True):
         g = g.sort_values("load")
-        met, missed = g[ok.loc[g.index]], g[~ok.loc[g.index]]
+        answered = g[~g["failed"]]
+        met, missed = answered[ok.loc[answered.index]], answered[~ok.loc[answered.index]]
         rows.append(
             {
                 "model": model,
                 "setting": setting,
-                "meets up to": None if met.empty else f"{met['load'].max():g}",
+                "meets up to": None if met.empty else met.loc[met["load"].idxmax(), "load_label"],
                 "tok/s there": None if met.empty else float(met.loc[met["load"].idxmax(), "throughput_tok_s"]),
-                "stops meeting at": None if missed.empty else f"{missed['load'].min():g}",
+                "stops meeting at": None if missed.empty else missed.loc[missed["load"].idxmin(), "load_label"],
+                "failed at": ", ".join(g[g["failed"]]["load_label"]) or None,
             }
         )
     return pd.DataFrame(rows)
@@ -191,23 +315,28 @@ def meets(frame: pd.DataFrame, slos_ms: dict[str, float]) -> pd.Series:
     ok = pd.Series(True, index=frame.index)
     for key, limit in slos_ms.items():
         ok &= frame[SLO_FIGURES[key]].fillna(math.inf) * 1000 <= limit
-    return ok
+    return ok & ~frame["failed"]
 
 
 def best_within(frame: pd.DataFrame, slos_ms: dict[str, float]) -> pd.DataFrame:
-    """Per model, CPU and load: the setting with the most throughput among those meeting every SLO (none where no
-    setting meets them)."""
+    """Per model, CPU, cache scenario and load: among the settings meeting every SLO, the one with the most
+    throughput (at a fixed arrival rate, where the arrivals set throughput, the lowest median end-to-end latency);
+    none where no setting meets them. A leader, not a verdict: the interval is the best table's."""
     rows = []
     ok = meets(frame, slos_ms)
-    for (model, cpu, kind, load), g in frame.groupby(["model", "cpu", "load_kind", "load"], sort=True):
-        good = g[ok.loc[g.index]].sort_values("throughput_tok_s", ascending=False)
+    for (model, cpu, cache, kind, load), g in frame.groupby(["model", "cpu", "cache", "load_kind", "load"], sort=True):
+        by_latency = kind.startswith("request rate") and math.isfinite(load)
+        figure = "e2el_p50_s" if by_latency else "throughput_tok_s"
+        good = g[ok.loc[g.index]].sort_values(figure, ascending=by_latency, na_position="last")
         top = good.iloc[0] if len(good) else None
         rows.append(
             {
                 "model": model,
                 "cpu": cpu,
-                "load": f"{kind} {load:g}",
-                "best within the SLO": None if top is None else top["setting"],
+                "cache": cache,
+                "load": _load(g),
+                "leading within the SLO": None if top is None else top["setting"],
+                "ranked by": "median end-to-end latency" if by_latency else "throughput",
                 "tok/s": None if top is None else top["throughput_tok_s"],
                 "TTFT p95 (ms)": None if top is None or top["ttft_p95_s"] is None else top["ttft_p95_s"] * 1000,
                 "TPOT p50 (ms)": None if top is None or top["tpot_p50_s"] is None else top["tpot_p50_s"] * 1000,

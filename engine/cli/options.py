@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from db.entities import RunInfo
@@ -51,6 +52,19 @@ def open_store(db: str | None, create_if_empty: bool = True) -> Store:
     url = resolve_url(db)
     ensure_schema(url, create_if_empty=create_if_empty)
     return Store(url, bench_parser=stored)
+
+
+def open_existing_store(db: str | None) -> Store:
+    """A store that must already exist (a judging command judges something): a SQLite path that is not there, or a
+    database without Phoenix's schema, is one line, and nothing is created."""
+    from db.store import resolve_url  # lazy: kept off --help
+
+    url = resolve_url(db)
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.is_file() or path.stat().st_size == 0:
+            raise PhoenixError(f"no Phoenix database at {path}: check --db (nothing was created)")
+    return open_store(db, create_if_empty=False)
 
 
 def start_telemetry(args) -> Telemetry:

@@ -12,7 +12,7 @@ from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.analysis.oracle import ORACLE_NOTE, oracle_lines
 from engine.analysis.pass_cost import PASS_COST
-from engine.analysis.regressions import REGRESSION, SUSPICIOUS, VERDICTS, series_of, series_verdicts
+from engine.analysis.regressions import INSUFFICIENT, REGRESSION, SUSPICIOUS, VERDICTS, series_of, series_verdicts
 from engine.bench import fast
 from engine.bench.config import BenchConfig, validate
 from engine.bench.leaderboard import markdown as leaderboard_markdown
@@ -30,7 +30,15 @@ from engine.bench.report import (
     summaries,
 )
 from engine.bench.setup import create_run
-from engine.cli.options import add_db, add_run_command, add_sentry, get_run, open_store, start_telemetry
+from engine.cli.options import (
+    add_db,
+    add_run_command,
+    add_sentry,
+    get_run,
+    open_existing_store,
+    open_store,
+    start_telemetry,
+)
 from engine.config import add_options, from_args
 from engine.errors import PhoenixError
 from engine.export.files import EXPORT_FORMATS, export, export_sqlite
@@ -254,18 +262,27 @@ def cmd_db_upgrade(args) -> int:
 
 
 def cmd_regressions(args) -> int:
-    store = open_store(args.db)
-    series = series_of(store.list_runs(limit=100_000), lambda run_id: summaries(store, run_id))
-    verdicts = series_verdicts(series)
+    store = open_existing_store(args.db)
+    specs: dict = {}
+    series = series_of(store.list_runs(limit=100_000), lambda run_id: summaries(store, run_id), specs)
+    if not series:  # a mistyped --db or an empty store once passed the CI gate: nothing judged is no verdict
+        raise PhoenixError(f"{safe_url(store.url)} holds no finished run to judge: check --db")
+    verdicts = series_verdicts(series, specs)
     counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in VERDICTS}
-    print(", ".join(f"{n} {v}" for v, n in counts.items()) + f" over {len(series)} series (the PyTorch HUD's rule)")
+    judged = {v.key for v in verdicts if v.verdict != INSUFFICIENT}
+    print(
+        ", ".join(f"{n} {v}" for v, n in counts.items())
+        + f" over {len(verdicts)} figures of {len(series)} series; {len(judged)} series had enough points to judge "
+        "(the PyTorch HUD's rule)"
+    )
     for v in verdicts:
         if v.verdict in (REGRESSION, SUSPICIOUS):
-            target, engine, setting, prompts, cpu = v.key
-            ratios = ", ".join(f"{r:.2f}x" for r in v.ratios)
+            ratios = ", ".join("n/a" if r != r else f"{r:.2f}x" for r in v.ratios)
             runs = ", ".join(f"#{i}" for i in v.run_ids[-2:])
-            print(f"{v.verdict:<12} {v.figure:<17} {target} {engine} {setting} ({prompts}; {cpu}): {ratios} of the "
-                  f"baseline {v.baseline:.4g}, runs {runs}")  # fmt: skip
+            said = v.spec.key_text() if v.spec is not None else str(v.key)
+            newest = ", ".join(f"{p.value:.4g}" for p in v.points[-2:])
+            print(f"{v.verdict:<12} {v.figure:<17} {said}: newest {newest} ({ratios}) against the baseline "
+                  f"{v.baseline:.4g}, runs {runs}")  # fmt: skip
     return 1 if args.exit_code and counts[REGRESSION] else 0
 
 

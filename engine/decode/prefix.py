@@ -29,10 +29,12 @@ from engine.decode.batch import roomy_cache, roomy_layers
 BLOCK = 16  # tokens a block holds (vLLM's default block size)
 
 
-def block_hashes(ids: list[int], block: int = BLOCK) -> list[bytes]:
-    """The chained SHA-256 of every full block: the i-th covers tokens 0 .. (i + 1) * block."""
+def block_hashes(ids: list[int], block: int = BLOCK, salt: str = "") -> list[bytes]:
+    """The chained SHA-256 of every full block: the i-th covers tokens 0 .. (i + 1) * block. A request's
+    ``cache_salt`` (vLLM's field) seeds the chain, so prompts with another salt, or none, never share a block: a load
+    sweep's cold protocol gives every pass its own salt, and a tenant its own cache."""
     out: list[bytes] = []
-    h = b""
+    h = hashlib.sha256(b"cache_salt:" + salt.encode("utf-8")).digest() if salt else b""
     for start in range(0, len(ids) - len(ids) % block, block):
         chunk = b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids[start : start + block])
         h = hashlib.sha256(h + chunk).digest()
@@ -82,11 +84,12 @@ class PrefixCache:
             "usage": round(self.usage, 4),
         }
 
-    def lookup(self, ids: list[int], taps: bool) -> tuple[Entry, int] | None:
-        """The deepest cached prefix of ``ids`` shorter than ``ids`` (one with taps where ``taps``), and its length."""
+    def lookup(self, ids: list[int], taps: bool, salt: str = "") -> tuple[Entry, int] | None:
+        """The deepest cached prefix of ``ids`` shorter than ``ids`` (one with taps where ``taps``), and its length;
+        only entries stored under the same ``salt``."""
         self.stats.lookups += 1
         best = None
-        for i, h in enumerate(block_hashes(ids)):
+        for i, h in enumerate(block_hashes(ids, salt=salt)):
             length = (i + 1) * BLOCK
             entry = self.entries.get(self.index.get(h, b""))
             if length >= len(ids) or entry is None or (taps and entry.features is None):
@@ -100,9 +103,12 @@ class PrefixCache:
             self.stats.tokens_saved += best[1]
         return best
 
-    def store(self, ids: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], features) -> None:
-        """Keep a finished prefill's whole blocks: ``keys``/``values`` per layer cover at least those positions."""
-        hashes = block_hashes(ids)
+    def store(
+        self, ids: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], features, salt: str = ""
+    ) -> None:
+        """Keep a finished prefill's whole blocks: ``keys``/``values`` per layer cover at least those positions;
+        found again only under the same ``salt``."""
+        hashes = block_hashes(ids, salt=salt)
         if not hashes:
             return
         last = hashes[-1]

@@ -200,7 +200,10 @@ class Scheduler:
 
     def _cached(self, row: Row) -> DynamicCache:
         """The row's cache to prefill on: what the prefix cache holds of its prompt already, or an empty one."""
-        hit = self.prefix.lookup(row.seq.prompt_ids, bool(self._taps(row.seq))) if self.prefix is not None else None
+        salt = row.req.cache_salt
+        hit = (
+            self.prefix.lookup(row.seq.prompt_ids, bool(self._taps(row.seq)), salt) if self.prefix is not None else None
+        )
         if hit is None:
             return roomy_cache(self.target.config)
         entry, length = hit
@@ -286,7 +289,7 @@ class Scheduler:
             return
         if self.prefix is not None and row.cache is not None:
             feats = torch.cat(seq.features) if seq.features and self._taps(seq) else None
-            self.prefix.store(seq.prompt_ids, *kv_of(row.cache), feats)
+            self.prefix.store(seq.prompt_ids, *kv_of(row.cache), feats, row.req.cache_salt)
         stats.ttft_s = self.clock() - row.req.submitted
         before = self.clock()
         self._emit(row, seq.start(greedy))

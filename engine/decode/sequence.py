@@ -248,6 +248,7 @@ class Request:
     stop: StopCheck | None = None  # stop strings, checked on the loop's thread after each emitted token
     ignore_eos: bool = False  # decode to the token budget through EOS (vLLM's ignore_eos, for load tests)
     id: str = ""
+    cache_salt: str = ""  # vLLM's field: the prefix cache shares blocks only between requests of the same salt
     submitted: float = field(default_factory=time.perf_counter)
     # called on the loop's thread with each step's new tokens (and their logprobs, where the request asked)
     on_tokens: Callable[[list[int], list[TokenLogprob]], None] | None = None

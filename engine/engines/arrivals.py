@@ -114,7 +114,19 @@ def figures(rows: list, wall_s: float, slos: dict[str, float]) -> dict:
         "goodput": good / wall_s if good is not None and wall_s > 0 else None,
         "good_requests": good,
         "slos_ms": slos or None,
+        **cached_share(ok),
     }
+
+
+def cached_share(rows: list) -> dict:
+    """What the server's prefix cache served of the answered requests' prompts: cached and prompt tokens and their
+    share (None where the server reported no cache figure for some row: unknown, never taken as 0)."""
+    prompt = sum(getattr(r, "prompt_tokens", 0) or 0 for r in rows)
+    reported = [c for c in (getattr(r, "cached_tokens", None) for r in rows) if c is not None]
+    if len(reported) < len(rows) or not rows:
+        return {"cached_tokens": None, "prompt_tokens": prompt, "cached_share": None}
+    cached = sum(reported)
+    return {"cached_tokens": cached, "prompt_tokens": prompt, "cached_share": cached / prompt if prompt else 0.0}
 
 
 def _mean(values: pd.Series) -> float | None:

@@ -94,6 +94,9 @@ class LoadConfig:
     seed: int = 0  # the arrivals' random seed
     api_key: str | None = None  # sent as 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
     variants: str = "none,auto"  # Phoenix: none, auto, k<N>, <drafter>[-k<N>]; first: the reference. Else as-served
+    cache: Literal["cold", "warm"] = "cold"  # cold: no request's prompt is one its server has seen (a cache_salt of
+    # its own per request for Phoenix and vLLM, cache_prompt off for llama.cpp); warm: prompts re-sent as they come,
+    # each server's prefix cache serving what it saw (the warm scenario, labelled so on every page)
     timeout_s: float = 600.0
     name: str = ""  # run names get ' c=<level>' (or ' rate=<r>') appended
     block: int = 0  # prompts per block, each run by every variant in turn; 0 (or below the level): the level's c

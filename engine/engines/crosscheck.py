@@ -13,6 +13,7 @@ import json
 import statistics
 import subprocess
 import tempfile
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,30 +55,42 @@ def vllm_bench(cfg: CrossConfig, model: str, prompt_file: Path) -> dict:
     return json.loads(line.removeprefix("PHOENIX-RESULT "))
 
 
+def salted(prompts: list, pass_id: str) -> list[dict]:
+    """The pass's requests: each prompt under a first line no server has seen (the same length in every pass), so
+    neither client's requests are served from a prefix cache the other's filled; both clients send these rows."""
+    return [{"id": p.id, "prompt": f"# request {pass_id} {i:04d}\n{p.text}"} for i, p in enumerate(prompts)]
+
+
 def crosscheck(store: Store, cfg: CrossConfig, say=print) -> dict:
+    """Rounds of both clients against one server, the order alternating; in each pass both clients send the same
+    requests as the server serves them (no per-request speculation from either: the server's own setting), each
+    pass's prompts under first lines no server has seen (cold: its rows' cached tokens say so)."""
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
     model = cfg.model or served_model(cfg.url, cfg.timeout_s)
-    variant = "none" if cfg.engine == "phoenix" else "as-served"
-    load = replace(LoadConfig(), url=cfg.url, engine=cfg.engine, model=model, prompts=cfg.prompts, limit=cfg.limit)
-    load = replace(load, max_new_tokens=cfg.max_new_tokens, concurrency=str(cfg.concurrency), variants=variant)
+    load = replace(LoadConfig(), url=cfg.url, engine=cfg.engine, model=model, limit=cfg.limit, cache="warm")
+    load = replace(load, max_new_tokens=cfg.max_new_tokens, concurrency=str(cfg.concurrency), variants="as-served")
     load = replace(load, warmup=False, name=f"client cross-check: Phoenix's against vLLM's, {cfg.engine}")
     ours, theirs, runs = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        prompt_file = Path(tmp) / "prompts.jsonl"
-        prompt_file.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts))
         for i in range(cfg.rounds):
             for who in ("phoenix", "vllm") if i % 2 == 0 else ("vllm", "phoenix"):
+                rows = salted(prompts, f"{uuid.uuid4().hex[:12]}")
+                prompt_file = Path(tmp) / f"round{i}-{who}.jsonl"
+                prompt_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
                 if who == "vllm":
                     theirs.append(vllm_bench(cfg, model, prompt_file))
                     continue
-                (run_id,) = load_sweep(store, load, say=lambda _: None)
+                (run_id,) = load_sweep(store, replace(load, prompts=str(prompt_file)), say=lambda _: None)
                 run = store.get_run(run_id)
-                figures = run.config["figures"][variant] if run is not None else {}
+                figures = run.config["figures"]["as-served"] if run is not None else {}
                 ours.append(figures)
                 runs.append(run_id)
     verdict = agreement(ours, theirs)
+    protocol = {"requests": "the same in both clients (as served, no per-request speculation)", "cache": "cold"}
     for run_id in runs:
-        store.merge_config(run_id, {"crosscheck": {"vllm_bench_serve": theirs, "phoenix": ours, **verdict}})
+        store.merge_config(
+            run_id, {"crosscheck": {"vllm_bench_serve": theirs, "phoenix": ours, **verdict, "protocol": protocol}}
+        )
     say(json.dumps(verdict))
     return {"runs": runs, **verdict}
 

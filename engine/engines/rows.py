@@ -36,6 +36,18 @@ def _count(value) -> int:
     return value
 
 
+def cached_of(usage: dict, timings: dict) -> int | None:
+    """The prompt tokens the server served from its prefix cache, as it said so: OpenAI's (Phoenix's, vLLM's with
+    --enable-prompt-tokens-details) ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's
+    ``timings.cache_n``; None only where the server says nothing of its cache (0 where it says none was cached)."""
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and "cached_tokens" in details:
+        return _count(details["cached_tokens"])
+    if "cache_n" in timings:
+        return _count(timings["cache_n"])
+    return None
+
+
 def _row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | None) -> RequestRecord:
     usage, spec = r.get("usage") or {}, r.get("speculation") or {}
     timings = r.get("timings") or {}
@@ -56,6 +68,7 @@ def _row_of(run_id: int, seq: int, mode: str, prompt: Prompt, r: dict, k: int | 
         output_text=r["text"],
         output_sha256=sha256_text(r["text"]),
         error=r.get("error"),
+        cached_tokens=cached_of(usage, timings),
     )
     vllm = per_request(r.get("metrics"))
     if spec:

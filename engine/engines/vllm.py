@@ -56,6 +56,9 @@ class VllmConfig:
     # 28 s against 73-123 s, and slower: 203 against 243 tok/s at 8 requests on a quiet Zen 5); its users run it
     # compiled, so only when asked, and then named in the variant (none-eager) and the run
     per_request_metrics: bool = True  # speculating servers say per response what each request drafted and accepted
+    cores: Literal["all", "default"] = "all"  # all: vLLM computes on every core of this machine, as Phoenix's server
+    # does (vLLM 0.32 on the CPU reserves one for its front end by default: on 2 cores it multiplied with one
+    # thread); default: vLLM's own binding, and the run says its compute was unequal
     startup_s: float = 900.0  # how long `start` waits for /health
 
 
@@ -247,6 +250,7 @@ def command(cfg: VllmConfig) -> tuple[list[str], dict[str, str]]:
     argv += ["--host", "127.0.0.1", "--port", str(cfg.port), "--dtype", cfg.dtype]
     argv += ["--max-model-len", str(cfg.max_model_len), "--max-num-seqs", str(cfg.max_num_seqs)]
     argv += ["--enforce-eager"] if cfg.enforce_eager else []
+    argv += ["--enable-prompt-tokens-details"]  # each answer says how many prompt tokens its prefix cache served
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         if cfg.per_request_metrics:
@@ -265,10 +269,39 @@ def offline_env() -> dict[str, str]:
 
 
 def environment(cfg: VllmConfig) -> dict[str, str]:
-    """Trap 3: Intel's OpenMP and tcmalloc preloaded (each only where it is present); the KV cache's size."""
+    """Trap 3: Intel's OpenMP and tcmalloc preloaded (each only where it is present); the KV cache's size; the
+    cores it computes on (``cores``)."""
     preload = [str(p) for p in [venv_dir() / "lib" / "libiomp5.so", *map(Path, TCMALLOC)] if p.is_file()]
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gb), **OFFLINE}
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gb), **OFFLINE, **cores_env(cfg.cores)}
     return env | ({"LD_PRELOAD": ":".join(preload)} if preload else {})
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity), the ones Phoenix's own server computes on."""
+    import os
+
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def cores_env(cores: str) -> dict[str, str]:
+    """vLLM's core binding: every usable core and none reserved (``all``), or vLLM's own default (nothing set)."""
+    if cores == "default":
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": core_list(usable_cores()), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def core_list(ids: list[int]) -> str:
+    """Core ids as libnuma's cpu string that vLLM parses: runs as ranges (0-1), others by commas (0-3,6)."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 # draft-model is vLLM's draft_model: a run's mode names take no underscore inside a variant
@@ -319,7 +352,9 @@ def start(cfg: VllmConfig, data_dir: Path = DATA_DIR) -> dict:
     with open(files(cfg, data_dir)["lock"], "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         info = process.launch("vLLM", files(cfg, data_dir), argv, url_of(cfg), asdict(cfg), cfg.startup_s, why, env)
-    return {**info, "speculative_config": speculative_config(cfg), "preload": env.get("LD_PRELOAD", "")}
+    bind = env.get("VLLM_CPU_OMP_THREADS_BIND")
+    compute = {"cores": bind or "vLLM's default (one core reserved for its front end)", "equal_compute": bool(bind)}
+    return {**info, "speculative_config": speculative_config(cfg), "preload": env.get("LD_PRELOAD", ""), **compute}
 
 
 # The log lines that say why a vLLM did not start, most telling first.

@@ -21,6 +21,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 
+import torch
 from fastapi import FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -33,6 +34,7 @@ from engine.provenance import git_sha
 from engine.serve.detokenize import Detokenizer, StopStrings
 from engine.serve.parse import (
     ApiError,
+    cache_salt_of,
     check_fields,
     flag,
     include_usage,
@@ -47,6 +49,7 @@ from engine.serve.render import chunk, finish_reason, logprobs_body, request_met
 from engine.serve.service import Service
 
 log = logging.getLogger("phoenix.serve")
+SETTINGS = ("max_batch", "prefix_cache_gb", "k_max", "runner", "pack", "max_num_batched_tokens")
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None, headers=None):
@@ -106,6 +109,9 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "rows": rows,
             "waiting": waiting,
             "run_id": service.run_id,
+            "dtype": service.decoder.pair.dtype,  # what a load client's run states of the forward it measured
+            "threads": torch.get_num_threads(),
+            "settings": {k: getattr(service.cfg, k) for k in SETTINGS},  # what a load run states of the server
             "cpu_s": round(time.process_time(), 3),  # the process's CPU seconds: a load client's cost per token
             **service.stats,
             **({"prefix_cache": service.scheduler.prefix.health()} if service.scheduler.prefix else {}),
@@ -198,7 +204,7 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     stop = StopStrings(service.decoder.pair.tokenizer, stops, keep_stop) if stops else None
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
-    req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, ignore_eos, id=uuid.uuid4().hex)
+    req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, ignore_eos, uuid.uuid4().hex, cache_salt_of(body))
 
     def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
         if not loop.is_closed():  # after a forced exit nobody listens: the request is recorded all the same

@@ -281,6 +281,20 @@ def max_tokens(service: Service, body: dict, chat: bool, n_prompt: int) -> int:
     return value
 
 
+MAX_SALT = 256  # characters of a cache_salt
+
+
+def cache_salt_of(body: dict) -> str:
+    """vLLM's ``cache_salt``: a non-empty string that keeps this request's prefix-cache blocks apart from every
+    request with another salt (or none); "" where the request sends none."""
+    salt = body.get("cache_salt")
+    if salt is None:
+        return ""
+    if not isinstance(salt, str) or not salt or len(salt) > MAX_SALT:
+        raise ApiError(400, f"cache_salt must be a non-empty string of at most {MAX_SALT} characters", "cache_salt")
+    return salt
+
+
 def speculation_of(service: Service, body: dict) -> tuple[str, int | None]:
     """The request's drafter and k: the server's drafter with the tuner's k, unless it says otherwise."""
     spec = body.get("speculation") or {}

