@@ -117,8 +117,12 @@ def _fixture_runs(slow: float, wobble: float):
             "server": {"dtype": "bfloat16", "threads": 2, "drafter": "eagle3", "settings": {"max_batch": 16}},
             "environment": {"cpu": "fixture CPU"},
             "figures": {
-                v: {"answered": 16, "output_throughput": 100 * factor, "ttft_ms_p50": 80 / factor,
-                    "tpot_ms_p50": 30 / factor}
+                v: {
+                    "answered": 16,
+                    "output_throughput": 100 * factor,
+                    "ttft_ms_p50": 80 / factor,
+                    "tpot_ms_p50": 30 / factor,
+                }
                 for v in ("none", "eagle3-auto")
             },  # fmt: skip
         }
