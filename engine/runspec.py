@@ -253,9 +253,10 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
     if engine == "vllm":
         cores = str(server.get("cores") or "vLLM's default (one core reserved for its front end)")
     elif engine == "llamacpp":
-        cores = f"{server.get('threads') or _flag(str(server.get('command') or ''), '-t') or '?'} threads"
+        n = server.get("threads") or _flag(str(server.get("command") or ""), "-t")
+        cores = f"{n} threads" if n else "not recorded"
     elif engine == "phoenix":
-        cores = f"{phoenix.get('threads') or threads or '?'} threads"
+        cores = f"{phoenix.get('threads') or threads} threads" if phoenix.get("threads") or threads else "not recorded"
     else:
         cores = "unknown"
     if engine == "phoenix":

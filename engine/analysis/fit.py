@@ -104,3 +104,27 @@ def _measured(target: pd.DataFrame, drafted: pd.DataFrame, rewards: pd.DataFrame
             }
         )
     return pd.DataFrame(rows, columns=cols).sort_values(["k", "arm"], kind="stable").reset_index(drop=True)
+
+
+def predictions(fit: RunFit) -> list[dict]:
+    """The break-even model against the measurement, arm by arm: the model's speedup at the arm's k as the
+    Break-even page states it (a verify of k+1 tokens priced at one target step), and with the verify cost the run
+    measured for that width, beside the arm's measured speedup (the median per-prompt one) and the model's relative
+    error. The one place this check is computed: the published findings read it."""
+    from engine.analysis.breakeven import predicted_speedup
+
+    if fit.a is None or fit.c is None:
+        return []
+    out = []
+    for r in fit.measured.to_dict("records"):
+        measured, verify = r["measured speedup"], r["verify cost"]
+        if int(r["k"]) == 0 or measured is None or measured != measured:
+            continue
+        k = int(r["k"])
+        predicted = predicted_speedup(fit.a, fit.c, k)
+        costed = predicted_speedup(fit.a, fit.c, k, float(verify)) if verify is not None and verify == verify else None
+        out.append(
+            {"arm": r["arm"], "k": k, "predicted": predicted, "predicted_measured_verify": costed,
+             "measured": float(measured), "n": int(r["n"]), "error": abs(predicted / float(measured) - 1)}
+        )  # fmt: skip
+    return out

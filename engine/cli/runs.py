@@ -44,6 +44,7 @@ from engine.errors import PhoenixError
 from engine.export.files import EXPORT_FORMATS, export, export_sqlite
 from engine.export.mlflow import MlflowTarget, export_run
 from engine.modes import reference_mode
+from engine.paths import RESULTS_DB
 from engine.prompts.sets import load as load_prompts
 from engine.queue.owned import Heartbeat, worker_id
 
@@ -286,7 +287,19 @@ def cmd_regressions(args) -> int:
     return 1 if args.exit_code and counts[REGRESSION] else 0
 
 
+def cmd_docs(args) -> int:
+    from engine.export.published import generate  # lazy: the analysis stack, kept off --help
+
+    return generate(open_existing_store(args.db or str(RESULTS_DB)), check=args.check)
+
+
 def add_commands(sub) -> None:
+    docs = sub.add_parser(
+        "docs", help="README's and the findings' generated figures from their runs (--check: exit 1 where one differs)"
+    )
+    docs.add_argument("--db", default=None, help="the runs the figures come from (default: benchmarks/results.db)")
+    docs.add_argument("--check", action="store_true", help="write nothing; exit 1 when a published figure differs")
+    docs.set_defaults(func=cmd_docs)
     g = sub.add_parser(
         "regressions",
         help="every series of runs (model, engine, setting, prompts, CPU) judged by the PyTorch HUD's rule",

@@ -1,0 +1,61 @@
+"""Published figures generated from their runs (engine.export.published): README's and the findings' blocks agree
+with benchmarks/results.db, a figure typed over is caught, and a goal is met only where its interval clears it."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from engine.cli.options import open_store
+from engine.export import published
+from engine.paths import RESULTS_DB, ROOT
+
+pytestmark = pytest.mark.e2e  # opens the committed database
+
+
+@pytest.fixture(scope="module")
+def store():
+    return open_store(f"sqlite:///{RESULTS_DB}", create_if_empty=False)
+
+
+def test_every_published_block_agrees_with_its_run(store):
+    assert published.generate(store, check=True, say=lambda _: None) == 0
+
+
+def test_a_figure_typed_over_inside_a_block_fails_the_check_and_names_it(store, tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(ROOT / "README.md", readme)
+    text = readme.read_text()
+    start = text.index("<!-- generated: fit 189 -->")
+    end = text.index("<!-- /generated -->", start)
+    readme.write_text(text[:start] + "<!-- generated: fit 189 -->a = 0.84 per position at c = 0.22" + text[end:])
+    said: list[str] = []
+    assert published.generate(store, paths=[readme], check=True, say=said.append) == 1
+    assert any("fit 189" in line for line in said)
+    assert published.generate(store, paths=[readme], say=said.append) == 0  # writing puts the run's figure back
+    assert "a = 0.888 per position at c = 0.252" in readme.read_text()
+
+
+def test_a_goal_is_met_only_where_its_interval_clears_it(store):
+    fig = published.Figures(store)
+    assert "point estimate only" in published.goal(fig, "189 model_5 2.0")  # 2.05x, interval 1.75-2.23
+    assert published.goal(fig, "189 model_3 1.3").startswith("**met** (")  # 1.89x, interval above 1.3
+    assert published.goal(fig, "261 eagle3_3 2.0").startswith("**missed**")
+
+
+def test_the_break_even_check_reports_the_fp32_miss_the_hand_figures_hid(store):
+    text = published.fit_check(published.Figures(store), "190")
+    assert "2.10x predicted, 1.81x measured (16%)" in text and "not within 10%" in text
+
+
+def test_a_block_citing_a_run_the_store_lacks_is_one_line(store):
+    from engine.errors import PhoenixError
+
+    with pytest.raises(PhoenixError, match="does not hold"):
+        published.render("<!-- generated: fit 99999 --><!-- /generated -->", published.Figures(store))
+
+
+def test_the_terms_of_a_withdrawn_comparison_say_why_it_was_unequal(store):
+    text = published.terms(published.Figures(store), "263-279")
+    assert "Not on equal terms" in text and "vLLM's default (one core reserved" in text and "Q4_K_M" in text
