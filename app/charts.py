@@ -29,6 +29,15 @@ def unit_top(df: pd.DataFrame, *columns: str) -> float:
     return max([1.0, *values])
 
 
+ACCEPTANCE_NOTE = (
+    "Unconditional: drafts whose first i tokens were all accepted, over all drafts (vLLM's definition). Conditional: "
+    "accepted at i given accepted up to i-1. Bars are Wilson 95% intervals over n, the passes a point is a share of; "
+    f"hollow points rest on fewer than {FEW} passes. The fitted a is a per-token acceptance: the model says the first "
+    "i drafts all survive with probability a^i. The KPI acceptance (accepted / proposed) averages every drafted "
+    "position, so at draft length k it is about (a + a^2 + ... + a^k) / k, lower than a: a = 0.6 at k = 4 gives 33%."
+)
+
+
 def arm_label(mode: str, k: int) -> str:
     return Mode.of(mode).arm_label(k)
 
@@ -387,7 +396,7 @@ def column_position_chart(df: pd.DataFrame) -> alt.FacetChart:
             x=alt.X("position:O", title="draft position"),
             y=alt.Y(
                 "acceptance:Q",
-                title="acceptance (accepted / proposed)",
+                title="acceptance, unconditional (accepted / proposed at the position, vLLM's)",
                 scale=alt.Scale(domain=[0, unit_top(df, "acceptance")]),
             ),
             color=alt.Color("column:N", title="column group", legend=alt.Legend(orient="bottom", columns=3)),

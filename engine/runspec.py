@@ -49,7 +49,7 @@ class Speculation:
     def text(self) -> str:
         """The one spelling every page shows: off, eagle3:3, ngram:auto, ngram-mod:8 -n4."""
         if self.drafter == "none":
-            return "off"
+            return "off" + (f" {self.options}" if self.options else "")
         k = "auto" if self.k is None else str(self.k)
         return f"{self.drafter}:{k}" + (f" {self.options}" if self.options else "")
 
@@ -181,8 +181,12 @@ def of(run, mode: str) -> RunSpec:
     """The spec of one setting of a stored run (RunInfo-like: id, target, draft, config, bench). Never raises: what a
     run did not store reads ``unknown``."""
     cfg = run.config or {}
-    if isinstance(cfg.get("run_spec"), dict) and isinstance(cfg["run_spec"].get(mode), dict):
-        return from_dict(cfg["run_spec"][mode])
+    stored = cfg.get("run_spec")
+    if isinstance(stored, dict) and isinstance(stored.get(mode), dict):
+        try:
+            return from_dict(stored[mode])
+        except (TypeError, ValueError, KeyError):  # a record from another version of this type: derive it anew
+            pass
     cpu = str((cfg.get("environment") or {}).get("cpu") or "unknown CPU")
     threads = (cfg.get("environment") or {}).get("threads")
     if isinstance(cfg.get("load"), dict):
@@ -215,7 +219,10 @@ def of(run, mode: str) -> RunSpec:
         )
     serve: dict = cfg["phoenix_serve"] if isinstance(cfg.get("phoenix_serve"), dict) else {}
     return RunSpec(
-        ModelCard(model_name(run.target), str(serve.get("dtype") or "")),
+        ModelCard(
+            model_name(run.target),
+            str(((cfg.get("models") or {}).get("target") or {}).get("dtype") or serve.get("dtype") or ""),
+        ),
         ModelCard(model_name(run.draft)) if run.draft else None,
         Speculation.parse(mode, str(cfg.get("drafter") or serve.get("drafter") or "") or None),
         0.0,
@@ -302,6 +309,11 @@ def gguf_quant(text: str) -> str:
 def _flag(command: str, flag: str) -> str | None:
     parts = command.split()
     return parts[parts.index(flag) + 1] if flag in parts and parts.index(flag) + 1 < len(parts) else None
+
+
+def recorded(run, modes) -> dict:
+    """What a run keeps as its record of what ran, written when it is created: each mode's (or variant's) spec."""
+    return {"run_spec": {m: of(run, m).as_dict() for m in modes}}
 
 
 def from_dict(d: dict) -> RunSpec:

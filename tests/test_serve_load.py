@@ -87,7 +87,7 @@ def test_a_k_the_server_refuses_is_one_line_before_anything_is_sent(swept, monke
 
 
 def test_two_spellings_of_one_variant_are_refused_before_anything_is_sent():
-    from engine.engines.load import named
+    from engine.engines.protocol import named
 
     assert [named(v, "eagle3") for v in ("auto", "eagle3", "eagle3-auto")] == ["eagle3-auto"] * 3
     assert (

@@ -161,7 +161,7 @@ def curves(url: str, series: list[str]) -> None:
         return
     st.subheader("Per-position acceptance")
     charts.show(charts.acceptance_chart(pd.concat(parts)), width="stretch")
-    st.caption("Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
+    st.caption(charts.ACCEPTANCE_NOTE + " Fitted a: " + ", ".join(f"{s} {a:.3f}" for s, a in fits.items()))
 
 
 def disturbed(url: str, series: list[str]) -> None:

@@ -157,7 +157,8 @@ def body(url: str, run_id: int) -> None:
     else:
         frame, fits = charts.acceptance_frame(pos)
         charts.show(charts.acceptance_chart(frame), width="stretch")
-        st.caption(ACCEPTANCE_NOTE + " Fitted a per arm: " + ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items()))
+        fitted = ", ".join(f"{arm} a={a:.3f}" for arm, a in fits.items())
+        st.caption(charts.ACCEPTANCE_NOTE + " Fitted a per arm: " + fitted)
         widgets.csv_download(frame, f"run{run_id}-acceptance", key="dl_acc")
     oracle.sources(url, run_id)
     draft_lengths(info, pos, split)
@@ -174,15 +175,6 @@ def body(url: str, run_id: int) -> None:
     st.subheader("Latency distribution")
     charts.show(charts.latency_chart(sample), width="stretch")
     widgets.csv_download(sample, f"run{run_id}-requests", key="dl_sample")
-
-
-ACCEPTANCE_NOTE = (
-    "Unconditional: drafts whose first i tokens were all accepted, over all drafts (vLLM's definition). Conditional: "
-    "accepted at i given accepted up to i-1. Bars are Wilson 95% intervals over n, the passes a point is a share of; "
-    f"hollow points rest on fewer than {FEW} passes. The fitted a is a per-token acceptance: the model says the first "
-    "i drafts all survive with probability a^i. The KPI acceptance (accepted / proposed) averages every drafted "
-    "position, so at draft length k it is about (a + a^2 + ... + a^k) / k, lower than a: a = 0.6 at k = 4 gives 33%."
-)
 
 
 ADD_WORKER = "PHOENIX_DB=<this database> .venv/bin/python -m engine worker"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from engine.analysis.breakeven import fit_a, measured_c, optimum_k
+from engine.analysis.breakeven import fit_a, measured_c, optimum_k, predicted_speedup
 from engine.analysis.speedup import speedups_by
 from engine.modes import Mode
 
@@ -111,8 +111,6 @@ def predictions(fit: RunFit) -> list[dict]:
     Break-even page states it (a verify of k+1 tokens priced at one target step), and with the verify cost the run
     measured for that width, beside the arm's measured speedup (the median per-prompt one) and the model's relative
     error. The one place this check is computed: the published findings read it."""
-    from engine.analysis.breakeven import predicted_speedup
-
     if fit.a is None or fit.c is None:
         return []
     out = []

@@ -5,10 +5,11 @@ Light on purpose (no torch import), so the dashboard and `submit` can queue runs
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from db.entities import RunInfo
 from db.store import Store
+from engine import runspec
 from engine.bench import fast
 from engine.bench.config import BenchConfig
 from engine.errors import PhoenixError
@@ -28,4 +29,7 @@ def create_run(store: Store, cfg: BenchConfig, status: str = "running") -> RunIn
     name = cfg.name or ",".join(cfg.modes)
     chosen = fast.resolve(cfg)  # before the config is stored: the stored one is the path that runs
     config = {"bench": asdict(cfg), "environment": environment(), **({"fast": chosen} if chosen else {})}
-    return store.create_run(name, config, cfg.target, cfg.draft, len(prompts) * len(cfg.modes), status=status)
+    info = store.create_run(name, config, cfg.target, cfg.draft, len(prompts) * len(cfg.modes), status=status)
+    spec = runspec.recorded(replace(info, bench=cfg), cfg.modes)  # the record of what ran, kept with the run
+    store.merge_config(info.id, spec)
+    return replace(info, config={**info.config, **spec})

@@ -29,6 +29,7 @@ EXAMPLES = {
     "--drafter ngram\n  # measured as a user's client would: engines load --url http://127.0.0.1:8100\n"
     "  python -m engine fleet stop --port 8100",
     "regressions": "python -m engine regressions --db sqlite:///benchmarks/results.db --exit-code",
+    "docs": "python -m engine docs --check",
     "tag": "python -m engine tag 12 baseline",
     "untag": "python -m engine untag 12 baseline",
     "note": "python -m engine note 12 --text 'quiet machine, second sitting'",

@@ -20,8 +20,8 @@ from pathlib import Path
 from db.store import Store
 from engine.engines import vllm
 from engine.engines.config import CrossConfig, LoadConfig
-from engine.engines.load import served_model
 from engine.engines.load import sweep as load_sweep
+from engine.engines.protocol import served_model
 from engine.errors import PhoenixError
 from engine.prompts.sets import load as load_prompts
 

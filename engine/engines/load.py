@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import threading
 import time
 import urllib.error
@@ -32,6 +31,7 @@ from datetime import UTC, datetime
 
 from db.entities import RequestRecord
 from db.store import Store
+from engine import runspec
 from engine.decode.decoder import identity
 from engine.engines import fleet, process
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
@@ -39,6 +39,15 @@ from engine.engines.client import stream_one
 from engine.engines.config import LoadConfig
 from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.protocol import (
+    cache_scenario,
+    cold,
+    named,
+    served_drafter,
+    served_model,
+    server_of,
+    speculation,
+)
 from engine.engines.record import check_timeout, levels_of, stored
 from engine.engines.rows import row_of
 from engine.engines.vllm import VllmConfig
@@ -105,81 +114,6 @@ def managed(cfg: LoadConfig) -> list[Server]:
     return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
-# none | auto | k<N> (the server's drafter) | <drafter>[-auto] (its tuner's k; choice: the drafter too) | <drafter>-k<N>
-_VARIANT = re.compile(
-    r"^(?:none|auto|k(?P<k>[0-9]+)|(?P<drafter>model|ngram|suffix|eagle3|hybrid|choice)(?:-auto|-k(?P<dk>[0-9]+))?)$"
-)
-
-
-def named(variant: str, drafter: str) -> str:
-    """A Phoenix variant in the server's own grammar (engine.serve.service.variant): none, <drafter>-auto or
-    <drafter>-k<N>, so a load sweep's modes and the live run's name one kind of request one way."""
-    m = _VARIANT.match(variant)
-    if variant in ("none", "as-served") or m is None:
-        return variant
-    k = m["k"] or m["dk"]
-    if k is not None and int(k) == 0:
-        return "none"
-    return f"{m['drafter'] or drafter}-" + (f"k{int(k)}" if k is not None else "auto")
-
-
-def server_health(url: str, timeout_s: float) -> dict:
-    """Phoenix's server's /health ({} where it does not answer one)."""
-    try:
-        with urllib.request.urlopen(url.rstrip("/").removesuffix("/v1") + "/health", timeout=timeout_s) as r:
-            health = json.loads(r.read(1 << 16))
-    except (urllib.error.URLError, OSError, ValueError):
-        return {}
-    return health if isinstance(health, dict) else {}
-
-
-def server_of(url: str, timeout_s: float) -> dict:
-    """What a load run keeps of the Phoenix server it measured: its own live run (the link to the server's side of
-    the same requests), its dtype, threads, default drafter and version."""
-    health = server_health(url, timeout_s)
-    keep = ("run_id", "dtype", "threads", "drafter", "k_max", "version")
-    out = {k: health[k] for k in keep if isinstance(health.get(k), (str, int)) and not isinstance(health[k], bool)}
-    settings = health.get("settings")
-    if isinstance(settings, dict):
-        out["settings"] = {str(k): v for k, v in settings.items() if isinstance(v, (str, int, float))}
-    return out
-
-
-def served_drafter(url: str, timeout_s: float) -> tuple[str | None, int | None]:
-    """The drafter Phoenix's server drafts with by default and its largest k (its /health); None where it does
-    not say."""
-    health = server_health(url, timeout_s)
-    if not health:
-        return None, None
-    drafter, k_max = health.get("drafter"), health.get("k_max")
-    return (drafter if isinstance(drafter, str) else None), (k_max if isinstance(k_max, int) else None)
-
-
-def speculation(variant: str) -> dict | None:
-    """What a variant asks of Phoenix's server in each request's "speculation" (None: nothing, as served)."""
-    if variant == "as-served":
-        return None
-    if variant == "none":
-        return {"drafter": "none"}
-    m = _VARIANT.match(variant)
-    if m is None:
-        raise PhoenixError(f"--variants: unknown {variant!r}; use none, auto, k<N>, <drafter> or <drafter>-k<N>")
-    spec: dict = {"drafter": m["drafter"]} if m["drafter"] else {}
-    k = m["k"] or m["dk"]
-    return {**spec, "k": int(k)} if k else spec
-
-
-def served_model(url: str, timeout_s: float, api_key: str | None = None) -> str:
-    request = urllib.request.Request(url.rstrip("/").removesuffix("/v1") + "/v1/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as r:
-            return json.loads(r.read())["data"][0]["id"]
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
-        raise PhoenixError(f"cannot read {url}/v1/models ({exc}); start the server or fix --url") from None
-
-
 def _canonical(names: list[str], url: str, timeout_s: float) -> tuple[list[str], dict[str, str]]:
     """The variants as the server names them (auto -> eagle3-auto for a head); two spellings of one are refused."""
     drafter, k_max = served_drafter(url, timeout_s)
@@ -217,26 +151,6 @@ def _send(
     if api_key:
         return stream_one(url, model, text, max_tokens, chat, spec, timeout_s, abort, extra, api_key)
     return stream_one(url, model, text, max_tokens, chat, spec, timeout_s, abort, extra)
-
-
-def cold(cfg: LoadConfig, pass_id: str, prompt: Prompt) -> dict:
-    """What keeps one request's prompt out of every prefix cache under the cold protocol: a ``cache_salt`` of its
-    own (Phoenix's server and vLLM key their caches by it), or llama.cpp's ``cache_prompt`` off; nothing under
-    ``--cache warm``, or for an engine that takes neither (SGLang: its runs say the cache was not controlled)."""
-    if cfg.cache != "cold":
-        return {}
-    if cfg.engine == "llamacpp":
-        return {"cache_prompt": False}
-    if cfg.engine in ("phoenix", "vllm"):
-        return {"cache_salt": f"{pass_id}/{prompt.id}"}
-    return {}
-
-
-def cache_scenario(cfg: LoadConfig) -> str:
-    """The cache scenario a run states: cold (enforced per request), warm (named), or not controlled."""
-    if cfg.cache == "warm":
-        return "warm: prompts re-sent, " + ("one system prompt shared" if cfg.system_prompt else "as they come")
-    return "cold" if cfg.engine in ("phoenix", "vllm", "llamacpp") else "not controlled (the engine takes no salt)"
 
 
 def send_block(
@@ -440,6 +354,7 @@ def _level_run(
         None,
         len(prompts) * len(names),
     )
+    store.merge_config(run.id, runspec.recorded(run, names))  # the record of what ran, kept with the run
     written: list[RequestRecord] = []
     k_of = {s.variant: s.draft_length for s in managed(cfg)} if cfg.spec_types else {}
 

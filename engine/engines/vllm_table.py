@@ -24,6 +24,7 @@ from db.store import Store
 from engine.engines.arrivals import tpot_s
 from engine.engines.vllm import table_text
 from engine.errors import PhoenixError
+from engine.measure import tokens_per_pass
 
 
 def levels_of_runs(store: Store, run_ids: list[int], method: str) -> dict[int, dict[int, list]]:
@@ -72,7 +73,7 @@ def step_cost(rows: list, k: int) -> float | None:
         t = tpot_s(r.latency_s, r.ttft_s, r.output_tokens)
         if t is None:
             continue
-        per_step = 1 + r.accepted / r.passes if k and r.passes else 1.0
+        per_step = (tokens_per_pass(r.accepted, r.passes) or 1.0) if k else 1.0  # engine.measure's one definition
         costs.append(t * per_step)
     return statistics.median(costs) if costs else None
 

@@ -43,7 +43,12 @@ PANELS = [
     (
         "Mean acceptance length",
         "short",
-        [(f"1 + {_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {DRAFTS}", "tokens per verification pass")],
+        [
+            (
+                f"1 + {_rate('phoenix:spec_decode_num_accepted_tokens_total')} / {DRAFTS}",
+                "mean acceptance length (1 + accepted / drafts, vLLM's)",
+            )
+        ],
     ),
     (
         "Acceptance by draft position",

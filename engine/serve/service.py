@@ -25,6 +25,7 @@ from transformers import DynamicCache
 
 from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
+from engine import runspec
 from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, identity
@@ -160,6 +161,9 @@ class Service:
                 0,
             )
             self.run_id = run.id
+            self.store.merge_config(
+                run.id, runspec.recorded(run, ["phoenix-none_live", f"phoenix-{self.drafter}-auto_live"])
+            )
             self.recorder = Recorder(self.store, run.id, spill_path(self.store, run.id))
         self._threads = [threading.Thread(target=self._record_loop, name="phoenix-recorder", daemon=True)]
         if loop_thread:

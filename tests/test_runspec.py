@@ -1,0 +1,101 @@
+"""One record of what ran (engine.runspec): every spelling of speculation Phoenix stored or accepts is an alias of
+one grammar, two runs compare only where they measured the same work, and a run keeps its own record."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+
+from engine import runspec
+from engine.runspec import Speculation
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.mark.parametrize(
+    ("spelling", "text"),
+    [
+        ("target", "off"),
+        ("none", "off"),
+        ({"drafter": "none"}, "off"),
+        ("eagle3_3", "eagle3:3"),
+        ("ngram_8", "ngram:8"),
+        ("model_5", "model:5"),
+        ("hybrid_16", "hybrid:16"),
+        ("eagle3-conf_4", "eagle3:4 -conf"),
+        ("bandit", "bandit:auto"),
+        ("bandit:thompson", "bandit:auto thompson"),
+        ("eagle3-k3", "eagle3:3"),
+        ("model-auto", "model:auto"),
+        ("draft-model-k2", "model:2"),
+        ("draft-eagle3-k3", "eagle3:3"),
+        ("ngram-k4-n2-m4", "ngram:4 -n2-m4"),
+        ("none-eager", "off -eager"),
+        ("phoenix-eagle3-auto_live", "eagle3:auto"),
+        ("vllm-eagle3-k3_c8", "eagle3:3"),
+        ({"drafter": "suffix", "k": 8}, "suffix:8"),
+        ("eagle3:3", "eagle3:3"),
+    ],
+)
+def test_every_spelling_is_an_alias_of_one_grammar(spelling, text):
+    assert Speculation.parse(spelling).text() == text
+
+
+def test_a_servers_own_drafter_fills_the_spellings_that_leave_it_out():
+    assert Speculation.parse("auto", "eagle3").text() == "eagle3:auto"
+    assert Speculation.parse("k3", "suffix").text() == "suffix:3"
+    assert Speculation.parse({"k": 2}, "model").text() == "model:2"
+    assert Speculation.parse("k0", "model").text() == "off"
+
+
+def _load_run(run_id, engine="phoenix", level=4, cpu="CPU A", prompts="humaneval-test", cache="cold", **extra):
+    cfg = {
+        "load": {"engine": engine, "prompts": prompts, "limit": 16, "max_new_tokens": 64, "chat": True},
+        "level": level,
+        "request_rate": None,
+        "cache_scenario": cache,
+        "environment": {"cpu": cpu, "threads": 2},
+        "figures": {"none": {}},
+        **extra,
+    }
+    return SimpleNamespace(id=run_id, name=f"r c={level}", config=cfg, target="smollm2", draft=None, bench=None,
+                           created_at=datetime(2026, 12, 5, tzinfo=UTC))  # fmt: skip
+
+
+def test_comparable_names_the_first_field_of_the_work_that_differs():
+    a = runspec.of(_load_run(1), "none")
+    assert runspec.comparable(a, runspec.of(_load_run(2, engine="vllm"), "none")) is None  # another engine: a setting
+    assert runspec.comparable(a, runspec.of(_load_run(3, level=8), "none")).startswith("load: c=4 against c=8")
+    assert runspec.comparable(a, runspec.of(_load_run(4, cpu="CPU B"), "none")).startswith("cpu")
+    assert runspec.comparable(a, runspec.of(_load_run(5, cache="warm: prompts re-sent"), "none")).startswith("cache")
+
+
+def test_unequal_compute_is_labelled_not_refused():
+    vllm = _load_run(2, engine="vllm", servers=[{"variant": "none", "cores": "0-1", "dtype": "bfloat16"}])
+    llama = _load_run(
+        3, engine="llamacpp", servers=[{"variant": "none", "command": "llama-server -m x.Q4_K_M.gguf -t 1"}]
+    )
+    a, b = runspec.of(vllm, "none"), runspec.of(llama, "none")
+    assert runspec.comparable(a, b) is None
+    said = runspec.compute_differs(a, b)
+    assert any("cores: 0-1 against 1 threads" in s for s in said) and any("Q4_K_M" in s for s in said)
+
+
+def test_a_run_keeps_its_record_and_reads_it_back_as_the_type():
+    run = _load_run(1)
+    run.config |= runspec.recorded(run, ["none"])
+    run.config["load"]["engine"] = "edited later"  # the record, not a later edit, says what ran
+    assert runspec.of(run, "none").engine == "phoenix"
+    assert runspec.of(run, "none") == runspec.from_dict(run.config["run_spec"]["none"])
+    with pytest.raises(ValueError, match="unknown fields"):
+        runspec.from_dict({**run.config["run_spec"]["none"], "colour": "red"})
+
+
+def test_the_series_key_leaves_out_versions_and_names():
+    settings = {"max_batch": 16, "runner": "auto"}
+    a = _load_run(1, server={"version": "abc", "settings": settings})
+    b = _load_run(2, server={"version": "def", "settings": settings})
+    b.name = "another sweep c=4"
+    assert runspec.of(a, "none").key() == runspec.of(b, "none").key()
