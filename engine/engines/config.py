@@ -104,6 +104,8 @@ class LoadConfig:
     gguf: str = "smollm2"  # llama.cpp: what those servers serve (see llamacpp start --model)
     target: str = "smollm2"  # vLLM: what those servers serve (a Phoenix name or a model folder)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
+    vllm_cores: Literal["all", "default"] = "all"  # vLLM: all computes on every core Phoenix's server uses; default
+    # keeps vLLM's own binding (one core reserved for its front end), and the runs say the compute was unequal
     table: str = ""  # vLLM: the per-batch-size k table of the <method>-table variants ("1-2:3,3-16:0")
     port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
     draft_max: int = 8  # llama.cpp: their --spec-draft-n-max (a variant's -k<N> sets its own)

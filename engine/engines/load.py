@@ -110,7 +110,9 @@ def managed(cfg: LoadConfig) -> list[Server]:
     if cfg.request_rate and cfg.max_concurrency is None:
         slots = max(slots, cfg.limit or 16)
     llama = LlamaCppConfig(model=cfg.gguf, draft_max=cfg.draft_max, parallel=slots, ctx=1024 * slots)
-    v = VllmConfig(target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=max(slots, 1))
+    v = VllmConfig(
+        target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=max(slots, 1), cores=cfg.vllm_cores
+    )
     return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
