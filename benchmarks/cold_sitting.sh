@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One sitting of the server comparison on equal terms (issue 65): Phoenix's server, compiled vLLM on every core,
+# Phoenix's server again (A-B-A: the drift between its two sweeps bounds the sitting's noise), then vLLM's own
+# client against Phoenix's server (the cross-check, both clients sending the same requests). Every sweep is cold
+# (engines load's default: a cache_salt per request, so no prompt is one its server has seen), and every row
+# records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
+#
+#   MODEL=smollm2 HEAD=smollm2-eagle3 bash benchmarks/cold_sitting.sh
+#
+# Writes into $DB (default benchmarks/results.db); `python -m engine docs` and `python -m benchmarks.report` then
+# regenerate what cites the runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+DB=${DB:-benchmarks/results.db}
+MODEL=${MODEL:-smollm2}
+HEAD=${HEAD:-smollm2-eagle3}
+LEVELS=${LEVELS:-1,2,4,8,16}
+N=${N:-16}
+TOKENS=${TOKENS:-64}
+GOODPUT=${GOODPUT:-ttft:2000,tpot:200}
+PORT=${PORT:-8015}
+VARIANTS=${VARIANTS:-none,auto}
+SPEC_TYPES=${SPEC_TYPES:-none,eagle3-k3}
+CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
+TAG="${MODEL} cold protocol ($(date -u +%F), ${CPU})"
+URL="http://127.0.0.1:${PORT}"
+
+serve_phoenix() {
+  "$PY" -m engine serve --target "$MODEL" --draft "$HEAD" --drafter eagle3 --dtype bfloat16 --max-batch 16 \
+    --k-max 4 --port "$PORT" --db "$DB" --name "phoenix serve $TAG" >"/tmp/phoenix-serve-$PORT.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 600); do
+    if curl -sf "$URL/health" >/dev/null; then return 0; fi
+    kill -0 "$SERVER" 2>/dev/null || { tail -5 "/tmp/phoenix-serve-$PORT.log"; exit 1; }
+    sleep 1
+  done
+  echo "Phoenix's server did not answer /health"; exit 1
+}
+
+phoenix_sweep() {
+  "$PY" -m engine engines load --url "$URL" --engine phoenix --variants "$VARIANTS" --concurrency "$LEVELS" \
+    --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" --name "phoenix $1, $TAG"
+}
+
+serve_phoenix
+phoenix_sweep "pass A"
+kill -TERM "$SERVER"; wait "$SERVER" || true
+
+"$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" --head "$HEAD" \
+  --concurrency "$LEVELS" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
+  --name "vllm compiled, every core, $TAG"
+
+serve_phoenix
+phoenix_sweep "pass B"
+"$PY" -m engine engines crosscheck --url "$URL" --engine phoenix --tokenizer "$MODEL" --concurrency 4 --rounds 2 \
+  --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"
+kill -TERM "$SERVER"; wait "$SERVER" || true
+echo "sitting done: $TAG"
