@@ -305,12 +305,12 @@ def compare_chart(df: pd.DataFrame) -> alt.Chart:
     return (
         alt.Chart(df)
         .mark_boxplot(extent="min-max")
-        .encode(
-            x=alt.X("series:N", title=None),
-            y=alt.Y("tokens_per_s:Q", title="tokens/sec"),
-            color="series:N",
+        .encode(  # series on the y axis, horizontal boxes: long run:mode names read whole instead of collapsing
+            y=alt.Y("series:N", title=None, axis=alt.Axis(labelLimit=0)),
+            x=alt.X("tokens_per_s:Q", title="tokens/sec"),
+            color=alt.Color("series:N", legend=None),
         )
-        .properties(height=300)
+        .properties(height=max(MIN_HEIGHT, 44 * df["series"].nunique()))
     )
 
 

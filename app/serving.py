@@ -11,6 +11,7 @@ import streamlit as st
 from app import charts, data, tables
 from engine.analysis.load import THROUGHPUT, TPOT, k_by_batch, level_method, level_table, over_time, short_command
 from engine.analysis.speedup import SPEEDUP, speedups
+from engine.analysis.sweeps import slo_words
 from engine.modes import reference_mode
 
 LEVEL_COLUMNS = {
@@ -31,6 +32,21 @@ LEVEL_COLUMNS = {
 }
 
 
+def load_words(cfg: dict) -> str:
+    """A level as its sweep set it: a concurrency, or an arrival rate (Poisson or bursty) with its cap."""
+    rate = cfg.get("request_rate")
+    if rate is None:
+        return f"concurrency {cfg.get('level')}"
+    load = cfg.get("load") or {}
+    shape = (
+        "Poisson"
+        if float(load.get("burstiness") or 1.0) == 1.0
+        else f"gamma arrivals (burstiness {load.get('burstiness')})"
+    )
+    said = "every request at once (unbounded rate)" if rate == "inf" else f"{rate} requests/s, {shape}"
+    return f"{said}, at most {cfg.get('level')} in flight"
+
+
 def level(url: str, info) -> None:
     """A load level (`engines load`): every variant at this concurrency, side by side."""
     if "load" not in info.config:
@@ -43,9 +59,20 @@ def level(url: str, info) -> None:
     rewards = data.prompt_rewards(url, info.id)
     spread = speedups(rewards, ref) if ref and not rewards.empty else {}
     table["speedup"] = table["mode"].map(lambda m: spread[m].text() if m in spread else "")
-    st.subheader(f"Under load: concurrency {info.config.get('level')}, every variant against {ref or 'nothing'}")
+    st.subheader(f"Under load: {load_words(info.config)}, every variant against {ref or 'nothing'}")
     st.caption(f"{THROUGHPUT}; {TPOT}. {SPEEDUP}")
     tables.show(table[list(LEVEL_COLUMNS)].rename(columns=LEVEL_COLUMNS))
+    figures = info.config.get("figures") or {}
+    terms = [
+        f"{v}: {f['goodput']:.2f} req/s within {slo_words(f.get('slos_ms'))}" for v, f in figures.items()
+        if isinstance(f, dict) and f.get("goodput") is not None
+    ]  # fmt: skip
+    if terms:
+        st.caption("Goodput (requests/s meeting every SLO, vLLM's definition): " + "; ".join(terms) + ".")
+    shares = {v: f.get("cached_share") for v, f in figures.items() if isinstance(f, dict)}
+    cached = "; ".join(f"{v}: {c:.0%}" for v, c in shares.items() if c is not None) or "not reported"
+    scenario = info.config.get("cache_scenario") or "not controlled (before the cold protocol)"
+    st.caption(f"Cache scenario: {scenario}; prompt tokens served from the server's prefix cache: {cached}.")
     st.caption("How it ran: " + level_method(info.config) + ".")
     servers = info.config.get("servers") or []
     if servers:  # commands as code: verbatim, never read as Markdown

@@ -49,8 +49,9 @@ def run_picker(url: str, key: str = "run") -> int | None:
         return None
     ids = runs["id"].tolist()
     fresh = data.run(url, current) if current in ids else None  # the list is cached: the open run's status is read now
+    said = status_word(fresh) if fresh is not None else None
     labels = {
-        r.id: f"#{r.id} {r.name} [{fresh.status if fresh is not None and r.id == current else r.status}]"
+        r.id: f"#{r.id} {r.name} [{said if said is not None and r.id == current else r.status}]"
         + "".join(f" #{t}" for t in str(r.tags or "").split(",") if t)
         + (" (archived)" if r.archived else "")
         for r in runs.itertuples()
@@ -175,3 +176,11 @@ def csv_download(df: pd.DataFrame, name: str, key: str) -> None:
     st.download_button(
         "Download CSV", df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=key
     )
+
+
+def status_word(info) -> str:
+    """A run's status as the picker says it: a run whose cancel was asked for says so until its worker stops it
+    (it read [running] after Cancel)."""
+    if getattr(info, "cancel_requested", False) and info.status in ("running", "queued"):
+        return "cancel requested"
+    return info.status

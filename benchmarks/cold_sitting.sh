@@ -25,6 +25,8 @@ SPEC_TYPES=${SPEC_TYPES:-none,eagle3-k3}
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
 TAG="${MODEL} cold protocol ($(date -u +%F), ${CPU})"
 URL="http://127.0.0.1:${PORT}"
+PHASES=${PHASES:-A,vllm,B,cross}  # a sitting cut short resumes with the phases it still lacks
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 serve_phoenix() {
   "$PY" -m engine serve --target "$MODEL" --draft "$HEAD" --drafter eagle3 --dtype bfloat16 --max-batch 16 \
@@ -43,17 +45,23 @@ phoenix_sweep() {
     --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" --name "phoenix $1, $TAG"
 }
 
-serve_phoenix
-phoenix_sweep "pass A"
-kill -TERM "$SERVER"; wait "$SERVER" || true
-
-"$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" --head "$HEAD" \
-  --concurrency "$LEVELS" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
-  --name "vllm compiled, every core, $TAG"
-
-serve_phoenix
-phoenix_sweep "pass B"
-"$PY" -m engine engines crosscheck --url "$URL" --engine phoenix --tokenizer "$MODEL" --concurrency 4 --rounds 2 \
-  --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"
-kill -TERM "$SERVER"; wait "$SERVER" || true
+if has A; then
+  serve_phoenix
+  phoenix_sweep "pass A"
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+fi
+if has vllm; then
+  "$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" --head "$HEAD" \
+    --concurrency "$LEVELS" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
+    --name "vllm compiled, every core, $TAG"
+fi
+if has B || has cross; then
+  serve_phoenix
+  if has B; then phoenix_sweep "pass B"; fi
+  if has cross; then
+    "$PY" -m engine engines crosscheck --url "$URL" --engine phoenix --tokenizer "$MODEL" --concurrency 4 \
+      --rounds 2 --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"
+  fi
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+fi
 echo "sitting done: $TAG"

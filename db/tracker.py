@@ -158,6 +158,14 @@ class Tracker(StoreBase):
         """Pin the run as the baseline of its target model (replacing any other); returns the target."""
         with self.session_scope() as s:
             run = _existing(s, run_id)
+            answered = s.scalar(
+                select(func.count()).select_from(Request).where(Request.run_id == run_id, Request.error.is_(None))
+            )
+            if run.status != "done" or not answered:  # a running run with 0 rows (a killed replica's) is no baseline
+                raise TrackerError(
+                    f"run {run_id} is {run.status} with {answered or 0} answered request(s): a baseline is a finished "
+                    "run with answers; pin one of those"
+                )
             s.execute(
                 _insert(s, Baseline)
                 .values(target=run.target, run_id=run_id)

@@ -175,3 +175,14 @@ def local_models(models_dir: Path = MODELS_DIR) -> list[str]:
         if not hidden and not any(cfg.parent == p or p in cfg.parent.parents for p in named):
             found.append(str(cfg.parent.relative_to(models_dir.parent)))
     return found
+
+
+def is_head_dir(path) -> bool:
+    """An EAGLE-3 head's folder: its config.json names an Eagle3 architecture (read without loading anything). The
+    one test: the loader, the managed engines and the form ask it."""
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    return isinstance(archs, list) and any("Eagle3" in str(a) for a in archs)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from engine.errors import PhoenixError
 
+DEFAULT_MAX_BATCH = 8  # rows a server decodes together unless told otherwise: serve, the scheduler, fleets, plans
 K_MAX = 16  # largest draft length anywhere: arms, <drafter>_<k>, per-pass k
 DEFAULT_ARMS = (0, 2, 4, 6, 8)  # Phoenix's bandit arms
 GRANULARITIES = ("request", "pass")  # how often a policy may change k
@@ -62,6 +63,35 @@ HELP = (
     "use target, model_<k>, ngram_<k>, suffix_<k>, eagle3_<k>, hybrid_<k>, <model|eagle3|hybrid>-conf_<k>, hf_<k>, "
     "bandit or bandit:<policy>[:request|pass]"
 )
+
+
+ONE_GRAMMAR = re.compile(r"^(?P<drafter>none|model|ngram|suffix|eagle3|hybrid):(?P<k>[0-9]+|auto)$")
+
+
+def lab_spelling(text: str) -> str:
+    """A mode in the one grammar every page shows (engine.runspec.Speculation.text: off, eagle3:3) as the lab's own
+    spelling (target, eagle3_3); any other spelling as it is, so both are accepted wherever modes are typed."""
+    text = text.strip()
+    if text == "off":
+        return "target"
+    m = ONE_GRAMMAR.match(text)
+    if m is None or m["k"] == "auto":  # <drafter>:auto is a server's tuner, not a lab mode
+        return text
+    return "target" if m["drafter"] == "none" or int(m["k"]) == 0 else f"{m['drafter']}_{int(m['k'])}"
+
+
+def load_spelling(text: str) -> str:
+    """The one grammar as a load sweep's Phoenix variant: off -> none, eagle3:3 -> eagle3-k3, ngram:auto ->
+    ngram-auto; any other spelling as it is."""
+    text = text.strip()
+    if text == "off":
+        return "none"
+    m = ONE_GRAMMAR.match(text)
+    if m is None:
+        return text
+    if m["drafter"] == "none" or m["k"] == "0":
+        return "none"
+    return f"{m['drafter']}-" + ("auto" if m["k"] == "auto" else f"k{int(m['k'])}")
 
 
 def check_k(k: int) -> int:

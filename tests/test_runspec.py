@@ -99,3 +99,28 @@ def test_the_series_key_leaves_out_versions_and_names():
     b = _load_run(2, server={"version": "def", "settings": settings})
     b.name = "another sweep c=4"
     assert runspec.of(a, "none").key() == runspec.of(b, "none").key()
+
+
+@pytest.mark.parametrize(
+    ("typed", "lab", "load"),
+    [
+        ("off", "target", "none"),
+        ("eagle3:3", "eagle3_3", "eagle3-k3"),
+        ("ngram:8", "ngram_8", "ngram-k8"),
+        ("model:auto", "model:auto", "model-auto"),
+        ("none:0", "target", "none"),
+        ("eagle3_3", "eagle3_3", "eagle3_3"),  # today's spellings pass through unchanged
+        ("bandit:thompson", "bandit:thompson", "bandit:thompson"),
+    ],
+)
+def test_the_one_grammar_is_accepted_where_modes_and_variants_are_typed(typed, lab, load):
+    from engine.modes import lab_spelling, load_spelling
+
+    assert lab_spelling(typed) == lab and load_spelling(typed) == load
+
+
+def test_a_bench_config_takes_the_one_grammar_and_stores_the_labs_spelling():
+    from engine.bench.config import BenchConfig, validate
+
+    cfg = validate(BenchConfig(target="embedded", draft="embedded", drafter="eagle3", modes=["off", "ngram:4"]))
+    assert cfg.modes == ["target", "ngram_4"]

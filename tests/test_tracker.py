@@ -72,9 +72,19 @@ def test_delete_removes_the_run_and_every_row_in_one_go_and_refuses_a_running_ru
 
 def test_one_baseline_per_target_model(any_runs):
     assert any_runs.set_baseline(1) == "tgt"
-    any_runs.set_baseline(2)
-    assert any_runs.baseline_of("tgt") == 2 and any_runs.baseline_of("other") is None
+    four = any_runs.create_run("four", {"bench": {}}, "tgt", "drf", 1, status="done")
+    any_runs.add_requests([app_record(four.id, 0, "model_4", 4, random.Random(9))])
+    any_runs.set_baseline(four.id)
+    assert any_runs.baseline_of("tgt") == four.id and any_runs.baseline_of("other") is None
     any_runs.clear_baseline("tgt")
+    assert any_runs.baseline_of("tgt") is None
+
+
+def test_a_run_that_is_running_or_answered_nothing_is_no_baseline(any_runs):
+    with pytest.raises(tracker.TrackerError, match="run 2 is running with 0 answered"):
+        any_runs.set_baseline(2)  # a killed replica's run stays running with no rows
+    with pytest.raises(tracker.TrackerError, match="run 3 is done with 0 answered"):
+        any_runs.set_baseline(3)
     assert any_runs.baseline_of("tgt") is None
 
 

@@ -21,6 +21,9 @@ def pick(found: list[F.Fleet]) -> F.Fleet:
     return found[chosen]
 
 
+FULL = 320  # each chart at full size: the two once shared 160 px and could not be read
+
+
 def over_time(url: str, fleet: F.Fleet, cpu: str) -> None:
     steps = {r.name: data.serve_steps(url, r.id) for r in fleet.replicas}
     requests = {r.name: data.served_requests(url, r.id) for r in fleet.replicas}
@@ -35,9 +38,9 @@ def over_time(url: str, fleet: F.Fleet, cpu: str) -> None:
                 color=alt.Color("replica:N"),
                 tooltip=["replica", "seconds", alt.Tooltip("running:Q", format=".2f")],
             )
-            .properties(height=charts.MIN_HEIGHT)
+            .properties(height=FULL)
         )
-        charts.show(chart)
+        charts.show(chart, width="stretch")
     hits = F.hit_rate_over_time(requests)
     if not hits.empty:
         chart = (
@@ -51,9 +54,9 @@ def over_time(url: str, fleet: F.Fleet, cpu: str) -> None:
                 color=alt.Color("replica:N"),
                 tooltip=["replica", "request", alt.Tooltip("hit rate so far:Q", format=".2f")],
             )
-            .properties(height=charts.MIN_HEIGHT)
+            .properties(height=FULL)
         )
-        charts.show(chart)
+        charts.show(chart, width="stretch")
     else:
         st.caption("No request of these replicas recorded its prefix-cache tokens (a fleet run without the cache).")
 
@@ -74,9 +77,9 @@ def render() -> None:
     fleet = pick(found)
     env = (fleet.replicas[0].config or {}).get("environment") or {}
     cpu = provenance.cpu_text(env)
-    st.markdown(
-        f"Router **{fleet.policy}** at `{fleet.url or 'not recorded'}` · {len(fleet.replicas)} replica(s) of "
-        f"**{fleet.target}** · {cpu}"
+    st.text(  # stored strings (a replica's --router, its target) are text, never Markdown: no link or image drawn
+        f"Router {fleet.policy} at {fleet.url or 'not recorded'} · {len(fleet.replicas)} replica(s) of "
+        f"{fleet.target} · {cpu}"
     )
     rows = [F.replica_row(r, data.served_requests(url, r.id), data.prefix_rows(url, r.id)) for r in fleet.replicas]
     tables.show(pd.DataFrame(rows), name="fleet_replicas", formats=FORMATS)

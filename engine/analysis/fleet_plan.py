@@ -27,6 +27,7 @@ import pandas as pd
 import simpy
 
 from engine.errors import PhoenixError
+from engine.modes import DEFAULT_MAX_BATCH
 
 MIN_STEPS = 20  # steps a setting needs before the plan prices it
 
@@ -109,7 +110,7 @@ def simulate(
     rate: float,
     work: Workload,
     n: int,
-    max_batch: int = 8,
+    max_batch: int = DEFAULT_MAX_BATCH,
     threads_each: int | None = None,
     seed: int = 0,
 ) -> Predicted:

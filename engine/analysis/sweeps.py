@@ -195,7 +195,7 @@ def unpaired_ratio(a: list[float], b: list[float], lower_is_better: bool = False
     return ratio(a, b), draws[49], draws[1949]
 
 
-def _block_rates(runs_by_id: dict, run_id: int, variant: str) -> list[float]:
+def block_rates(runs_by_id: dict, run_id: int, variant: str) -> list[float]:
     blocks = (runs_by_id[run_id].config.get("blocks") or {}).get(variant) if run_id in runs_by_id else None
     return [b[1] / b[0] for b in blocks or [] if b[0] > 0]
 
@@ -268,8 +268,8 @@ def _interval(top, second, runs_by_id: dict, latencies, by_latency: bool):
         paired = block_ratio(runs_by_id, int(top["run_id"]), top["variant"], second["variant"])
         if paired:
             return paired, "paired blocks"
-    a = _block_rates(runs_by_id, int(top["run_id"]), top["variant"])
-    b = _block_rates(runs_by_id, int(second["run_id"]), second["variant"])
+    a = block_rates(runs_by_id, int(top["run_id"]), top["variant"])
+    b = block_rates(runs_by_id, int(second["run_id"]), second["variant"])
     found = unpaired_ratio(a, b)
     return found, ("bootstrap over blocks (not paired)" if found else "fewer than 2 blocks each: no interval")
 

@@ -12,7 +12,17 @@ from engine.config import check_choices, from_dict
 from engine.decode.config import HybridConfig, PairConfig, SuffixConfig
 from engine.decode.sampling_params import GREEDY, SamplingParams
 from engine.errors import PhoenixError
-from engine.modes import DEFAULT_ARMS, K_MAX, CacheKind, Granularity, Mode, PromptFormat, RunDrafter, drafter_arm
+from engine.modes import (
+    DEFAULT_ARMS,
+    K_MAX,
+    CacheKind,
+    Granularity,
+    Mode,
+    PromptFormat,
+    RunDrafter,
+    drafter_arm,
+    lab_spelling,
+)
 from engine.policies.registry import REWARD_ONLY, policy_names
 from engine.policies.wrappers import FallbackConfig
 
@@ -59,10 +69,12 @@ class BenchConfig(PairConfig):
     # for oneDNN/MKL), the fastest CPU path where benchmarks.limits measures it so; implies --compile
     fast: FastChoice = "off"  # off | exact | auto: the fastest path benchmarks.limits measured on this CPU (exact: in
     # --dtype, outputs equal target-only; auto: bf16 too); the run stores what it chose and from which file
+
     # --concurrency N: does speculation pay at the load you run? N prompts of a mode decode together on the path
     # the server runs (engine.decode.scheduler); 1 is the single-stream loop, with static caches and compile
     concurrency: int = 1  # requests of one mode decoded together by the server's batched engine (1: single stream)
     seed: int = 42  # bandit decisions, shadow sampling, and each prompt's sampling seed
+
     # sampling (engine.decode.sampling): each prompt samples with one seed from --seed and its id in every mode, so
     # its speculative outputs are checked against target-only token for token
     temperature: float = 0.0  # 0 decodes greedily; above 0 every mode samples, exactly in the target's distribution
@@ -247,7 +259,7 @@ def _name_drafters(cfg: BenchConfig) -> None:
     """Every mode and arm under the name that says its drafter (fixed_4 of a --drafter eagle3 run is eagle3_4) and
     one spelling of k (ngram_04 is ngram_4), so that two spellings are never two modes or two arms."""
     try:
-        cfg.modes = [Mode.parse(m.strip()).named(cfg.drafter) for m in cfg.modes]
+        cfg.modes = [Mode.parse(lab_spelling(m)).named(cfg.drafter) for m in cfg.modes]
     except PhoenixError as exc:
         raise PhoenixError(str(exc), field="modes") from None
     cfg.drafter_arms = [drafter_arm(a).named(cfg.drafter) for a in cfg.drafter_arms]

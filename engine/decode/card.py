@@ -3,8 +3,8 @@ was loaded. Every run stores its target's and its draft's, so runs of different 
 another, and the dashboard shows the card beside the figures.
 
 The hash is the source file's where Phoenix made the folder (the GGUF's sha256 from its phoenix_card.json), else
-the sha256 of the folder's weight files, remembered beside them with their sizes and times (a 7 GB folder is read
-once, not per run).
+the sha256 of the folder's weight files, remembered in Phoenix's cache (outside the tree) with their sizes and
+times (a 7 GB folder is read once, not per run).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from engine.paths import CARD
+from engine.paths import CACHE_DIR, CARD
 
 READ = 1 << 20
 
@@ -23,8 +23,9 @@ def weights_sha256(folder: Path) -> str | None:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
-    stamp = folder / ".phoenix-weights.sha256"
     mark = ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    # remembered in Phoenix's cache, never in the model folder (a tracked folder was dirty after the first load)
+    stamp = CACHE_DIR / "weights-sha256" / f"{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:24]}.json"
     try:
         known = json.loads(stamp.read_text())
         if known.get("files") == mark:
@@ -37,7 +38,8 @@ def weights_sha256(folder: Path) -> str | None:
             while block := handle.read(READ):
                 digest.update(block)
     try:
-        stamp.write_text(json.dumps({"files": mark, "sha256": digest.hexdigest()}))
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"folder": str(folder.resolve()), "files": mark, "sha256": digest.hexdigest()}))
     except OSError:  # a read-only folder is hashed again next time
         pass
     return digest.hexdigest()

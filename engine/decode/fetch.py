@@ -214,9 +214,12 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> dict:
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype))
     except Exception as exc:  # transformers raises many types; the user needs one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PhoenixError(
-            f"could not read {gguf.name} as a model ({first}); install gguf and accelerate (requirements.txt has them)"
-        ) from None
+        fix = (
+            "install gguf and accelerate (requirements.txt has them)"
+            if isinstance(exc, ImportError)
+            else "the file is cut, corrupt or of an architecture transformers cannot read from GGUF: check its source"
+        )
+        raise PhoenixError(f"could not read {gguf.name} as a model ({first[:200]}); {fix}") from None
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

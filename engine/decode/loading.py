@@ -172,12 +172,12 @@ def _same_tokenizer(t_tok, d_tok, target_name: str, draft_name: str) -> None:
         raise PhoenixError(
             f"draft {draft_name!r} and target {target_name!r} have different tokenizers ({len(d_vocab):,} against "
             f"{len(t_vocab):,} tokens; {odd!r} is id {d_vocab.get(odd)} in the draft, {t_vocab.get(odd)} in the "
-            "target); pick a draft from the target's family"
+            "target); pick a draft from the target's family, or pass --draft none (model-free drafters)"
         )
     if t_tok.eos_token_id != d_tok.eos_token_id:
         raise PhoenixError(
             f"draft {draft_name!r} ends with token {d_tok.eos_token_id}, target {target_name!r} with "
-            f"{t_tok.eos_token_id}; pick a draft from the target's family"
+            f"{t_tok.eos_token_id}; pick a draft from the target's family, or pass --draft none (model-free drafters)"
         )
 
 

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from engine.catalog import NAMED, added, register
+from engine.catalog import NAME, NAMED, added, register
 from engine.decode.eagle3.checkpoint import is_head_dir
 from engine.decode.fetch import convert_gguf, general_name, sha256_file
 from engine.errors import PhoenixError
@@ -64,6 +64,25 @@ def gguf_folder(gguf: Path, cache: Path | None = None) -> Path:
     return out
 
 
+SIZES = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "vocab_size", "max_position_embeddings", "head_dim",
+)  # fmt: skip
+
+
+def check_sizes(cfg: dict, spec: str) -> None:
+    """A config's sizes are whole numbers of at least 1 (num_hidden_layers: -3 once crashed generate deep inside
+    transformers' cache); one line naming the field. The text model's config of a multimodal one is checked too."""
+    text: dict = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else {}
+    for where in (cfg, text):
+        for name in SIZES:
+            value = where.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 24:
+                raise PhoenixError(f"{spec!r}: config.json says {name} = {value!r}; it must be a whole number >= 1")
+
+
 def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
     cfg_file = path / "config.json"
     if not cfg_file.exists():
@@ -74,6 +93,7 @@ def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
         cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise PhoenixError(f"{spec!r}: config.json is not valid JSON; re-export the model") from None
+    check_sizes(cfg, spec)
     if "auto_map" in cfg:
         raise PhoenixError(
             f"{spec!r} needs trust_remote_code (custom model code); Phoenix never runs model code from disk"
@@ -84,16 +104,29 @@ def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
         if has_pickle:
             raise PhoenixError(
                 f"{spec!r} has weights only in pickle format: convert them to safetensors, or pass --allow-pickle "
-                "if you trust the files"
+                "to the command that loads them (bench, serve) if you trust the files; zoo add takes safetensors only"
             )
         raise PhoenixError(f"{spec!r} has no weights (*.safetensors): pass a complete model directory")
     return path
+
+
+def check_not_taken(out: Path, name: str) -> None:
+    """``out`` is no other model's folder: not a named model's (models/smollm2-135m-instruct is smollm2's), not
+    another added name's, and not a folder this name did not make; an add never removes what it did not create."""
+    here = out.resolve()
+    for other, model in {**NAMED, **added()}.items():
+        if other != name and model.path.resolve() == here:
+            raise PhoenixError(f"--name {name!r} would write into {out}, the folder of {other!r}; pick another name")
+    if out.exists() and (added().get(name) is None or added()[name].path.resolve() != here):
+        raise PhoenixError(f"{out} already exists and is not an earlier add of {name!r}; nothing was changed")
 
 
 def add(path: str, name: str) -> dict:
     """Register ``path`` (a model folder, an EAGLE-3 head folder or a GGUF file) as ``name``; what was done."""
 
     source = Path(path).expanduser()
+    if not NAME.fullmatch(name):  # before anything is written: ../x, /abs or X never name a folder under models/
+        raise PhoenixError(f"--name {name!r}: use lower-case letters, digits, '.', '_' and '-' (at most 64)")
     if name in NAMED:
         raise PhoenixError(f"--name {name!r} is one of Phoenix's own names; pick another")
     if source.is_file():
@@ -103,6 +136,7 @@ def add(path: str, name: str) -> dict:
         known = added().get(name)
         if known is not None and known.path.resolve() != out.resolve():
             raise PhoenixError(f"--name {name!r} already stands for {known.path}; pick another name")
+        check_not_taken(out, name)
         card = convert_into(source, out, f"the GGUF file {source.resolve()}")
         what = f"{card['architecture']}, {card['parameters']:,} parameters, from {source.name}"
         register(name, out, what)

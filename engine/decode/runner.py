@@ -227,10 +227,21 @@ def warm(model, tokens: int) -> list[int]:
     from transformers import DynamicCache
 
     sizes = sorted({bucket(n) for n in range(1, tokens + 1)})
+    device = device_of(model)  # the input on the model's device: on a GPU a CPU tensor failed the start
     with torch.inference_mode():
         for size in sizes:
-            model(input_ids=torch.zeros(1, size, dtype=torch.long), cache=DynamicCache(config=model.config))
+            ids = torch.zeros(1, size, dtype=torch.long, device=device)
+            model(input_ids=ids, cache=DynamicCache(config=model.config))
     return sizes
+
+
+def device_of(model) -> torch.device:
+    """Where a model (a Runner or a transformers model) keeps its weights."""
+    hf = getattr(model, "hf", model)
+    try:
+        return next(hf.parameters()).device
+    except (StopIteration, AttributeError, TypeError):
+        return torch.device("cpu")
 
 
 def _growing(cache) -> bool:

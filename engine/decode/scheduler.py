@@ -31,6 +31,7 @@ from engine.decode.prefix import PrefixCache, kv_of, restore
 from engine.decode.sequence import Finished, QueueFull, Request, Sequence, draft_together
 from engine.decode.spec import forward
 from engine.decode.steps import StepRecord, Tuner, plan
+from engine.modes import DEFAULT_MAX_BATCH
 
 
 @dataclass(eq=False)
@@ -49,7 +50,7 @@ class Scheduler:
         drafters: Callable[[str], Drafter | None],
         eos_id: int | None,
         tuner: Tuner | None = None,
-        max_batch: int = 8,
+        max_batch: int = DEFAULT_MAX_BATCH,
         max_queue: int = 64,
         budget: int = BUDGET,
         long_prefill: int = LONG_PREFILL,

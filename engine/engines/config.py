@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.modes import DEFAULT_MAX_BATCH
+
 EngineName = Literal["auto", "vllm", "sglang", "llamacpp", "phoenix"]
 
 
@@ -127,7 +129,7 @@ class PlanConfig:
     rate: str = "1"  # request rates in requests/s, comma-separated (inf: every request at once)
     replicas: str = "1,2,4"  # fleet sizes to price
     slo: str = ""  # "ttft:MS,tpot:MS": the plan names the fewest replicas meeting both at the median
-    max_batch: int = 8  # each replica's --max-batch
+    max_batch: int = DEFAULT_MAX_BATCH  # each replica's --max-batch
     requests: int = 64  # requests per simulated sitting (the median of 20 sittings is given)
     same_machine: bool = True  # the replicas share this machine's cores (each priced at its share of threads)
     validate: str = ""  # LOADRUN:REPLICAS,...: `engines load` runs measured through a fleet of that many replicas

@@ -6,14 +6,13 @@ running. The side-by-side run and the load sweep both start their servers here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from engine.catalog import named_dir
+from engine.catalog import is_head_dir, named_dir
 from engine.engines import llamacpp, process, vllm
 from engine.engines.gguf_export import gguf_of
 from engine.engines.llamacpp import LlamaCppConfig
@@ -122,13 +121,8 @@ def plan(
 
 
 def is_head(name: str) -> bool:
-    """Whether a Phoenix name or folder is an EAGLE-3 head (its config's architecture says Eagle3)."""
-    path = named_dir(name, "draft") or Path(name).expanduser()
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and any("Eagle3" in str(a) for a in config.get("architectures") or [])
+    """Whether a Phoenix name or folder is an EAGLE-3 head (engine.catalog.is_head_dir)."""
+    return is_head_dir(named_dir(name, "draft") or Path(name).expanduser())
 
 
 @contextmanager

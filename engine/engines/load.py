@@ -54,6 +54,7 @@ from engine.engines.vllm import VllmConfig
 from engine.engines.workload import as_sent, system_text
 from engine.errors import PhoenixError
 from engine.measure import cpu_per_1k_tokens
+from engine.modes import load_spelling
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
 from engine.provenance import environment
@@ -90,7 +91,7 @@ def variants_of(cfg: LoadConfig) -> list[str]:
         return [s.variant for s in managed(cfg)]  # every variant checked before anything starts
     if cfg.block < 0:
         raise PhoenixError(f"--block must be 0 or more, got {cfg.block}", field="block")
-    names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
+    names = [load_spelling(v) for v in cfg.variants.split(",") if v.strip()]  # eagle3:3 is eagle3-k3
     if not names or len(set(names)) != len(names):
         raise PhoenixError(f"--variants must name each variant once, got {cfg.variants!r}")
     for v in names:

@@ -60,8 +60,41 @@ def workload(store: Store, run_ids: list[int]) -> fp.Workload:
     return fp.Workload([r.prompt_tokens for r in rows], [r.output_tokens for r in rows])
 
 
+MAX_REPLICAS = 16  # fleet start's bound
+MAX_BATCH = 256  # serve's bound on --max-batch
+MAX_REQUESTS = 10_000  # requests per simulated sitting: enough for a stable median, bounded in time
+MAX_RATE = 1e4  # requests/s a plan prices (a finite rate past this is no load this machine serves)
+
+
+def check_plan(cfg: PlanConfig) -> None:
+    """Every setting of a plan checked before any work, each refusal one line with the bounds `fleet start` and
+    `serve` use (a 0 once crashed the simulation; 100,000 replicas simulated without end)."""
+    if not 1 <= cfg.requests <= MAX_REQUESTS:
+        raise PhoenixError(f"--requests must be in 1..{MAX_REQUESTS}, got {cfg.requests}", field="requests")
+    if not 1 <= cfg.max_batch <= MAX_BATCH:
+        raise PhoenixError(f"--max-batch must be in 1..{MAX_BATCH} (as serve's), got {cfg.max_batch}", "max_batch")
+    for n in _ints(cfg.replicas, "--replicas"):
+        if n > MAX_REPLICAS:
+            raise PhoenixError(f"--replicas must be in 1..{MAX_REPLICAS} (as fleet start's), got {n}", "replicas")
+    for rate in _rates(cfg.rate):
+        if rate != float("inf") and rate > MAX_RATE:
+            raise PhoenixError(f"--rate must be at most {MAX_RATE:g} requests/s (or inf), got {rate:g}", "rate")
+    if cfg.slo:
+        try:
+            slos_of(cfg.slo)
+        except PhoenixError as exc:
+            raise PhoenixError(str(exc).replace("--goodput", "--slo"), field="slo") from None
+    for item in (x for x in cfg.validate.split(",") if x.strip()):
+        run_text, _, n_text = item.partition(":")
+        _ints(run_text, "--validate")
+        n = _ints(n_text or "1", "--validate (LOADRUN:REPLICAS)")[0]
+        if n > MAX_REPLICAS:
+            raise PhoenixError(f"--validate {item}: replicas must be in 1..{MAX_REPLICAS}", field="validate")
+
+
 def plan(store: Store, cfg: PlanConfig) -> tuple[pd.DataFrame, fp.Predicted | None]:
     """Every (replicas, setting, rate) priced; the cheapest meeting the SLO where one is given."""
+    check_plan(cfg)
     profile, work = load_profile(store, _ints(cfg.source, "--source"))
     slo = slos_of(cfg.slo) if cfg.slo else {}
     preds = []

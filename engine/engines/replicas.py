@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 from engine.engines import process
 from engine.errors import PhoenixError
+from engine.modes import DEFAULT_MAX_BATCH
 from engine.paths import DATA_DIR
 
 Policy = Literal["cache_aware", "power_of_two", "round_robin"]
@@ -36,7 +39,7 @@ class FleetConfig:
     draft: str = "embedded"  # each replica's draft or head ('none': model-free drafters only)
     drafter: str = "auto"  # each replica's --drafter
     dtype: str = "auto"
-    max_batch: int = 8  # each replica's --max-batch
+    max_batch: int = DEFAULT_MAX_BATCH  # each replica's --max-batch
     prefix_cache_gb: float = 0.5  # each replica's prefix cache (what cache_aware routing can make the most of)
     db: str = ""  # the one database every replica records into (default: Phoenix's data/phoenix.db)
     name: str = ""  # the fleet's name in its replicas' run names (default: fleet-<router port>)
@@ -46,7 +49,11 @@ class FleetConfig:
         if not 1 <= self.replicas <= 16:
             raise PhoenixError(f"--replicas must be in 1..16, got {self.replicas}", field="replicas")
         if not 1 <= self.port <= 65535 - self.replicas:
-            raise PhoenixError(f"--port must leave room for {self.replicas} replica ports after it", field="port")
+            raise PhoenixError(
+                f"--port must be in 1..{65535 - self.replicas} (the router's port, with {self.replicas} replica "
+                f"port(s) after it), got {self.port}",
+                field="port",
+            )
         if self.router not in ("cache_aware", "power_of_two", "round_robin"):
             raise PhoenixError(f"--router must be cache_aware, power_of_two or round_robin, got {self.router!r}")
         return self
@@ -98,19 +105,32 @@ def start(cfg: FleetConfig, data_dir: Path = DATA_DIR, say=print) -> dict:
     router_argv(cfg)  # the router is installed, or one line before any replica loads a model
     started: list[dict] = []
     env = {"OMP_NUM_THREADS": str(threads_each(cfg.replicas))}
+    record = {"config": asdict(cfg), "processes": started, "url": f"http://127.0.0.1:{cfg.port}/v1"}
+    keep = lambda: record_file(cfg.port, data_dir).write_text(json.dumps(record, indent=1))  # noqa: E731
+    keep()  # before the first launch, and after each: a stop always finds what was started
+    main = threading.current_thread() is threading.main_thread()  # signal handlers belong to the main thread
+    previous = signal.signal(signal.SIGTERM, _as_interrupt) if main else None  # timeout, CI, systemd: as Ctrl-C
     try:
         for i in range(cfg.replicas):
             say(f"replica {i}: starting on port {cfg.port + 1 + i} ({env['OMP_NUM_THREADS']} thread(s))")
             started.append(_launch(f"replica {i}", replica_argv(cfg, i), cfg.port + 1 + i, cfg, data_dir, env))
+            keep()
         say(f"router: {cfg.router} on port {cfg.port}")
         started.append(_launch("vllm-router", router_argv(cfg), cfg.port, cfg, data_dir, {}))
+        keep()
     except BaseException:
         for info in reversed(started):
             process.stop(_files(info["key"], data_dir))
+        record_file(cfg.port, data_dir).unlink(missing_ok=True)
         raise
-    record = {"config": asdict(cfg), "processes": started, "url": f"http://127.0.0.1:{cfg.port}/v1"}
-    record_file(cfg.port, data_dir).write_text(json.dumps(record, indent=1))
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     return record
+
+
+def _as_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _files(key: dict, data_dir: Path) -> dict[str, Path]:

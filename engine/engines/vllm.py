@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, cast
 
-from engine.catalog import named_dir
+from engine.catalog import is_head_dir, named_dir
 from engine.engines import process
 from engine.errors import PhoenixError
 from engine.paths import CACHE_DIR, DATA_DIR, ROOT
@@ -162,16 +162,6 @@ def model_dir(name: str, role: str, flag: str) -> Path:
     return path
 
 
-def _is_head(folder: Path) -> bool:
-    """An EAGLE-3 head's folder: its config.json names an Eagle3 architecture (read without loading anything)."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    archs = config.get("architectures") if isinstance(config, dict) else None
-    return isinstance(archs, list) and any("Eagle3" in str(a) for a in archs)
-
-
 def parse_table(text: str) -> list[list[int]]:
     """ "1-2:4,3-8:2,9-256:0" as vLLM's [[first, last, k], ...], checked as vLLM checks it (first range from 1,
     ranges in order and apart, k >= 0) so a bad table is one line here, not a server that dies at start."""
@@ -209,7 +199,7 @@ def speculative_config(cfg: VllmConfig) -> dict | None:
     elif cfg.method in ("eagle3", "draft_model"):
         default = "smollm2-eagle3" if cfg.method == "eagle3" else "smollm2-draft"
         folder = model_dir(cfg.draft or default, "draft", "--draft")
-        head = _is_head(folder)
+        head = is_head_dir(folder)
         if cfg.method == "eagle3" and not head:  # vLLM failed 35 s later on "no module or parameter named 'model'"
             raise PhoenixError(
                 f"--method eagle3 drafts with an EAGLE-3 head; --draft {cfg.draft or default} is a draft model: pass "

@@ -25,6 +25,7 @@ from pathlib import Path
 from db.store import Store
 from engine import runspec
 from engine.analysis import prefix
+from engine.analysis import sweeps as S
 from engine.analysis.fit import fit_run, predictions
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
@@ -231,7 +232,45 @@ def terms(fig: Figures, runs: str) -> str:
     return "\n\n*Terms of this comparison (generated from the runs)*: " + "; ".join(lines) + ". " + verdict + "\n\n"
 
 
+def sitting(fig: Figures, runs: str) -> str:
+    """A server comparison of one sitting, level by level: each engine's settings' output tok/s, TPOT p50 and cached
+    share, and each engine's best against the other's with the interval of their ratio (a bootstrap over the levels'
+    blocks) and its verdict (engine.analysis.sweeps: best only where the interval excludes 1)."""
+    infos = [i for i in (fig.store.get_run(r) for r in _ids(runs)) if i is not None]
+    frame = S.points(S.sweeps(infos))
+    if frame.empty:
+        raise PhoenixError(f"runs {runs} hold no load level")
+    by_id = {i.id: i for i in infos}
+    engines = sorted(frame["engine"].unique())
+    head = "| load | " + " | ".join(f"{e}: tok/s (TPOT p50 ms, cached) per setting" for e in engines)
+    lines = [head + " | best of each: ratio (95% CI) | verdict |", "|---|" + "---|" * (len(engines) + 2)]
+    for load, g in frame.groupby("load", sort=True):
+        cells, bests = [], {}
+        for e in engines:
+            mine = g[(g["engine"] == e) & ~g["failed"]].sort_values("throughput_tok_s", ascending=False)
+            cells.append("; ".join(
+                f"{r.variant} {r.throughput_tok_s:.1f} ({r.tpot_p50_s * 1000:.0f}, "
+                f"{'n/a' if r.cached_share != r.cached_share or r.cached_share is None else f'{r.cached_share:.0%}'})"
+                for r in mine.itertuples()
+            ) or "failed")  # fmt: skip
+            if not mine.empty:
+                bests[e] = mine.iloc[0]
+        verdict, ratio = "", ""
+        if len(bests) == 2:
+            a, b = sorted(bests.values(), key=lambda r: -r["throughput_tok_s"])
+            found = S.unpaired_ratio(S.block_rates(by_id, int(a["run_id"]), a["variant"]),
+                                     S.block_rates(by_id, int(b["run_id"]), b["variant"]))  # fmt: skip
+            if found:
+                ratio = f"{a['engine']} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})"
+                verdict = f"{a['engine']} best" if S.verdict(found) == "best" else S.TIE
+            else:
+                ratio, verdict = f"{a['engine']} ahead, no interval (one block)", S.TIE
+        lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} |")
+    return "\n" + "\n".join(lines) + "\n"
+
+
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
+    "sitting": sitting,
     "lab-table": lab_table,
     "fit": fit_text,
     "fit-check": fit_check,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 
+from engine.catalog import EMBEDDED
 from engine.decode.config import BUDGET, LONG_PREFILL, PairConfig
 from engine.errors import PhoenixError
-from engine.modes import DRAFTERS, check_k
+from engine.modes import DEFAULT_MAX_BATCH, DRAFTERS, check_k
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -21,7 +23,7 @@ class ServeConfig(PairConfig):
     port: int = 8000
     api_key: str | None = None  # clients send 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
     served_model_name: str = ""  # the model id /v1/models lists and requests name; default: the target's name
-    max_batch: int = 8  # rows decoded together
+    max_batch: int = DEFAULT_MAX_BATCH  # rows decoded together
     max_queue: int = 64  # requests waiting beyond the batch; more get 429 with Retry-After
     max_num_batched_tokens: int = BUDGET  # a step's token budget: the rows' pending tokens and drafts, then prompts
     long_prefill_token_threshold: int = LONG_PREFILL  # the most of one prompt a step prefills (longer: in chunks)
@@ -42,7 +44,10 @@ class ServeConfig(PairConfig):
 
 
 def check_serve(cfg: ServeConfig) -> ServeConfig:
-    """Every bad setting as one line, before anything loads."""
+    """Every bad setting as one line, before anything loads. A target given without a draft drafts model-free: the
+    default draft is the embedded pair's, which fits no other target (`serve --target smollm2` refused to start)."""
+    if cfg.draft == EMBEDDED and cfg.target != EMBEDDED:
+        cfg.draft = None
     if cfg.drafter not in ("auto", "choice") + DRAFTERS:
         raise PhoenixError(f"--drafter must be auto, choice or one of {', '.join(DRAFTERS)}, got {cfg.drafter!r}")
     if cfg.api_key is None:
@@ -74,7 +79,16 @@ def check_serve(cfg: ServeConfig) -> ServeConfig:
         raise PhoenixError(f"--shutdown-timeout-s must be in 0..86400, got {cfg.shutdown_timeout_s}")
     if not 0.0 <= cfg.shadow_rate <= 1.0 or not 0.0 <= cfg.epsilon <= 1.0:
         raise PhoenixError("--shadow-rate and --epsilon must be in 0..1")
+    if cfg.router and not ROUTER.fullmatch(cfg.router):  # it is stored and shown: only what fleet start writes
+        raise PhoenixError(f"--router must be <{'|'.join(ROUTER_POLICIES)}>@http://HOST:PORT, got {cfg.router[:80]!r}")
+    if cfg.fleet and not FLEET.fullmatch(cfg.fleet):
+        raise PhoenixError("--fleet must be 1..64 letters, digits, spaces and ._(),- (a fleet's name)")
     return cfg
+
+
+ROUTER_POLICIES = ("cache_aware", "power_of_two", "round_robin", "random", "consistent_hash")
+ROUTER = re.compile(rf"(?:{'|'.join(ROUTER_POLICIES)})@https?://[A-Za-z0-9.\-\[\]:]{{1,100}}:[0-9]{{1,5}}/?")
+FLEET = re.compile(r"[A-Za-z0-9 ._(),\-]{1,64}")
 
 
 def stored_config(cfg: ServeConfig) -> dict:

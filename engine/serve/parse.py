@@ -281,7 +281,8 @@ def max_tokens(service: Service, body: dict, chat: bool, n_prompt: int) -> int:
     return value
 
 
-MAX_SALT = 256  # characters of a cache_salt
+MAX_SALT = 128  # characters of a cache_salt, and the characters it may not hold: vLLM's rules, so one client's
+SALT_FORBIDDEN = ("@", "/", "\\", "\x00")  # salt is good for both servers
 
 
 def cache_salt_of(body: dict) -> str:
@@ -290,8 +291,12 @@ def cache_salt_of(body: dict) -> str:
     salt = body.get("cache_salt")
     if salt is None:
         return ""
-    if not isinstance(salt, str) or not salt or len(salt) > MAX_SALT:
-        raise ApiError(400, f"cache_salt must be a non-empty string of at most {MAX_SALT} characters", "cache_salt")
+    if not isinstance(salt, str) or not salt or len(salt) > MAX_SALT or any(c in salt for c in SALT_FORBIDDEN):
+        raise ApiError(
+            400,
+            f"cache_salt must be a non-empty string of at most {MAX_SALT} characters without '@', '/', '\\' or NUL",
+            "cache_salt",
+        )
     return salt
 
 

@@ -7,19 +7,11 @@ from pathlib import Path
 
 import torch
 
+from engine.catalog import is_head_dir  # noqa: F401  (the one test, re-exported where the loader reads it)
 from engine.decode.eagle3.head import Eagle3Head, HeadConfig
 from engine.errors import PhoenixError
 
 WEIGHTS = "model.safetensors"
-
-
-def is_head_dir(path: Path) -> bool:
-    try:
-        cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
-    return isinstance(archs, list) and any("Eagle3" in str(a) for a in archs)
 
 
 def save_head(head: Eagle3Head, path: Path, dtype: torch.dtype = torch.float16, card: dict | None = None) -> None:
