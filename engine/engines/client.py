@@ -274,6 +274,8 @@ def _chunk(line: bytes, chat: bool, out: dict, start: float) -> None:
     if not isinstance(chunk, dict):
         raise _Stop(f"a chunk that is not an object: {text[:80]!r}")
     choices = chunk.get("choices") or []
+    if isinstance(choices, list) and choices:  # vllm bench serve's TTFT: the first chunk with a choice, its text
+        out["ttft_s"] = out["ttft_s"] or time.perf_counter() - start  # empty or not (a special token, a role)
     for choice in choices if isinstance(choices, list) else []:
         if not isinstance(choice, dict):
             continue
@@ -282,7 +284,6 @@ def _chunk(line: bytes, chat: bool, out: dict, start: float) -> None:
         if ids is not None:
             out["token_ids"] = (out.get("token_ids") or []) + ids
         if isinstance(piece, str) and piece:
-            out["ttft_s"] = out["ttft_s"] or time.perf_counter() - start
             out["text"] += piece
     for key in ("usage", "speculation", "timings", "metrics"):  # metrics: vLLM's per-request figures, last chunk
         if isinstance(chunk.get(key), dict):

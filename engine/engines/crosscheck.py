@@ -70,6 +70,7 @@ def crosscheck(store: Store, cfg: CrossConfig, say=print) -> dict:
     load = replace(LoadConfig(), url=cfg.url, engine=cfg.engine, model=model, limit=cfg.limit, cache="warm")
     load = replace(load, max_new_tokens=cfg.max_new_tokens, concurrency=str(cfg.concurrency), variants="as-served")
     load = replace(load, warmup=False, name=f"client cross-check: Phoenix's against vLLM's, {cfg.engine}")
+    load = replace(load, block=cfg.limit)  # one block: c in flight throughout, as vLLM's --max-concurrency keeps them
     ours, theirs, runs = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(cfg.rounds):
