@@ -72,7 +72,7 @@ def test_the_best_setting_at_each_load_says_by_how_much_with_the_interval_of_pai
     low, high = (float(x.rstrip("x")) for x in best["interval (95%)"].iloc[0].split("-"))
     assert 1.3 < low <= 1.5 <= high < 1.7  # the four blocks' ratios: 1.50, 1.45, 1.47, 1.43
     # level 2 kept no blocks: no interval, so no winner is named however the point estimates fall
-    assert best["verdict"].tolist() == ["best", S.TIE]
+    assert best["verdict"].tolist() == ["best", S.NO_INTERVAL]
     assert "no interval" in best["ranked by"].iloc[1] and best["interval (95%)"].iloc[1] == ""
 
 
@@ -167,3 +167,19 @@ def test_the_sweeps_page_on_a_database_without_load_runs_says_what_makes_one(app
 
     at = open_page("sweeps")
     assert any("No runs yet" in i.value for i in at.info)
+
+
+def test_two_runs_that_sent_the_same_prompts_in_the_same_blocks_are_paired_block_by_block():
+    blocks_a = {"none": [[1.0, 100], [1.0, 50], [1.0, 200], [1.0, 80]]}
+    blocks_b = {"none": [[1.0, 110], [1.0, 56], [1.0, 219], [1.0, 87]]}  # about 1.1x on every prompt
+    a = level_run(1, "a", 1, {"none": fig(107.5, 100)}, sweep="x", blocks=blocks_a)
+    b = level_run(2, "b", 1, {"none": fig(118.0, 100)}, sweep="y", blocks=blocks_b, engine="vllm")
+    for r in (a, b):
+        r.config["block"] = 1
+    paired = S.paired_across({1: a, 2: b}, (2, "none"), (1, "none"))
+    assert (
+        paired is not None and 1.08 < paired[1] <= paired[0] <= paired[2] < 1.13
+    )  # tight: prompts vary, ratios do not
+    assert S.unpaired_ratio(S.block_rates({1: a, 2: b}, 2, "none"), S.block_rates({1: a, 2: b}, 1, "none"))[1] < 1
+    b.config["load"]["limit"] = 99  # other prompts: no pairing
+    assert S.paired_across({1: a, 2: b}, (2, "none"), (1, "none")) is None

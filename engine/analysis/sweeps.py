@@ -195,14 +195,47 @@ def unpaired_ratio(a: list[float], b: list[float], lower_is_better: bool = False
     return ratio(a, b), draws[49], draws[1949]
 
 
+def paired_across(runs_by_id: dict, a: tuple[int, str], b: tuple[int, str]) -> tuple[float, float, float] | None:
+    """Two settings of two runs that sent the same prompts in the same blocks (one prompt set, one limit, one block
+    size: block i holds the same prompts in both), paired block by block: the median ratio of their block
+    throughputs and its interval; None where the blocks do not match."""
+    ra, rb = runs_by_id.get(a[0]), runs_by_id.get(b[0])
+    if ra is None or rb is None:
+        return None
+    la, lb = ra.config.get("load") or {}, rb.config.get("load") or {}
+    same = all(la.get(k) == lb.get(k) for k in ("prompts", "limit", "max_new_tokens", "chat", "system_prompt"))
+    if not same or ra.config.get("block") != rb.config.get("block"):
+        return None
+    x, y = block_rates(runs_by_id, *a), block_rates(runs_by_id, *b)
+    if len(x) != len(y) or len(x) < 2 or not all(v > 0 for v in y):
+        return None
+    ratios = [p / q for p, q in zip(x, y)]
+    interval = median_interval(ratios)
+    return None if interval is None else (statistics.median(ratios), interval[0], interval[1])
+
+
 def block_rates(runs_by_id: dict, run_id: int, variant: str) -> list[float]:
     blocks = (runs_by_id[run_id].config.get("blocks") or {}).get(variant) if run_id in runs_by_id else None
     return [b[1] / b[0] for b in blocks or [] if b[0] > 0]
 
 
+NO_INTERVAL = "no verdict (no interval)"  # one block each, or no blocks kept: a ratio without its noise
+
+
 def verdict(interval: tuple[float, float, float] | None) -> str:
-    """best where the interval of the ratio to the runner-up lies wholly above 1; else tied."""
-    return "best" if interval is not None and interval[1] > 1.0 else TIE
+    """best where the interval of the ratio to the runner-up lies wholly above 1; tied where it holds 1; no verdict
+    where there is no interval."""
+    if interval is None:
+        return NO_INTERVAL
+    return "best" if interval[1] > 1.0 else TIE
+
+
+def oriented(found: tuple[float, float, float]) -> tuple[tuple[float, float, float], bool]:
+    """A ratio with its interval as the leader's over the runner-up: inverted (and True) where its centre says the
+    other one leads (the medians of their blocks can rank two settings unlike their totals)."""
+    if found[0] >= 1.0:
+        return found, False
+    return (1 / found[0], 1 / found[2], 1 / found[1]), True
 
 
 def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> pd.DataFrame:
@@ -228,6 +261,9 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
         top = ranked.iloc[0]
         second = ranked.iloc[1] if len(ranked) > 1 else None
         interval, how = _interval(top, second, runs_by_id, latencies, by_latency)
+        if interval is not None:
+            interval, swapped = oriented(interval)
+            top, second = (second, top) if swapped else (top, second)
         rows.append(
             {
                 "model": model,
@@ -268,9 +304,11 @@ def _interval(top, second, runs_by_id: dict, latencies, by_latency: bool):
         paired = block_ratio(runs_by_id, int(top["run_id"]), top["variant"], second["variant"])
         if paired:
             return paired, "paired blocks"
-    a = block_rates(runs_by_id, int(top["run_id"]), top["variant"])
-    b = block_rates(runs_by_id, int(second["run_id"]), second["variant"])
-    found = unpaired_ratio(a, b)
+    pair = ((int(top["run_id"]), top["variant"]), (int(second["run_id"]), second["variant"]))
+    across = paired_across(runs_by_id, *pair)
+    if across:
+        return across, "paired blocks across runs (the same prompts in the same blocks)"
+    found = unpaired_ratio(block_rates(runs_by_id, *pair[0]), block_rates(runs_by_id, *pair[1]))
     return found, ("bootstrap over blocks (not paired)" if found else "fewer than 2 blocks each: no interval")
 
 

@@ -64,7 +64,8 @@ def salted(prompts: list, pass_id: str) -> list[dict]:
 def crosscheck(store: Store, cfg: CrossConfig, say=print) -> dict:
     """Rounds of both clients against one server, the order alternating; in each pass both clients send the same
     requests as the server serves them (no per-request speculation from either: the server's own setting), each
-    pass's prompts under first lines no server has seen (cold: its rows' cached tokens say so)."""
+    pass's prompts under first lines no server has seen (its rows' cached tokens say what a shared template prefix
+    still got from the cache, for both clients alike)."""
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
     model = cfg.model or served_model(cfg.url, cfg.timeout_s)
     load = replace(LoadConfig(), url=cfg.url, engine=cfg.engine, model=model, limit=cfg.limit, cache="warm")
@@ -87,7 +88,11 @@ def crosscheck(store: Store, cfg: CrossConfig, say=print) -> dict:
                 ours.append(figures)
                 runs.append(run_id)
     verdict = agreement(ours, theirs)
-    protocol = {"requests": "the same in both clients (as served, no per-request speculation)", "cache": "cold"}
+    protocol = {
+        "requests": "the same in both clients (as served, no per-request speculation), c in flight throughout",
+        "cache": "each pass's prompts under first lines no server has seen; a prefix they share (a chat template's "
+        "system prompt) is cached for both clients alike",
+    }
     for run_id in runs:
         store.merge_config(
             run_id, {"crosscheck": {"vllm_bench_serve": theirs, "phoenix": ours, **verdict, "protocol": protocol}}

@@ -234,8 +234,9 @@ def terms(fig: Figures, runs: str) -> str:
 
 def sitting(fig: Figures, runs: str) -> str:
     """A server comparison of one sitting, level by level: each engine's settings' output tok/s, TPOT p50 and cached
-    share, and each engine's best against the other's with the interval of their ratio (a bootstrap over the levels'
-    blocks) and its verdict (engine.analysis.sweeps: best only where the interval excludes 1)."""
+    share, and each engine's best against the other's with the interval of their ratio (paired block by block where
+    both sent the same prompts in the same blocks, else a bootstrap over their blocks) and its verdict
+    (engine.analysis.sweeps: best only where the interval excludes 1)."""
     infos = [i for i in (fig.store.get_run(r) for r in _ids(runs)) if i is not None]
     frame = S.points(S.sweeps(infos))
     if frame.empty:
@@ -258,13 +259,18 @@ def sitting(fig: Figures, runs: str) -> str:
         verdict, ratio = "", ""
         if len(bests) == 2:
             a, b = sorted(bests.values(), key=lambda r: -r["throughput_tok_s"])
-            found = S.unpaired_ratio(S.block_rates(by_id, int(a["run_id"]), a["variant"]),
-                                     S.block_rates(by_id, int(b["run_id"]), b["variant"]))  # fmt: skip
+            pair = ((int(a["run_id"]), a["variant"]), (int(b["run_id"]), b["variant"]))
+            found = S.paired_across(by_id, *pair) or S.unpaired_ratio(
+                S.block_rates(by_id, *pair[0]), S.block_rates(by_id, *pair[1])
+            )
             if found:
+                found, swapped = S.oriented(found)
+                a, b = (b, a) if swapped else (a, b)
                 ratio = f"{a['engine']} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})"
                 verdict = f"{a['engine']} best" if S.verdict(found) == "best" else S.TIE
             else:
-                ratio, verdict = f"{a['engine']} ahead, no interval (one block)", S.TIE
+                total = a["throughput_tok_s"] / b["throughput_tok_s"]
+                ratio, verdict = f"{a['engine']} {total:.2f}x by totals (one block each)", S.NO_INTERVAL
         lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} |")
     return "\n" + "\n".join(lines) + "\n"
 
