@@ -319,7 +319,7 @@ def test_compare_draws_one_acceptance_curve_per_arm_of_a_bandit_series(app_db):
     }
     assert "1:model_4 (model)" in arms and any(a.startswith("1:bandit (model) ") for a in arms)
     assert "1:bandit (model)" not in arms  # never one zig-zag curve over several arms
-    caption = " ".join(c.value for c in at.caption if c.value.startswith("Fitted a"))
+    caption = " ".join(c.value for c in at.caption if "Fitted a" in c.value)  # after the definitions note
     assert "1:bandit (model) bandit k=2" in caption and "1:bandit (model) bandit k=4" in caption
 
 

@@ -68,8 +68,8 @@ def test_two_replicas_behind_a_real_router_record_their_own_runs_and_stop_is_exa
 
     monkeypatch.setenv("PHOENIX_DB", db)
     at = open_page("fleet")
-    text = " ".join(m.value for m in at.markdown)
-    assert f"Router **round_robin** at `http://127.0.0.1:{port}`" in text and "2 replica(s)" in text
+    text = " ".join(t.value for t in at.text)  # stored strings as text, never Markdown
+    assert f"Router round_robin at http://127.0.0.1:{port}" in text and "2 replica(s)" in text
     (table, *_) = [d.value for d in at.dataframe]
     assert list(table["replica"]) == ["ci replica 0", "ci replica 1"] and list(table["answered"]) == [2, 2]
 
@@ -77,7 +77,7 @@ def test_two_replicas_behind_a_real_router_record_their_own_runs_and_stop_is_exa
 def test_bad_fleet_settings_are_one_line_before_anything_starts(tmp_path):
     for settings, says in (
         ({"replicas": 0}, "--replicas must be in 1..16"),
-        ({"port": 65535}, "--port must leave room"),
+        ({"port": 65535}, "--port must be in 1..65533"),
         ({"router": "kv_aware"}, "--router must be cache_aware, power_of_two or round_robin"),
     ):
         with pytest.raises(PhoenixError, match=says):

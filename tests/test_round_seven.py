@@ -188,3 +188,15 @@ def test_the_warm_up_input_is_made_on_the_device_the_model_is_on():
     finally:
         transformers.DynamicCache = original
     assert seen and set(seen) == {"meta"}
+
+
+def test_each_router_gets_a_free_metrics_port_of_its_own(monkeypatch):
+    """vllm-router binds its Prometheus exporter to 29000 unless told: a second fleet's router died at start."""
+    import engine.engines.replicas as replicas
+
+    monkeypatch.setattr(replicas, "router_binary", lambda: Path("/bin/true"))
+    cfg = replicas.FleetConfig(replicas=2, port=18700)
+    argv = replicas.router_argv(cfg)
+    port = int(argv[argv.index("--prometheus-port") + 1])
+    assert port != 29000 and argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert replicas.router_argv(cfg, 18999)[argv.index("--prometheus-port") + 1] == "18999"

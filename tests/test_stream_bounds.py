@@ -92,8 +92,19 @@ def test_a_malformed_answer_is_one_line(hostile, body, error):
 
 def test_odd_but_harmless_chunks_are_skipped(hostile):
     body = 'data: {"choices": [{"text": null}, 7]}\n\ndata: {"choices": "x", "usage": [1]}\n\n' + GOOD
-    out = _send(hostile(lambda write: write(body)))
+    out = _send(hostile(lambda write: write(body + "data: [DONE]\n\n")))
     assert out["error"] is None and out["text"] == "hello" and out["usage"] == {}
+
+
+@pytest.mark.parametrize("end", ["", 'data: {"choices": [{"text": "", "finish_reason": "length"}]}\n\n'])
+def test_a_stream_cut_before_its_last_chunk_is_an_error_never_a_complete_answer(hostile, end):
+    """A replica killed mid-stream behind a router ended the stream with neither a finish_reason nor [DONE]: the
+    row was stored as answered with 0 tokens. A stream is complete only when its server says so."""
+    out = _send(hostile(lambda write: write(GOOD + end)))
+    if end:
+        assert out["error"] is None and out["text"] == "hello"
+    else:
+        assert "the stream ended before its last chunk" in out["error"] and out["text"] == "hello"
 
 
 def test_a_refused_port_is_one_line(hostile):

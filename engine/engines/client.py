@@ -265,7 +265,10 @@ def _connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection,
 
 def _chunk(line: bytes, chat: bool, out: dict, start: float) -> None:
     text = line.decode("utf-8", "replace").strip()
-    if not text.startswith("data: ") or text == "data: [DONE]":
+    if text == "data: [DONE]":
+        out["_ended"] = True
+        return
+    if not text.startswith("data: "):
         return
     try:
         chunk = json.loads(text[6:])
@@ -279,6 +282,8 @@ def _chunk(line: bytes, chat: bool, out: dict, start: float) -> None:
     for choice in choices if isinstance(choices, list) else []:
         if not isinstance(choice, dict):
             continue
+        if choice.get("finish_reason"):
+            out["_ended"] = True
         piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
         ids = _ids(choice.get("token_ids"))
         if ids is not None:
@@ -321,8 +326,8 @@ def stream_one(
             _exchange(conn, base, body, chat, out, start, abort, api_key)
         finally:
             watchdog.cancel()
-    except _Stop as exc:
-        out["error"] = str(exc)
+    except _Stop as exc:  # a read the deadline cut ends the stream early: the deadline is the cause to name
+        out["error"] = f"no complete answer within {timeout_s:g} s" if late.is_set() else str(exc)
     except (OSError, http.client.HTTPException, ValueError) as exc:
         out["error"] = f"no complete answer within {timeout_s:g} s" if late.is_set() else f"{type(exc).__name__}: {exc}"
     finally:
@@ -330,6 +335,7 @@ def stream_one(
             conn.close()
     if out["error"] is None and late.is_set():
         out["error"] = f"no complete answer within {timeout_s:g} s"
+    out.pop("_ended", None)
     out["latency_s"] = time.perf_counter() - start
     return out
 
@@ -363,3 +369,5 @@ def _exchange(conn, base: str, body: dict, chat: bool, out: dict, start: float, 
     if not events:
         kind = resp.getheader("Content-Type") or "no Content-Type"
         raise _Stop(f"the server answered 200 with no server-sent events ({kind[:60]}): not an OpenAI stream")
+    if not out.pop("_ended", False):  # a server (or a router before it) that died mid-stream: cut, not complete
+        raise _Stop("the stream ended before its last chunk (no finish_reason, no [DONE]): the answer was cut")

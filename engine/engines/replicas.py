@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 from dataclasses import asdict, dataclass
@@ -83,10 +84,20 @@ def replica_argv(cfg: FleetConfig, i: int) -> list[str]:
     return argv + (["--db", cfg.db] if cfg.db else [])
 
 
-def router_argv(cfg: FleetConfig) -> list[str]:
+def router_argv(cfg: FleetConfig, metrics_port: int = 0) -> list[str]:
+    """vllm-router's command; its Prometheus exporter on ``metrics_port`` (a free one `start` picks: left to its
+    fixed default, 29000, a second router on the machine died at start)."""
     urls = [f"http://127.0.0.1:{cfg.port + 1 + i}" for i in range(cfg.replicas)]
     argv = [str(router_binary()), "--host", "127.0.0.1", "--port", str(cfg.port), "--policy", cfg.router]
+    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port or free_port())]
     return argv + ["--worker-urls", *urls, "--log-level", "warning"]
+
+
+def free_port() -> int:
+    """A port nothing listens on now, on 127.0.0.1 (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def record_file(port: int, data_dir: Path) -> Path:
@@ -115,8 +126,10 @@ def start(cfg: FleetConfig, data_dir: Path = DATA_DIR, say=print) -> dict:
             say(f"replica {i}: starting on port {cfg.port + 1 + i} ({env['OMP_NUM_THREADS']} thread(s))")
             started.append(_launch(f"replica {i}", replica_argv(cfg, i), cfg.port + 1 + i, cfg, data_dir, env))
             keep()
-        say(f"router: {cfg.router} on port {cfg.port}")
-        started.append(_launch("vllm-router", router_argv(cfg), cfg.port, cfg, data_dir, {}))
+        metrics = free_port()
+        say(f"router: {cfg.router} on port {cfg.port}, its Prometheus metrics on port {metrics}")
+        started.append(_launch("vllm-router", router_argv(cfg, metrics), cfg.port, cfg, data_dir, {}))
+        record["router_metrics_port"] = metrics
         keep()
     except BaseException:
         for info in reversed(started):
