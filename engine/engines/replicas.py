@@ -116,7 +116,7 @@ def start(cfg: FleetConfig, data_dir: Path = DATA_DIR, say=print) -> dict:
     router_argv(cfg)  # the router is installed, or one line before any replica loads a model
     started: list[dict] = []
     env = {"OMP_NUM_THREADS": str(threads_each(cfg.replicas))}
-    record = {"config": asdict(cfg), "processes": started, "url": f"http://127.0.0.1:{cfg.port}/v1"}
+    record: dict = {"config": asdict(cfg), "processes": started, "url": f"http://127.0.0.1:{cfg.port}/v1"}
     keep = lambda: record_file(cfg.port, data_dir).write_text(json.dumps(record, indent=1))  # noqa: E731
     keep()  # before the first launch, and after each: a stop always finds what was started
     main = threading.current_thread() is threading.main_thread()  # signal handlers belong to the main thread
