@@ -19,7 +19,12 @@ def show(chart, width: str = "stretch") -> None:
     and bandit:category_thompson and phoenix-eagle3-auto_live are longer)."""
     import streamlit as st
 
-    whole = chart.configure_legend(labelLimit=0).configure_axis(labelLimit=0).configure_header(labelLimit=0)
+    whole = (
+        chart.configure_legend(labelLimit=0, titleLimit=0)
+        .configure_axis(labelLimit=0, titleLimit=0)
+        .configure_header(labelLimit=0)
+        .configure_title(limit=0)
+    )
     st.altair_chart(whole, width=width)
 
 

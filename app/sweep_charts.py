@@ -18,7 +18,9 @@ PALETTE = [
     "#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
     "#9ecae9", "#ffbf79", "#ff9d98", "#88d27a", "#83bcb6", "#d6a5c9", "#fcbfd2", "#d8b5a5", "#b7a97b",
 ]  # fmt: skip
-LEGEND_ROW_PX = 20  # one legend entry's height: the chart is as tall as its legend, so no entry is cut
+
+
+LEGEND_ROW_PX = 16  # one compact legend row: the chart grows with its legend past about fifteen settings
 
 
 def _base(frame: pd.DataFrame, title: str) -> alt.Chart:
@@ -27,12 +29,15 @@ def _base(frame: pd.DataFrame, title: str) -> alt.Chart:
     df["load_s"] = df["load_label"] if "load_label" in df else df["load"].map(lambda v: f"{v:g}")
     finite = df.loc[df["load"] != float("inf"), "load"]
     df["load"] = df["load"].where(df["load"] != float("inf"), (finite.max() if len(finite) else 1) * 2)
-    height = max(MIN_HEIGHT, 300, LEGEND_ROW_PX * (df["setting"].nunique() + 3))
-    return alt.Chart(df, title=title, height=height)
+    height = max(MIN_HEIGHT, 300, LEGEND_ROW_PX * (df["setting"].nunique() + 4))
+    text, _, cpu = title.partition(" · ")  # the CPU on a line of its own: a title past the chart's width is cut
+    return alt.Chart(df, title=alt.TitleParams(text, subtitle=cpu or None), height=height)
 
 
 def _color() -> alt.Color:
-    return alt.Color("setting:N", title="engine · weights · setting (sweep)", scale=alt.Scale(range=PALETTE))
+    # compact rows: at the default size a legend on the right was cut at the chart's height past about ten settings
+    legend = alt.Legend(symbolLimit=0, labelLimit=0, labelFontSize=10, symbolSize=40, rowPadding=1)
+    return alt.Color("setting:N", title="setting (sweep)", scale=alt.Scale(range=PALETTE), legend=legend)
 
 
 def _load_axis(frame: pd.DataFrame) -> alt.X:
@@ -102,7 +107,7 @@ def latency_chart(frame: pd.DataFrame, frontier: pd.DataFrame, latency: str, cpu
 def goodput_chart(frame: pd.DataFrame, cpu: str, slo: str) -> alt.Chart:
     """Requests/s meeting every SLO against load; ``slo`` names the SLO the runs counted goodput against."""
     return (
-        _base(frame.dropna(subset=["goodput_req_s"]), f"Goodput against load (requests/s meeting {slo}) · {cpu}")
+        _base(frame.dropna(subset=["goodput_req_s"]), f"Goodput against load, within {slo} · {cpu}")
         .mark_line(point=True)
         .encode(
             x=_load_axis(frame),

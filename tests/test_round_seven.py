@@ -200,3 +200,17 @@ def test_each_router_gets_a_free_metrics_port_of_its_own(monkeypatch):
     port = int(argv[argv.index("--prometheus-port") + 1])
     assert port != 29000 and argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
     assert replicas.router_argv(cfg, 18999)[argv.index("--prometheus-port") + 1] == "18999"
+
+
+def test_fleet_stop_names_what_had_already_died(tmp_path, monkeypatch):
+    """After the router and a replica died, `fleet stop` said only `stopped: replica 1`."""
+    import engine.engines.replicas as replicas
+
+    procs = [{"name": n, "key": {"fleet": 18800, "port": 18800 + i}} for i, n in enumerate(["replica 0", "replica 1"])]
+    procs.append({"name": "vllm-router", "key": {"fleet": 18800, "port": 18800}})
+    replicas.record_file(18800, tmp_path).write_text(json.dumps({"processes": procs}))
+    monkeypatch.setattr(replicas, "_files", lambda key, data_dir: key)
+    monkeypatch.setattr(replicas.process, "stop", lambda key, *a: key["port"] == 18801)  # only replica 1 still ran
+    said = replicas.stop(18800, tmp_path)
+    assert said[0] == "replica 1" and "vllm-router (had already stopped)" in said and len(said) == 3
+    assert not replicas.record_file(18800, tmp_path).exists()

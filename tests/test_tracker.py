@@ -172,9 +172,9 @@ def test_concurrent_tagging_and_pinning_from_many_processes_all_succeed(any_stor
     """Before the upserts, 32 of 60 concurrent tag calls and 16 of 32 baseline pins failed with UNIQUE errors."""
     import multiprocessing
 
-    any_store.create_run("one", {"bench": {}}, "tgt", "drf", 0, status="done")
-    any_store.create_run("two", {"bench": {}}, "other", "drf", 0, status="done")
-    any_store.create_run("three", {"bench": {}}, "tgt", "drf", 0, status="done")
+    for name, target in (("one", "tgt"), ("two", "other"), ("three", "tgt")):  # each with an answer: pinnable
+        run = any_store.create_run(name, {"bench": {}}, target, "drf", 1, status="done")
+        any_store.add_requests([app_record(run.id, 0, "model_4", 4, random.Random(run.id))])
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         outcomes = pool.map(_race, [(any_store.url, op, i) for i in range(32)])
     assert outcomes == ["ok"] * 32, [o for o in outcomes if o != "ok"][:3]

@@ -63,8 +63,8 @@ def render() -> None:
         "Latency axis", list(sweep_charts.LATENCIES), format_func=sweep_charts.LATENCIES.get, horizontal=True,
         key="sweep_latency",
     )  # fmt: skip
-    for (model, cpu, cache, kind), g in frame.groupby(["model", "cpu", "cache", "load_kind"], sort=True):
-        st.subheader(f"{model} · {cpu} · cache: {cache} · by {kind}")
+    for (model, cpu, cache, work, kind), g in frame.groupby(["model", "cpu", "cache", "work", "load_kind"], sort=True):
+        st.subheader(f"{model} · {cpu} · {work} · cache: {cache} · by {kind}")
         show(sweep_charts.throughput_chart(g, cpu))
         show(sweep_charts.latency_chart(g, frontier(g, latency), latency, cpu))
         for slo, gg in g[g["goodput_req_s"].notna()].groupby("goodput_slo"):
@@ -119,6 +119,7 @@ WIDTHS = {
     "model": 110,
     "cpu": 120,
     "cache": 90,
+    "work": 130,
     "verdict": 90,
     "leader": 170,
     "interval (95%)": 100,

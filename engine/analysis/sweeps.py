@@ -99,6 +99,8 @@ def points(sweep_runs: dict[str, list]) -> pd.DataFrame:
                     "cpu": spec.cpu,
                     "hardware": str(cfg.get("hardware") or spec.cpu),
                     "cache": spec.cache,
+                    # the rest of the work (engine.runspec.RunSpec.WORK): settings rank only against the same work
+                    "work": f"{spec.prompts}, {spec.max_new_tokens} tokens, T={spec.temperature:g}",
                     "cores": spec.cores,
                     "engine": engine,
                     "variant": variant,
@@ -247,7 +249,8 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
     a bootstrap over each setting's requests (``latencies(run_id, variant)``). Settings that answered nothing are
     listed as failed, never ranked."""
     rows = []
-    for (model, cpu, cache, kind, load), g in frame.groupby(["model", "cpu", "cache", "load_kind", "load"], sort=True):
+    keys = ["model", "cpu", "cache", "work", "load_kind", "load"]
+    for (model, cpu, cache, work, kind, load), g in frame.groupby(keys, sort=True):
         by_latency = kind.startswith("request rate") and math.isfinite(load)
         figure = "e2el_p50_s" if by_latency else "throughput_tok_s"
         ok = g[~g["failed"]].dropna(subset=[figure])
@@ -255,8 +258,8 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
         failed = ", ".join(g[g["failed"]]["setting"])
         if ranked.empty:
             said = "every setting failed"
-            rows.append({"model": model, "cpu": cpu, "cache": cache, "load": _load(g), "verdict": said, "leader": None,
-                         "failed settings": failed})  # fmt: skip
+            rows.append({"model": model, "cpu": cpu, "cache": cache, "work": work, "load": _load(g), "verdict": said,
+                         "leader": None, "failed settings": failed})  # fmt: skip
             continue
         top = ranked.iloc[0]
         second = ranked.iloc[1] if len(ranked) > 1 else None
@@ -269,6 +272,7 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
                 "model": model,
                 "cpu": cpu,
                 "cache": cache,
+                "work": work,
                 "load": _load(g),
                 "verdict": "only setting" if second is None else verdict(interval),
                 "leader": top["setting"],
@@ -362,7 +366,8 @@ def best_within(frame: pd.DataFrame, slos_ms: dict[str, float]) -> pd.DataFrame:
     none where no setting meets them. A leader, not a verdict: the interval is the best table's."""
     rows = []
     ok = meets(frame, slos_ms)
-    for (model, cpu, cache, kind, load), g in frame.groupby(["model", "cpu", "cache", "load_kind", "load"], sort=True):
+    keys = ["model", "cpu", "cache", "work", "load_kind", "load"]
+    for (model, cpu, cache, work, kind, load), g in frame.groupby(keys, sort=True):
         by_latency = kind.startswith("request rate") and math.isfinite(load)
         figure = "e2el_p50_s" if by_latency else "throughput_tok_s"
         good = g[ok.loc[g.index]].sort_values(figure, ascending=by_latency, na_position="last")
@@ -372,6 +377,7 @@ def best_within(frame: pd.DataFrame, slos_ms: dict[str, float]) -> pd.DataFrame:
                 "model": model,
                 "cpu": cpu,
                 "cache": cache,
+                "work": work,
                 "load": _load(g),
                 "leading within the SLO": None if top is None else top["setting"],
                 "ranked by": "median end-to-end latency" if by_latency else "throughput",

@@ -244,7 +244,7 @@ def sitting(fig: Figures, runs: str) -> str:
     by_id = {i.id: i for i in infos}
     engines = sorted(frame["engine"].unique())
     head = "| load | " + " | ".join(f"{e}: tok/s (TPOT p50 ms, cached) per setting" for e in engines)
-    lines = [head + " | best of each: ratio (95% CI) | verdict |", "|---|" + "---|" * (len(engines) + 2)]
+    lines = [head + " | best of each: ratio (95% CI) | verdict | runs |", "|---|" + "---|" * (len(engines) + 3)]
     for load, g in frame.groupby("load", sort=True):
         cells, bests = [], {}
         for e in engines:
@@ -271,7 +271,9 @@ def sitting(fig: Figures, runs: str) -> str:
             else:
                 total = a["throughput_tok_s"] / b["throughput_tok_s"]
                 ratio, verdict = f"{a['engine']} {total:.2f}x by totals (one block each)", S.NO_INTERVAL
-        lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} |")
+        ids = sorted({int(r) for r in g["run_id"]})
+        cited = " ".join(f"[#{r}]({fig.results}#{anchor(by_id[r].name)})" for r in ids)
+        lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} | {cited} |")
     return "\n" + "\n".join(lines) + "\n"
 
 
