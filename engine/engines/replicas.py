@@ -174,7 +174,8 @@ def stop(port: int, data_dir: Path = DATA_DIR) -> list[str]:
         processes = [p for p in record["processes"] if isinstance(p, dict) and isinstance(p.get("key"), dict)]
     except (OSError, ValueError, KeyError, TypeError):
         raise PhoenixError(f"no fleet was started on port {port} (no readable {path})") from None
-    stopped, gone = [], []
+    stopped: list[str] = []
+    gone: list[str] = []
     for p in reversed(processes):
         (stopped if process.stop(_files(p["key"], data_dir)) else gone).append(p["name"])
     path.unlink(missing_ok=True)
