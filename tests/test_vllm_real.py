@@ -56,7 +56,11 @@ def test_a_real_vllm_drafts_with_the_head_phoenix_exported_and_equals_its_own_ou
 
     head = export("smollm2-eagle3", target, str(tmp_path / "head"), say=lambda _: None)
     assert json.loads((head / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
-    off = VllmConfig(target=target, dtype="float32", port=free_port(), max_num_seqs=2, max_model_len=1024)
+    # vLLM's own binding in a test: on every core it spin-waits against the suite's other worker (a correctness
+    # check here, not a measurement; sittings give it every core)
+    off = VllmConfig(
+        target=target, dtype="float32", port=free_port(), max_num_seqs=2, max_model_len=1024, cores="default"
+    )
     on = replace(off, method="eagle3", k=3, draft=str(head), port=free_port())
     started = []
     try:
@@ -86,7 +90,9 @@ def test_a_head_vllm_refuses_is_one_line_with_the_logs_reason(target, tmp_path):
     broken = tmp_path / "head"
     broken.mkdir()
     (broken / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama"}')
-    cfg = VllmConfig(target=target, method="eagle3", draft=str(broken), port=free_port(), startup_s=600)
+    cfg = VllmConfig(
+        target=target, method="eagle3", draft=str(broken), port=free_port(), startup_s=600, cores="default"
+    )
     with pytest.raises(Exception) as err:
         vllm.start(cfg, tmp_path)
     line = str(err.value)
