@@ -50,7 +50,8 @@ def readme_runs() -> dict[int, BenchConfig]:
     out = {}
     for run_id in ids:
         config = json.loads(con.execute("select config from runs where id = ?", (run_id,)).fetchone()[0])
-        out[run_id] = (config, stored(config))
+        if "bench" in config:  # the lab runs: a load level (the server table's) is no form's run
+            out[run_id] = (config, stored(config))
     con.close()
     return out
 
