@@ -249,17 +249,11 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
     a bootstrap over each setting's requests (``latencies(run_id, variant)``). Settings that answered nothing are
     listed as failed, never ranked."""
     rows = []
-    keys = ["model", "cpu", "cache", "work", "load_kind", "load"]
-    for (model, cpu, cache, work, kind, load), g in frame.groupby(keys, sort=True):
-        by_latency = kind.startswith("request rate") and math.isfinite(load)
-        figure = "e2el_p50_s" if by_latency else "throughput_tok_s"
-        ok = g[~g["failed"]].dropna(subset=[figure])
-        ranked = ok.sort_values(figure, ascending=by_latency)
+    for head, g, by_latency, figure in _loads(frame):
+        ranked = g[~g["failed"]].dropna(subset=[figure]).sort_values(figure, ascending=by_latency)
         failed = ", ".join(g[g["failed"]]["setting"])
         if ranked.empty:
-            said = "every setting failed"
-            rows.append({"model": model, "cpu": cpu, "cache": cache, "work": work, "load": _load(g), "verdict": said,
-                         "leader": None, "failed settings": failed})  # fmt: skip
+            rows.append({**head, "verdict": "every setting failed", "leader": None, "failed settings": failed})
             continue
         top = ranked.iloc[0]
         second = ranked.iloc[1] if len(ranked) > 1 else None
@@ -269,11 +263,7 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
             top, second = (second, top) if swapped else (top, second)
         rows.append(
             {
-                "model": model,
-                "cpu": cpu,
-                "cache": cache,
-                "work": work,
-                "load": _load(g),
+                **head,
                 "verdict": "only setting" if second is None else verdict(interval),
                 "leader": top["setting"],
                 "x runner-up": None if interval is None else interval[0],
@@ -290,8 +280,15 @@ def best_at_each_load(frame: pd.DataFrame, runs_by_id: dict, latencies=None) -> 
     return pd.DataFrame(rows)
 
 
-def _load(g: pd.DataFrame) -> str:
-    return f"{g['load_kind'].iloc[0]} {g['load_label'].iloc[0]}"
+def _loads(frame: pd.DataFrame):
+    """Each (model, CPU, cache scenario, the rest of the work, load) of a sweep's points: the row's head, its points,
+    and how it ranks (at a fixed arrival rate the arrivals set throughput: by median end-to-end latency, lower
+    first; else by throughput). The one grouping both tables read."""
+    keys = ["model", "cpu", "cache", "work", "load_kind", "load"]
+    for (model, cpu, cache, work, kind, load), g in frame.groupby(keys, sort=True):
+        by_latency = kind.startswith("request rate") and math.isfinite(load)
+        head = {"model": model, "cpu": cpu, "cache": cache, "work": work, "load": f"{kind} {g['load_label'].iloc[0]}"}
+        yield head, g, by_latency, "e2el_p50_s" if by_latency else "throughput_tok_s"
 
 
 def _interval(top, second, runs_by_id: dict, latencies, by_latency: bool):
@@ -308,11 +305,16 @@ def _interval(top, second, runs_by_id: dict, latencies, by_latency: bool):
         paired = block_ratio(runs_by_id, int(top["run_id"]), top["variant"], second["variant"])
         if paired:
             return paired, "paired blocks"
-    pair = ((int(top["run_id"]), top["variant"]), (int(second["run_id"]), second["variant"]))
-    across = paired_across(runs_by_id, *pair)
+    return between_runs(runs_by_id, (int(top["run_id"]), top["variant"]), (int(second["run_id"]), second["variant"]))
+
+
+def between_runs(runs_by_id: dict, a: tuple[int, str], b: tuple[int, str]):
+    """Setting a's throughput over setting b's, two runs' (run id, variant): paired block by block where they sent
+    the same prompts in the same blocks, else a bootstrap over their blocks; with how it was had."""
+    across = paired_across(runs_by_id, a, b)
     if across:
         return across, "paired blocks across runs (the same prompts in the same blocks)"
-    found = unpaired_ratio(block_rates(runs_by_id, *pair[0]), block_rates(runs_by_id, *pair[1]))
+    found = unpaired_ratio(block_rates(runs_by_id, *a), block_rates(runs_by_id, *b))
     return found, ("bootstrap over blocks (not paired)" if found else "fewer than 2 blocks each: no interval")
 
 
@@ -366,19 +368,12 @@ def best_within(frame: pd.DataFrame, slos_ms: dict[str, float]) -> pd.DataFrame:
     none where no setting meets them. A leader, not a verdict: the interval is the best table's."""
     rows = []
     ok = meets(frame, slos_ms)
-    keys = ["model", "cpu", "cache", "work", "load_kind", "load"]
-    for (model, cpu, cache, work, kind, load), g in frame.groupby(keys, sort=True):
-        by_latency = kind.startswith("request rate") and math.isfinite(load)
-        figure = "e2el_p50_s" if by_latency else "throughput_tok_s"
+    for head, g, by_latency, figure in _loads(frame):
         good = g[ok.loc[g.index]].sort_values(figure, ascending=by_latency, na_position="last")
         top = good.iloc[0] if len(good) else None
         rows.append(
             {
-                "model": model,
-                "cpu": cpu,
-                "cache": cache,
-                "work": work,
-                "load": _load(g),
+                **head,
                 "leading within the SLO": None if top is None else top["setting"],
                 "ranked by": "median end-to-end latency" if by_latency else "throughput",
                 "tok/s": None if top is None else top["throughput_tok_s"],

@@ -19,7 +19,7 @@ import re
 
 import pandas as pd
 
-from engine.analysis import load
+from engine.analysis import load, prefix
 from engine.errors import PhoenixError
 
 SLO_KEYS = ("ttft", "tpot", "e2el")  # milliseconds, as vllm bench serve's --goodput takes them
@@ -119,14 +119,20 @@ def figures(rows: list, wall_s: float, slos: dict[str, float]) -> dict:
 
 
 def cached_share(rows: list) -> dict:
-    """What the server's prefix cache served of the answered requests' prompts: cached and prompt tokens and their
-    share (None where the server reported no cache figure for some row: unknown, never taken as 0)."""
-    prompt = sum(getattr(r, "prompt_tokens", 0) or 0 for r in rows)
-    reported = [c for c in (getattr(r, "cached_tokens", None) for r in rows) if c is not None]
-    if len(reported) < len(rows) or not rows:
-        return {"cached_tokens": None, "prompt_tokens": prompt, "cached_share": None}
-    cached = sum(reported)
-    return {"cached_tokens": cached, "prompt_tokens": prompt, "cached_share": cached / prompt if prompt else 0.0}
+    """What the server's prefix cache served of the answered requests' prompts (engine.analysis.prefix, the one
+    definition): cached and prompt tokens and their share; None where the server reported no cache figure for some
+    row (unknown, never taken as 0)."""
+    pairs: list[tuple[int | None, int, float | None]] = [
+        (getattr(r, "cached_tokens", None), getattr(r, "prompt_tokens", 0) or 0, None) for r in rows
+    ]
+    found = prefix.summary(pairs) if all(c is not None for c, _, _ in pairs) else None
+    if found is None:
+        return {"cached_tokens": None, "prompt_tokens": sum(p for _, p, _ in pairs), "cached_share": None}
+    return {
+        "cached_tokens": found.cached_tokens,
+        "prompt_tokens": found.prompt_tokens,
+        "cached_share": found.token_share,
+    }
 
 
 def _mean(values: pd.Series) -> float | None:

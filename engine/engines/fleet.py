@@ -71,14 +71,8 @@ class Server:
             "command": info.get("command"),
             "version": llamacpp.version(),
             "threads": c.threads,
-            "quantization": quantization_of(str(info.get("command") or c.model)),
+            "quantization": gguf_quant(str(info.get("command") or c.model)) or None,  # 4-bit is not bf16
         }
-
-
-def quantization_of(gguf: str) -> str | None:
-    """A GGUF's weight type from its file name (engine.runspec.gguf_quant): what every page must say beside the
-    model's name, since a 4-bit model is not the bf16 one."""
-    return gguf_quant(gguf) or None
 
 
 def variants(spec_types: str, engine: Managed) -> list[str]:

@@ -259,10 +259,7 @@ def sitting(fig: Figures, runs: str) -> str:
         verdict, ratio = "", ""
         if len(bests) == 2:
             a, b = sorted(bests.values(), key=lambda r: -r["throughput_tok_s"])
-            pair = ((int(a["run_id"]), a["variant"]), (int(b["run_id"]), b["variant"]))
-            found = S.paired_across(by_id, *pair) or S.unpaired_ratio(
-                S.block_rates(by_id, *pair[0]), S.block_rates(by_id, *pair[1])
-            )
+            found, _ = S.between_runs(by_id, (int(a["run_id"]), a["variant"]), (int(b["run_id"]), b["variant"]))
             if found:
                 found, swapped = S.oriented(found)
                 a, b = (b, a) if swapped else (a, b)
@@ -277,7 +274,22 @@ def sitting(fig: Figures, runs: str) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
+def crosscheck(fig: Figures, run: str) -> str:
+    """A client cross-check as its run kept it: each figure by both clients, their ratio and whether they agree."""
+    kept = (fig.run(int(run)).config or {}).get("crosscheck")
+    if not isinstance(kept, dict):
+        raise PhoenixError(f"run #{run} holds no client cross-check")
+    parts = []
+    for name, words in (("output_throughput", "output tok/s"), ("median_ttft_ms", "median TTFT ms")):
+        f = kept[name]
+        said = "agree" if f["agree"] else f"disagree (beyond {f['tolerance']:.0%})"
+        parts.append(f"{words} {f['phoenix']:.1f} by Phoenix's client against {f['vllm']:.1f} by vLLM's "
+                     f"({f['ratio']:.2f}x: {said})")  # fmt: skip
+    return "; ".join(parts)
+
+
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
+    "crosscheck": crosscheck,
     "sitting": sitting,
     "lab-table": lab_table,
     "fit": fit_text,
