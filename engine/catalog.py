@@ -87,6 +87,11 @@ NAMED = {
     ),
 }
 HEADS = frozenset({SMOLLM2_EAGLE3, QWEN15_EAGLE3})  # the names that stand for an EAGLE-3 head, not a draft model
+# each target's drafts, the best measured first, so `serve --target X` alone serves the best one present: on SmolLM2
+# the head (the 18M draft model lost to it in the lab, #78 against #79, and the cold server sitting ran the head,
+# #283-#299); on Qwen2.5-Coder-1.5B the 0.5B sibling (#189 against the head's #261). A target with none present
+# drafts model-free (prompt lookup)
+DRAFTS_FOR = {SMOLLM2: (SMOLLM2_EAGLE3, SMOLLM2_DRAFT), QWEN15: (QWEN05, QWEN15_EAGLE3)}
 # the GGUF each fetchable model is assembled into (engine.decode.sources), so a llama.cpp run that served the file
 # is shown as the model it is, beside the same model served by Phoenix or vLLM
 GGUF_FILES = {
@@ -163,6 +168,18 @@ def named_dir(name: str, role: str) -> Path | None:
 def present(name: str, role: str = "target") -> bool:
     path = named_dir(name, role)
     return path is not None and (path / "config.json").exists()
+
+
+def default_draft(target: str) -> str | None:
+    """The best measured draft for ``target`` that is on this machine (DRAFTS_FOR), or None: model-free."""
+    return next((name for name in DRAFTS_FOR.get(target, ()) if present(name, "draft")), None)
+
+
+def own_drafts(target: str) -> tuple[str | None, str | None]:
+    """The draft model and the EAGLE-3 head catalogued for ``target`` (None where it has none): what a managed
+    engine's speculating variants draft with when no --draft or --head is given, whatever the target."""
+    mine = DRAFTS_FOR.get(model_name(target), ())
+    return next((d for d in mine if d not in HEADS), None), next((d for d in mine if d in HEADS), None)
 
 
 def local_models(models_dir: Path = MODELS_DIR) -> list[str]:

@@ -216,6 +216,20 @@ def test_draft_may_name_the_head_as_phoenixs_other_commands_take_it(venv):
     assert fleet.is_head("smollm2-eagle3") and not fleet.is_head("smollm2-draft") and not fleet.is_head("nowhere")
 
 
+def test_a_draft_or_head_not_given_is_the_targets_own_never_another_models():
+    from engine import catalog
+
+    assert catalog.own_drafts("smollm2") == ("smollm2-draft", "smollm2-eagle3")
+    assert catalog.own_drafts("qwen2.5-coder-1.5b") == ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b-eagle3")
+    assert catalog.own_drafts("/data/my-llama") == (None, None)
+    assert fleet.drafts_for("qwen2.5-coder-1.5b", "", "") == ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b-eagle3")
+    assert fleet.drafts_for("qwen2.5-coder-1.5b", "mine", "") == ("mine", "qwen2.5-coder-1.5b-eagle3")
+    with pytest.raises(PhoenixError, match="needs a draft model .* none is catalogued for /data/my-llama"):
+        fleet.plan("vllm", "none,draft-model-k1", 9000, LlamaCppConfig(), VllmConfig(target="/data/my-llama"), "", "")
+    with pytest.raises(PhoenixError, match="needs an EAGLE-3 head .* none is catalogued for my.gguf"):
+        fleet.plan("llamacpp", "none,draft-eagle3", 9000, LlamaCppConfig(model="my.gguf"), VllmConfig(), "", "")
+
+
 def test_the_table_speculates_at_one_k_where_speculating_pays_and_is_off_elsewhere():
     from engine.engines.vllm_table import best_k, one_k
 

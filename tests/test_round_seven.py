@@ -150,11 +150,38 @@ def test_fleet_start_keeps_its_record_from_the_first_launch_and_cleans_up_when_s
     assert len(stopped) == 1 and not replicas.record_file(cfg.port, tmp_path).exists()
 
 
-def test_serve_with_a_target_and_no_draft_drafts_model_free_instead_of_refusing():
+def test_serve_with_a_target_and_no_draft_takes_its_best_draft_present_or_drafts_model_free(monkeypatch, tmp_path):
+    from engine import catalog
     from engine.serve.config import ServeConfig, check_serve
 
-    assert check_serve(ServeConfig(target="smollm2")).draft is None  # the embedded draft fits no other target
+    here: set[str] = set()
+    monkeypatch.setattr(catalog, "present", lambda name, role="target": name in here)
+    assert check_serve(ServeConfig(target="smollm2")).draft is None  # nothing of its own here: model-free
+    assert check_serve(ServeConfig(target=str(tmp_path))).draft is None  # a user's model has no catalogued draft
+    here.add(catalog.SMOLLM2_DRAFT)
+    assert check_serve(ServeConfig(target="smollm2")).draft == catalog.SMOLLM2_DRAFT
+    here.add(catalog.SMOLLM2_EAGLE3)  # the head measured better on SmolLM2: it goes first
+    assert check_serve(ServeConfig(target="smollm2")).draft == catalog.SMOLLM2_EAGLE3
+    here.add(catalog.QWEN15_EAGLE3)
+    assert check_serve(ServeConfig(target=catalog.QWEN15)).draft == catalog.QWEN15_EAGLE3
+    here.add(catalog.QWEN05)  # the 0.5B sibling measured better on the 1.5B
+    assert check_serve(ServeConfig(target=catalog.QWEN15)).draft == catalog.QWEN05
+    assert check_serve(ServeConfig(target="smollm2", draft="none")).draft == "none"  # what the user names stands
     assert check_serve(ServeConfig()).draft == "embedded"  # the embedded pair keeps its own draft
+
+
+def test_the_server_serves_bf16_by_default_only_where_the_cpu_multiplies_bf16(monkeypatch):
+    from engine import provenance
+    from engine.decode.loading import serving_dtype
+
+    amx = "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n"
+    zen3 = "flags\t\t: fpu avx2\n"
+    assert provenance.native_bf16(amx) and not provenance.native_bf16(zen3)
+    monkeypatch.setattr(provenance, "cpuinfo", lambda: amx)
+    assert serving_dtype("auto", "cpu") == "bfloat16"
+    assert serving_dtype("float32", "cpu") == "float32"  # fp32, exact, stays one flag away
+    monkeypatch.setattr(provenance, "cpuinfo", lambda: zen3)
+    assert serving_dtype("auto", "cpu") == "float32"  # emulated bf16 is slower than fp32 there
 
 
 def test_the_warm_up_input_is_made_on_the_device_the_model_is_on():

@@ -10,7 +10,7 @@ from dataclasses import asdict
 import streamlit as st
 
 from app import actions, data, form, urlstate, widgets
-from engine.catalog import EMBEDDED, SMOLLM2, SMOLLM2_DRAFT, SMOLLM2_EAGLE3, local_models
+from engine.catalog import DRAFTS_FOR, EMBEDDED, QWEN05, QWEN15, SMOLLM2, added, local_models
 from engine.modes import RUN_DRAFTERS
 from engine.policies.registry import policy_names
 
@@ -20,11 +20,13 @@ FROM = "new_run_from"  # the run whose settings were last loaded, so a reload do
 
 
 def choices() -> tuple[list[str], list[str]]:
+    """Every model Phoenix names, both families (a name not here yet is fetched first), the user's own (zoo add),
+    then model folders under models/ no name stands for."""
     local = local_models()  # under models/, the names and a fetch's staging folders left out
-    return [EMBEDDED, SMOLLM2] + local + [form.OTHER], [EMBEDDED, SMOLLM2_DRAFT, SMOLLM2_EAGLE3] + local + [
-        form.NO_DRAFT,
-        form.OTHER,
-    ]
+    mine = sorted(added())
+    targets = [EMBEDDED, SMOLLM2, QWEN15, QWEN05] + mine + local + [form.OTHER]
+    drafts = [EMBEDDED, *DRAFTS_FOR[SMOLLM2], *DRAFTS_FOR[QWEN15]] + mine + local + [form.NO_DRAFT, form.OTHER]
+    return targets, drafts
 
 
 def starting_values(targets: list[str], drafts: list[str]) -> dict:

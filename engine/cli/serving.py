@@ -160,11 +160,12 @@ def cmd_serve(args) -> int:
     import uvicorn  # the server's own stack, off every other command's path
 
     from engine.decode.decoder import Decoder  # lazy: torch and transformers load only for a server
-    from engine.decode.loading import load_pair, prepare  # lazy: as above
+    from engine.decode.loading import load_pair, prepare, serving_dtype  # lazy: as above
     from engine.serve.api import make_app, ready_line  # lazy: FastAPI loads only for a server
     from engine.serve.service import Service  # lazy: torch loads only for a server
 
     cfg = check_serve(from_args(ServeConfig, args))
+    cfg.dtype = serving_dtype(cfg.dtype, cfg.device)  # type: ignore[assignment]  # the run stores what ran, not auto
     check_port(cfg.host, cfg.port)
     store = open_store(args.db)
     telemetry = start_telemetry(args)

@@ -75,6 +75,7 @@ def pick_device(device: str) -> str:
 
 
 def pick_dtype(dtype: str, device: str):
+    """auto: float32 on the CPU (the lab's exactness is tested there), bfloat16 on CUDA."""
     import torch
 
     if dtype == "auto":
@@ -82,6 +83,17 @@ def pick_dtype(dtype: str, device: str):
     if dtype not in ("float32", "bfloat16", "float16"):
         raise PhoenixError(f"unknown --dtype {dtype!r}: use auto, float32, bfloat16 or float16")
     return getattr(torch, dtype)
+
+
+def serving_dtype(dtype: str, device: str) -> str:
+    """The server's dtype for ``auto``: bfloat16 on CUDA and on a CPU with native bf16 (what vLLM and llama.cpp serve
+    by default there; SmolLM2's one-row step at 16 rows cost about half of fp32's), float32 elsewhere. Greedy output
+    in fp32 stays exact and one flag away (--dtype float32)."""
+    from engine.provenance import native_bf16
+
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if pick_device(device) == "cuda" or native_bf16() else "float32"
 
 
 def resolve(spec: str, role: str, allow_pickle: bool = False) -> Path:

@@ -47,7 +47,8 @@ class CrossConfig:
     url: str = "http://127.0.0.1:8000"  # the server both clients load
     engine: Literal["phoenix", "llamacpp", "vllm", "sglang"] = "vllm"  # which server it is: names Phoenix's modes
     model: str = ""  # the served model name; default: the first /v1/models lists
-    tokenizer: str = "smollm2"  # the folder vLLM's client counts tokens with (a Phoenix name or a folder)
+    tokenizer: str = ""  # the folder vLLM's client counts tokens with (a Phoenix name or a folder); empty: the
+    # served model's own
     prompts: str = "humaneval-test"
     limit: int = 16
     max_new_tokens: int = 64
@@ -60,7 +61,7 @@ class CrossConfig:
 class EnginesConfig:
     engine: Literal["llamacpp", "vllm"] = "llamacpp"  # which engine's servers to start
     spec_types: str = ""  # one server each, none first; empty: llama.cpp none,ngram-simple,ngram-mod, vLLM every method
-    model: str = "smollm2"  # llama.cpp: the GGUF every server serves (see llamacpp start --model)
+    model: str = ""  # llama.cpp: the GGUF every server serves (see llamacpp start --model); empty: --target's
     target: str = "smollm2"  # vLLM: the model folder every server serves (a Phoenix name or a folder)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
     table: str = ""  # vLLM: the per-batch-size k table the <method>-table variants use (see vllm start --table)
@@ -72,8 +73,9 @@ class EnginesConfig:
     max_new_tokens: int = 96
     chat: bool = True  # through the server's chat template, as Phoenix's --prompt-format auto does for SmolLM2
     draft_max: int = 8  # llama.cpp: --spec-draft-n-max for the speculating servers (a type's -k<N> sets its own)
-    draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
-    head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
+    draft: str = ""  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once); empty: the
+    # target's own (zoo list), and a variant that needs one is refused where it has none
+    head: str = ""  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once); empty: the target's
     port: int = 8100  # the first server's port; the next ones count up
     warmup: bool = True  # one request per server before the clock, stored as warm-up
     name: str = ""
@@ -103,7 +105,7 @@ class LoadConfig:
     name: str = ""  # run names get ' c=<level>' (or ' rate=<r>') appended
     block: int = 0  # prompts per block, each run by every variant in turn; 0 (or below the level): the level's c
     spec_types: str = ""  # llama.cpp or vLLM: one managed server per variant, none first; they replace --variants
-    gguf: str = "smollm2"  # llama.cpp: what those servers serve (see llamacpp start --model)
+    gguf: str = ""  # llama.cpp: what those servers serve (see llamacpp start --model); empty: --target's
     target: str = "smollm2"  # vLLM: what those servers serve (a Phoenix name or a model folder)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"  # vLLM's --dtype
     vllm_cores: Literal["all", "default"] = "all"  # vLLM: all computes on every core Phoenix's server uses; default
@@ -111,8 +113,9 @@ class LoadConfig:
     table: str = ""  # vLLM: the per-batch-size k table of the <method>-table variants ("1-2:3,3-16:0")
     port: int = 8100  # the first managed server's port on 127.0.0.1; the next ones count up
     draft_max: int = 8  # llama.cpp: their --spec-draft-n-max (a variant's -k<N> sets its own)
-    draft: str = "smollm2-draft"  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once)
-    head: str = "smollm2-eagle3"  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once)
+    draft: str = ""  # the draft model: a Phoenix name or folder (llama.cpp: exported to GGUF once); empty: the
+    # target's own (zoo list), and a variant that needs one is refused where it has none
+    head: str = ""  # the EAGLE-3 head: a Phoenix name or folder (llama.cpp: exported to GGUF once); empty: the target's
     warmup: bool = True  # one request per variant before the first level, timed in its config, in no figure
     temperature: float = 0.0  # above 0: sampled requests, each prompt with one seed (from --seed) in every variant
     tenants: int = 1  # with --system-prompt: that many deployments, each prompt sent with its tenant's system

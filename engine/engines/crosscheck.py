@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from db.store import Store
+from engine.catalog import model_name
 from engine.engines import vllm
 from engine.engines.config import CrossConfig, LoadConfig
 from engine.engines.load import sweep as load_sweep
@@ -42,7 +43,8 @@ def vllm_bench(cfg: CrossConfig, model: str, prompt_file: Path) -> dict:
         raise PhoenixError(f"vLLM's client lives in vLLM's venv: run `{vllm.INSTALL}` first")
     argv = [str(vllm.python_of()), "-c", BENCH, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
     argv += ["--base-url", cfg.url.rstrip("/").removesuffix("/v1"), "--model", model]
-    argv += ["--tokenizer", str(vllm.model_dir(cfg.tokenizer, "target", "--tokenizer"))]
+    tokenizer = cfg.tokenizer or model_name(model)  # the served model's own, never another model's
+    argv += ["--tokenizer", str(vllm.model_dir(tokenizer, "target", "--tokenizer"))]
     argv += ["--dataset-name", "custom", "--dataset-path", str(prompt_file), "--skip-chat-template"]
     argv += ["--custom-output-len", str(cfg.max_new_tokens), "--num-prompts", str(cfg.limit), "--disable-shuffle"]
     argv += ["--max-concurrency", str(cfg.concurrency), "--request-rate", "inf", "--disable-tqdm"]

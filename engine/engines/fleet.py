@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from engine.catalog import is_head_dir, named_dir
+from engine.catalog import is_head_dir, named_dir, own_drafts
 from engine.engines import llamacpp, process, vllm
 from engine.engines.gguf_export import gguf_of
 from engine.engines.llamacpp import LlamaCppConfig
@@ -95,23 +95,40 @@ def plan(
 ) -> list[Server]:
     """One server per variant, ports counting up from ``port``; every variant checked before anything starts.
     llama.cpp's draft-* types draft with Phoenix's draft or head exported to GGUF on first use; vLLM's eagle3 and
-    draft_model load Phoenix's folders as they are."""
-    if is_head(draft):  # --draft models/smollm2-eagle3 names the head, as Phoenix's other commands take it
-        draft, head = "smollm2-draft", draft
+    draft_model load Phoenix's folders as they are. A draft or head not given is the target's own (the catalogue's
+    DRAFTS_FOR), never another model's."""
+    target = vllm_base.target if engine == "vllm" else llama_base.model
+    draft, head = drafts_for(target, draft, head)
     out = []
     for i, text in enumerate(variants(spec_types, engine)):
         if engine == "vllm":
             v = replace(vllm.variant(text, vllm_base), port=port + i)
             if v.method in ("eagle3", "draft_model"):
-                v.draft = head if v.method == "eagle3" else draft
+                v.draft = _needed(head if v.method == "eagle3" else draft, v.method, target)
             vllm.speculative_config(v)  # a missing head or a bad table is one line now
             out.append(Server(text, v))
             continue
         c = replace(llamacpp.variant(text, llama_base), port=port + i)
         if c.spec_type in ("draft-simple", "draft-eagle3"):
-            c.draft_model = str(gguf_of(head if c.spec_type == "draft-eagle3" else draft))
+            c.draft_model = str(gguf_of(_needed(head if c.spec_type == "draft-eagle3" else draft, c.spec_type, target)))
         out.append(Server(text, c))
     return out
+
+
+def drafts_for(target: str, draft: str, head: str) -> tuple[str, str]:
+    """The draft model and head the speculating variants use: those given, else the target's own; a head passed as
+    --draft is taken as the head (as Phoenix's other commands take it), the draft model then the target's own."""
+    own_draft, own_head = own_drafts(target)
+    if draft and is_head(draft):
+        draft, head = "", draft
+    return draft or own_draft or "", head or own_head or ""
+
+
+def _needed(name: str, variant: str, target: str) -> str:
+    if not name:
+        kind = "an EAGLE-3 head (--head)" if "eagle3" in variant else "a draft model (--draft)"
+        raise PhoenixError(f"variant {variant} needs {kind}: none is catalogued for {target}; pass one", field="draft")
+    return name
 
 
 def is_head(name: str) -> bool:

@@ -110,7 +110,7 @@ def managed(cfg: LoadConfig) -> list[Server]:
     slots = max(max(levels_of(cfg.concurrency)), cfg.max_concurrency or 0, 1)
     if cfg.request_rate and cfg.max_concurrency is None:
         slots = max(slots, cfg.limit or 16)
-    llama = LlamaCppConfig(model=cfg.gguf, draft_max=cfg.draft_max, parallel=slots, ctx=1024 * slots)
+    llama = LlamaCppConfig(model=cfg.gguf or cfg.target, draft_max=cfg.draft_max, parallel=slots, ctx=1024 * slots)
     v = VllmConfig(
         target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=max(slots, 1), cores=cfg.vllm_cores
     )

@@ -30,7 +30,7 @@ def servers(cfg: EnginesConfig) -> list[Server]:
     """One server per variant, none first (fleet.plan); every variant checked before anything starts."""
     # --poll 0: by default a llama-server's threads spin for a while after each request, and side by side the next
     # server's request shares the two cores with them
-    llama = LlamaCppConfig(model=cfg.model, draft_max=cfg.draft_max, parallel=1, poll=0)
+    llama = LlamaCppConfig(model=cfg.model or cfg.target, draft_max=cfg.draft_max, parallel=1, poll=0)
     v = VllmConfig(target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=1)
     return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
@@ -58,7 +58,7 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column) if p.parent is None]
     with fleet.running(plan) as started:
         extra = VLLM_EXTRA if cfg.engine == "vllm" else None
-        served = {"vllm": cfg.target, "llamacpp": cfg.model}[cfg.engine]
+        served = {"vllm": cfg.target, "llamacpp": cfg.model or cfg.target}[cfg.engine]
         clients = [client_for(info["url"], served, extra=extra) for info in started]
         run_id = store.create_run(
             cfg.name or f"{cfg.engine} side by side: {','.join(s.variant for s in plan)}",

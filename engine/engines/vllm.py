@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, cast
 
-from engine.catalog import is_head_dir, named_dir
+from engine.catalog import is_head_dir, named_dir, own_drafts
 from engine.engines import process
 from engine.errors import PhoenixError
 from engine.paths import CACHE_DIR, DATA_DIR, ROOT
@@ -43,7 +43,7 @@ class VllmConfig:
     target: str = "smollm2"  # a Phoenix model name (zoo list) or a Hugging Face folder
     method: Method = "none"  # vLLM's speculative method; none serves without speculation
     k: int = 3  # num_speculative_tokens
-    draft: str = ""  # eagle3: a head folder (default smollm2-eagle3); draft_model: a draft (default smollm2-draft)
+    draft: str = ""  # eagle3: a head folder; draft_model: a draft model (default: the target's own, zoo list)
     lookup_min: int = 2  # ngram: prompt_lookup_min
     lookup_max: int = 4  # ngram: prompt_lookup_max
     table: str = ""  # per batch size k, "1-2:4,3-8:2,9-256:0": vLLM's num_speculative_tokens_per_batch_size
@@ -197,7 +197,12 @@ def speculative_config(cfg: VllmConfig) -> dict | None:
             raise PhoenixError("--lookup-min and --lookup-max must satisfy 1 <= min <= max <= 64", field="lookup_min")
         spec |= {"prompt_lookup_min": cfg.lookup_min, "prompt_lookup_max": cfg.lookup_max}
     elif cfg.method in ("eagle3", "draft_model"):
-        default = "smollm2-eagle3" if cfg.method == "eagle3" else "smollm2-draft"
+        own_draft, own_head = own_drafts(cfg.target)  # the target's own, never another model's
+        default = (own_head if cfg.method == "eagle3" else own_draft) or ""
+        if not (cfg.draft or default):
+            raise PhoenixError(
+                f"--method {cfg.method} needs --draft: none is catalogued for {cfg.target}", field="draft"
+            )
         folder = model_dir(cfg.draft or default, "draft", "--draft")
         head = is_head_dir(folder)
         if cfg.method == "eagle3" and not head:  # vLLM failed 35 s later on "no module or parameter named 'model'"

@@ -161,12 +161,12 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
 
 
 def ready_line(service: Service) -> str:
-    cfg = service.cfg
+    cfg, pair = service.cfg, service.decoder.pair
     return (
-        f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, max "
-        f"batch {cfg.max_batch}, weights {service.packed}, forward {service.decoder.pair.runner}, ready after "
-        f"{sum(service.startup_s.values()):.0f} s of warming and profiling, run #{service.run_id}); Ctrl-C or SIGTERM "
-        "drains and stops"
+        f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, draft "
+        f"{cfg.draft or 'none'}, {pair.dtype}, max batch {cfg.max_batch}, weights {service.packed}, forward "
+        f"{pair.runner}, ready after {sum(service.startup_s.values()):.0f} s of warming and profiling, run "
+        f"#{service.run_id}); Ctrl-C or SIGTERM drains and stops"
     )
 
 

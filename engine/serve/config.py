@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass
+from typing import Literal
 
-from engine.catalog import EMBEDDED
+from engine.catalog import EMBEDDED, default_draft
 from engine.decode.config import BUDGET, LONG_PREFILL, PairConfig
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_MAX_BATCH, DRAFTERS, check_k
@@ -16,9 +17,14 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 @dataclass
 class ServeConfig(PairConfig):
-    # auto: the draft's kind (eagle3 for a head, model for a draft model), else ngram; choice: the tuner picks the
-    # drafter each step among the draft's kind, ngram and suffix, from their measured acceptance and cost
-    drafter: str = "auto"  # auto | choice | none | model | ngram | suffix | eagle3 | hybrid
+    drafter: str = "auto"  # auto | choice | none | model | ngram | suffix | eagle3 | hybrid (auto: the draft's kind,
+    # eagle3 for a head, model for a draft model, else ngram; choice: the tuner picks the drafter each step among
+    # the draft's kind, ngram and suffix, from their measured acceptance and cost)
+    draft: str | None = EMBEDDED  # a name, a directory, a cached id, or 'none' (model-free); with another --target
+    # left out: the best measured draft for that target that is on this machine, else none
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = (
+        "auto"  # auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA or a CPU with native bf16, else float32)
+    )
     host: str = "127.0.0.1"  # any other address needs --api-key
     port: int = 8000
     api_key: str | None = None  # clients send 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
@@ -44,10 +50,11 @@ class ServeConfig(PairConfig):
 
 
 def check_serve(cfg: ServeConfig) -> ServeConfig:
-    """Every bad setting as one line, before anything loads. A target given without a draft drafts model-free: the
-    default draft is the embedded pair's, which fits no other target (`serve --target smollm2` refused to start)."""
+    """Every bad setting as one line, before anything loads. A target given without a draft gets the best measured
+    draft for it that is on this machine (engine.catalog.DRAFTS_FOR), else drafts model-free: the default draft is
+    the embedded pair's, which fits no other target (`serve --target smollm2` refused to start)."""
     if cfg.draft == EMBEDDED and cfg.target != EMBEDDED:
-        cfg.draft = None
+        cfg.draft = default_draft(cfg.target)
     if cfg.drafter not in ("auto", "choice") + DRAFTERS:
         raise PhoenixError(f"--drafter must be auto, choice or one of {', '.join(DRAFTERS)}, got {cfg.drafter!r}")
     if cfg.api_key is None:
