@@ -82,6 +82,19 @@ def roomy_cache(config) -> DynamicCache:
     return cache
 
 
+def unbatchable(model) -> str | None:
+    """Why this model's rows cannot share one batch cache, or None where they can: rows of different lengths sit in
+    one cache by their valid columns, which only full-attention layers keep whole. A sliding-window layer (Gemma 2
+    and 3, Mistral's first release) drops its oldest columns, so its rows decode one at a time, each exact."""
+    config = getattr(model, "config", None)
+    try:
+        layers = DynamicCache(config=config).layers if config is not None else []
+    except Exception:  # a config transformers' cache cannot read: the model's own forward would fail first
+        return None
+    odd = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    return f"{', '.join(odd)} cache layers (sliding-window attention)" if odd else None
+
+
 def roomy_layers(cache: DynamicCache) -> list[RoomyLayer] | None:
     """The cache's layers where every one is a RoomyLayer (a plain full-attention model); None otherwise."""
     layers = list(cache.layers)

@@ -89,7 +89,7 @@ def serving_dtype(dtype: str, device: str) -> str:
     """The server's dtype for ``auto``: bfloat16 on CUDA and on a CPU with native bf16 (what vLLM and llama.cpp serve
     by default there; SmolLM2's one-row step at 16 rows cost about half of fp32's), float32 elsewhere. Greedy output
     in fp32 stays exact and one flag away (--dtype float32)."""
-    from engine.provenance import native_bf16
+    from engine.provenance import native_bf16  # lazy: only a server reads the CPU's flags
 
     if dtype != "auto":
         return dtype

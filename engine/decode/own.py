@@ -83,6 +83,27 @@ def check_sizes(cfg: dict, spec: str) -> None:
                 raise PhoenixError(f"{spec!r}: config.json says {name} = {value!r}; it must be a whole number >= 1")
 
 
+def check_decoder_only(cfg: dict, spec: str) -> None:
+    """A model Phoenix can decode: a decoder-only causal LM transformers knows (Llama, Qwen2/3, Mistral, Gemma 2/3,
+    Phi-3, OLMo 2, GPT-NeoX, StarCoder2, Granite, ...). An encoder (BERT) or an encoder-decoder (T5) is refused here,
+    in one line, before any weight is read: loaded as a causal LM, BERT's encoder once failed on missing tensors."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
+
+    kind = str(cfg.get("model_type"))
+    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+    if any("Eagle" in a for a in archs):  # an EAGLE-3 head: its own loader checks it against its target
+        return
+    why = None
+    if cfg.get("is_encoder_decoder"):
+        why = "an encoder-decoder model"
+    elif kind not in CAUSAL:
+        why = f"model_type {cfg.get('model_type')!r} is no causal LM transformers knows"
+    elif archs and not any(a == CAUSAL[kind] or a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        why = f"its config names {', '.join(archs)}, not a causal LM"
+    if why is not None:
+        raise PhoenixError(f"{spec!r}: {why}; Phoenix decodes decoder-only causal LMs (Llama, Qwen, Gemma, ...)")
+
+
 def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
     cfg_file = path / "config.json"
     if not cfg_file.exists():
@@ -94,6 +115,7 @@ def check_model_dir(path: Path, spec: str, allow_pickle: bool = False) -> Path:
     except (ValueError, UnicodeDecodeError):
         raise PhoenixError(f"{spec!r}: config.json is not valid JSON; re-export the model") from None
     check_sizes(cfg, spec)
+    check_decoder_only(cfg, spec)
     if "auto_map" in cfg:
         raise PhoenixError(
             f"{spec!r} needs trust_remote_code (custom model code); Phoenix never runs model code from disk"

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from engine.decode.batch import BatchCache, accept_batch, prefill_together, roomy_cache, verify_batch
+from engine.decode.batch import (
+    BatchCache,
+    accept_batch,
+    prefill_together,
+    roomy_cache,
+    unbatchable,
+    verify_batch,
+)
 from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.decode.drafters import Drafter
 from engine.decode.prefix import PrefixCache, kv_of, restore
@@ -61,7 +68,8 @@ class Scheduler:
         """``drafters(kind)``: a drafter of its own for one request (engine.decode.decoder.Decoder.row_drafter).
         ``prefix``: a prefix cache prompts are looked up in, and their prefills kept in (None: every prompt cold)."""
         self.target, self.drafters, self.eos_id, self.tuner = target, drafters, eos_id, tuner
-        self.max_batch, self.max_queue = max_batch, max_queue
+        self.unbatched = unbatchable(target)  # why rows decode one at a time (None: they batch)
+        self.max_batch, self.max_queue = (1 if self.unbatched else max_batch), max_queue
         self.budget, self.long_prefill = max(1, budget), max(1, min(long_prefill, budget))
         self.clock = clock or time.perf_counter
         self.prefix = prefix

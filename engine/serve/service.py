@@ -94,6 +94,9 @@ class Service:
             prefix=PrefixCache(int(cfg.prefix_cache_gb * 2**30)) if cfg.prefix_cache_gb > 0 else None,
             keep_taps=decoder._eagle3.taps if decoder._eagle3 is not None else (),
         )
+        if self.scheduler.unbatched and cfg.max_batch > 1:  # the run stores what ran, and the log says why
+            log.warning(f"{self.scheduler.unbatched}: rows decode one at a time (--max-batch {cfg.max_batch} -> 1)")
+            cfg.max_batch = 1
         self.run_id: int | None = None
         self.packed = "off"
         self._finished: queue.Queue[Finished] = queue.Queue()
