@@ -6,6 +6,8 @@
 # records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
 #
 #   MODEL=smollm2 HEAD=smollm2-eagle3 bash benchmarks/cold_sitting.sh
+#   MODEL=qwen2.5-coder-1.5b HEAD= DRAFT=qwen2.5-coder-0.5b DRAFTER=model SPEC_TYPES=none,ngram-k3 N=8 TOKENS=32 \
+#     bash benchmarks/cold_sitting.sh      (Phoenix with its best measured draft there, the 0.5B sibling)
 #
 # Writes into $DB (default benchmarks/results.db); `python -m engine docs` and `python -m benchmarks.report` then
 # regenerate what cites the runs.
@@ -14,7 +16,9 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 DB=${DB:-benchmarks/results.db}
 MODEL=${MODEL:-smollm2}
-HEAD=${HEAD:-smollm2-eagle3}
+HEAD=${HEAD-smollm2-eagle3}  # empty: vLLM's speculating variants take the target's own (none needs it)
+DRAFT=${DRAFT:-$HEAD}  # what Phoenix's server drafts with
+DRAFTER=${DRAFTER:-eagle3}
 LEVELS=${LEVELS:-1,2,4,8,16}
 N=${N:-16}
 TOKENS=${TOKENS:-64}
@@ -29,7 +33,7 @@ PHASES=${PHASES:-A,vllm,B,cross}  # a sitting cut short resumes with the phases 
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 serve_phoenix() {
-  "$PY" -m engine serve --target "$MODEL" --draft "$HEAD" --drafter eagle3 --dtype bfloat16 --max-batch 16 \
+  "$PY" -m engine serve --target "$MODEL" --draft "$DRAFT" --drafter "$DRAFTER" --dtype bfloat16 --max-batch 16 \
     --k-max 4 --port "$PORT" --db "$DB" --name "phoenix serve $TAG" >"/tmp/phoenix-serve-$PORT.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 600); do
@@ -51,7 +55,7 @@ if has A; then
   kill -TERM "$SERVER"; wait "$SERVER" || true
 fi
 if has vllm; then
-  "$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" --head "$HEAD" \
+  "$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" ${HEAD:+--head "$HEAD"} \
     --concurrency "$LEVELS" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
     --name "vllm compiled, every core, $TAG"
 fi
