@@ -61,7 +61,7 @@ if has vllm; then
 fi
 if has B || has cross; then
   serve_phoenix
-  if has B; then phoenix_sweep "pass B"; fi
+  if has B; then phoenix_sweep "${PASS_B:-pass B}"; fi  # PASS_B names a later pass (a change measured after)
   if has cross; then
     "$PY" -m engine engines crosscheck --url "$URL" --engine phoenix --tokenizer "$MODEL" --concurrency 4 \
       --rounds 2 --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"

@@ -59,6 +59,24 @@ class Store(Queries, Tracker, Distills, StoreBase):
             s.flush()
             return self._info(run)
 
+    def add_runs(self, runs: list[tuple[str, dict, str, str | None, list[E.RequestRecord]]]) -> list[int]:
+        """Finished runs with their requests, (name, config, target, draft, records) each, in one transaction: an
+        import is stored whole or not at all (each record's run_id is set here)."""
+        ids = []
+        with self.session_scope() as s:
+            for name, config, target, draft, records in runs:
+                run = Run(name=name, status="done", config=config, target=target, draft=draft)
+                run.progress_total = run.progress_done = len(records)
+                run.finished_at = utcnow()
+                s.add(run)
+                s.flush()
+                for r in records:
+                    r.run_id = run.id
+                if records:
+                    _insert_requests(s, records)
+                ids.append(run.id)
+        return ids
+
     def get_run(self, run_id: int) -> E.RunInfo | None:
         """The run, its status as readers see it (status_expr)."""
         with self.session_scope() as s:

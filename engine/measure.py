@@ -9,6 +9,7 @@ denominator of position i's conditional rate when the draft length varies pass b
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, fields
 
 
@@ -186,3 +187,9 @@ def vllm_request_metrics(
         "tokens_per_second": output_tokens / latency_s if latency_s > 0 else None,
         "speculative_decoding": speculative if steps or num_spec_tokens else None,
     }
+
+
+def sha256_text(text: str) -> str:
+    """The output's fingerprint, one definition for every loop, serving engine and imported file: servers return
+    text, not ids."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

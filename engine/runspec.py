@@ -162,11 +162,32 @@ def comparable(a: RunSpec, b: RunSpec) -> str | None:
     return None
 
 
+def core_count(cores: str) -> int | None:
+    """How many cores a setting computed on, as its run wrote them ("2 threads" for Phoenix and llama.cpp, "0-1" or
+    "0,1" for a vLLM binding); None where the words give no count (vLLM's default reservation, "not recorded")."""
+    text = cores.strip()
+    m = re.fullmatch(r"(\d+) threads?", text)
+    if m:
+        return int(m[1])
+    total = 0
+    for part in [p for p in text.replace(" ", "").split(",") if p]:
+        a, sep, b = part.partition("-")
+        if not a.isdigit() or (sep and not b.isdigit()):
+            return None
+        total += int(b) - int(a) + 1 if sep else 1
+    return total or None
+
+
+def same_cores(a: str, b: str) -> bool:
+    """Two settings computed on as many cores (2 threads and a binding to 0-1 on one machine are equal terms)."""
+    return a == b or (core_count(a) is not None and core_count(a) == core_count(b))
+
+
 def compute_differs(a: RunSpec, b: RunSpec) -> list[str]:
     """What makes a comparison of the same work unequal without making it meaningless: the cores, the weights'
     quantization. Pages label it beside the figure."""
     out = []
-    if a.cores != b.cores and "unknown" not in (a.cores, b.cores):
+    if not same_cores(a.cores, b.cores) and "unknown" not in (a.cores, b.cores):
         out.append(f"cores: {a.cores} against {b.cores}")
     if a.target.quantization != b.target.quantization:
         out.append(f"weights: {a.target.quantization or 'unknown'} against {b.target.quantization or 'unknown'}")
@@ -257,7 +278,9 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
     if engine == "vllm" and not quant:
         quant = str(load.get("dtype") or "")
     threads = (cfg.get("environment") or {}).get("threads")
-    if engine == "vllm":
+    if isinstance(cfg.get("imported"), dict):  # measured elsewhere by another tool (engine.imports): its file says
+        cores = "not recorded (imported)"
+    elif engine == "vllm":
         cores = str(server.get("cores") or "vLLM's default (one core reserved for its front end)")
     elif engine == "llamacpp":
         n = server.get("threads") or _flag(str(server.get("command") or ""), "-t")

@@ -25,7 +25,7 @@ SHAPE = {"engine.measure"}  # one request as measured: imports nothing, so every
 # package -> the packages it may import (itself included). Read top-down: nothing below imports anything above.
 # Both servers (Phoenix's own, and the managers and clients of other engines) stand on the same layers.
 SERVING = {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue"}
-LIBRARY = SERVING | {"policies", "export", "train", "serve", "engines"}  # everything a front end may call
+LIBRARY = SERVING | {"policies", "export", "train", "serve", "engines", "imports"}  # everything a front end may call
 ALLOWED = {
     "shape": {"shape"},
     "base": {"shape", "base"},
@@ -42,6 +42,7 @@ ALLOWED = {
     "train": {"shape", "base", "prompts", "decode", "analysis", "db", "bench", "train"},
     "serve": SERVING | {"serve"},
     "engines": SERVING | {"engines"},
+    "imports": {"shape", "base", "analysis", "db", "engines", "imports"},  # other tools' results, as runs
     "cli": LIBRARY | {"cli"},
     "app": (LIBRARY - {"observe", "export", "train"}) | {"app"},  # it reads runs: it neither trains nor exports
     "entry": {"shape", "cli"},

@@ -59,3 +59,12 @@ def test_a_block_citing_a_run_the_store_lacks_is_one_line(store):
 def test_the_terms_of_a_withdrawn_comparison_say_why_it_was_unequal(store):
     text = published.terms(published.Figures(store), "263-279")
     assert "Not on equal terms" in text and "vLLM's default (one core reserved" in text and "Q4_K_M" in text
+
+
+def test_the_tuner_against_its_own_off_is_judged_by_its_blocks_interval(store):
+    text = published.tuner(published.Figures(store), "284-288")  # the SmolLM2 cold sitting, pass A
+    rows = [line for line in text.splitlines() if line.startswith("| c=")]
+    assert len(rows) == 5 and all(("met" in r) or ("missed" in r) or ("noise" in r) or ("cannot" in r) for r in rows)
+    assert "| c=16 |" in text and "one block: no interval" in rows[-1]  # 16 prompts at c = 16: a single block
+    with pytest.raises(Exception, match="no level with the tuner"):
+        published.tuner(published.Figures(store), "289-293")  # vLLM's runs: no tuner there

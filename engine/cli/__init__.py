@@ -12,7 +12,7 @@ import os
 import sys
 
 from db.entities import StoreError
-from engine.cli import decode, engines, jobs, queue, runs, serving, tracker
+from engine.cli import decode, engines, imports, jobs, queue, runs, serving, tracker
 from engine.cli.examples import describe
 from engine.errors import PhoenixError
 
@@ -27,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m engine", description="Phoenix speculative-decoding engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (decode, runs, queue, jobs, engines, serving, tracker):
+    for group in (decode, runs, queue, jobs, engines, serving, tracker, imports):
         group.add_commands(sub)
     describe(sub)
     return parser

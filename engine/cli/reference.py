@@ -33,6 +33,7 @@ PACKAGES = [
     ("`engine/train/`", "engine/train/__init__.py"),
     ("`engine/serve/`", "engine/serve/__init__.py"),
     ("`engine/engines/`", "engine/engines/__init__.py"),
+    ("`engine/imports/`", "engine/imports/__init__.py"),
     ("`engine/cli/`", "engine/cli/__init__.py"),
     ("`db/`", "db/__init__.py"),
     ("`migrations/`", "migrations/env.py"),

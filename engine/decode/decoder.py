@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -20,6 +19,7 @@ from engine.decode.sequence import RequestStats
 from engine.decode.spec import generate
 from engine.decode.suffix import SuffixDrafter
 from engine.errors import PhoenixError
+from engine.measure import sha256_text  # noqa: F401  (re-exported: every loop's callers name it here)
 from engine.modes import DRAFTERS, K_MAX, check_k
 from engine.prompts.sets import check_prompt
 
@@ -28,11 +28,6 @@ def check_max_new_tokens(n: int, cap: int) -> int:
     if n <= 0 or n > cap:
         raise PhoenixError(f"--max-new-tokens must be in 1..{cap}, got {n}", field="max_new_tokens")
     return n
-
-
-def sha256_text(text: str) -> str:
-    """The output's fingerprint, one definition for every loop and serving engine: servers return text, not ids."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def format_prompt(tokenizer, text: str, earlier: tuple[tuple[str, str], ...] = ()) -> list[int]:

@@ -33,7 +33,8 @@ class Drafter:
     - ``source``: a drafter with several sources (the hybrid) names the one behind its last proposal;
     - ``confident``: it has probabilities, so a -conf mode may stop it early (``stop_below``);
     - ``fork()``: a drafter for another request decoded at the same time (itself where it keeps no state);
-    - ``batch_key()`` / ``propose_batch``: rows whose drafters share a key propose together in one call.
+    - ``batch_key()`` / ``propose_batch``: rows whose drafters share a key propose together in one call;
+    - ``deferrable``: ``reset`` may wait until the first pass that drafts (engine.decode.sequence.Sequence.defer).
     """
 
     name = "drafter"
@@ -41,6 +42,7 @@ class Drafter:
     source: str | None = None
     confident = False
     stop_below = 0.0  # a -conf mode's confidence threshold for this request; 0: always draft k
+    deferrable = False  # its ``reset`` may wait for the first pass that drafts (it reads only the prompt's ids)
 
     def propose(self, context: list[int], k: int) -> list[int]:
         raise NotImplementedError
@@ -81,6 +83,7 @@ class ModelDrafter(Drafter):
 
     name = "model"
     confident = True
+    deferrable = True  # ``propose`` feeds every context token the cache lacks, whenever the prompt pass ran
 
     def __init__(self, model, vocab_limit: int | None = None):
         self.model = model

@@ -181,7 +181,9 @@ class Scheduler:
     def _row(self, req: Request) -> Row:
         drafter = self.drafters(req.drafter) if req.drafter != "none" else None
         eos = None if req.ignore_eos else self.eos_id
-        seq = Sequence(list(req.prompt_ids), req.max_new_tokens, eos, drafter, req.k or 0, req.sampling, req.stop)
+        seq = Sequence(
+            list(req.prompt_ids), req.max_new_tokens, eos, drafter, req.k or 0, req.sampling, req.stop, defer=True
+        )
         seq.stats.prefill_s = seq.stats.draft_prefill_s = 0.0
         return Row(req, seq)
 
@@ -315,7 +317,8 @@ class Scheduler:
 
     def _pass(self) -> tuple[int, StepRecord]:
         """One verification pass over every running row: the tokens it computed, and its record."""
-        ks, used, choice, main = plan(self.rows, self.tuner)
+        room = self.max_batch - len(self.rows)
+        ks, used, choice, main = plan(self.rows, self.tuner, min(room, len(self.prefilling) + len(self.waiting)))
         drafted, draft_times = draft_together([r.seq for r in self.rows], ks, self.clock)
         taps = next((r.seq.taps for r in self.rows if r.seq.taps), ())
         start = self.clock()

@@ -69,6 +69,10 @@ class Sequence:
     k: int = 0  # the k it asked for, as its stats report it (0 where a tuner chooses)
     sampling: SamplingParams = GREEDY
     stop: StopCheck | None = None
+    # the drafter's prompt pass waits for the first pass that drafts (the server's rows): a request the tuner never
+    # drafts for never pays its draft model's prefill, which on Qwen's 0.5B draft is about a third of the target's
+    defer: bool = False
+    primed: bool = field(init=False, default=False)  # the drafter has seen the prompt
     stats: RequestStats = field(init=False)
     seq: list[int] = field(init=False)  # prompt and output so far; once running, it ends with the pending token
     status: str = WAITING
@@ -135,8 +139,13 @@ class Sequence:
             self.features.append(features)
 
     def cap(self, k: int) -> int:
-        """k for the next pass, within what the token budget leaves (the pass adds up to k + 1)."""
-        return max(0, min(k, self.max_new_tokens - len(self.stats.output_ids) - 1)) if self.drafter else 0
+        """k for the next pass, within what the token budget leaves (the pass adds up to k + 1). A deferred drafter
+        that did not draft at the row's first pass primes later only while the row has at least as many tokens
+        left as its context holds: its prompt pass then catches up on the whole context, which a short tail never
+        repays (on Qwen's 0.5B draft a late prompt pass cost about two target steps, runs #325-#330)."""
+        left = self.max_new_tokens - len(self.stats.output_ids) - 1
+        late = self.defer and not self.primed and len(self.stats.output_ids) > 1 and left < len(self.seq)
+        return max(0, min(k, left)) if self.drafter and not late else 0
 
     def start(self, first: int) -> list[int]:
         """The prefill is done and gave ``first``: emit it; the drafter sees the prompt (its taps first)."""
@@ -146,11 +155,18 @@ class Sequence:
         if self.drafter is not None and not done:
             if self.features:
                 self.drafter.observe(torch.cat(self.features) if len(self.features) > 1 else self.features[0])
-            self.drafter.reset(list(self.prompt_ids))
+            if not (self.defer and self.drafter.deferrable):
+                self.prime()
         self.features = []
         if done:
             self.finish(self._reason())
         return [first]
+
+    def prime(self) -> None:
+        """The drafter sees the prompt (its prompt pass), once."""
+        if self.drafter is not None and not self.primed:
+            self.drafter.reset(list(self.prompt_ids))
+            self.primed = True
 
     def propose(self, k: int) -> list[int]:
         """Up to k drafts to follow the sequence (none without a drafter or at k = 0)."""
@@ -215,6 +231,11 @@ def draft_together(
     share a batch key (one EAGLE-3 head) draft together; every other one drafts on its own."""
     drafted: list[list[int]] = [[] for _ in seqs]
     times = [0.0] * len(seqs)
+    for seq, k in zip(seqs, ks):  # a deferred prompt pass, timed as the prompt's drafting, not as this pass's
+        if k > 0 and not seq.primed:
+            t = clock()
+            seq.prime()
+            seq.stats.draft_prefill_s = (seq.stats.draft_prefill_s or 0.0) + clock() - t
     groups: dict[object, list[int]] = {}
     for j, (seq, k) in enumerate(zip(seqs, ks)):
         key = seq.drafter.batch_key() if (seq.drafter is not None and k > 0) else None

@@ -35,12 +35,21 @@ class Tuner(Protocol):
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None: ...
 
 
-def plan(rows: list, tuner: Tuner | None) -> tuple[list[int], list[str], Choice | None, str]:
+def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], list[str], Choice | None, str]:
     """Each running row's k and drafter for this pass (rows: the scheduler's, each with its ``req`` and ``seq``):
     its own k where it fixed one, else the tuner's for its drafter at this batch; rows that let the tuner choose the
-    drafter too (a choice) get the drafter it names. Also the step's choice and its main drafter, for its record."""
+    drafter too (a choice) get the drafter it names. Also the step's choice and its main drafter, for its record.
+
+    ``joining``: requests admitted or waiting that will share the batch within a few steps. A row whose drafter
+    has not seen its prompt yet (a deferred prompt pass) drafts only where the tuner would draft at the batch it
+    is about to run in: the first row of a burst once paid the draft model's whole prompt pass to draft for a step
+    or two alone, then ran at k = 0 beside the rest (0.92 of speculation off at 4 requests, runs #328 and #334)."""
     b = len(rows)
     tuned = [r.req.k is None and r.seq.drafter is not None for r in rows]  # the tuner decides their k
+    soon = {}  # per drafter: the tuner's k at the batch the joining requests make
+    if tuner is not None and joining > 0:
+        for kind in {r.req.drafter for r, t in zip(rows, tuned) if t and not r.seq.options and not r.seq.primed}:
+            soon[kind] = tuner.choose(kind, b + joining).k
     choosing = [r for r, t in zip(rows, tuned) if t and r.seq.options]
     choices: dict[str, Choice] = {}
     if tuner is not None:
@@ -53,7 +62,10 @@ def plan(rows: list, tuner: Tuner | None) -> tuple[list[int], list[str], Choice 
     ks, used = [], []
     for r, t in zip(rows, tuned):
         c = choices.get("choice" if r.seq.options else r.req.drafter) if t else None
-        ks.append(r.seq.cap(c.k if c else (r.req.k or 0)))
+        k = c.k if c else (r.req.k or 0)
+        if t and not r.seq.primed and soon.get(r.req.drafter) == 0:
+            k = 0  # the batch is about to grow to where the tuner would not draft: no prompt pass for a step or two
+        ks.append(r.seq.cap(k))
         used.append(c.drafter if c and c.drafter else r.req.drafter)
     drafting = Counter(u for u, r in zip(used, rows) if r.seq.drafter is not None)
     main = drafting.most_common(1)[0][0] if drafting else rows[0].req.drafter

@@ -219,7 +219,8 @@ def terms(fig: Figures, runs: str) -> str:
     unequal = []
     if any(v for v in shares.values()) and len(shares) > 1:
         unequal.append("one engine was served from its prefix cache and its peers were not (or did not say)")
-    if len(set(cores.values())) > 1:
+    counted = {frozenset(runspec.core_count(c) or c for c in e["cores"]) for e in by_engine.values() if e["cores"]}
+    if len(counted) > 1:  # "2 threads" and a binding to "0-1" are the same two cores
         unequal.append("the engines computed on different cores")
     verdict = ("**Not on equal terms**: " + "; ".join(unequal) + ".") if unequal else "On equal terms."
     if len(by_engine) == 1:
@@ -288,7 +289,40 @@ def crosscheck(fig: Figures, run: str) -> str:
     return "; ".join(parts)
 
 
+TUNER_GOAL = 0.97  # issue 66: the tuner makes at least this share of speculation off's throughput at every level
+
+
+def tuner(fig: Figures, runs: str) -> str:
+    """Phoenix's tuner against its own speculation off, level by level, on one server in paired blocks (each block
+    the same prompts, the two settings in turn): the ratio of totals, the interval of the per-block ratios, and
+    whether it meets the goal (its interval above TUNER_GOAL), misses it (below) or cannot tell."""
+    lines = ["| level | off tok/s | tuner tok/s | tuner / off (95% CI over blocks) | goal: tuner ≥ 0.97 of off | run |",
+             "|---|---:|---:|---|---|---|"]  # fmt: skip
+    for run_id in _ids(runs):
+        run = fig.store.get_run(run_id)
+        cfg = (run.config or {}) if run is not None else {}
+        f = cfg.get("figures") or {}
+        auto = next((v for v in cfg.get("variants") or [] if v == "auto" or str(v).endswith("-auto")), None)
+        if run is None or auto is None or "none" not in f or auto not in f:
+            continue
+        off, tuned = f["none"]["output_throughput"], f[auto]["output_throughput"]
+        found = S.block_ratio({run_id: run}, run_id, auto, "none")
+        if found is None:
+            interval, verdict = "one block: no interval", "cannot tell"
+        else:
+            interval = f"{found[1]:.2f}-{found[2]:.2f}"
+            met = found[1] >= TUNER_GOAL
+            verdict = "met" if met else "missed" if found[2] < TUNER_GOAL else "inside its noise"
+        level = f"c={cfg.get('level')}" if cfg.get("request_rate") is None else f"rate={cfg.get('request_rate')}"
+        lines.append(f"| {level} | {off:.1f} | {tuned:.1f} ({auto}) | {tuned / off:.2f}x ({interval}) | {verdict} | "
+                     f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
+    if len(lines) == 2:
+        raise PhoenixError(f"runs {runs} hold no level with the tuner and speculation off")
+    return "\n" + "\n".join(lines) + "\n"
+
+
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
+    "tuner": tuner,
     "crosscheck": crosscheck,
     "sitting": sitting,
     "lab-table": lab_table,

@@ -29,6 +29,7 @@ from engine import runspec
 from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.decoder import Decoder, identity
+from engine.decode.eagle3.drafter import warm as warm_head
 from engine.decode.packed import pack_pair
 from engine.decode.prefix import PrefixCache
 from engine.decode.runner import Runner, warm
@@ -231,6 +232,8 @@ class Service:
         sizes = warm(pair.target, budget)
         if isinstance(pair.draft, Runner):
             warm(pair.draft, max(self.cfg.max_batch * (self.cfg.k_max + 1), self.cfg.long_prefill_token_threshold))
+        if self.decoder._eagle3 is not None:  # the head's prompt pass too: the first sweep then costs the second's
+            warm_head(self.decoder._eagle3, budget)
         return sizes
 
     def _timed_forward(self, b: int, n: int, context: int = 128) -> float:

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from engine.decode.drafters import Drafter, unsure
 from engine.decode.eagle3.head import HeadCache
+from engine.decode.runner import bucket
 
 
 class Eagle3Drafter(Drafter):
@@ -39,15 +40,21 @@ class Eagle3Drafter(Drafter):
             self.catch_up(prompt_ids, upto=len(prompt_ids) - 1)
 
     def catch_up(self, seq: list[int], upto: int | None = None) -> torch.Tensor:
-        """Pair pending taps with the tokens after them; the pre-norm states of those positions."""
+        """Pair pending taps with the tokens after them; the pre-norm state of the last. The positions go in
+        pieces whose sizes are the runner's buckets (a 157-token prompt: 128, 24 and 5), so the head meets the
+        few GEMM shapes ``warm`` ran before the server was ready, never a new one per prompt length (each new
+        shape cost oneDNN a kernel build, and a server's first sweep paid for every one)."""
         assert self.pending is not None
         n = self.pending.shape[0] if upto is None else upto - self.real
-        feats, self.pending = self.pending[:n], self.pending[n:]
-        tokens = torch.tensor([seq[self.real + 1 : self.real + 1 + n]], device=feats.device)
-        positions = torch.arange(self.real, self.real + n, device=feats.device).unsqueeze(0)
-        hidden = self.head.fc(feats.unsqueeze(0).to(self.head.fc.weight.dtype))
-        out = self.head.step(self.embed(tokens), hidden, positions, self.cache)
-        self.real += n
+        out = None
+        for size in pieces(n):
+            feats, self.pending = self.pending[:size], self.pending[size:]
+            tokens = torch.tensor([seq[self.real + 1 : self.real + 1 + size]], device=feats.device)
+            positions = torch.arange(self.real, self.real + size, device=feats.device).unsqueeze(0)
+            hidden = self.head.fc(feats.unsqueeze(0).to(self.head.fc.weight.dtype))
+            out = self.head.step(self.embed(tokens), hidden, positions, self.cache)
+            self.real += size
+        assert out is not None
         return out[:, -1:]
 
     def pick(self, prenorm: torch.Tensor) -> torch.Tensor:
@@ -78,6 +85,35 @@ class Eagle3Drafter(Drafter):
     @classmethod
     def propose_batch(cls, drafters, contexts: list[list[int]], ks: list[int]) -> list[list[int]]:
         return propose_batch(list(drafters), contexts, ks)
+
+
+def pieces(n: int) -> list[int]:
+    """``n`` positions as bucket sizes (engine.decode.runner.bucket), the largest first; [0] for none."""
+    if n <= 0:
+        return [n]
+    sizes = sorted({bucket(m) for m in range(1, min(n, MAX_PIECE) + 1) if bucket(m) <= n}, reverse=True)
+    out = []
+    while n > 0:
+        size = next(s for s in sizes if s <= n)
+        out.append(size)
+        n -= size
+    return out
+
+
+MAX_PIECE = 512  # the largest piece: a long prompt goes in several
+
+
+def warm(drafter: Eagle3Drafter, tokens: int) -> list[int]:
+    """The head's catch-up run once at every piece size up to ``tokens`` on a throwaway copy of ``drafter``, so
+    no request's prompt pass builds a kernel; the sizes run."""
+    sizes = sorted({bucket(n) for n in range(1, min(tokens, MAX_PIECE) + 1)})
+    weight = drafter.head.fc.weight
+    with torch.inference_mode():
+        for size in sizes:
+            d = drafter.fork()
+            d.pending = torch.zeros(size, weight.shape[1], dtype=weight.dtype, device=weight.device)
+            d.catch_up([0] * (size + 1))
+    return sizes
 
 
 # Drafting batched across rows. the server's rows that draft with one head share its forwards. A row's first draft

@@ -1,0 +1,202 @@
+"""`python -m engine import PATH...`: each file read within bounds, its format detected (or named), every level it
+holds parsed and checked before anything is stored, then stored at once (engine's one transaction, db.Store.add_runs):
+a file Phoenix cannot read is one line naming what is wrong, and nothing half-imported stays.
+
+An imported level is a load run like `engines load`'s: its requests are rows, its figures are computed by Phoenix's
+one definition of each (engine.engines.arrivals.figures: `vllm bench serve`'s), the tool's own aggregates are kept
+beside them, and where the two disagree beyond the tool's rounding the run says so. Its hardware labels it in the
+place of a CPU, so the Sweeps page never ranks it against a sweep measured elsewhere."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from db.entities import RequestRecord
+from db.store import Store
+from engine.engines.arrivals import figures
+from engine.errors import PhoenixError
+from engine.imports import vllm_bench
+from engine.imports.config import FORMATS_NAMES, ImportConfig
+from engine.imports.level import Level
+from engine.measure import sha256_text
+
+MAX_BYTES = 256 << 20  # a --save-detailed result of 10,000 requests is about 20 MB; past this a file is refused
+FORMATS = {"vllm-bench": vllm_bench}
+assert tuple(FORMATS) == FORMATS_NAMES
+AGREE = 1e-3  # the tool's figure and Phoenix's agree within this share (the tool stores full floats: only
+# its percentile and count rules could differ)
+
+
+def check(cfg: ImportConfig) -> ImportConfig:
+    if cfg.format != "auto" and cfg.format not in FORMATS:
+        raise PhoenixError(f"--format must be auto or one of {', '.join(FORMATS)}, got {cfg.format!r}", field="format")
+    for name in ("engine", "model", "variant", "hardware", "name"):
+        value = getattr(cfg, name)
+        if len(value) > 200 or any(ord(ch) < 32 for ch in value):
+            raise PhoenixError(f"--{name}: at most 200 printable characters", field=name)
+    return cfg
+
+
+def read(path: Path) -> tuple[list[dict], str]:
+    """The JSON objects of a file (one object, a list of them, or one per line: --append-result) and the file's
+    SHA-256, from one bounded read."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise PhoenixError(f"{path}: {size:,} bytes, over the {MAX_BYTES >> 20} MB an import takes")
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise PhoenixError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PhoenixError(f"{path}: not UTF-8 text (a result file is JSON)") from None
+    try:
+        doc = json.loads(text)
+        docs = doc if isinstance(doc, list) else [doc]
+    except ValueError:
+        try:
+            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as exc:
+            raise PhoenixError(f"{path}: not JSON (nor one JSON object per line): {exc}") from None
+    if not docs or not all(isinstance(d, dict) for d in docs):
+        raise PhoenixError(f"{path}: holds no result object")
+    return docs, hashlib.sha256(raw).hexdigest()
+
+
+def detect(docs: list[dict], path: Path) -> str:
+    for name, module in FORMATS.items():
+        if all(module.matches(d) for d in docs):
+            return name
+    raise PhoenixError(f"{path}: no format Phoenix imports matches it ({', '.join(FORMATS)}); pass --format")
+
+
+def levels_of(paths: list[Path], cfg: ImportConfig) -> list[tuple[Path, str, Level]]:
+    """Every level of every file, parsed and checked: the first file that fails stops the import before any write."""
+    out = []
+    for path in paths:
+        docs, digest = read(path)
+        fmt = detect(docs, path) if cfg.format == "auto" else cfg.format
+        out += [(path, digest, level) for level in FORMATS[fmt].parse(docs, str(path))]
+    return out
+
+
+def import_files(store: Store, cfg: ImportConfig, paths: list[Path], say=print) -> list[int]:
+    check(cfg)
+    found = levels_of(paths, cfg)
+    sweep = uuid.uuid4().hex
+    runs = [_run(cfg, path, digest, level, sweep) for path, digest, level in found]
+    ids = store.add_runs(runs)
+    for run_id, (name, config, *_rest) in zip(ids, runs):
+        f = config["figures"][cfg.variant]
+        said = f"{f['output_throughput']:.1f} tok/s" if f.get("output_throughput") is not None else "no figures"
+        say(f"run {run_id}: {name}: {said}" + "".join(f"\n  warning: {w}" for w in config["imported"]["warnings"]))
+    return ids
+
+
+def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -> tuple:
+    engine = cfg.engine or level.engine
+    model = cfg.model or level.model
+    concurrency_level = math.isinf(level.rate) and level.concurrency is not None
+    label = f"c={level.concurrency}" if concurrency_level else f"rate={level.rate:g}"
+    name = f"{cfg.name or f'{level.tool}: {path.name}'} {label}"
+    mode = f"{engine}-{cfg.variant}_c{level.concurrency or len(level.requests) or 1}"
+    records = [_record(i, mode, r) for i, r in enumerate(level.requests)]
+    ours = figures(records, level.duration_s, level.slos_ms) if records else _from_aggregates(level)
+    warnings = _disagreements(ours, level) if records else ["the file holds no per-request data (no --save-detailed)"]
+    config = {
+        "load": {
+            "engine": engine,
+            "prompts": level.dataset,
+            "limit": len(records) or level.aggregates.get("completed"),
+            "max_new_tokens": None,
+            "chat": True,
+        },
+        "level": level.concurrency,
+        "request_rate": None if concurrency_level else ("inf" if math.isinf(level.rate) else level.rate),
+        "variants": [cfg.variant],
+        "figures": {cfg.variant: ours},
+        "wall_s": {cfg.variant: level.duration_s},
+        "cache_scenario": "not controlled (imported: the tool does not say)",
+        "hardware": cfg.hardware or "not recorded (imported)",
+        "environment": {"cpu": cfg.hardware or "not recorded (imported)"},
+        "sweep": {"id": sweep},
+        "imported": {
+            "tool": level.tool,
+            "version": level.version or "not in the file",
+            "file": path.name,
+            "sha256": digest,
+            "command": level.command,
+            "aggregates": level.aggregates,
+            "speculative": level.speculative,
+            "warnings": warnings,
+            "unknown_fields": level.extra,
+            "settings": asdict(cfg),
+        },
+    }
+    return name, config, model, None, records
+
+
+def _record(i: int, mode: str, r) -> RequestRecord:
+    ok = r.error is None
+    return RequestRecord(
+        run_id=0,
+        seq=i,
+        mode=mode,
+        k=0,
+        prompt_id=f"request-{i}",
+        prompt_tokens=r.prompt_tokens,
+        output_tokens=r.output_tokens if ok else 0,
+        latency_s=r.latency_s,
+        ttft_s=r.ttft_s,
+        tokens_per_s=r.output_tokens / r.latency_s if ok and r.latency_s > 0 else 0.0,
+        output_text=r.text,
+        output_sha256=sha256_text(r.text),
+        error=r.error,
+    )
+
+
+# the tool's figure and Phoenix's name for it, with its scale
+COMPARED = {
+    "output_throughput": "output_throughput",
+    "request_throughput": "request_throughput",
+    "mean_ttft_ms": "ttft_ms_mean",
+    "median_ttft_ms": "ttft_ms_p50",
+    "p95_ttft_ms": "ttft_ms_p95",
+    "mean_tpot_ms": "tpot_ms_mean",
+    "median_tpot_ms": "tpot_ms_p50",
+    "p95_tpot_ms": "tpot_ms_p95",
+    "median_e2el_ms": "e2el_ms_p50",
+    "completed": "answered",
+    "failed": "failed",
+}
+
+
+def _disagreements(ours: dict, level: Level) -> list[str]:
+    out = []
+    for theirs, mine in COMPARED.items():
+        a, b = level.aggregates.get(theirs), ours.get(mine)
+        if a is None or b is None:
+            continue
+        if abs(a - b) > AGREE * max(abs(a), abs(b), 1e-9):
+            out.append(f"{theirs}: the tool says {a:.6g}, Phoenix computes {b:.6g} from the same requests")
+    return out
+
+
+def _from_aggregates(level: Level) -> dict:
+    """The figures of a level with no per-request data: the tool's own, under Phoenix's names."""
+    a = level.aggregates
+    out: dict = {mine: a.get(theirs) for theirs, mine in COMPARED.items()}
+    out["answered"] = a.get("completed", out.get("answered"))
+    out["requests"] = (a.get("completed") or 0) + (a.get("failed") or 0)
+    out["wall_s"] = level.duration_s
+    out["goodput"] = a.get("request_goodput")
+    out |= {"cached_tokens": None, "prompt_tokens": a.get("total_input_tokens"), "cached_share": None}
+    out["source"] = "the tool's aggregates (no per-request data)"
+    return out
