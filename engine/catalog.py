@@ -172,7 +172,7 @@ def present(name: str, role: str = "target") -> bool:
 
 def default_draft(target: str) -> str | None:
     """The best measured draft for ``target`` that is on this machine (DRAFTS_FOR), or None: model-free."""
-    return next((name for name in DRAFTS_FOR.get(target, ()) if present(name, "draft")), None)
+    return next((name for name in DRAFTS_FOR.get(model_name(target), ()) if present(name, "draft")), None)
 
 
 def own_drafts(target: str) -> tuple[str | None, str | None]:

@@ -25,6 +25,8 @@ ARCHS = {
 }
 LLAMA_FAMILY = {"llama", "qwen2", "qwen3", "mistral"}  # what Phoenix's own runner reproduces
 SLIDING = {"gemma2", "gemma3_text"}
+# every architecture in the full suite; the working loop (-m fast) keeps one of Phoenix's runner and one sliding one
+PARAMS = [a if a in ("llama", "gemma2") else pytest.param(a, marks=pytest.mark.e2e) for a in ARCHS]
 
 
 def _model(arch: str, tokenizer, seed: int):
@@ -60,18 +62,28 @@ def _model(arch: str, tokenizer, seed: int):
     return model
 
 
+class Decoders(dict):
+    """Each architecture's decoder (a target and a near copy of it as the draft), built the first time a test asks
+    for it: the working loop builds only the two it runs."""
+
+    def __init__(self, root, tokenizer):
+        super().__init__()
+        self.root, self.tokenizer = root, tokenizer
+
+    def __missing__(self, arch: str):
+        from engine.decode.decoder import Decoder
+        from engine.decode.loading import load_pair, prepare
+
+        tok, root = self.tokenizer, self.root
+        target = save_model(_model(arch, tok, 1), tok, root / f"{arch}-target")
+        draft = save_model(_model(arch, tok, 7), tok, root / f"{arch}-draft")
+        self[arch] = Decoder(prepare(load_pair(target, draft, "cpu", "float32")))
+        return self[arch]
+
+
 @pytest.fixture(scope="module")
 def decoders(tmp_path_factory, tiny_tokenizer):
-    from engine.decode.decoder import Decoder
-    from engine.decode.loading import load_pair, prepare
-
-    root = tmp_path_factory.mktemp("archs")
-    out = {}
-    for arch in ARCHS:
-        target = save_model(_model(arch, tiny_tokenizer, 1), tiny_tokenizer, root / f"{arch}-target")
-        draft = save_model(_model(arch, tiny_tokenizer, 7), tiny_tokenizer, root / f"{arch}-draft")
-        out[arch] = Decoder(prepare(load_pair(target, draft, "cpu", "float32")))
-    return out
+    return Decoders(tmp_path_factory.mktemp("archs"), tiny_tokenizer)
 
 
 def _prompts(decoder) -> list[list[int]]:
@@ -79,7 +91,7 @@ def _prompts(decoder) -> list[list[int]]:
     return [tok.encode("def f(x):\n    return x + 1\n" * (i + 1))[:40] for i in range(3)]
 
 
-@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("arch", PARAMS)
 def test_every_architecture_decodes_exactly_through_every_drafter_and_says_which_forward_ran(decoders, arch):
     dec = decoders[arch]
     if arch in LLAMA_FAMILY:
@@ -95,7 +107,7 @@ def test_every_architecture_decodes_exactly_through_every_drafter_and_says_which
     assert max(lengths) > 2 * 24 and sum(lengths) > 100  # past the sliding windows, and not a few tokens each
 
 
-@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("arch", PARAMS)
 def test_every_architecture_decodes_exactly_in_the_servers_batched_step(decoders, arch):
     from engine.decode.scheduler import Scheduler
     from engine.decode.sequence import Request

@@ -91,7 +91,7 @@ def test_a_prompt_of_several_pieces_drafts_with_the_head_exactly(tiny_dirs, tmp_
     save_head(random_head(target, list(range(0, 300, 2))), tmp_path / "head", torch.float32)
     dec = Decoder(load_pair(d["target"], str(tmp_path / "head"), "cpu", "float32"))
     assert len(pieces(length - 1)) > 1 or length == 9
-    assert warm(dec._eagle3, 64)[-1] == 64
+    assert set(warm(dec._eagle3)) >= set(pieces(length - 1))
     ids = (dec.encode("def f(x):\n    return x * 2\n") * 20)[:length]
     reference = dec.run(ids, 0, 30, timed=False).output_ids
     with torch.inference_mode():

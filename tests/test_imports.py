@@ -42,6 +42,7 @@ def test_a_real_vllm_bench_file_imports_row_for_row_and_its_figures_are_the_tool
     assert [r.output_tokens for r in rows] == doc["output_lens"]
     assert [r.ttft_s for r in rows] == pytest.approx(doc["ttfts"])
     assert [r.output_text for r in rows] == doc["generated_texts"]
+    assert [r.queue_s for r in rows] == pytest.approx(doc["queue_times"])
     imported, f = run.config["imported"], run.config["figures"]["as-served"]
     assert imported["tool"] == "vllm bench serve" and imported["warnings"] == []  # every figure agrees
     assert f["output_throughput"] == pytest.approx(doc["output_throughput"], rel=1e-9)
@@ -60,7 +61,8 @@ def test_a_figure_that_disagrees_with_its_requests_is_said_and_unknown_fields_ar
     (run_id,) = _import(store, [path])
     imported = store.get_run(run_id).config["imported"]
     assert len(imported["warnings"]) == 1 and imported["warnings"][0].startswith("output_throughput: the tool says")
-    assert imported["unknown_fields"] == {"my_cluster_field": {"rack": 7}}
+    # what Phoenix does not read is kept as the tool wrote it: the new field, and the client's start times
+    assert imported["unknown_fields"] == {"my_cluster_field": {"rack": 7}, "start_times": doc["start_times"]}
 
 
 def test_a_file_without_per_request_data_keeps_the_tools_figures_and_says_so(store, tmp_path):

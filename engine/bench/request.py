@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from db.entities import BanditRecord, RequestRecord
 from engine.bench.config import BenchConfig
-from engine.decode.decoder import Decoder, finite, identity, sha256_text
+from engine.decode.decoder import Decoder, finite, identity
 from engine.decode.sequence import Finished, Request
-from engine.measure import measured
+from engine.measure import measured, sha256_text
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
 from engine.policies.registry import make_policy

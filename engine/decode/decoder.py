@@ -19,7 +19,7 @@ from engine.decode.sequence import RequestStats
 from engine.decode.spec import generate
 from engine.decode.suffix import SuffixDrafter
 from engine.errors import PhoenixError
-from engine.measure import sha256_text  # noqa: F401  (re-exported: every loop's callers name it here)
+from engine.measure import sha256_text
 from engine.modes import DRAFTERS, K_MAX, check_k
 from engine.prompts.sets import check_prompt
 

@@ -15,6 +15,7 @@ from engine.decode.own import check_model_dir, gguf_folder, is_gguf
 from engine.decode.packed import pack_pair
 from engine.decode.runner import use_runner
 from engine.errors import PhoenixError
+from engine.provenance import native_bf16
 
 
 @dataclass
@@ -89,8 +90,6 @@ def serving_dtype(dtype: str, device: str) -> str:
     """The server's dtype for ``auto``: bfloat16 on CUDA and on a CPU with native bf16 (what vLLM and llama.cpp serve
     by default there; SmolLM2's one-row step at 16 rows cost about half of fp32's), float32 elsewhere. Greedy output
     in fp32 stays exact and one flag away (--dtype float32)."""
-    from engine.provenance import native_bf16  # lazy: only a server reads the CPU's flags
-
     if dtype != "auto":
         return dtype
     return "bfloat16" if pick_device(device) == "cuda" or native_bf16() else "float32"

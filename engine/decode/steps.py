@@ -49,7 +49,8 @@ def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], 
     soon = {}  # per drafter: the tuner's k at the batch the joining requests make
     if tuner is not None and joining > 0:
         for kind in {r.req.drafter for r, t in zip(rows, tuned) if t and not r.seq.options and not r.seq.primed}:
-            soon[kind] = tuner.choose(kind, b + joining).k
+            coming = tuner.choose(kind, b + joining)
+            soon[kind] = coming.k - int(coming.explored)  # an exploring step is one deeper than the choice
     choosing = [r for r, t in zip(rows, tuned) if t and r.seq.options]
     choices: dict[str, Choice] = {}
     if tuner is not None:

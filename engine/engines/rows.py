@@ -10,8 +10,8 @@ zeros and no positions: its acceptance is unknown, not zero, and its level's cou
 from __future__ import annotations
 
 from db.entities import PositionCount, RequestRecord
-from engine.decode.decoder import sha256_text
 from engine.engines.counters import per_request
+from engine.measure import sha256_text
 from engine.prompts.sets import Prompt
 
 

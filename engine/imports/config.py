@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FORMATS_NAMES = ("vllm-bench",)  # the formats engine.imports.importer reads
-
 
 @dataclass
 class ImportConfig:

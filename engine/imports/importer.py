@@ -21,13 +21,12 @@ from db.store import Store
 from engine.engines.arrivals import figures
 from engine.errors import PhoenixError
 from engine.imports import vllm_bench
-from engine.imports.config import FORMATS_NAMES, ImportConfig
-from engine.imports.level import Level
+from engine.imports.config import ImportConfig
+from engine.imports.level import Level, Request
 from engine.measure import sha256_text
 
 MAX_BYTES = 256 << 20  # a --save-detailed result of 10,000 requests is about 20 MB; past this a file is refused
-FORMATS = {"vllm-bench": vllm_bench}
-assert tuple(FORMATS) == FORMATS_NAMES
+FORMATS = {"vllm-bench": vllm_bench}  # --format's names (ImportConfig.format's help lists them)
 AGREE = 1e-3  # the tool's figure and Phoenix's agree within this share (the tool stores full floats: only
 # its percentile and count rules could differ)
 
@@ -108,7 +107,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
     name = f"{cfg.name or f'{level.tool}: {path.name}'} {label}"
     mode = f"{engine}-{cfg.variant}_c{level.concurrency or len(level.requests) or 1}"
     records = [_record(i, mode, r) for i, r in enumerate(level.requests)]
-    ours = figures(records, level.duration_s, level.slos_ms) if records else _from_aggregates(level)
+    ours = figures(records, level.duration_s, {}) if records else _from_aggregates(level)
     warnings = _disagreements(ours, level) if records else ["the file holds no per-request data (no --save-detailed)"]
     config = {
         "load": {
@@ -132,7 +131,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
             "version": level.version or "not in the file",
             "file": path.name,
             "sha256": digest,
-            "command": level.command,
+            "command": "not in the file",
             "aggregates": level.aggregates,
             "speculative": level.speculative,
             "warnings": warnings,
@@ -143,7 +142,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
     return name, config, model, None, records
 
 
-def _record(i: int, mode: str, r) -> RequestRecord:
+def _record(i: int, mode: str, r: Request) -> RequestRecord:
     ok = r.error is None
     return RequestRecord(
         run_id=0,
@@ -159,10 +158,11 @@ def _record(i: int, mode: str, r) -> RequestRecord:
         output_text=r.text,
         output_sha256=sha256_text(r.text),
         error=r.error,
+        queue_s=r.queue_s,
     )
 
 
-# the tool's figure and Phoenix's name for it, with its scale
+# the tool's figure and Phoenix's name for it
 COMPARED = {
     "output_throughput": "output_throughput",
     "request_throughput": "request_throughput",
@@ -193,7 +193,6 @@ def _from_aggregates(level: Level) -> dict:
     """The figures of a level with no per-request data: the tool's own, under Phoenix's names."""
     a = level.aggregates
     out: dict = {mine: a.get(theirs) for theirs, mine in COMPARED.items()}
-    out["answered"] = a.get("completed", out.get("answered"))
     out["requests"] = (a.get("completed") or 0) + (a.get("failed") or 0)
     out["wall_s"] = level.duration_s
     out["goodput"] = a.get("request_goodput")

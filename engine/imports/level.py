@@ -18,7 +18,7 @@ class Request:
     latency_s: float
     text: str = ""
     error: str | None = None
-    itl_s: list[float] = field(default_factory=list)
+    queue_s: float | None = None  # waiting in the client for a free slot (its concurrency cap)
 
 
 @dataclass
@@ -36,8 +36,6 @@ class Level:
     aggregates: dict  # the tool's own figures, as it printed them (kept to compare with Phoenix's)
     extra: dict  # every field the importer does not read: kept, never dropped
     dataset: str = "unknown"  # the prompts the tool sent (its dataset name)
-    slos_ms: dict = field(default_factory=dict)  # goodput SLOs in ms, where the tool was given some
-    command: str | None = None  # the tool's command line, where the file holds it
     speculative: dict = field(default_factory=dict)  # the server's speculative decoding figures, where reported
 
     def check(self, where: str) -> Level:

@@ -14,7 +14,7 @@ TOOL = "vllm bench serve"
 # the fields read here; every other one is kept in the run as the tool wrote it
 SETUP: tuple[str, ...] = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts")
 SETUP += ("request_rate", "burstiness", "max_concurrency", "duration", "version", "vllm_version")
-DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "generated_texts", "errors")
+DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "queue_times", "generated_texts", "errors")
 AGGREGATE_PREFIXES = ("mean_", "median_", "std_", "p", "total_", "request_", "output_", "max_", "rtfx")
 
 
@@ -33,7 +33,7 @@ def _level(doc: dict, where: str) -> Level:
     aggregates = {k: v for k, v in doc.items() if k not in SETUP + DETAILED and _aggregate(k, v)}
     spec = {k: v for k, v in aggregates.items() if k.startswith("spec_decode_")}
     aggregates = {k: v for k, v in aggregates.items() if k not in spec}
-    known = set(SETUP) | set(DETAILED) | set(aggregates) | set(spec) | {"start_times", "queue_times"}
+    known = set(SETUP) | set(DETAILED) | set(aggregates) | set(spec)
     return Level(
         tool=TOOL,
         version=_text(doc.get("vllm_version") or doc.get("version")),
@@ -46,7 +46,6 @@ def _level(doc: dict, where: str) -> Level:
         aggregates=aggregates,
         extra={k: v for k, v in doc.items() if k not in known},
         dataset=str(doc.get("label") or doc.get("dataset_name") or "unknown"),
-        slos_ms={},
         speculative=spec,
     ).check(where)
 
@@ -75,7 +74,7 @@ def _requests(doc: dict, where: str) -> list[Request]:
     errors = columns["errors"] or [""] * n
     texts = columns["generated_texts"] or [""] * n
     itls = columns["itls"] or [[] for _ in range(n)]
-    latencies = columns["latencies"]
+    latencies, queued = columns["latencies"], columns["queue_times"]
     out = []
     for i in range(n):
         ttft = _number(doc["ttfts"][i], f"ttfts[{i}]", where)
@@ -91,7 +90,7 @@ def _requests(doc: dict, where: str) -> list[Request]:
                 latency_s=latency,
                 text=str(texts[i] or "")[:100_000],
                 error=error[:300] if error else None,
-                itl_s=itl,
+                queue_s=_number(queued[i], f"queue_times[{i}]", where) if queued else None,
             )
         )
     return out

@@ -233,7 +233,7 @@ class Service:
         if isinstance(pair.draft, Runner):
             warm(pair.draft, max(self.cfg.max_batch * (self.cfg.k_max + 1), self.cfg.long_prefill_token_threshold))
         if self.decoder._eagle3 is not None:  # the head's prompt pass too: the first sweep then costs the second's
-            warm_head(self.decoder._eagle3, budget)
+            warm_head(self.decoder._eagle3)
         return sizes
 
     def _timed_forward(self, b: int, n: int, context: int = 128) -> float:

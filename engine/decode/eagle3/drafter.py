@@ -87,33 +87,32 @@ class Eagle3Drafter(Drafter):
         return propose_batch(list(drafters), contexts, ks)
 
 
+MAX_PIECE = 512  # the largest piece: a long prompt goes in several
+SIZES = sorted({bucket(n) for n in range(1, MAX_PIECE + 1)}, reverse=True)  # every piece size, the largest first
+
+
 def pieces(n: int) -> list[int]:
     """``n`` positions as bucket sizes (engine.decode.runner.bucket), the largest first; [0] for none."""
     if n <= 0:
         return [n]
-    sizes = sorted({bucket(m) for m in range(1, min(n, MAX_PIECE) + 1) if bucket(m) <= n}, reverse=True)
     out = []
     while n > 0:
-        size = next(s for s in sizes if s <= n)
+        size = next(s for s in SIZES if s <= n)
         out.append(size)
         n -= size
     return out
 
 
-MAX_PIECE = 512  # the largest piece: a long prompt goes in several
-
-
-def warm(drafter: Eagle3Drafter, tokens: int) -> list[int]:
-    """The head's catch-up run once at every piece size up to ``tokens`` on a throwaway copy of ``drafter``, so
-    no request's prompt pass builds a kernel; the sizes run."""
-    sizes = sorted({bucket(n) for n in range(1, min(tokens, MAX_PIECE) + 1)})
+def warm(drafter: Eagle3Drafter) -> list[int]:
+    """The head's catch-up run once at every piece size on a throwaway copy of ``drafter``, so no request's prompt
+    pass builds a kernel; the sizes run."""
     weight = drafter.head.fc.weight
     with torch.inference_mode():
-        for size in sizes:
+        for size in SIZES:
             d = drafter.fork()
             d.pending = torch.zeros(size, weight.shape[1], dtype=weight.dtype, device=weight.device)
             d.catch_up([0] * (size + 1))
-    return sizes
+    return SIZES
 
 
 # Drafting batched across rows. the server's rows that draft with one head share its forwards. A row's first draft
