@@ -3,6 +3,7 @@ figures queueing theory gives where it has an answer, and `fleet plan` names the
 
 from __future__ import annotations
 
+import math
 import random
 
 import pandas as pd
@@ -14,14 +15,14 @@ from engine.errors import PhoenixError
 pytestmark = pytest.mark.fast
 
 
-def steps_frame(base=0.010, row=0.002, n=400, seed=0) -> pd.DataFrame:
+def steps_frame(base=0.010, row=0.002, n=400, seed=0, per_row=0.003) -> pd.DataFrame:
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         batch, k = rng.randint(1, 8), rng.choice([0, 3])
         width = 1 + k
         emitted = batch * (1 if k == 0 else rng.choice([1, 2, 3, 4]))
-        verify = base + row * batch * width
+        verify = base + per_row * batch + row * batch * width
         drafter = "none" if k == 0 else "model"
         row_ = dict(step=i, batch=batch, width=width, drafter=drafter, k=k or None, draft_s=0.0, verify_s=verify)
         rows.append(row_ | dict(emitted=emitted, prefill_tokens=0))
@@ -31,6 +32,7 @@ def steps_frame(base=0.010, row=0.002, n=400, seed=0) -> pd.DataFrame:
 def test_the_fit_recovers_the_step_cost_and_each_settings_tokens_per_pass():
     p = fp.fit_profile(steps_frame(), [(10, 0.005 + 0.001 * 10), (100, 0.005 + 0.001 * 100)], threads=2)
     assert p.base_s == pytest.approx(0.010, abs=1e-6) and p.row_token_s == pytest.approx(0.002, abs=1e-7)
+    assert p.row_s == pytest.approx(0.003, abs=1e-7)  # a row's own cost apart from its tokens
     assert p.prefill_base_s == pytest.approx(0.005) and p.prefill_token_s == pytest.approx(0.001)
     assert set(p.per_pass) == {"none", "model-k3"} and p.width["model-k3"] == 4
     assert sum(p.per_pass["model-k3"]) / len(p.per_pass["model-k3"]) == pytest.approx(2.5, abs=0.2)
@@ -81,3 +83,59 @@ def test_the_plans_rates_are_read_as_engines_load_reads_them():
     for bad in ("nan", "0", "-1", ",", "x"):
         with pytest.raises(PhoenixError, match="--rate"):
             _rates(bad)
+
+
+def test_the_replicas_prefix_cache_serves_a_tenants_shared_blocks_and_never_a_requests_own():
+    cache = fp.Blocks(budget=10_000)
+    assert cache.lookup(0, 100, 140) == 0  # nothing held yet
+    cache.store(1, 0, 100, 140)
+    assert cache.lookup(0, 100, 150) == 96  # the shared prompt's whole blocks (6 of 16), never its last partial one
+    assert cache.lookup(1, 100, 150) == 0  # another tenant's system prompt differs from its first block
+    assert cache.lookup(0, 0, 150) == 0  # cold: a request shares nothing
+    assert cache.lookup(0, 100, 96) == 80  # at least one token is left to compute (its logits give the first token)
+
+
+def test_entries_leave_least_recently_used_first_past_the_budget():
+    cache = fp.Blocks(budget=300)
+    cache.store(1, 0, 64, 128)
+    cache.store(2, 1, 64, 128)
+    assert cache.lookup(0, 64, 100) == 64  # tenant 0 used again: tenant 1's entry is now the oldest
+    cache.store(3, 2, 64, 128)  # 384 tokens held past 300: the least recently used entry leaves
+    assert cache.lookup(1, 64, 100) == 0 and cache.lookup(0, 64, 100) == 64 and cache.used == 256
+    cache.store(4, 0, 64, 1000)  # larger than the whole budget: never kept (as PrefixCache.store)
+    assert 4 not in cache.entries
+
+
+def test_a_shared_system_prompt_lowers_ttft_once_it_is_cached_and_cold_prompts_are_priced_whole():
+    p = fp.fit_profile(steps_frame(), [(10, 0.015), (500, 0.505)], threads=2)
+    shared = fp.Workload([520], [8], shared_tokens=[500], tenant=[0])
+    cold = fp.Workload([520], [8])
+    warm_pred = fp.simulate(p, "none", 1, 0.01, shared, n=6, cache_tokens=100_000)
+    cold_pred = fp.simulate(p, "none", 1, 0.01, cold, n=6, cache_tokens=100_000)
+    assert cold_pred.cached_share == 0 and cold_pred.ttft_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, [520]))
+    assert warm_pred.cached_share == pytest.approx(5 * 496 / (6 * 520))  # the first request of six misses
+    assert warm_pred.ttft_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, [520 - 496]))
+    no_cache = fp.simulate(p, "none", 1, 0.01, shared, n=6, cache_tokens=0)
+    assert no_cache.cached_share == 0 and no_cache.ttft_ms_p50 == pytest.approx(cold_pred.ttft_ms_p50)
+
+
+def test_the_naive_guess_is_the_arrival_rate_times_the_tokens_and_one_unqueued_prefill():
+    p = fp.fit_profile(steps_frame(), [(10, 0.015), (100, 0.105)], threads=2)
+    tokens, ttft = fp.naive(p, 2.0, fp.Workload([10, 30, 50], [60, 64, 68]))
+    assert tokens == pytest.approx(128.0) and ttft == pytest.approx(1000 * p.step_s(1, 1, [30]))
+    assert math.isnan(fp.naive(p, float("inf"), fp.Workload([10], [64]))[0])  # no guess at an unbounded rate
+
+
+def test_a_source_replica_that_served_the_measured_fleet_is_in_sample():
+    from datetime import datetime, timedelta
+    from types import SimpleNamespace
+
+    from engine.engines.planning import in_sample
+
+    t0 = datetime(2026, 12, 5, 20)
+    load = SimpleNamespace(created_at=t0 + timedelta(minutes=5), config={"load": {"url": "http://127.0.0.1:8030/v1"}})
+    replica = {"phoenix_serve": {"router": "round_robin@http://127.0.0.1:8030"}}
+    served = SimpleNamespace(created_at=t0, finished_at=t0 + timedelta(minutes=9), config=replica)
+    before = SimpleNamespace(created_at=t0 - timedelta(hours=1), finished_at=t0, config=replica)
+    alone = SimpleNamespace(created_at=t0, finished_at=None, config={"phoenix_serve": {"router": ""}})
+    assert in_sample(served, load) and not in_sample(before, load) and not in_sample(alone, load)

@@ -356,3 +356,45 @@ def test_two_passes_of_the_same_prompts_are_cold_by_default_and_warm_only_when_n
     info = store.get_run(warm[1])
     assert info.config["cache_scenario"].startswith("warm")
     assert any(f["cached_share"] > 0 for f in info.config["figures"].values())
+
+
+def test_under_the_system_scenario_a_pass_shares_its_system_prompt_and_nothing_from_an_earlier_pass(
+    tiny_dirs, tmp_path
+):
+    """`--cache system`: one cache_salt a pass, so each variant's first request prefills the system prompt and the
+    rest of its pass take its whole blocks from the cache, never their own text; a second sweep starts cold again
+    (what a fleet plan prices, engine.analysis.fleet_plan.Blocks)."""
+    import json as _json
+    from dataclasses import replace
+
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.engines.config import LoadConfig
+    from engine.engines.load import sweep as load_sweep
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.service import Service
+
+    system = tmp_path / "system.txt"
+    system.write_text("".join(f"Rule {j}: answer with code that runs.\n" for j in range(10)))
+    path = tmp_path / "p.jsonl"
+    lines = (_json.dumps({"id": f"p{i}", "prompt": f"def g{i}(x): return x + {i}"}) + "\n" for i in range(3))
+    path.write_text("".join(lines))
+    store = Store(migrated(f"sqlite:///{tmp_path / 'system.db'}"))
+    d = tiny_dirs["qwen3"]
+    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
+    service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
+    with http_server(service) as port:
+        cfg = LoadConfig(
+            url=f"http://127.0.0.1:{port}", prompts=str(path), limit=3, max_new_tokens=4, chat=False,
+            concurrency="1", variants="none,k2", cache="system", system_prompt=str(system),
+        )  # fmt: skip
+        runs = [load_sweep(store, cfg, say=lambda _line: None)[0] for _ in range(2)]
+        cold = load_sweep(store, replace(cfg, cache="cold"), say=lambda _line: None)[0]
+    for run_id in runs:
+        info = store.get_run(run_id)
+        assert info.config["cache_scenario"].startswith("system")
+        for mode in {r.mode for r in store.requests(run_id)}:
+            rows = sorted((r for r in store.requests(run_id) if r.mode == mode), key=lambda r: r.seq)
+            assert rows[0].cached_tokens == 0  # each pass's first request: nothing from an earlier pass
+            assert all(16 <= r.cached_tokens < r.prompt_tokens - 8 for r in rows[1:]), [r.cached_tokens for r in rows]
+    assert all(r.cached_tokens == 0 for r in store.requests(cold))

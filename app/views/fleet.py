@@ -111,6 +111,12 @@ PLAN_FORMATS = {
     "TTFT p50 measured (ms)": "%.0f",
     "TTFT p50 predicted (ms)": "%.0f",
     "TTFT error": "%.2f",
+    "tok/s naive": "%.1f",
+    "tok/s naive error": "%.2f",
+    "TTFT naive (ms)": "%.0f",
+    "TTFT naive error": "%.2f",
+    "cached share predicted": "%.2f",
+    "cached share measured": "%.2f",
     "rate": "%.2f",
 }
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from engine.analysis import prefix
 from engine.analysis.prefix import summary as prefix_summary
 
 
@@ -79,7 +80,7 @@ def hit_rate_over_time(requests: dict[str, pd.DataFrame]) -> pd.DataFrame:
         kept = frame[frame["error"].isna() & frame["cached_tokens"].notna()].sort_values("seq")
         if kept.empty:
             continue
-        hits = (kept["cached_tokens"] > 0).cumsum()
+        hits = kept["cached_tokens"].map(prefix.is_hit).cumsum()
         n = range(1, len(kept) + 1)
         frames.append(pd.DataFrame({"request": list(n), "hit rate so far": hits.to_numpy() / list(n)}).assign(
             replica=replica

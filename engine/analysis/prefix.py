@@ -8,6 +8,11 @@ import statistics
 from dataclasses import dataclass
 
 
+def is_hit(cached_tokens: int) -> bool:
+    """A request the cache served: at least one prompt token taken from it (the one definition of a hit)."""
+    return cached_tokens > 0
+
+
 @dataclass(frozen=True)
 class PrefixSummary:
     requests: int
@@ -39,11 +44,11 @@ def summary(rows: list[tuple[int | None, int, float | None]]) -> PrefixSummary |
     kept = [(c, p, t) for c, p, t in rows if c is not None]
     if not kept:
         return None
-    hit = [t for c, _, t in kept if c > 0 and t is not None]
-    miss = [t for c, _, t in kept if c == 0 and t is not None]
+    hit = [t for c, _, t in kept if is_hit(c) and t is not None]
+    miss = [t for c, _, t in kept if not is_hit(c) and t is not None]
     return PrefixSummary(
         requests=len(kept),
-        hits=sum(1 for c, _, _ in kept if c > 0),
+        hits=sum(1 for c, _, _ in kept if is_hit(c)),
         prompt_tokens=sum(p for _, p, _ in kept),
         cached_tokens=sum(c for c, _, _ in kept),
         ttft_hit_s=statistics.median(hit) if hit else None,

@@ -40,14 +40,15 @@ def format_prompt(tokenizer, text: str, earlier: tuple[tuple[str, str], ...] = (
             for user, answer in earlier
             for m in ({"role": "user", "content": user}, {"role": "assistant", "content": answer})
         ]
-        ids = tokenizer.apply_chat_template(
-            messages + [{"role": "user", "content": text}],
-            add_generation_prompt=True,
-            enable_thinking=False,
-            tokenize=True,
-        )
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return template_ids(tokenizer, messages + [{"role": "user", "content": text}])
     return tokenizer(raw_conversation(text, earlier), add_special_tokens=False)["input_ids"]
+
+
+def template_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Messages through the tokenizer's chat template as Phoenix's server sends them to the model: ready for the
+    assistant's answer, thinking off where the template has it (transformers 5 returns a dict, 4 a list)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
 def raw_conversation(text: str, earlier: tuple[tuple[str, str], ...] = ()) -> str:

@@ -98,9 +98,10 @@ class LoadConfig:
     seed: int = 0  # the arrivals' random seed
     api_key: str | None = None  # sent as 'Authorization: Bearer KEY' (also PHOENIX_API_KEY); never stored
     variants: str = "none,auto"  # Phoenix: none, auto, k<N>, <drafter>[-k<N>]; first: the reference. Else as-served
-    cache: Literal["cold", "warm"] = "cold"  # cold: no request's prompt is one its server has seen (a cache_salt of
-    # its own per request for Phoenix and vLLM, cache_prompt off for llama.cpp); warm: prompts re-sent as they come,
-    # each server's prefix cache serving what it saw (the warm scenario, labelled so on every page)
+    cache: Literal["cold", "system", "warm"] = "cold"  # cold: no request's prompt is one its server has seen (a
+    # cache_salt of its own per request for Phoenix and vLLM, cache_prompt off for llama.cpp); system: one salt per
+    # pass, so a pass's requests share its --system-prompt as a deployment's do and nothing an earlier pass sent;
+    # warm: prompts re-sent as they come, each server's cache serving what it saw (labelled so on every page)
     timeout_s: float = 600.0
     name: str = ""  # run names get ' c=<level>' (or ' rate=<r>') appended
     block: int = 0  # prompts per block, each run by every variant in turn; 0 (or below the level): the level's c
@@ -136,3 +137,5 @@ class PlanConfig:
     requests: int = 64  # requests per simulated sitting (the median of 20 sittings is given)
     same_machine: bool = True  # the replicas share this machine's cores (each priced at its share of threads)
     validate: str = ""  # LOADRUN:REPLICAS,...: `engines load` runs measured through a fleet of that many replicas
+    shared_prefix: int = 0  # prompt tokens every planned request shares (a system prompt): priced by each
+    # replica's prefix cache (the source's --prefix-cache-gb); 0: every prompt prefilled whole

@@ -91,14 +91,17 @@ def served_model(url: str, timeout_s: float, api_key: str | None = None) -> str:
 
 def cold(cfg: LoadConfig, pass_id: str, prompt: Prompt) -> dict:
     """What keeps one request's prompt out of every prefix cache under the cold protocol: a ``cache_salt`` of its
-    own (Phoenix's server and vLLM key their caches by it), or llama.cpp's ``cache_prompt`` off; nothing under
-    ``--cache warm``, or for an engine that takes neither (SGLang: its runs say the cache was not controlled)."""
-    if cfg.cache != "cold":
+    own (Phoenix's server and vLLM key their caches by it), or llama.cpp's ``cache_prompt`` off. Under ``--cache
+    system`` one salt for the whole pass: its requests share their system prompt and nothing an earlier pass sent.
+    Nothing under ``--cache warm``, or for an engine that takes neither (SGLang: its runs say the cache was not
+    controlled)."""
+    if cfg.cache == "warm":
         return {}
-    if cfg.engine == "llamacpp":
+    if cfg.engine == "llamacpp" and cfg.cache == "cold":
         return {"cache_prompt": False}
     if cfg.engine in ("phoenix", "vllm"):  # vLLM takes 128 characters without '@', '/', '\\': a digest fits anywhere
-        return {"cache_salt": hashlib.sha256(f"{pass_id}/{prompt.id}".encode()).hexdigest()[:32]}
+        key = pass_id if cfg.cache == "system" else f"{pass_id}/{prompt.id}"
+        return {"cache_salt": hashlib.sha256(key.encode()).hexdigest()[:32]}
     return {}
 
 
@@ -106,4 +109,8 @@ def cache_scenario(cfg: LoadConfig) -> str:
     """The cache scenario a run states: cold (enforced per request), warm (named), or not controlled."""
     if cfg.cache == "warm":
         return "warm: prompts re-sent, " + ("one system prompt shared" if cfg.system_prompt else "as they come")
+    if cfg.cache == "system":
+        if cfg.engine not in ("phoenix", "vllm"):
+            return "not controlled (the engine takes no salt)"
+        return "system: each pass's requests share their system prompt, nothing from an earlier pass"
     return "cold" if cfg.engine in ("phoenix", "vllm", "llamacpp") else "not controlled (the engine takes no salt)"

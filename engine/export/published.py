@@ -12,6 +12,7 @@ Blocks (ARGS in the marker):
   lands within 10%.
 - ``goal RUN MODE THRESHOLD``: a speedup goal judged by its interval (met only where the interval clears it).
 - ``position0 RUN MODE``: position-0 acceptance (accepted / drafts, unconditional) with its count.
+- ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
 - ``terms RUNS``: the terms of an engine comparison: per engine its cache scenario, the share of prompt tokens
   its prefix cache served, its cores and weights, and what makes the comparison unequal.
 """
@@ -29,9 +30,10 @@ from engine.analysis import sweeps as S
 from engine.analysis.fit import fit_run, predictions
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
+from engine.export.published_fleet import fleet_plan
 from engine.paths import ROOT
 
-DOCS = (ROOT / "README.md", ROOT / "docs" / "findings.md")
+DOCS = (ROOT / "README.md", ROOT / "docs" / "findings.md", ROOT / "docs" / "serving.md")
 BLOCK = re.compile(r"<!-- generated: (?P<name>[a-z0-9-]+)(?P<args>[^>]*?) -->(?P<body>.*?)<!-- /generated -->", re.S)
 WITHIN = 0.10  # the break-even model's error a check allows
 
@@ -322,6 +324,7 @@ def tuner(fig: Figures, runs: str) -> str:
 
 
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
+    "fleet-plan": fleet_plan,
     "tuner": tuner,
     "crosscheck": crosscheck,
     "sitting": sitting,

@@ -9,6 +9,7 @@ import json
 from fastapi import Request as HttpRequest
 from starlette.requests import ClientDisconnect
 
+from engine.decode.decoder import template_ids
 from engine.decode.sampling_params import MAX_LOGPROBS, SamplingParams
 from engine.serve.service import Service
 
@@ -205,8 +206,7 @@ def prompt_ids(service: Service, body: dict, chat: bool) -> list[int]:
             raise ApiError(400, "the messages are empty: send some text", param="messages")
         if not getattr(tok, "chat_template", None):
             raise ApiError(400, f"{service.model_name} has no chat template: use /v1/completions", param="messages")
-        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, enable_thinking=False)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return template_ids(tok, messages)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One sitting that judges the fleet plan where it can fail (issue 65): a source replica measured on its own (a
+# server no fleet uses, other prompts, closed-loop concurrency, every prompt cold), then fleets of 1 and 2 replicas
+# behind vllm-router at Poisson rates past what one replica serves, each pass's requests sharing a deployment's
+# system prompt (`--cache system`: one cache_salt a pass, so the replicas' prefix caches serve the system prompt
+# and nothing an earlier pass sent). Then `fleet plan --validate` prices each measured pass from the source alone and
+# keeps its prediction, the naive guess and both errors in the load run. Run it on a quiet machine.
+#
+#   MODEL=smollm2 bash benchmarks/fleet_sitting.sh
+#
+# Writes into $DB (default benchmarks/results.db).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+DB=${DB:-benchmarks/results.db}
+MODEL=${MODEL:-smollm2}
+DRAFTER=${DRAFTER:-ngram}
+VARIANTS=${VARIANTS:-none,ngram-k4}
+RATES=${RATES:-1,2,4}
+N=${N:-32}
+TOKENS=${TOKENS:-64}
+BATCH=${BATCH:-8}
+SYSTEM=${SYSTEM:-benchmarks/prompts/system-500.txt}
+PORT=${PORT:-8030}
+CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
+TAG="${MODEL} fleet plan check ($(date -u +%F), ${CPU})"
+SERVE=(--target "$MODEL" --draft none --drafter "$DRAFTER" --dtype bfloat16 --max-batch "$BATCH")
+PHASES=${PHASES:-source,1,2}
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+
+if has source; then
+  "$PY" -m engine serve "${SERVE[@]}" --port "$PORT" --db "$DB" --name "source replica, $TAG" \
+    >"/tmp/phoenix-source-$PORT.log" 2>&1 &
+  SERVER=$!
+  until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; do
+    kill -0 "$SERVER" 2>/dev/null || { tail -5 "/tmp/phoenix-source-$PORT.log"; exit 1; }
+    sleep 1
+  done
+  "$PY" -m engine engines load --url "http://127.0.0.1:$PORT" --engine phoenix --variants "$VARIANTS" \
+    --prompts humaneval-train --limit 16 --concurrency 1,2,4,8 --max-new-tokens "$TOKENS" --system-prompt "$SYSTEM" \
+    --db "$DB" --name "source sweep, $TAG"
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+fi
+for n in 1 2; do
+  has "$n" || continue
+  "$PY" -m engine fleet start --replicas "$n" --router round_robin --port "$PORT" "${SERVE[@]}" --db "$DB" \
+    --name "fleet of $n, plan check $(date -u +%F)"
+  "$PY" -m engine engines load --url "http://127.0.0.1:$PORT" --engine phoenix --variants "$VARIANTS" \
+    --prompts humaneval-test --limit "$N" --request-rate "$RATES" --max-new-tokens "$TOKENS" --cache system \
+    --system-prompt "$SYSTEM" --db "$DB" --name "through the router: $n replica(s), $TAG" || true
+  "$PY" -m engine fleet stop --port "$PORT"
+done
+echo "sitting done: $TAG"

@@ -1,0 +1,69 @@
+"""The fleet plan's published check (the ``fleet-plan RUNS`` block of engine.export.published): what `fleet plan
+--validate` kept in each load run, set beside the measurement, and the goal judged on the levels where the fleet
+saturates, out of sample only. A level saturates where requests arrived at least as fast as that fleet served them
+at its best level in the runs cited (a 32-request pass at 1 request/s ends below rate x tokens without a queue)."""
+
+from __future__ import annotations
+
+from engine.errors import PhoenixError
+
+GOAL = 0.15  # issue 65: the plan within 15% of the measured TTFT p50 and throughput
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x == x and x != float("inf") else "n/a"
+
+
+def fleet_plan(fig, runs: str) -> str:
+    """One row per validated (run, variant): measured, the plan and the naive guess for throughput and TTFT p50,
+    with the cached shares; then the goal over the saturated, out-of-sample levels."""
+    from engine.export.published import _ids  # one parser of run lists
+
+    head = (
+        "| fleet | rate | variant | tok/s measured | plan (error) | naive (error) | TTFT p50 ms measured "
+        "| plan (error) | naive (error) | cached share measured / plan | saturated | run |\n"
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
+    )
+    lines, judged = [head], []
+    kept = {}
+    for run_id in _ids(runs):
+        kept[run_id] = (fig.run(run_id).config or {}).get("fleet_plan") or []
+        if not kept[run_id]:
+            raise PhoenixError(f"run #{run_id} keeps no fleet plan: run `fleet plan --validate {run_id}:N` first")
+    best: dict[int, float] = {}  # fleet size -> the most requests/s it served at any level cited
+    for r in (r for rows in kept.values() for r in rows):
+        best[r["replicas"]] = max(best.get(r["replicas"], 0.0), float(r.get("req/s measured") or 0.0))
+    for run_id, rows in kept.items():
+        for r in rows:
+            nan = float("nan")
+            guess = r.get("tok/s naive")
+            saturated = bool(best[r["replicas"]]) and r["rate"] >= best[r["replicas"]]
+            share = r.get("cached share measured")
+            naive_tokens = "" if guess is None else f"{guess:.1f} ({_pct(r.get('tok/s naive error', nan))})"
+            lines.append(
+                f"| {r['replicas']} | {r['rate']:g} | {r['variant']} | {r['tok/s measured']:.1f} | "
+                f"{r['tok/s predicted']:.1f} ({_pct(r['tok/s error'])}) | {naive_tokens} | "
+                f"{r['TTFT p50 measured (ms)']:.0f} | {r['TTFT p50 predicted (ms)']:.0f} ({_pct(r['TTFT error'])}) | "
+                f"{r.get('TTFT naive (ms)', nan):.0f} ({_pct(r.get('TTFT naive error', nan))}) | "
+                f"{'n/a' if share is None else _pct(share)} / {_pct(r.get('cached share predicted', 0.0))} | "
+                f"{'yes' if saturated else 'no'} | #{run_id}{'' if r.get('out of sample', False) else ' (in sample)'} |"
+            )
+            if saturated and r.get("out of sample", False):
+                judged.append(r)
+    return "\n\n" + "\n".join(lines) + "\n\n" + verdict(judged, runs) + "\n\n"
+
+
+def verdict(judged: list[dict], runs: str) -> str:
+    if not judged:
+        return f"*The goal (within {GOAL:.0%}, out of sample, saturated)*: no level of runs {runs} qualifies."
+    worst_tokens = max(r["tok/s error"] for r in judged)
+    worst_ttft = max(r["TTFT error"] for r in judged)
+    met = worst_tokens <= GOAL and worst_ttft <= GOAL
+    tokens_beat = sum(r["tok/s error"] < r.get("tok/s naive error", float("inf")) for r in judged)
+    ttft_beat = sum(r["TTFT error"] < r.get("TTFT naive error", float("inf")) for r in judged)
+    return (
+        f"*The goal (within {GOAL:.0%} of TTFT p50 and throughput, out of sample, at saturated levels; "
+        f"{len(judged)} rows of level and variant)*: {'**met**' if met else '**not met**'} (worst throughput error "
+        f"{worst_tokens:.0%}, worst TTFT error {worst_ttft:.0%}). Against the naive guess the plan's error is smaller "
+        f"at {tokens_beat} of {len(judged)} for throughput and {ttft_beat} of {len(judged)} for TTFT."
+    )
