@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from engine.paths import ROOT
+from engine.preload import preloaded
 
 VERSIONED = ("torch", "transformers", "sqlalchemy")
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")  # what moves V(n)
@@ -85,6 +86,7 @@ def environment() -> dict:
         "processor": platform.processor(),
         **cpu(),
         **threads(),
+        "preload": preloaded(),  # what LD_PRELOAD held (tcmalloc under `serve --preload auto`): "" for nothing
         "git_sha": git_sha(),
     }
 

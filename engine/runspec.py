@@ -319,7 +319,7 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
         runner=runner,
         version=str(server.get("version") or phoenix.get("version") or ""),
         command=str(server.get("command") or ""),
-        preload=str(server.get("preload") or ""),
+        preload=str(server.get("preload") or phoenix.get("preload") or ""),
     )
 
 

@@ -68,3 +68,25 @@ def test_the_tuner_against_its_own_off_is_judged_by_its_blocks_interval(store):
     assert "| c=16 |" in text and "one block: no interval" in rows[-1]  # 16 prompts at c = 16: a single block
     with pytest.raises(Exception, match="no level with the tuner"):
         published.tuner(published.Figures(store), "289-293")  # vLLM's runs: no tuner there
+
+
+def test_the_fleet_plan_is_judged_only_at_saturated_out_of_sample_levels(store):
+    from engine.export.published_fleet import fleet_plan
+
+    text = fleet_plan(published.Figures(store), "349-351,354-356")
+    rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert len(rows) == 12 and all(r.endswith("|") for r in rows)
+    assert all("| no |" in r for r in rows if r.startswith("| 1 | 1 |") or r.startswith("| 2 | 1 |"))  # 1/s: no queue
+    assert all("| yes |" in r for r in rows if r.split("|")[2].strip() == "4")
+    assert "8 rows of level and variant" in text and "**not met**" in text  # TTFT under a queue, reported
+    old = fleet_plan(published.Figures(store), "227-229,233-235")  # the source served the 1-replica fleet
+    assert "(in sample)" in old and "2 rows of level and variant" in old
+
+
+def test_two_settings_in_alternating_rounds_get_a_verdict_only_where_every_round_agrees(store):
+    from engine.export.published_ab import rounds
+
+    text = rounds(published.Figures(store), "none 363-365,378-380 366-368,372-374 plain tcmalloc")
+    assert text.count("tcmalloc faster") == 3 and "#363 #378 #366 #372" in text
+    same = rounds(published.Figures(store), "none 363-365,378-380 363-365,378-380 plain again")
+    assert same.count("mixed: no verdict") == 3  # a setting against itself is never faster

@@ -238,6 +238,11 @@ def test_kill_9_loses_nothing_already_recorded(tiny_dirs, tmp_path):
     assert store.count_requests(run.id) == 2
     out = proc.stdout.read() if proc.stdout else ""
     assert "Phoenix serves" in out and "Traceback" not in out
+    from engine.preload import allocator
+
+    if allocator():  # `serve` restarted itself with tcmalloc (--preload auto), one process, and the run says so
+        assert "preloaded libtcmalloc_minimal.so.4" in out
+        assert store.get_run(run.id).config["environment"]["preload"] == "libtcmalloc_minimal.so.4"
 
 
 def test_a_sweep_sends_its_api_key_and_never_stores_it(tiny_dirs, tmp_path):

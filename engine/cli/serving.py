@@ -16,6 +16,7 @@ from engine.engines import replicas as fleet
 from engine.engines.config import PlanConfig
 from engine.engines.replicas import FleetConfig
 from engine.errors import PhoenixError
+from engine.preload import restart_with_allocator
 from engine.serve.config import ServeConfig, check_serve
 
 MOVED = {"sweep", "watch", "engines"}  # `serve <these>` was the serving-engine client before Phoenix served
@@ -165,6 +166,7 @@ def cmd_serve(args) -> int:
     from engine.serve.service import Service  # lazy: torch loads only for a server
 
     cfg = check_serve(from_args(ServeConfig, args))
+    restart_with_allocator(cfg.preload)  # before anything loads: the new process reads its flags again
     cfg.dtype = serving_dtype(cfg.dtype, cfg.device)  # type: ignore[assignment]  # the run stores what ran, not auto
     check_port(cfg.host, cfg.port)
     store = open_store(args.db)

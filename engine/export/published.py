@@ -12,6 +12,8 @@ Blocks (ARGS in the marker):
   lands within 10%.
 - ``goal RUN MODE THRESHOLD``: a speedup goal judged by its interval (met only where the interval clears it).
 - ``position0 RUN MODE``: position-0 acceptance (accepted / drafts, unconditional) with its count.
+- ``rounds VARIANT A_RUNS B_RUNS NAME_A NAME_B``: two settings of one server in alternating rounds, level by level
+  (engine.export.published_ab).
 - ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
 - ``terms RUNS``: the terms of an engine comparison: per engine its cache scenario, the share of prompt tokens
   its prefix cache served, its cores and weights, and what makes the comparison unequal.
@@ -30,6 +32,7 @@ from engine.analysis import sweeps as S
 from engine.analysis.fit import fit_run, predictions
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
+from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
 from engine.paths import ROOT
 
@@ -325,6 +328,7 @@ def tuner(fig: Figures, runs: str) -> str:
 
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "fleet-plan": fleet_plan,
+    "rounds": rounds,
     "tuner": tuner,
     "crosscheck": crosscheck,
     "sitting": sitting,

@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.decode.sampling import TokenLogprob
 from engine.decode.sequence import Finished, QueueFull, Request
+from engine.preload import preloaded
 from engine.provenance import git_sha
 from engine.serve.detokenize import Detokenizer, StopStrings
 from engine.serve.parse import (
@@ -111,6 +112,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "run_id": service.run_id,
             "dtype": service.decoder.pair.dtype,  # what a load client's run states of the forward it measured
             "threads": torch.get_num_threads(),
+            "preload": preloaded(),  # the allocator it runs with (engine.preload): part of what a load run measured
             "settings": {k: getattr(service.cfg, k) for k in SETTINGS},  # what a load run states of the server
             "cpu_s": round(time.process_time(), 3),  # the process's CPU seconds: a load client's cost per token
             **service.stats,
@@ -165,7 +167,8 @@ def ready_line(service: Service) -> str:
     return (
         f"Phoenix serves {service.model_name} at http://{cfg.host}:{cfg.port}/v1 (drafter {service.drafter}, draft "
         f"{cfg.draft or 'none'}, {pair.dtype}, max batch {cfg.max_batch}, weights {service.packed}, forward "
-        f"{pair.runner}, ready after {sum(service.startup_s.values()):.0f} s of warming and profiling, run "
+        f"{pair.runner}, preloaded {preloaded() or 'nothing'}, ready after {sum(service.startup_s.values()):.0f} s "
+        f"of warming and profiling, run "
         f"#{service.run_id}); Ctrl-C or SIGTERM drains and stops"
     )
 

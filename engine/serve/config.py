@@ -47,6 +47,8 @@ class ServeConfig(PairConfig):
     fleet: str = ""  # the fleet this server is a replica of (`fleet start` sets it; the Fleet page groups by it)
     router: str = ""  # the router in front of it, "<policy>@<url>" (`fleet start` sets it)
     seed: int = 0
+    preload: Literal["auto", "none"] = "auto"  # auto: restart once with tcmalloc preloaded where the machine has it
+    # (vLLM's CPU allocator; engine.preload), none: glibc's malloc
 
 
 def check_serve(cfg: ServeConfig) -> ServeConfig:

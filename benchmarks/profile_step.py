@@ -1,0 +1,77 @@
+"""Where a batched decode step's time goes (issue 66): one verify pass of B rows, one token each, over cached
+contexts of the lengths a cold sitting gives (rows of unequal length pad the batch cache to the longest), under
+torch.profiler; the top operators by self time, and the step's median against rows of equal length.
+
+    python -m benchmarks.profile_step [--target smollm2] [--rows 1,4,8,16] [--context 450-800] [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import statistics
+import time
+
+import torch
+from transformers import DynamicCache
+
+import engine  # noqa: F401
+from engine.decode.batch import BatchCache, verify_batch
+from engine.decode.loading import load_pair, prepare
+
+
+def rows_cache(target, lengths: list[int]) -> BatchCache:
+    batch = BatchCache.empty(target.device)
+    cached: dict[int, DynamicCache] = {}
+    with torch.inference_mode():
+        for n in lengths:
+            if n not in cached:
+                cache = DynamicCache(config=target.config)
+                target(input_ids=torch.arange(1, n + 1)[None, :] % 1000 + 1, cache=cache, use_cache=True)
+                cached[n] = cache
+            batch.add_row(copy.deepcopy(cached[n]), n)
+    return batch
+
+
+def step_s(target, batch: BatchCache, repeat: int) -> list[float]:
+    out = []
+    with torch.inference_mode():
+        for _ in range(repeat):
+            lengths = list(batch.lengths)
+            start = time.perf_counter()
+            verify_batch(target, batch, [[1] for _ in lengths])
+            out.append(time.perf_counter() - start)
+            batch.cache.crop(-1)
+            batch.valid, batch.lengths = batch.valid[:, :-1], lengths
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="smollm2")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--rows", default="1,4,8,16")
+    ap.add_argument("--context", default="450-800")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args()
+    pair = prepare(load_pair(args.target, None, "cpu", args.dtype))
+    target = pair.target
+    lo, hi = map(int, args.context.split("-"))
+    rng = random.Random(0)
+    for b in map(int, args.rows.split(",")):
+        lengths = sorted(rng.randint(lo, hi) for _ in range(b))
+        ragged, even = rows_cache(target, lengths), rows_cache(target, [max(lengths)] * b)
+        step_s(target, ragged, 3)
+        t_ragged, t_even = statistics.median(step_s(target, ragged, args.repeat)), 0.0
+        t_even = statistics.median(step_s(target, even, args.repeat))
+        print(f"\n{b} rows, contexts {lengths[0]}-{lengths[-1]}: step {1000 * t_ragged:.1f} ms ragged, "
+              f"{1000 * t_even:.1f} ms all at {lengths[-1]}")  # fmt: skip
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step_s(target, ragged, 5)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+
+
+if __name__ == "__main__":
+    main()
