@@ -17,17 +17,17 @@ import torch
 from transformers import DynamicCache
 
 import engine  # noqa: F401
-from engine.decode.batch import BatchCache, verify_batch
+from engine.decode.batch import BatchCache, roomy_cache, verify_batch
 from engine.decode.loading import load_pair, prepare
 
 
 def rows_cache(target, lengths: list[int]) -> BatchCache:
     batch = BatchCache.empty(target.device)
-    cached: dict[int, DynamicCache] = {}
+    cached: dict[int, DynamicCache] = {}  # one prefill per length, copied per row
     with torch.inference_mode():
         for n in lengths:
             if n not in cached:
-                cache = DynamicCache(config=target.config)
+                cache = roomy_cache(target.config)  # the server's: a step's tokens written in place
                 target(input_ids=torch.arange(1, n + 1)[None, :] % 1000 + 1, cache=cache, use_cache=True)
                 cached[n] = cache
             batch.add_row(copy.deepcopy(cached[n]), n)

@@ -95,9 +95,12 @@ def _running(port: int) -> float:
     return float(line.rsplit(" ", 1)[-1])
 
 
-def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path):
+@pytest.mark.parametrize("router", ["round_robin", "cache_aware"])
+def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path, router):
     """Issue 60: one replica SIGKILLed while it holds requests. The load client's run records every request it
-    sent, answered or an error the client saw; the router sends the later ones to the replica left."""
+    sent, answered or an error the client saw; the router sends the later ones to the replica left. Under both
+    policies (cache_aware is vllm-router's default; it does not retry what the dead replica held: those are error
+    rows). `fleet stop` then closes the dead replica's run, which a kill left "running"."""
     import signal
     import subprocess
     import time
@@ -110,7 +113,7 @@ def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path):
     port = free_port()
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n"}) + "\n" for i in range(16)))
-    cfg = fleet.FleetConfig(replicas=2, router="round_robin", port=port, db=db, max_batch=2, name="kill")
+    cfg = fleet.FleetConfig(replicas=2, router=router, port=port, db=db, max_batch=2, name="kill")
     record = fleet.start(cfg, tmp_path, say=lambda _: None)
     victim = next(p for p in record["processes"] if p["name"] == "replica 1")
     argv = [sys.executable, "-m", "engine", "engines", "load", "--url", f"http://127.0.0.1:{port}", "--engine"]
@@ -126,7 +129,7 @@ def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path):
         os.kill(victim["pid"], signal.SIGKILL)
         out, _ = load.communicate(timeout=300)
     finally:
-        fleet.stop(port, tmp_path)
+        said = fleet.stop(port, tmp_path)
     store = Store(db)
     (run,) = [r for r in store.list_runs() if r.name.startswith("through the router")]
     rows = store.requests(run.id)
@@ -141,3 +144,6 @@ def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path):
     assert all(not r.error for r in last), [r.error for r in last]  # routed around the dead replica
     replica0 = next(r for r in store.list_runs() if r.name == "kill replica 0")
     assert store.count_requests(replica0.id) >= len(answered) - 4  # the replica left answered the rest
+    dead = next(r for r in store.list_runs() if r.name == "kill replica 1")
+    assert dead.status == "interrupted" and "exited before `fleet stop`" in (dead.error or ""), dead
+    assert f"replica 1 (had already stopped; its run #{dead.id} marked interrupted)" in said, said

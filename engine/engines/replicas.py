@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.engines import process
+from engine.engines.protocol import server_health
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_MAX_BATCH
 from engine.paths import DATA_DIR
@@ -125,6 +126,7 @@ def start(cfg: FleetConfig, data_dir: Path = DATA_DIR, say=print) -> dict:
         for i in range(cfg.replicas):
             say(f"replica {i}: starting on port {cfg.port + 1 + i} ({env['OMP_NUM_THREADS']} thread(s))")
             started.append(_launch(f"replica {i}", replica_argv(cfg, i), cfg.port + 1 + i, cfg, data_dir, env))
+            started[-1]["run_id"] = _run_of(cfg.port + 1 + i)  # its live run: `stop` closes it if it died
             keep()
         metrics = free_port()
         say(f"router: {cfg.router} on port {cfg.port}, its Prometheus metrics on port {metrics}")
@@ -177,6 +179,30 @@ def stop(port: int, data_dir: Path = DATA_DIR) -> list[str]:
     stopped: list[str] = []
     gone: list[str] = []
     for p in reversed(processes):
-        (stopped if process.stop(_files(p["key"], data_dir)) else gone).append(p["name"])
+        if process.stop(_files(p["key"], data_dir)):
+            stopped.append(p["name"])
+        else:  # a router or replica that died says so; a replica's run, left "running" by a kill, is closed
+            gone.append(f"{p['name']} (had already stopped{_close_run(record, p)})")
     path.unlink(missing_ok=True)
-    return stopped + [f"{name} (had already stopped)" for name in gone]  # a router or replica that died says so
+    return stopped + gone
+
+
+def _run_of(port: int) -> int | None:
+    """A replica's own live run, from its /health (None where it does not say)."""
+    try:
+        run_id = server_health(f"http://127.0.0.1:{port}", 10.0).get("run_id")
+    except Exception:  # a replica that answered /health once and not now: its run is found no other way
+        return None
+    return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
+
+
+def _close_run(record: dict, p: dict) -> str:
+    """Mark a dead replica's run interrupted (only one still "running": a finished run keeps its status)."""
+    run_id = p.get("run_id")
+    if not isinstance(run_id, int):
+        return ""
+    from db.store import Store, resolve_url  # lazy: a stop with no run to close opens no database
+
+    store = Store(resolve_url(str((record.get("config") or {}).get("db") or "") or None))
+    reason = "its process had exited before `fleet stop` (killed or crashed); what it recorded is kept"
+    return f"; its run #{run_id} marked interrupted" if store.interrupt_if_running(run_id, reason) else ""
