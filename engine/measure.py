@@ -104,6 +104,21 @@ def cpu_per_1k_tokens(cpu_s: float | None, output_tokens: int) -> float | None:
     return 1000.0 * cpu_s / output_tokens if cpu_s is not None and output_tokens > 0 else None
 
 
+def cost_text(cpu_s: float | None, timed_tokens: int, all_tokens: int, spread: list[float] | None = None) -> str:
+    """A cost as a page says it: CPU seconds per 1,000 output tokens over the tokens whose CPU time was read, the
+    spread where there is one (blocks or requests), and what is missing where the CPU time covers only part of the
+    tokens (a killed session's, a server that did not say). "" where nothing was timed."""
+    value = cpu_per_1k_tokens(cpu_s, timed_tokens)
+    if value is None:
+        return ""
+    text = f"{value:.1f}"
+    if spread and len(spread) >= 2:
+        text += f" ({min(spread):.1f}-{max(spread):.1f})"
+    if all_tokens > timed_tokens:
+        text += f", CPU timed for {timed_tokens:,} of {all_tokens:,} tokens"
+    return text
+
+
 def draft_share(draft_s: float, verify_s: float) -> float:
     """Drafting's share of the decode passes' time: draft / (draft + verify), prefills apart (0 where nothing ran)."""
     total = draft_s + verify_s

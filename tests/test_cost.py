@@ -68,4 +68,70 @@ def test_a_lab_run_keeps_each_modes_cpu_seconds_and_the_run_page_prices_a_thousa
     assert set(spent) == {"target", "ngram_3"} and all(v > 0 for v in spent.values())
     monkeypatch.setenv("PHOENIX_DB", db_url)
     captions = [c.value for c in open_page("run", run=run.id).caption]
-    assert any(c.startswith("Cost, CPU-seconds per 1,000 output tokens: target ") for c in captions)
+    assert any(
+        c.startswith("Cost, CPU-seconds per 1,000 output tokens (spread in brackets): target ") for c in captions
+    )
+    kept = store.get_run(run.id).config
+    rows = [r for r in store.requests(run.id) if not r.warmup]
+    for mode in ("target", "ngram_3"):  # the seconds and the tokens they produced, counted together
+        assert kept["cpu_tokens"][mode] == sum(r.output_tokens for r in rows if r.mode == mode)
+        assert len(kept["cpu_each"][mode]) == sum(1 for r in rows if r.mode == mode)  # each request's: the spread
+    # a session killed before it wrote its CPU time (kill -9, then resume): the page says what the cost covers
+    store.merge_config(run.id, {"cpu_tokens": {"target": kept["cpu_tokens"]["target"] // 2}})
+    captions = [c.value for c in open_page("run", run=run.id).caption]
+    assert any("CPU timed for" in c and "target" in c for c in captions), captions
+
+
+def test_the_cost_text_says_its_spread_and_what_it_does_not_cover():
+    from engine.measure import cost_text
+
+    assert cost_text(2.0, 1000, 1000, [1.5, 2.5]) == "2.0 (1.5-2.5)"
+    assert cost_text(2.0, 500, 1000) == "4.0, CPU timed for 500 of 1,000 tokens"
+    assert cost_text(None, 500, 1000) == "" and cost_text(1.0, 0, 10) == ""
+
+
+def test_a_run_at_concurrency_n_prices_each_modes_groups(store, tiny_dirs, prompt_file):
+    from engine.bench.run import execute
+    from engine.bench.setup import create_run
+
+    cfg = bench_cfg(tiny_dirs, prompt_file, modes=["target", "ngram_3"], limit=4, concurrency=2)
+    run = create_run(store, cfg)
+    assert execute(store, run.id, cfg, progress=False) == "done"
+    kept = store.get_run(run.id).config
+    rows = [r for r in store.requests(run.id) if not r.warmup]
+    for mode in ("target", "ngram_3"):  # `bench --concurrency` once measured no CPU at all
+        assert kept["cpu_s"][mode] > 0
+        assert kept["cpu_tokens"][mode] == sum(r.output_tokens for r in rows if r.mode == mode)
+
+
+def test_a_served_run_prices_its_traffic(tiny_dirs, tmp_path, monkeypatch):
+    import urllib.request
+
+    from apptest import open_page
+    from helpers import http_server, migrated
+
+    from db.store import Store
+    from engine.decode.decoder import Decoder
+    from engine.decode.loading import load_pair
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.service import Service
+
+    url = migrated(f"sqlite:///{tmp_path / 'served.db'}")
+    store = Store(url)
+    d = tiny_dirs["qwen3"]
+    service = Service(check_serve(ServeConfig(drafter="model", max_batch=2, profile=False)), Decoder(
+        load_pair(d["target"], d["near"], "cpu", "float32")), store)  # fmt: skip
+    with http_server(service) as port:
+        for i in range(3):
+            body = json.dumps({"prompt": f"x = {i}\n", "max_tokens": 6}).encode()
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert r.status == 200
+    (run,) = store.list_runs()
+    served = store.get_run(run.id).config["serve_cpu"]
+    assert served["cpu_s"] > 0 and served["tokens"] == sum(r.output_tokens for r in store.requests(run.id))
+    monkeypatch.setenv("PHOENIX_DB", url)
+    captions = [c.value for c in open_page("run", run=run.id).caption]
+    assert any("served traffic" in c and "since it was ready" in c for c in captions), captions

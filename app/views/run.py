@@ -5,11 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from app import actions, charts, data, oracle, provenance, served, serving, specbench, tracking, urlstate, widgets
+from app.views.cost import cost_line
 from engine.analysis.breakeven import diagnose, measured_speedups, verdict
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP
 from engine.analysis.stats import FEW, load_drift
-from engine.measure import cpu_per_1k_tokens
 from engine.modes import Mode, reference_mode
 from engine.paths import DATA_DIR
 from engine.queue.autostart import worker_pid
@@ -289,25 +289,6 @@ def kpis(summaries) -> None:
             help="vLLM's: 1 + accepted / passes that drafted, the bonus token included",
         )
         st.caption(kpi_intervals(m, base))
-
-
-def cost_line(info, summaries) -> None:
-    """CPU seconds per 1,000 output tokens, per mode: what the run's own process spent on each (a lab run), or what
-    each server's process spent (a load level, where Phoenix could read it)."""
-    spent = info.config.get("cpu_s") or {}
-    figures = info.config.get("figures") or {}
-    parts = [
-        f"{m.mode} {value:.1f}"
-        for m in summaries
-        if (value := cpu_per_1k_tokens(spent.get(m.mode), m.output_tokens)) is not None
-    ]
-    parts += [
-        f"{variant} {f['cpu_s_per_1k_tokens']:.1f}"
-        for variant, f in figures.items()
-        if isinstance(f, dict) and f.get("cpu_s_per_1k_tokens") is not None
-    ]
-    if parts:
-        st.caption("Cost, CPU-seconds per 1,000 output tokens: " + ", ".join(parts))
 
 
 def cancel_notice(run_id: int, status: str | None) -> str:

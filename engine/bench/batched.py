@@ -10,6 +10,7 @@ queue wait and the mean batch it ran in; identity is judged against the target's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 from db.entities import RequestRecord
@@ -55,12 +56,16 @@ def run_group(
         drafter = "none"
     sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, None, max_batch=len(ids), max_queue=len(ids))
     finished: dict[str, Finished] = {}
+    cpu_before = time.process_time()  # the group's CPU, every thread: its requests share each step
     for i, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         sampling = cfg.sampling(prompt.id)
         req = Request(prompt_ids, cfg.max_new_tokens, drafter, k if drafter != "none" else None, sampling, id=str(i))
         req.on_done = _keep(finished)
         sched.submit(req)
     sched.drain()
+    cpu = time.process_time() - cpu_before
+    if not warmup:
+        state.timed(mode, cpu, sum(f.stats.output_tokens for f in finished.values()))
     out: list[tuple[RequestRecord, object]] = []
     for i, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         f = finished[str(i)]

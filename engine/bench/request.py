@@ -46,6 +46,17 @@ class RunState:
     prompts: dict[str, Prompt] = field(default_factory=dict)  # the run's prompts by id (a later turn finds its parent)
     cpu_s: dict[str, float] = field(default_factory=dict)  # per mode: the process's CPU seconds its measured requests
     # took (time.process_time: every thread of this process, the decode's included), the cost per token
+    cpu_tokens: dict[str, int] = field(default_factory=dict)  # per mode: the output tokens those seconds produced
+    cpu_each: dict[str, list[float]] = field(default_factory=dict)  # per mode: each timed request's (or group's)
+    # CPU seconds per 1,000 tokens: the cost's spread
+
+    def timed(self, mode: str, cpu: float, tokens: int) -> None:
+        """Measured requests' CPU seconds and the output tokens they produced, counted together (a cost never divides
+        one session's seconds by another's tokens)."""
+        self.cpu_s[mode] = self.cpu_s.get(mode, 0.0) + cpu
+        self.cpu_tokens[mode] = self.cpu_tokens.get(mode, 0) + tokens
+        if tokens > 0:
+            self.cpu_each.setdefault(mode, []).append(1000.0 * cpu / tokens)
 
     def arm(self, decision_k: int, run_drafter: str) -> tuple[str, int, bool]:
         """(drafter, k, confident?) of a bandit's choice: its k with the run's drafter, or the drafter arm it
@@ -163,7 +174,7 @@ def run_one(
         state.seq += 1
         if warmup:
             return rec, stats
-        state.cpu_s[mode] = state.cpu_s.get(mode, 0.0) + cpu
+        state.timed(mode, cpu, rec.output_tokens)
         judge(state, cfg, rec, stats, prompt, ids, mode, decision, shadow_rng)
         state.telemetry.finish_request(txn, rec)
     if rec.bandit is not None:

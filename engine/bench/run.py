@@ -198,9 +198,13 @@ def execute(
         if status in ("done", "cancelled", "interrupted"):
             recorder.close()
             stored = store.get_run(run_id)
-            spent = ((stored.config if stored else {}) or {}).get("cpu_s") or {}  # a resumed run adds to what it spent
+            kept = (stored.config if stored else {}) or {}  # a resumed run adds to what its earlier sessions spent
+            spent, counted = kept.get("cpu_s") or {}, kept.get("cpu_tokens") or {}
             total = {m: spent.get(m, 0.0) + state.cpu_s.get(m, 0.0) for m in {*spent, *state.cpu_s}}
-            store.merge_config(run_id, {"cpu_s": total})
+            tokens = {m: counted.get(m, 0) + state.cpu_tokens.get(m, 0) for m in {*counted, *state.cpu_tokens}}
+            each = kept.get("cpu_each") or {}
+            spread = {m: (each.get(m) or []) + state.cpu_each.get(m, []) for m in {*each, *state.cpu_each}}
+            store.merge_config(run_id, {"cpu_s": total, "cpu_tokens": tokens, "cpu_each": spread})
             if cfg.compile:
                 store.merge_config(run_id, {"compile": finish(decoder.compile_stats, graphs_at_start)})
             store.set_status(run_id, status)

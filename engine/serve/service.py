@@ -9,12 +9,10 @@ already admitted or waiting finish and are recorded, then the run is marked done
 
 from __future__ import annotations
 
-import collections
 import copy
 import hashlib
 import logging
 import queue
-import random
 import threading
 import time
 from collections import Counter
@@ -28,7 +26,7 @@ from db.store import HEARTBEAT_S, Store
 from engine import runspec
 from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
-from engine.decode.decoder import Decoder, identity
+from engine.decode.decoder import Decoder
 from engine.decode.eagle3.drafter import warm as warm_head
 from engine.decode.packed import pack_pair
 from engine.decode.prefix import PrefixCache
@@ -40,11 +38,12 @@ from engine.observe.sentry import Telemetry
 from engine.prompts.sets import Prompt
 from engine.provenance import environment
 from engine.serve.config import ServeConfig, stored_config
+from engine.serve.cost import CpuMeter
 from engine.serve.recorder import Recorder, replay_spills, spill_path
+from engine.serve.shadow import Shadow
 from engine.serve.tuner import LoadTuner, profile_cost
 
 log = logging.getLogger("phoenix.serve")
-SHADOW_WAIT_S = 30.0  # a request held for its shadow check is written without one after this long under load
 
 
 def default_drafter(cfg: ServeConfig, decoder: Decoder) -> str:
@@ -105,10 +104,7 @@ class Service:
         self._recorded = threading.Event()
         self._threads: list[threading.Thread] = []
         self._seq = 0
-        self._rng = random.Random(cfg.seed)
-        self._shadow_jobs: collections.deque[tuple[float, RequestRecord, Finished]] = collections.deque()
-        self._shadow_lock = threading.Lock()
-        self._checked: queue.Queue[RequestRecord] = queue.Queue()  # shadow-checked records, back for writing
+        self.shadow = Shadow(decoder, cfg.shadow_rate, cfg.seed)  # finished requests re-decoded target-only
         self.recorder: Recorder | None = None  # once the run is open
         self.profile_warnings: list[str] = []
         self._profile_rows: DynamicCache | None = None
@@ -118,6 +114,7 @@ class Service:
         self._answering = 0
         self.warmed: list[int] = []
         self.startup_s: dict[str, float] = {}
+        self.cpu = CpuMeter()  # started again when the server is ready: loading and profiling are not serving
 
     # lifecycle ----------------------------------------------------------------------
     def start(self, loop_thread: bool = True) -> None:
@@ -169,6 +166,7 @@ class Service:
                 run.id, runspec.recorded(run, ["phoenix-none_live", f"phoenix-{self.drafter}-auto_live"])
             )
             self.recorder = Recorder(self.store, run.id, spill_path(self.store, run.id))
+        self.cpu = CpuMeter()  # served from here: its CPU is the traffic's
         self._threads = [threading.Thread(target=self._record_loop, name="phoenix-recorder", daemon=True)]
         if loop_thread:
             self._threads.append(threading.Thread(target=self.run_loop, name="phoenix-loop", daemon=True))
@@ -180,7 +178,7 @@ class Service:
         fail (no request explains it), every request it held ends ``aborted`` and is recorded, ``/health`` answers
         503 with the reason, and the run ends ``failed``."""
         try:
-            self.scheduler.run(self._stop, idle=self.shadow_one)
+            self.scheduler.run(self._stop, idle=self.shadow.check_one)
         except Exception:
             log.error("the decoding loop stopped: %s", self.scheduler.dead)
 
@@ -339,33 +337,6 @@ class Service:
         rec.drafter = req.drafter
         return rec
 
-    def _wants_shadow(self, f: Finished) -> bool:
-        if f.cancelled or f.failed or f.request.drafter == "none":
-            return False
-        return self._rng.random() < self.cfg.shadow_rate
-
-    def shadow_one(self) -> bool:
-        """One held request re-decoded single-stream target-only, its identity and first divergence set. The
-        loop's idle hook: it runs on the loop's thread between requests, so the check never shares the model with
-        a step or lands in a step's timing. False when none waits."""
-        with self._shadow_lock:
-            if not self._shadow_jobs:
-                return False
-            _, rec, f = self._shadow_jobs.popleft()
-        rec.identical, rec.diverged_at = identity(f.stats.output_ids, self.decoder.reference(f.request))
-        self._checked.put(rec)
-        return True
-
-    def _unchecked(self, everything: bool) -> list[RequestRecord]:
-        """Records whose shadow check is back, and those held past SHADOW_WAIT_S (or all, at the end) without one."""
-        out = []
-        while not self._checked.empty():
-            out.append(self._checked.get_nowait())
-        with self._shadow_lock:
-            while self._shadow_jobs and (everything or time.monotonic() - self._shadow_jobs[0][0] > SHADOW_WAIT_S):
-                out.append(self._shadow_jobs.popleft()[1])
-        return out
-
     # the recorder thread ------------------------------------------------------------
     def _record_loop(self) -> None:
         """Until the run ends: finished requests to the recorder, and the run's heartbeat. Nothing here may end the
@@ -379,10 +350,13 @@ class Service:
                 if self.store is not None and self.run_id is not None and time.monotonic() - beat > HEARTBEAT_S:
                     beat = time.monotonic()
                     self.store.heartbeat(self.run_id)
+                    self.store.merge_config(self.run_id, {"serve_cpu": self.cpu.record()})
                     if self.recorder is not None:
                         self.recorder.check()
                 if self._recorded.is_set() and self._finished.empty():
                     self._write(self._drain(timeout_s=0.0), everything=True)
+                    if self.store is not None and self.run_id is not None:
+                        self.store.merge_config(self.run_id, {"serve_cpu": self.cpu.record()})
                     return
             except Exception as exc:  # noqa: BLE001 -- the store's failures are many; none may stop the recorder
                 log.error("the recorder met %s: %s; it goes on", type(exc).__name__, exc)
@@ -403,12 +377,10 @@ class Service:
         records = []
         for f in finished:
             rec = self.record(f)
-            if self._wants_shadow(f):  # held until the loop is idle and checks it
-                with self._shadow_lock:
-                    self._shadow_jobs.append((time.monotonic(), rec, f))
-            else:
+            if not self.shadow.hold(f, rec):  # a held one is written once the idle loop has checked it
                 records.append(rec)
             self.count("cancelled" if f.cancelled else "failed" if f.failed else "finished")
+            self.cpu.add(f.stats.output_tokens)
             if f.failed:
                 log.error("request %s %s: %s", f.request.id, f.reason, f.error)
             if f.cancelled:  # its drafts were verified all the same: /metrics counts them as the record does
@@ -423,7 +395,7 @@ class Service:
                     rec.mode, rec.k, rec.run_id, pair.target_name, pair.draft_name, rec.trace_id or ""
                 ) as txn:
                     self.telemetry.finish_request(txn, rec)
-        records += self._unchecked(everything)
+        records += self.shadow.ready(everything)
         self.gauges()
         steps = [self.scheduler.steps.popleft() for _ in range(len(self.scheduler.steps))]
         if self.recorder is not None:
