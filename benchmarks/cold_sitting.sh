@@ -27,7 +27,8 @@ PORT=${PORT:-8015}
 VARIANTS=${VARIANTS:-none,auto}
 SPEC_TYPES=${SPEC_TYPES:-none,eagle3-k3}
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
-TAG="${MODEL} cold protocol ($(date -u +%F), ${CPU})"
+SITTING=${SITTING:-}  # names a later sitting on the same day (its runs apart from the first's)
+TAG="${MODEL} cold protocol${SITTING:+, $SITTING} ($(date -u +%F), ${CPU})"
 URL="http://127.0.0.1:${PORT}"
 PHASES=${PHASES:-A,vllm,B,cross}  # a sitting cut short resumes with the phases it still lacks
 has() { [[ ",$PHASES," == *",$1,"* ]]; }

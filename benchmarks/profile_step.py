@@ -2,7 +2,7 @@
 contexts of the lengths a cold sitting gives (rows of unequal length pad the batch cache to the longest), under
 torch.profiler; the top operators by self time, and the step's median against rows of equal length.
 
-    python -m benchmarks.profile_step [--target smollm2] [--rows 1,4,8,16] [--context 450-800] [--dtype bfloat16]
+    python -m benchmarks.profile_step [--target smollm2] [--rows 1,4,8,16] [--context 450-800] [--dtype bfloat16] [--runner compiled]
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ def main() -> None:
     ap.add_argument("--context", default="450-800")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--runner", default="auto")  # auto | phoenix | compiled | transformers
     args = ap.parse_args()
-    pair = prepare(load_pair(args.target, None, "cpu", args.dtype))
+    pair = prepare(load_pair(args.target, None, "cpu", args.dtype), runner=args.runner)
     target = pair.target
     lo, hi = map(int, args.context.split("-"))
     rng = random.Random(0)
