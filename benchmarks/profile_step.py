@@ -2,7 +2,8 @@
 contexts of the lengths a cold sitting gives (rows of unequal length pad the batch cache to the longest), under
 torch.profiler; the top operators by self time, and the step's median against rows of equal length.
 
-    python -m benchmarks.profile_step [--target smollm2] [--rows 1,4,8,16] [--context 450-800] [--dtype bfloat16] [--runner compiled]
+    python -m benchmarks.profile_step [--target smollm2] [--rows 1,4,8,16] [--context 450-800] [--dtype bfloat16]
+        [--runner compiled]
 """
 
 from __future__ import annotations

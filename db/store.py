@@ -59,12 +59,17 @@ class Store(Queries, Tracker, Distills, StoreBase):
             s.flush()
             return self._info(run)
 
-    def add_runs(self, runs: list[tuple[str, dict, str, str | None, list[E.RequestRecord]]]) -> list[int]:
-        """Finished runs with their requests, (name, config, target, draft, records) each, in one transaction: an
-        import is stored whole or not at all (each record's run_id is set here)."""
+    def add_runs(
+        self,
+        runs: list[tuple[str, dict, str, str | None, list[E.RequestRecord]]],
+        intervals: list[list[E.WatchInterval]] | None = None,
+    ) -> list[int]:
+        """Finished runs with their requests, (name, config, target, draft, records) each, and each run's watch
+        intervals where given, in one transaction: an import is stored whole or not at all (each record's run_id is
+        set here)."""
         ids = []
         with self.session_scope() as s:
-            for name, config, target, draft, records in runs:
+            for i, (name, config, target, draft, records) in enumerate(runs):
                 run = Run(name=name, status="done", config=config, target=target, draft=draft)
                 run.progress_total = run.progress_done = len(records)
                 run.finished_at = utcnow()
@@ -74,6 +79,8 @@ class Store(Queries, Tracker, Distills, StoreBase):
                     r.run_id = run.id
                 if records:
                     _insert_requests(s, records)
+                for interval in (intervals or [])[i] if intervals and i < len(intervals) else []:
+                    s.add(WatchInterval(run_id=run.id, **asdict(interval)))
                 ids.append(run.id)
         return ids
 

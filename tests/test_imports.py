@@ -168,3 +168,54 @@ def test_the_sweeps_page_draws_an_imported_gpu_sweep_labelled_by_its_hardware(tm
     assert not at.exception
     shown = " ".join(str(s.value) for s in list(at.subheader) + list(at.caption) + list(at.markdown))
     assert "8x H100 (fixture)" in shown
+
+
+SCRAPE = FIXTURES / "vllm-metrics-smollm2-eagle3.prom"
+
+
+def test_a_real_vllm_scrape_imports_as_a_watch_run_with_its_per_position_acceptance(store, tmp_path, monkeypatch):
+    from engine.engines.counters import parse_metrics
+
+    counters = parse_metrics(SCRAPE.read_text())
+    (run_id,) = _import(store, [SCRAPE], hardware="2-core Xeon (the fixture's machine)")
+    run, (interval,) = store.get_run(run_id), store.intervals(run_id)
+    assert run.config["engine"]["engine"] == "vllm" and run.config["serve_watch"]["imported"] == "Prometheus scrape"
+    assert (interval.drafts, interval.draft_tokens, interval.accepted) == (
+        counters.drafts, counters.draft_tokens, counters.accepted)  # fmt: skip
+    assert interval.per_position == [counters.per_pos[i] for i in sorted(counters.per_pos)]
+    assert interval.drafts > 0 and len(interval.per_position) >= 2
+    imported = run.config["imported"]
+    assert imported["acceptance"] == pytest.approx(counters.accepted / counters.draft_tokens)
+    assert imported["per_position"][0] == pytest.approx(counters.per_pos[0] / counters.drafts)  # unconditional
+    assert store.requests(run_id) == [] and interval.tokens_per_s == 0.0  # no span, so no made-up rate
+    from apptest import open_page
+
+    monkeypatch.setenv("PHOENIX_DB", store.url)
+    page = open_page("run", run=run_id)
+    assert not page.exception and any("Watching vllm" in h.value for h in page.subheader)
+
+
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1.0\n", "no spec-decode counters"),
+        ("vllm:spec_decode_num_drafts_total 0.0\nvllm:spec_decode_num_draft_tokens_total 0.0\n", "drafted nothing"),
+        ('vllm:spec_decode_num_drafts_total 3.0\nvllm:spec_decode_num_accepted_tokens_per_pos_total{position="x9"} 1\n',
+         "draft position"),
+        ("vllm:spec_decode_num_drafts_total -4.0\n", "not a count"),
+    ],
+)  # fmt: skip
+def test_a_scrape_phoenix_cannot_read_is_one_line_and_nothing_is_stored(store, tmp_path, body, said):
+    from engine.errors import PhoenixError
+
+    bad = tmp_path / "bad.prom"
+    bad.write_text(body)
+    with pytest.raises(PhoenixError, match=said):
+        _import(store, [SCRAPE, bad], format="prometheus")
+    assert store.list_runs() == []  # the good scrape before it is not stored either
+
+
+def test_a_bench_file_and_a_scrape_import_together_each_as_its_kind(store):
+    ids = _import(store, [REAL, SCRAPE], engine="vllm")
+    kinds = sorted("serve_watch" in store.get_run(i).config for i in ids)
+    assert kinds == [False, True]

@@ -20,9 +20,12 @@ def cmd_import(args) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser(
         "import",
-        help="import results measured by the field's tools (vllm bench serve --save-result --save-detailed) as runs",
+        help="import results measured by the field's tools (vllm bench serve --save-result --save-detailed; a "
+        "Prometheus scrape of a server's spec-decode counters) as runs",
     )
-    p.add_argument("paths", nargs="+", help="result files; every level of every file is one run, stored together")
+    p.add_argument(
+        "paths", nargs="+", help="result files; every level of every file (every scrape) is one run, stored together"
+    )
     add_options(p, ImportConfig)
     add_db(p)
     p.set_defaults(func=cmd_import)

@@ -20,20 +20,22 @@ from db.entities import RequestRecord
 from db.store import Store
 from engine.engines.arrivals import figures
 from engine.errors import PhoenixError
-from engine.imports import vllm_bench
+from engine.imports import prometheus, vllm_bench
 from engine.imports.config import ImportConfig
 from engine.imports.level import Level, Request
 from engine.measure import sha256_text
 
 MAX_BYTES = 256 << 20  # a --save-detailed result of 10,000 requests is about 20 MB; past this a file is refused
-FORMATS = {"vllm-bench": vllm_bench}  # --format's names (ImportConfig.format's help lists them)
+FORMATS = {"vllm-bench": vllm_bench}  # the JSON formats, by --format's name
+TEXT_FORMATS = {"prometheus": prometheus}  # the text ones (ImportConfig.format's help lists both)
 AGREE = 1e-3  # the tool's figure and Phoenix's agree within this share (the tool stores full floats: only
 # its percentile and count rules could differ)
 
 
 def check(cfg: ImportConfig) -> ImportConfig:
-    if cfg.format != "auto" and cfg.format not in FORMATS:
-        raise PhoenixError(f"--format must be auto or one of {', '.join(FORMATS)}, got {cfg.format!r}", field="format")
+    if cfg.format != "auto" and cfg.format not in {**FORMATS, **TEXT_FORMATS}:
+        names = ", ".join([*FORMATS, *TEXT_FORMATS])
+        raise PhoenixError(f"--format must be auto or one of {names}, got {cfg.format!r}", field="format")
     for name in ("engine", "model", "variant", "hardware", "name"):
         value = getattr(cfg, name)
         if len(value) > 200 or any(ord(ch) < 32 for ch in value):
@@ -41,9 +43,8 @@ def check(cfg: ImportConfig) -> ImportConfig:
     return cfg
 
 
-def read(path: Path) -> tuple[list[dict], str]:
-    """The JSON objects of a file (one object, a list of them, or one per line: --append-result) and the file's
-    SHA-256, from one bounded read."""
+def read_text(path: Path) -> tuple[str, str]:
+    """A file's text and SHA-256, from one bounded read."""
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
@@ -53,9 +54,15 @@ def read(path: Path) -> tuple[list[dict], str]:
     except OSError as exc:
         raise PhoenixError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
     except UnicodeDecodeError:
-        raise PhoenixError(f"{path}: not UTF-8 text (a result file is JSON)") from None
+        raise PhoenixError(f"{path}: not UTF-8 text (a result file is JSON or a Prometheus scrape)") from None
+
+
+def read(path: Path) -> tuple[list[dict], str]:
+    """The JSON objects of a file (one object, a list of them, or one per line: --append-result) and the file's
+    SHA-256."""
+    text, digest = read_text(path)
     try:
         doc = json.loads(text)
         docs = doc if isinstance(doc, list) else [doc]
@@ -66,7 +73,7 @@ def read(path: Path) -> tuple[list[dict], str]:
             raise PhoenixError(f"{path}: not JSON (nor one JSON object per line): {exc}") from None
     if not docs or not all(isinstance(d, dict) for d in docs):
         raise PhoenixError(f"{path}: holds no result object")
-    return docs, hashlib.sha256(raw).hexdigest()
+    return docs, digest
 
 
 def detect(docs: list[dict], path: Path) -> str:
@@ -86,12 +93,32 @@ def levels_of(paths: list[Path], cfg: ImportConfig) -> list[tuple[Path, str, Lev
     return out
 
 
+def scrapes_of(paths: list[Path], cfg: ImportConfig) -> tuple[list[tuple[Path, str, object]], list[Path]]:
+    """The files that are Prometheus scrapes (named so, or detected), each parsed and checked; and the rest."""
+    scrapes, rest = [], []
+    for path in paths:
+        if cfg.format not in ("auto", *TEXT_FORMATS):
+            rest.append(path)
+            continue
+        text, digest = read_text(path)
+        if cfg.format in TEXT_FORMATS or prometheus.matches(text):
+            scrapes.append((path, digest, prometheus.parse(text, str(path))))
+        else:
+            rest.append(path)
+    return scrapes, rest
+
+
 def import_files(store: Store, cfg: ImportConfig, paths: list[Path], say=print) -> list[int]:
     check(cfg)
+    scrapes, paths = scrapes_of(paths, cfg)
     found = levels_of(paths, cfg)
+    scraped = [_scrape_run(cfg, path, digest, scrape) for path, digest, scrape in scrapes]
     sweep = uuid.uuid4().hex
     runs = [_run(cfg, path, digest, level, sweep) for path, digest, level in found]
-    ids = store.add_runs(runs)
+    ids = store.add_runs(runs + [run for run, _ in scraped], [[]] * len(runs) + [[iv] for _, iv in scraped])
+    for run_id, (name, config, *_rest) in zip(ids[len(runs) :], [run for run, _ in scraped]):
+        said = config["imported"]["acceptance"]
+        say(f"run {run_id}: {name}: acceptance {said:.3f} over {config['imported']['drafts']:,} drafts")
     for run_id, (name, config, *_rest) in zip(ids, runs):
         f = config["figures"][cfg.variant]
         said = f"{f['output_throughput']:.1f} tok/s" if f.get("output_throughput") is not None else "no figures"
@@ -140,6 +167,34 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
         },
     }
     return name, config, model, None, records
+
+
+def _scrape_run(cfg: ImportConfig, path: Path, digest: str, scrape) -> tuple[tuple, object]:
+    """A scrape as a watch run (the Run page's watch view) with its one interval."""
+    c = scrape.counters
+    engine, model = cfg.engine or c.engine, cfg.model or scrape.model or "unknown"
+    summary = c.summary()
+    config = {
+        "serve_watch": {"imported": prometheus.TOOL, "file": path.name},
+        "engine": {"engine": engine},
+        "hardware": cfg.hardware or "not recorded (imported)",
+        "environment": {"cpu": cfg.hardware or "not recorded (imported)"},
+        "imported": {
+            "tool": prometheus.TOOL,
+            "version": "not in the file",
+            "file": path.name,
+            "sha256": digest,
+            "command": "not in the file",
+            "drafts": int(c.drafts),
+            "acceptance": summary["acceptance"],
+            "per_position": summary["per_position"],  # accepted at position i over drafts: vLLM's, unconditional
+            "span": "since the server started (a scrape's counters are cumulative)",
+            "warnings": [],
+            "settings": asdict(cfg),
+        },
+    }
+    name = cfg.name or f"{prometheus.TOOL}: {path.name}"
+    return (name, config, model, None, []), prometheus.interval(c)
 
 
 def _record(i: int, mode: str, r: Request) -> RequestRecord:
