@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.engines import arrivals, fleet, vllm
+from engine.engines import arrivals, managed, vllm
 from engine.engines.counters import per_request
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.vllm import VllmConfig
@@ -123,12 +123,12 @@ def test_a_failed_start_says_the_logs_reason(lines, said):
 
 
 def test_the_fleet_plans_one_vllm_per_variant_none_first_with_ports_counting_up(venv):
-    plan = fleet.plan("vllm", "none,ngram-k4,eagle3-k2", 9000, LlamaCppConfig(), VllmConfig(), "d", "smollm2-eagle3")
+    plan = managed.plan("vllm", "none,ngram-k4,eagle3-k2", 9000, LlamaCppConfig(), VllmConfig(), "d", "smollm2-eagle3")
     assert [s.variant for s in plan] == ["none", "ngram-k4", "eagle3-k2"]
     assert [s.config.port for s in plan] == [9000, 9001, 9002] and [s.draft_length for s in plan] == [0, 4, 2]
     for bad, message in (("ngram-k4", "must start with none"), ("none,ngram-k4,ngram-k4", "names a variant twice")):
         with pytest.raises(PhoenixError, match=message):
-            fleet.plan("vllm", bad, 9000, LlamaCppConfig(), VllmConfig(), "d", "h")
+            managed.plan("vllm", bad, 9000, LlamaCppConfig(), VllmConfig(), "d", "h")
 
 
 def test_vllms_per_request_metrics_count_as_phoenix_counts_its_passes():
@@ -210,10 +210,10 @@ def test_an_export_refuses_a_head_without_its_tapped_layers_and_a_folder_it_did_
 
 
 def test_draft_may_name_the_head_as_phoenixs_other_commands_take_it(venv):
-    plan = fleet.plan("vllm", "none,eagle3-k3,draft-model-k1", 9000, LlamaCppConfig(), VllmConfig(),
+    plan = managed.plan("vllm", "none,eagle3-k3,draft-model-k1", 9000, LlamaCppConfig(), VllmConfig(),
                       "models/smollm2-eagle3", "smollm2-eagle3")  # fmt: skip
     assert [s.config.draft for s in plan] == ["", "models/smollm2-eagle3", "smollm2-draft"]
-    assert fleet.is_head("smollm2-eagle3") and not fleet.is_head("smollm2-draft") and not fleet.is_head("nowhere")
+    assert managed.is_head("smollm2-eagle3") and not managed.is_head("smollm2-draft") and not managed.is_head("nowhere")
 
 
 def test_a_draft_or_head_not_given_is_the_targets_own_never_another_models():
@@ -222,12 +222,12 @@ def test_a_draft_or_head_not_given_is_the_targets_own_never_another_models():
     assert catalog.own_drafts("smollm2") == ("smollm2-draft", "smollm2-eagle3")
     assert catalog.own_drafts("qwen2.5-coder-1.5b") == ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b-eagle3")
     assert catalog.own_drafts("/data/my-llama") == (None, None)
-    assert fleet.drafts_for("qwen2.5-coder-1.5b", "", "") == ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b-eagle3")
-    assert fleet.drafts_for("qwen2.5-coder-1.5b", "mine", "") == ("mine", "qwen2.5-coder-1.5b-eagle3")
+    assert managed.drafts_for("qwen2.5-coder-1.5b", "", "") == ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b-eagle3")
+    assert managed.drafts_for("qwen2.5-coder-1.5b", "mine", "") == ("mine", "qwen2.5-coder-1.5b-eagle3")
     with pytest.raises(PhoenixError, match="needs a draft model .* none is catalogued for /data/my-llama"):
-        fleet.plan("vllm", "none,draft-model-k1", 9000, LlamaCppConfig(), VllmConfig(target="/data/my-llama"), "", "")
+        managed.plan("vllm", "none,draft-model-k1", 9000, LlamaCppConfig(), VllmConfig(target="/data/my-llama"), "", "")
     with pytest.raises(PhoenixError, match="needs an EAGLE-3 head .* none is catalogued for my.gguf"):
-        fleet.plan("llamacpp", "none,draft-eagle3", 9000, LlamaCppConfig(model="my.gguf"), VllmConfig(), "", "")
+        managed.plan("llamacpp", "none,draft-eagle3", 9000, LlamaCppConfig(model="my.gguf"), VllmConfig(), "", "")
 
 
 def test_the_table_speculates_at_one_k_where_speculating_pays_and_is_off_elsewhere():
@@ -251,7 +251,7 @@ def test_vllm_runs_compiled_as_its_users_run_it_and_eager_only_when_a_variant_as
     base = VllmConfig(target=str(target))
     argv, _ = vllm.command(base)
     assert "--enforce-eager" not in argv  # vLLM's default: the compiled graph
-    plan = fleet.plan("vllm", "none,none-eager,eagle3-k3-eager", 9000, LlamaCppConfig(), base, "d", "smollm2-eagle3")
+    plan = managed.plan("vllm", "none,none-eager,eagle3-k3-eager", 9000, LlamaCppConfig(), base, "d", "smollm2-eagle3")
     assert [s.config.enforce_eager for s in plan] == [False, True, True]
     assert "--enforce-eager" in vllm.command(plan[1].config)[0] and plan[2].config.k == 3
     described = plan[1].described({"command": "python -m vllm ... --enforce-eager"})

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import free_port
 
-from engine.engines import replicas as fleet
+from engine.engines import replicas
 from engine.errors import PhoenixError
 
 pytestmark = [
@@ -41,8 +41,8 @@ def test_two_replicas_behind_a_real_router_record_their_own_runs_and_stop_is_exa
     db = f"sqlite:///{tmp_path / 'fleet.db'}"
     ensure_schema(db)
     port = free_port()
-    cfg = fleet.FleetConfig(replicas=2, router="round_robin", port=port, db=db, max_batch=2, name="ci")
-    record = fleet.start(cfg, tmp_path, say=lambda _: None)
+    cfg = replicas.FleetConfig(replicas=2, router="round_robin", port=port, db=db, max_batch=2, name="ci")
+    record = replicas.start(cfg, tmp_path, say=lambda _: None)
     try:
         assert [p["name"] for p in record["processes"]] == ["replica 0", "replica 1", "vllm-router"]
         answers = [post(record["url"], f"def f{i}(x):\n") for i in range(4)]
@@ -53,16 +53,16 @@ def test_two_replicas_behind_a_real_router_record_their_own_runs_and_stop_is_exa
             assert "vllm:num_requests_waiting" in body and "vllm:kv_cache_usage_perc" in body
             assert 'vllm:cache_config_info{block_size="16"' in body
         with pytest.raises(PhoenixError, match="already running"):
-            fleet.start(cfg, tmp_path, say=lambda _: None)
+            replicas.start(cfg, tmp_path, say=lambda _: None)
     finally:
-        stopped = fleet.stop(port, tmp_path)
+        stopped = replicas.stop(port, tmp_path)
     assert sorted(stopped) == ["replica 0", "replica 1", "vllm-router"]
     store = Store(db)
     runs = {r.name: r for r in store.list_runs()}
     assert set(runs) == {"ci replica 0", "ci replica 1"} and all(r.status == "done" for r in runs.values())
     assert sorted(store.count_requests(r.id) for r in runs.values()) == [2, 2]  # round robin: two each
     with pytest.raises(PhoenixError, match=f"no fleet was started on port {port}"):
-        fleet.stop(port, tmp_path)
+        replicas.stop(port, tmp_path)
     # the Fleet page groups the two runs as one fleet, names its router, and gives each replica its own row
     from apptest import open_page
 
@@ -81,7 +81,7 @@ def test_bad_fleet_settings_are_one_line_before_anything_starts(tmp_path):
         ({"router": "kv_aware"}, "--router must be cache_aware, power_of_two or round_robin"),
     ):
         with pytest.raises(PhoenixError, match=says):
-            fleet.start(fleet.FleetConfig(**settings), tmp_path, say=lambda _: None)
+            replicas.start(replicas.FleetConfig(**settings), tmp_path, say=lambda _: None)
     assert not list(tmp_path.glob("fleet-*"))
 
 
@@ -113,8 +113,8 @@ def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path, router):
     port = free_port()
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n"}) + "\n" for i in range(16)))
-    cfg = fleet.FleetConfig(replicas=2, router=router, port=port, db=db, max_batch=2, name="kill")
-    record = fleet.start(cfg, tmp_path, say=lambda _: None)
+    cfg = replicas.FleetConfig(replicas=2, router=router, port=port, db=db, max_batch=2, name="kill")
+    record = replicas.start(cfg, tmp_path, say=lambda _: None)
     victim = next(p for p in record["processes"] if p["name"] == "replica 1")
     argv = [sys.executable, "-m", "engine", "engines", "load", "--url", f"http://127.0.0.1:{port}", "--engine"]
     argv += ["phoenix", "--variants", "none", "--no-chat", "--prompts", str(prompts), "--limit", "16"]
@@ -129,7 +129,7 @@ def test_a_replica_killed_mid_load_loses_no_request_silently(tmp_path, router):
         os.kill(victim["pid"], signal.SIGKILL)
         out, _ = load.communicate(timeout=300)
     finally:
-        said = fleet.stop(port, tmp_path)
+        said = replicas.stop(port, tmp_path)
     store = Store(db)
     (run,) = [r for r in store.list_runs() if r.name.startswith("through the router")]
     rows = store.requests(run.id)

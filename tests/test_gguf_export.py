@@ -241,8 +241,8 @@ def test_side_by_side_drafts_with_phoenixs_own_exports_and_says_when_llama_cpp_r
 
 
 def test_each_servers_requests_carry_the_longest_draft_it_proposes():
-    from engine.engines.fleet import Server
     from engine.engines.llamacpp import variant
+    from engine.engines.managed import Server
 
     def draft_length(c):
         return Server("v", c).draft_length

@@ -7,7 +7,7 @@ import pytest
 
 from engine.engines import load
 from engine.engines.config import LoadConfig
-from engine.engines.load import Level, level, managed, variants_of
+from engine.engines.load import Level, level, servers_of, variants_of
 from engine.errors import PhoenixError
 from engine.prompts.sets import Prompt
 
@@ -59,7 +59,7 @@ def test_a_block_never_holds_fewer_prompts_than_the_level_runs_at_once(monkeypat
 
 def test_llama_cpp_sweeps_start_one_server_per_type_with_a_slot_per_request_of_the_top_level():
     cfg = LoadConfig(engine="llamacpp", spec_types="none,ngram-mod", concurrency="1,4,16", port=9000)
-    servers = managed(cfg)
+    servers = servers_of(cfg)
     assert [(s.config.spec_type, s.config.port, s.config.parallel, s.config.ctx) for s in servers] == [
         ("none", 9000, 16, 16384),
         ("ngram-mod", 9001, 16, 16384),
@@ -71,7 +71,7 @@ def test_a_llama_cpp_load_sweep_drafts_with_phoenixs_exported_head_under_its_var
     head = tmp_path / "head.gguf"
     head.write_bytes(b"GGUF")  # a .gguf path is taken as it is; named heads are exported on first use
     cfg = LoadConfig(engine="llamacpp", spec_types="none,draft-eagle3-k2", concurrency="1,4", head=str(head))
-    servers = managed(cfg)
+    servers = servers_of(cfg)
     c = servers[1].config
     assert (c.spec_type, c.draft_max, c.draft_model) == ("draft-eagle3", 2, str(head))
     assert variants_of(cfg) == ["none", "draft-eagle3-k2"]
@@ -222,7 +222,7 @@ def test_a_managed_server_that_died_after_start_is_named_with_its_logs_reason(tm
     import http.server
     import threading
 
-    from engine.engines import fleet
+    from engine.engines import managed
     from engine.engines.llamacpp import LlamaCppConfig
 
     class Health(http.server.BaseHTTPRequestHandler):
@@ -245,16 +245,16 @@ def test_a_managed_server_that_died_after_start_is_named_with_its_logs_reason(tm
         "#2 ggml_abort ()\n"
     )
     servers = [
-        fleet.Server("none", LlamaCppConfig()),
-        fleet.Server("draft-eagle3-k3", LlamaCppConfig(spec_type="draft-eagle3")),
+        managed.Server("none", LlamaCppConfig()),
+        managed.Server("draft-eagle3-k3", LlamaCppConfig(spec_type="draft-eagle3")),
     ]
     infos = [
         {"url": f"http://127.0.0.1:{alive.server_address[1]}", "log": str(tmp_path / "other.log")},
         {"url": f"http://127.0.0.1:{dead_port}", "log": str(log)},
     ]
     try:
-        gone = fleet.died(servers, infos)
-        assert fleet.died(servers[:1], infos[:1]) == []  # a server that answers is no line
+        gone = managed.died(servers, infos)
+        assert managed.died(servers[:1], infos[:1]) == []  # a server that answers is no line
     finally:
         alive.shutdown()
     assert len(gone) == 1

@@ -12,7 +12,7 @@ import time
 
 from engine.cli.options import add_db, add_sentry, open_store, start_telemetry
 from engine.config import add_options, from_args
-from engine.engines import replicas as fleet
+from engine.engines import replicas
 from engine.engines.config import PlanConfig
 from engine.engines.replicas import FleetConfig
 from engine.errors import PhoenixError
@@ -24,14 +24,14 @@ MOVED = {"sweep", "watch", "engines"}  # `serve <these>` was the serving-engine 
 
 def cmd_fleet_start(args) -> int:
     cfg = from_args(FleetConfig, args)
-    record = fleet.start(cfg, say=lambda line: print(line, flush=True))
+    record = replicas.start(cfg, say=lambda line: print(line, flush=True))
     print(f"fleet: {cfg.replicas} replicas behind vllm-router ({cfg.router}) at {record['url']}")
     print(f"stop it with `python -m engine fleet stop --port {cfg.port}`")
     return 0
 
 
 def cmd_fleet_stop(args) -> int:
-    stopped = fleet.stop(args.port)
+    stopped = replicas.stop(args.port)
     print(f"stopped: {', '.join(stopped) if stopped else 'nothing was still running'}")
     return 0
 

@@ -5,7 +5,7 @@ lifecycle (`process`): llama.cpp's `llama-server` (`llamacpp`, built here by `ll
 Phoenix's drafts written as GGUF by `gguf_export`) and vLLM (`vllm`: its own venv, started with any speculation
 Phoenix can express; `vllm_table` learns its per-batch-size k table from a load sweep; `vllm_export` converts and
 validates Phoenix's EAGLE-3 head with vLLM's `speculators`). A measurement starts and
-stops its servers through `fleet`: a concurrency sweep and a counter watch (`record`), servers side by side
+stops its managed servers through `managed`: a concurrency sweep and a counter watch (`record`), servers side by side
 (`side_by_side`), the load sweep in the field's terms (`load`, with arrivals, TTFT, TPOT and goodput in `arrivals`,
 and a shared system prompt and sampling in `workload`), and Phoenix's load client checked against vLLM's own
 (`crosscheck`). Phoenix's own servers as replicas behind `vllm-router` (`replicas`: `fleet start|stop`), and

@@ -4,7 +4,7 @@ every request has its time to first token; each level is one run, its variants s
 A variant is what speculation does for a request: on Phoenix's server, ``none`` (off), ``auto`` (the server's
 tuner) or ``k<N>`` (a fixed k), sent per request as ``"speculation"``; on another server, ``as-served`` (it ignores
 per-request settings), or for llama.cpp and vLLM one managed server per ``--spec-types`` entry, which the sweep
-starts and stops itself (engine.engines.fleet). A level is a concurrency (``--concurrency``: c requests in flight)
+starts and stops itself (engine.engines.managed). A level is a concurrency (``--concurrency``: c requests in flight)
 or a request rate (``--request-rate``: arrivals with ``--burstiness``, at most ``--max-concurrency`` in flight), with
 `vllm bench serve`'s figures per variant (engine.engines.arrivals: throughput, TTFT, TPOT, goodput against SLOs).
 The prompts are cut into blocks (by default as many prompts as the level's concurrency; at a request rate, all of
@@ -33,12 +33,12 @@ from db.entities import RequestRecord
 from db.store import Store
 from engine import runspec
 from engine.decode.decoder import identity
-from engine.engines import fleet, process
+from engine.engines import managed, process
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
 from engine.engines.config import LoadConfig
-from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
+from engine.engines.managed import Server
 from engine.engines.protocol import (
     cache_scenario,
     cold,
@@ -88,7 +88,7 @@ def variants_of(cfg: LoadConfig) -> list[str]:
     if cfg.max_concurrency is not None and not 1 <= cfg.max_concurrency <= 1024:
         raise PhoenixError(f"--max-concurrency must be in 1..1024, got {cfg.max_concurrency}", field="max_concurrency")
     if cfg.spec_types:
-        return [s.variant for s in managed(cfg)]  # every variant checked before anything starts
+        return [s.variant for s in servers_of(cfg)]  # every variant checked before anything starts
     if cfg.block < 0:
         raise PhoenixError(f"--block must be 0 or more, got {cfg.block}", field="block")
     names = [load_spelling(v) for v in cfg.variants.split(",") if v.strip()]  # eagle3:3 is eagle3-k3
@@ -102,7 +102,7 @@ def variants_of(cfg: LoadConfig) -> list[str]:
     return names
 
 
-def managed(cfg: LoadConfig) -> list[Server]:
+def servers_of(cfg: LoadConfig) -> list[Server]:
     """The servers a llama.cpp or vLLM sweep starts: one per variant, each able to batch every request of the
     highest level (llama.cpp: a slot each, 1,024 tokens of context a slot; vLLM: --max-num-seqs)."""
     if cfg.engine not in ("llamacpp", "vllm"):
@@ -114,7 +114,7 @@ def managed(cfg: LoadConfig) -> list[Server]:
     v = VllmConfig(
         target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=max(slots, 1), cores=cfg.vllm_cores
     )
-    return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
+    return managed.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
 def _canonical(names: list[str], url: str, timeout_s: float) -> tuple[list[str], dict[str, str]]:
@@ -291,8 +291,8 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
     cfg.api_key = cfg.api_key or os.environ.get("PHOENIX_API_KEY") or None
     names = variants_of(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit) if p.parent is None]
-    plan = managed(cfg) if cfg.spec_types else []
-    with fleet.running(plan) as started:
+    plan = servers_of(cfg) if cfg.spec_types else []
+    with managed.running(plan) as started:
         urls = {v: s["url"] for v, s in zip(names, started)} if plan else dict.fromkeys(names, cfg.url)
         pids = {v: s.get("pid") for v, s in zip(names, started)} if plan else {}
         model = cfg.model or served_model(urls[names[0]], cfg.timeout_s, cfg.api_key)
@@ -306,7 +306,7 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
         cpu_of = {v: cpu_reader(urls[v], pids.get(v), cfg.api_key) for v in names}
         if cfg.warmup and prompts:  # a server's first requests fill its caches: one each, timed, kept out of figures
             extra["warmup_s"] = {v: _warm(cfg, model, prompts[0], urls[v], v) for v in names}
-        gone = fleet.died(plan, started)
+        gone = managed.died(plan, started)
         if gone:
             raise PhoenixError("; ".join(gone) + ": no level was run; leave that variant out of --spec-types")
         return [
@@ -359,7 +359,7 @@ def _level_run(
     )
     store.merge_config(run.id, runspec.recorded(run, names))  # the record of what ran, kept with the run
     written: list[RequestRecord] = []
-    k_of = {s.variant: s.draft_length for s in managed(cfg)} if cfg.spec_types else {}
+    k_of = {s.variant: s.draft_length for s in servers_of(cfg)} if cfg.spec_types else {}
 
     def keep(got: dict[str, list]) -> None:
         """A block's answers, recorded at once: the reference's rows first, each other one checked against the

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from db.store import Store
-from engine.engines import fleet, llamacpp
+from engine.engines import llamacpp, managed
 from engine.engines.client import GREEDY, one_request
 from engine.engines.config import EnginesConfig
-from engine.engines.fleet import Server
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.load import judge
+from engine.engines.managed import Server
 from engine.engines.record import client_for, request_row
 from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
@@ -27,12 +27,12 @@ VLLM_EXTRA = {"return_token_ids": True}  # vLLM's own field: the exact tokens, s
 
 
 def servers(cfg: EnginesConfig) -> list[Server]:
-    """One server per variant, none first (fleet.plan); every variant checked before anything starts."""
+    """One server per variant, none first (managed.plan); every variant checked before anything starts."""
     # --poll 0: by default a llama-server's threads spin for a while after each request, and side by side the next
     # server's request shares the two cores with them
     llama = LlamaCppConfig(model=cfg.model or cfg.target, draft_max=cfg.draft_max, parallel=1, poll=0)
     v = VllmConfig(target=cfg.target, dtype=cfg.dtype, table=cfg.table, max_num_seqs=1)
-    return fleet.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
+    return managed.plan(cfg.engine, cfg.spec_types, cfg.port, llama, v, cfg.draft, cfg.head)
 
 
 def refused_draft(s: Server, answer: dict) -> str | None:
@@ -56,7 +56,7 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
     """One run: every prompt through every server in turn; each server's counter deltas in the run's config."""
     plan = servers(cfg)
     prompts = [p for p in load_prompts(cfg.prompts, cfg.limit, cfg.limit_per_column) if p.parent is None]
-    with fleet.running(plan) as started:
+    with managed.running(plan) as started:
         extra = VLLM_EXTRA if cfg.engine == "vllm" else None
         served = {"vllm": cfg.target, "llamacpp": cfg.model or cfg.target}[cfg.engine]
         clients = [client_for(info["url"], served, extra=extra) for info in started]
