@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from db.entities import RequestRecord
+from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.engines.arrivals import figures
 from engine.errors import PhoenixError
@@ -93,7 +93,7 @@ def levels_of(paths: list[Path], cfg: ImportConfig) -> list[tuple[Path, str, Lev
     return out
 
 
-def scrapes_of(paths: list[Path], cfg: ImportConfig) -> tuple[list[tuple[Path, str, object]], list[Path]]:
+def scrapes_of(paths: list[Path], cfg: ImportConfig) -> tuple[list[tuple[Path, str, prometheus.Scrape]], list[Path]]:
     """The files that are Prometheus scrapes (named so, or detected), each parsed and checked; and the rest."""
     scrapes, rest = [], []
     for path in paths:
@@ -115,7 +115,8 @@ def import_files(store: Store, cfg: ImportConfig, paths: list[Path], say=print) 
     scraped = [_scrape_run(cfg, path, digest, scrape) for path, digest, scrape in scrapes]
     sweep = uuid.uuid4().hex
     runs = [_run(cfg, path, digest, level, sweep) for path, digest, level in found]
-    ids = store.add_runs(runs + [run for run, _ in scraped], [[]] * len(runs) + [[iv] for _, iv in scraped])
+    intervals: list[list[WatchInterval]] = [[] for _ in runs] + [[iv] for _, iv in scraped]
+    ids = store.add_runs(runs + [run for run, _ in scraped], intervals)
     for run_id, (name, config, *_rest) in zip(ids[len(runs) :], [run for run, _ in scraped]):
         said = config["imported"]["acceptance"]
         say(f"run {run_id}: {name}: acceptance {said:.3f} over {config['imported']['drafts']:,} drafts")
@@ -169,7 +170,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
     return name, config, model, None, records
 
 
-def _scrape_run(cfg: ImportConfig, path: Path, digest: str, scrape) -> tuple[tuple, object]:
+def _scrape_run(cfg: ImportConfig, path: Path, digest: str, scrape: prometheus.Scrape) -> tuple[tuple, WatchInterval]:
     """A scrape as a watch run (the Run page's watch view) with its one interval."""
     c = scrape.counters
     engine, model = cfg.engine or c.engine, cfg.model or scrape.model or "unknown"
