@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from engine.analysis import fleet_plan as fp
+from engine.decode.prefix import BLOCK
 from engine.errors import PhoenixError
 
 pytestmark = pytest.mark.fast
@@ -86,7 +87,7 @@ def test_the_plans_rates_are_read_as_engines_load_reads_them():
 
 
 def test_the_replicas_prefix_cache_serves_a_tenants_shared_blocks_and_never_a_requests_own():
-    cache = fp.Blocks(budget=10_000)
+    cache = fp.Blocks(budget=10_000, block=BLOCK)
     assert cache.lookup(0, 100, 140) == 0  # nothing held yet
     cache.store(1, 0, 100, 140)
     assert cache.lookup(0, 100, 150) == 96  # the shared prompt's whole blocks (6 of 16), never its last partial one
@@ -96,7 +97,7 @@ def test_the_replicas_prefix_cache_serves_a_tenants_shared_blocks_and_never_a_re
 
 
 def test_entries_leave_least_recently_used_first_past_the_budget():
-    cache = fp.Blocks(budget=300)
+    cache = fp.Blocks(budget=300, block=BLOCK)
     cache.store(1, 0, 64, 128)
     cache.store(2, 1, 64, 128)
     assert cache.lookup(0, 64, 100) == 64  # tenant 0 used again: tenant 1's entry is now the oldest
@@ -110,8 +111,8 @@ def test_a_shared_system_prompt_lowers_ttft_once_it_is_cached_and_cold_prompts_a
     p = fp.fit_profile(steps_frame(), [(10, 0.015), (500, 0.505)], threads=2)
     shared = fp.Workload([520], [8], shared_tokens=[500], tenant=[0])
     cold = fp.Workload([520], [8])
-    warm_pred = fp.simulate(p, "none", 1, 0.01, shared, n=6, cache_tokens=100_000)
-    cold_pred = fp.simulate(p, "none", 1, 0.01, cold, n=6, cache_tokens=100_000)
+    warm_pred = fp.simulate(p, "none", 1, 0.01, shared, n=6, cache_tokens=100_000, block=BLOCK)
+    cold_pred = fp.simulate(p, "none", 1, 0.01, cold, n=6, cache_tokens=100_000, block=BLOCK)
     assert cold_pred.cached_share == 0 and cold_pred.ttft_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, [520]))
     assert warm_pred.cached_share == pytest.approx(5 * 496 / (6 * 520))  # the first request of six misses
     assert warm_pred.ttft_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, [520 - 496]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import actions, charts, data, oracle, provenance, served, serving, specbench, tracking, urlstate, widgets
-from app.views.cost import cost_line
+from app.cost import cost_line
 from engine.analysis.breakeven import diagnose, measured_speedups, verdict
 from engine.analysis.fit import fit_run
 from engine.analysis.speedup import SPEEDUP

@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from engine.decode.prefix import BLOCK
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_MAX_BATCH
 
@@ -143,6 +142,7 @@ class Blocks:
     deepest held block, leaving one token to compute; entries leave least recently used first past ``budget``."""
 
     budget: int  # tokens (the replica's prefix-cache bytes over its KV bytes a token)
+    block: int  # tokens a block holds (engine.decode.prefix.BLOCK: the planner passes it in)
     entries: OrderedDict[int, tuple[int, int, int]] = field(default_factory=OrderedDict)  # id -> tenant, shared, length
     index: dict[tuple[int, int], int] = field(default_factory=dict)  # (tenant, shared block) -> entry id
     used: int = 0
@@ -150,21 +150,21 @@ class Blocks:
     def lookup(self, tenant: int, shared: int, prompt: int) -> int:
         """The prompt tokens a new request takes from the cache."""
         best, length = None, 0
-        for b in range(shared // BLOCK):
+        for b in range(shared // self.block):
             held = self.index.get((tenant, b))
-            if (b + 1) * BLOCK >= prompt or held is None:
+            if (b + 1) * self.block >= prompt or held is None:
                 break
-            best, length = held, (b + 1) * BLOCK
+            best, length = held, (b + 1) * self.block
         if best is not None:
             self.entries.move_to_end(best)
         return length
 
     def store(self, entry: int, tenant: int, shared: int, prompt: int) -> None:
         """Keep a finished prefill's whole blocks."""
-        length = prompt - prompt % BLOCK
+        length = prompt - prompt % self.block
         if not length or length > self.budget:
             return
-        blocks = min(shared, length) // BLOCK
+        blocks = min(shared, length) // self.block
         self.entries[entry] = (tenant, blocks, length)
         for b in range(blocks):
             self.index[(tenant, b)] = entry
@@ -188,10 +188,12 @@ def simulate(
     threads_each: int | None = None,
     seed: int = 0,
     cache_tokens: int = 0,
+    block: int = 0,
 ) -> Predicted:
     """One fleet at one Poisson rate (inf: every request at once), ``n`` requests drawn from ``work``; each replica
-    with a prefix cache of ``cache_tokens`` (0: none). A workload with arrival times is a measured pass replayed: its
-    requests in order at the times they were sent (a 32-request pass's wall time is set by its own arrivals)."""
+    with a prefix cache of ``cache_tokens`` in blocks of ``block`` tokens (0: none). A workload with arrival times
+    is a measured pass replayed: its requests in order at the times they were sent (a 32-request pass's wall time is
+    set by its own arrivals)."""
     if setting not in p.per_pass:
         raise PhoenixError(f"the replica never ran {setting!r}; measured: {', '.join(sorted(p.per_pass))}")
     rng = random.Random(seed)
@@ -217,7 +219,7 @@ def simulate(
 
     def replica(q: simpy.Store):
         running: list[dict] = []
-        cache = Blocks(cache_tokens) if cache_tokens > 0 else None
+        cache = Blocks(cache_tokens, block) if cache_tokens > 0 and block > 0 else None
         while True:
             new = [] if running else [(yield q.get())]
             while len(running) + len(new) < max_batch and q.items:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from db.store import Store
 from engine.analysis import fleet_plan as fp
+from engine.decode.prefix import BLOCK
 from engine.engines.arrivals import arrival_times, rates_of, slos_of
 from engine.engines.config import PlanConfig
 from engine.engines.replicas import threads_each
@@ -77,7 +78,7 @@ def shared_prefix(target: str, load: dict) -> dict[int, int]:
         return {}
     from transformers import AutoTokenizer  # lazy: only a sitting with a system prompt needs the tokenizer
 
-    from engine.decode.decoder import template_ids
+    from engine.decode.decoder import template_ids  # lazy: torch, for a plan that prices a system prompt
 
     tok = AutoTokenizer.from_pretrained(_folder(target))
     sweep = SimpleNamespace(system_prompt=load["system_prompt"], tenants=int(load.get("tenants") or 1))
@@ -187,7 +188,7 @@ def plan(store: Store, cfg: PlanConfig) -> tuple[pd.DataFrame, fp.Predicted | No
         for rate in _rates(cfg.rate):
             for setting in sorted(profile.per_pass):
                 preds.append(fp.predict(profile, setting, n, rate, work, cfg.requests, max_batch=cfg.max_batch,
-                                        threads_each=each, cache_tokens=cache))  # fmt: skip
+                                        threads_each=each, cache_tokens=cache, block=BLOCK))  # fmt: skip
     table = pd.DataFrame([vars(p) for p in preds])
     if slo:
         table["meets SLO"] = [fp.meets(p, slo) for p in preds]
@@ -229,7 +230,7 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
             guess_tokens, guess_ttft = fp.naive(profile, rate, work)
             n = int(fig.get("answered") or len(work.output_tokens))
             pred = fp.predict(profile, setting, replicas, rate, work, n, max_batch=cfg.max_batch,
-                              threads_each=threads_each(replicas), cache_tokens=cache)  # fmt: skip
+                              threads_each=threads_each(replicas), cache_tokens=cache, block=BLOCK)  # fmt: skip
             tokens, ttft = fig["output_throughput"], fig["ttft_ms_p50"]
             out.append({
                 "run": run_id, "replicas": replicas, "rate": rate, "variant": variant, "out of sample": outside,

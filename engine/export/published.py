@@ -34,6 +34,7 @@ from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
+from engine.export.run_ids import run_ids
 from engine.paths import ROOT
 
 DOCS = (ROOT / "README.md", ROOT / "docs" / "findings.md", ROOT / "docs" / "serving.md")
@@ -169,18 +170,10 @@ def position0(fig: Figures, args: str) -> str:
     return f"{accepted / proposed:.2f} ({accepted} of {proposed} drafts accepted their first token)"
 
 
-def _ids(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        a, _, b = part.partition("-")
-        out.extend(range(int(a), int(b or a) + 1))
-    return out
-
-
 def terms(fig: Figures, runs: str) -> str:
     """Per engine, what its figures stood on; and whether the comparison was on equal terms."""
     by_engine: dict[str, dict] = {}
-    for run_id in _ids(runs):
+    for run_id in run_ids(runs):
         info = fig.store.get_run(run_id)
         if info is None:
             continue
@@ -243,7 +236,7 @@ def sitting(fig: Figures, runs: str) -> str:
     share, and each engine's best against the other's with the interval of their ratio (paired block by block where
     both sent the same prompts in the same blocks, else a bootstrap over their blocks) and its verdict
     (engine.analysis.sweeps: best only where the interval excludes 1)."""
-    infos = [i for i in (fig.store.get_run(r) for r in _ids(runs)) if i is not None]
+    infos = [i for i in (fig.store.get_run(r) for r in run_ids(runs)) if i is not None]
     frame = S.points(S.sweeps(infos))
     if frame.empty:
         raise PhoenixError(f"runs {runs} hold no load level")
@@ -303,7 +296,7 @@ def tuner(fig: Figures, runs: str) -> str:
     whether it meets the goal (its interval above TUNER_GOAL), misses it (below) or cannot tell."""
     lines = ["| level | off tok/s | tuner tok/s | tuner / off (95% CI over blocks) | goal: tuner ≥ 0.97 of off | run |",
              "|---|---:|---:|---|---|---|"]  # fmt: skip
-    for run_id in _ids(runs):
+    for run_id in run_ids(runs):
         run = fig.store.get_run(run_id)
         cfg = (run.config or {}) if run is not None else {}
         f = cfg.get("figures") or {}

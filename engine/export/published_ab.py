@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from engine.errors import PhoenixError
+from engine.export.run_ids import run_ids
 
 
 def _levels(fig, runs: list[int], variant: str) -> dict[str, list[tuple[int, float, float]]]:
@@ -24,10 +25,8 @@ def _levels(fig, runs: list[int], variant: str) -> dict[str, list[tuple[int, flo
 
 def rounds(fig, args: str) -> str:
     """ARGS: ``VARIANT A_RUNS B_RUNS NAME_A NAME_B``; run lists as elsewhere (``1-3,7``)."""
-    from engine.export.published import _ids  # one parser of run lists
-
     variant, a_runs, b_runs, name_a, name_b = args.split()
-    a, b = _levels(fig, _ids(a_runs), variant), _levels(fig, _ids(b_runs), variant)
+    a, b = _levels(fig, run_ids(a_runs), variant), _levels(fig, run_ids(b_runs), variant)
     if set(a) != set(b) or any(len(a[k]) != len(b[k]) for k in a):
         raise PhoenixError(f"rounds: {a_runs} and {b_runs} must hold the same levels, as many rounds each")
     lines = [

@@ -6,6 +6,7 @@ at its best level in the runs cited (a 32-request pass at 1 request/s ends below
 from __future__ import annotations
 
 from engine.errors import PhoenixError
+from engine.export.run_ids import run_ids
 
 GOAL = 0.15  # issue 65: the plan within 15% of the measured TTFT p50 and throughput
 
@@ -17,8 +18,6 @@ def _pct(x: float) -> str:
 def fleet_plan(fig, runs: str) -> str:
     """One row per validated (run, variant): measured, the plan and the naive guess for throughput and TTFT p50,
     with the cached shares; then the goal over the saturated, out-of-sample levels."""
-    from engine.export.published import _ids  # one parser of run lists
-
     head = (
         "| fleet | rate | variant | tok/s measured | plan (error) | naive (error) | TTFT p50 ms measured "
         "| plan (error) | naive (error) | cached share measured / plan | saturated | run |\n"
@@ -26,7 +25,7 @@ def fleet_plan(fig, runs: str) -> str:
     )
     lines, judged = [head], []
     kept = {}
-    for run_id in _ids(runs):
+    for run_id in run_ids(runs):
         kept[run_id] = (fig.run(run_id).config or {}).get("fleet_plan") or []
         if not kept[run_id]:
             raise PhoenixError(f"run #{run_id} keeps no fleet plan: run `fleet plan --validate {run_id}:N` first")
