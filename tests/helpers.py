@@ -354,3 +354,15 @@ def http_server(service):
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def tiny_service(tiny_dirs, store, **settings):
+    """Phoenix's server (not yet started) on the tiny qwen3 pair with its near draft model, fp32, no start-up
+    profile: what the served-path tests run against."""
+    from engine.decode.loading import load_pair
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.service import Service
+
+    d = tiny_dirs["qwen3"]
+    cfg = check_serve(ServeConfig(**({"drafter": "model", "max_batch": 4, "profile": False} | settings)))
+    return Service(cfg, Decoder(load_pair(d["target"], d["near"], "cpu", "float32")), store)

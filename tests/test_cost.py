@@ -108,19 +108,13 @@ def test_a_served_run_prices_its_traffic(tiny_dirs, tmp_path, monkeypatch):
     import urllib.request
 
     from apptest import open_page
-    from helpers import http_server, migrated
+    from helpers import http_server, migrated, tiny_service
 
     from db.store import Store
-    from engine.decode.decoder import Decoder
-    from engine.decode.loading import load_pair
-    from engine.serve.config import ServeConfig, check_serve
-    from engine.serve.service import Service
 
     url = migrated(f"sqlite:///{tmp_path / 'served.db'}")
     store = Store(url)
-    d = tiny_dirs["qwen3"]
-    service = Service(check_serve(ServeConfig(drafter="model", max_batch=2, profile=False)), Decoder(
-        load_pair(d["target"], d["near"], "cpu", "float32")), store)  # fmt: skip
+    service = tiny_service(tiny_dirs, store, max_batch=2)
     with http_server(service) as port:
         for i in range(3):
             body = json.dumps({"prompt": f"x = {i}\n", "max_tokens": 6}).encode()

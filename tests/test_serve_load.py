@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 from apptest import open_page
-from helpers import free_port, http_server, migrated, wait_for, write_prompts
+from helpers import free_port, http_server, migrated, tiny_service, wait_for, write_prompts
 
 from db.store import Store
 from engine.errors import PhoenixError
@@ -25,20 +25,14 @@ pytestmark = pytest.mark.subprocess  # a server on a port, a load sweep, a proce
 @pytest.fixture(scope="module")
 def swept(tiny_dirs, tmp_path_factory):
     """The tiny Qwen3 pair served with its agreeing draft; a load sweep of two levels, three variants."""
-    from engine.decode.decoder import Decoder
-    from engine.decode.loading import load_pair
     from engine.engines.config import LoadConfig
     from engine.engines.load import sweep as load_sweep
-    from engine.serve.config import ServeConfig, check_serve
-    from engine.serve.service import Service
 
     root = tmp_path_factory.mktemp("load")
     prompts = write_prompts(root / "prompts.jsonl")
     url = migrated(f"sqlite:///{root / 'load.db'}")
     store = Store(url)
-    d = tiny_dirs["qwen3"]
-    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
-    service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
+    service = tiny_service(tiny_dirs, store)
     with http_server(service) as port:
         cfg = LoadConfig(
             url=f"http://127.0.0.1:{port}",
@@ -326,20 +320,14 @@ def test_two_passes_of_the_same_prompts_are_cold_by_default_and_warm_only_when_n
     Outputs stay identical to speculation off either way (the salt changes the cache key, not the prompt)."""
     import json as _json
 
-    from engine.decode.decoder import Decoder
-    from engine.decode.loading import load_pair
     from engine.engines.config import LoadConfig
     from engine.engines.load import sweep as load_sweep
-    from engine.serve.config import ServeConfig, check_serve
-    from engine.serve.service import Service
 
     body = "".join(f"    y{j} = x * {j} + {j}\n" for j in range(12))
     path = tmp_path / "long.jsonl"
     path.write_text("".join(_json.dumps({"id": f"p{i}", "prompt": f"def g{i}(x):\n{body}"}) + "\n" for i in range(3)))
     store = Store(migrated(f"sqlite:///{tmp_path / 'cold.db'}"))
-    d = tiny_dirs["qwen3"]
-    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
-    service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
+    service = tiny_service(tiny_dirs, store)
     with http_server(service) as port:
         cfg = LoadConfig(
             url=f"http://127.0.0.1:{port}", prompts=str(path), limit=3, max_new_tokens=6, chat=False,
@@ -372,12 +360,8 @@ def test_under_the_system_scenario_a_pass_shares_its_system_prompt_and_nothing_f
     import json as _json
     from dataclasses import replace
 
-    from engine.decode.decoder import Decoder
-    from engine.decode.loading import load_pair
     from engine.engines.config import LoadConfig
     from engine.engines.load import sweep as load_sweep
-    from engine.serve.config import ServeConfig, check_serve
-    from engine.serve.service import Service
 
     system = tmp_path / "system.txt"
     system.write_text("".join(f"Rule {j}: answer with code that runs.\n" for j in range(10)))
@@ -385,9 +369,7 @@ def test_under_the_system_scenario_a_pass_shares_its_system_prompt_and_nothing_f
     lines = (_json.dumps({"id": f"p{i}", "prompt": f"def g{i}(x): return x + {i}"}) + "\n" for i in range(3))
     path.write_text("".join(lines))
     store = Store(migrated(f"sqlite:///{tmp_path / 'system.db'}"))
-    d = tiny_dirs["qwen3"]
-    decoder = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
-    service = Service(check_serve(ServeConfig(drafter="model", max_batch=4, profile=False)), decoder, store)
+    service = tiny_service(tiny_dirs, store)
     with http_server(service) as port:
         cfg = LoadConfig(
             url=f"http://127.0.0.1:{port}", prompts=str(path), limit=3, max_new_tokens=4, chat=False,
