@@ -125,9 +125,9 @@ def test_a_broken_file_is_one_line_and_nothing_of_the_import_is_stored(store, tm
 
 def test_a_huge_or_binary_file_is_refused_before_it_is_read_whole(store, tmp_path, monkeypatch):
     from engine.errors import PhoenixError
-    from engine.imports import importer
+    from engine.imports import files
 
-    monkeypatch.setattr(importer, "MAX_BYTES", 1000)
+    monkeypatch.setattr(files, "MAX_BYTES", 1000)
     with pytest.raises(PhoenixError, match="over the 0 MB an import takes"):
         _import(store, [REAL])
     monkeypatch.undo()

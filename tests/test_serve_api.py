@@ -93,6 +93,19 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
         )
         assert "".join(c.choices[0].text for c in chunks if c.choices) == results[1]
         assert chunks[-1].usage.completion_tokens == 20 and not chunks[-1].choices  # usage in the last chunk, asked
+        # vLLM's continuous_usage_stats (GuideLLM asks for it): every chunk carries the usage so far
+        every = list(
+            api.completions.create(
+                model=service.model_name,
+                prompt=PROMPTS[1],
+                max_tokens=20,
+                stream=True,
+                stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+            )
+        )
+        so_far = [c.usage.completion_tokens for c in every]
+        assert so_far == sorted(so_far) and so_far[-1] == 20 and 0 < so_far[0] <= so_far[-1]
+        assert "".join(c.choices[0].text for c in every if c.choices) == results[1]
         chat = api.chat.completions.create(
             model=service.model_name, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=12
         )
@@ -130,7 +143,7 @@ def test_the_openai_client_works_unchanged_streamed_or_not_and_every_output_equa
             api.completions.create(model="gpt-4", prompt="x", max_tokens=4)
     run = store.get_run(service.run_id)
     assert run.status == "done"
-    assert store.count_requests(run.id) == len(PROMPTS) + 8
+    assert store.count_requests(run.id) == len(PROMPTS) + 9
 
 
 def test_each_response_says_what_speculation_did_for_it(client, decoder):
@@ -182,7 +195,7 @@ BAD = [
     (
         json.dumps({"prompt": "x", "stream": True, "stream_options": {"include_usage": "yes"}}).encode(),
         400,
-        "include_usage must be true or false",
+        "continuous_usage_stats must be true or false",
     ),
     (json.dumps({"prompt": "x", "include_stop_str_in_output": 1}).encode(), 400, "include_stop_str_in_output must"),
     (json.dumps({"prompt": "x", "speculation": {"k": 99}}).encode(), 400, "speculation.k must be in 0..8"),

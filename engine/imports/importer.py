@@ -9,8 +9,6 @@ place of a CPU, so the Sweeps page never ranks it against a sweep measured elsew
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import uuid
 from dataclasses import asdict
@@ -20,13 +18,13 @@ from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.engines.arrivals import figures
 from engine.errors import PhoenixError
-from engine.imports import prometheus, vllm_bench
+from engine.imports import aiperf, guidellm, prometheus, sglang_bench, vllm_bench
 from engine.imports.config import ImportConfig
+from engine.imports.files import read, read_text
 from engine.imports.level import Level, Request
 from engine.measure import sha256_text
 
-MAX_BYTES = 256 << 20  # a --save-detailed result of 10,000 requests is about 20 MB; past this a file is refused
-FORMATS = {"vllm-bench": vllm_bench}  # the JSON formats, by --format's name
+FORMATS = {"vllm-bench": vllm_bench, "sglang-bench": sglang_bench, "guidellm": guidellm, "aiperf": aiperf}  # JSON
 TEXT_FORMATS = {"prometheus": prometheus}  # the text ones (ImportConfig.format's help lists both)
 AGREE = 1e-3  # the tool's figure and Phoenix's agree within this share (the tool stores full floats: only
 # its percentile and count rules could differ)
@@ -43,43 +41,12 @@ def check(cfg: ImportConfig) -> ImportConfig:
     return cfg
 
 
-def read_text(path: Path) -> tuple[str, str]:
-    """A file's text and SHA-256, from one bounded read."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise PhoenixError(f"{path}: {size:,} bytes, over the {MAX_BYTES >> 20} MB an import takes")
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise PhoenixError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        return raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
-    except UnicodeDecodeError:
-        raise PhoenixError(f"{path}: not UTF-8 text (a result file is JSON or a Prometheus scrape)") from None
-
-
-def read(path: Path) -> tuple[list[dict], str]:
-    """The JSON objects of a file (one object, a list of them, or one per line: --append-result) and the file's
-    SHA-256."""
-    text, digest = read_text(path)
-    try:
-        doc = json.loads(text)
-        docs = doc if isinstance(doc, list) else [doc]
-    except ValueError:
-        try:
-            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as exc:
-            raise PhoenixError(f"{path}: not JSON (nor one JSON object per line): {exc}") from None
-    if not docs or not all(isinstance(d, dict) for d in docs):
-        raise PhoenixError(f"{path}: holds no result object")
-    return docs, digest
-
-
 def detect(docs: list[dict], path: Path) -> str:
     for name, module in FORMATS.items():
         if all(module.matches(d) for d in docs):
             return name
+    if all(isinstance(d.get("metrics"), dict) and isinstance(d.get("metadata"), dict) for d in docs):
+        raise PhoenixError(f"{path}: AIPerf's per-request records: import its profile_export_aiperf.json (read beside)")
     raise PhoenixError(f"{path}: no format Phoenix imports matches it ({', '.join(FORMATS)}); pass --format")
 
 
@@ -113,8 +80,8 @@ def import_files(store: Store, cfg: ImportConfig, paths: list[Path], say=print) 
     scrapes, paths = scrapes_of(paths, cfg)
     found = levels_of(paths, cfg)
     scraped = [_scrape_run(cfg, path, digest, scrape) for path, digest, scrape in scrapes]
-    sweep = uuid.uuid4().hex
-    runs = [_run(cfg, path, digest, level, sweep) for path, digest, level in found]
+    sweeps = {path: uuid.uuid4().hex for path, _, _ in found}  # a file's levels are one sweep
+    runs = [_run(cfg, path, digest, level, sweeps[path]) for path, digest, level in found]
     intervals: list[list[WatchInterval]] = [[] for _ in runs] + [[iv] for _, iv in scraped]
     ids = store.add_runs(runs + [run for run, _ in scraped], intervals)
     for run_id, (name, config, *_rest) in zip(ids[len(runs) :], [run for run, _ in scraped]):
@@ -141,7 +108,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
         "load": {
             "engine": engine,
             "prompts": level.dataset,
-            "limit": len(records) or level.aggregates.get("completed"),
+            "limit": len(records) or ours.get("answered"),
             "max_new_tokens": None,
             "chat": True,
         },
@@ -159,7 +126,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
             "version": level.version or "not in the file",
             "file": path.name,
             "sha256": digest,
-            "command": "not in the file",
+            "command": level.command or "not in the file",
             "aggregates": level.aggregates,
             "speculative": level.speculative,
             "warnings": warnings,
@@ -215,28 +182,13 @@ def _record(i: int, mode: str, r: Request) -> RequestRecord:
         output_sha256=sha256_text(r.text),
         error=r.error,
         queue_s=r.queue_s,
+        cached_tokens=r.cached_tokens,
     )
-
-
-# the tool's figure and Phoenix's name for it
-COMPARED = {
-    "output_throughput": "output_throughput",
-    "request_throughput": "request_throughput",
-    "mean_ttft_ms": "ttft_ms_mean",
-    "median_ttft_ms": "ttft_ms_p50",
-    "p95_ttft_ms": "ttft_ms_p95",
-    "mean_tpot_ms": "tpot_ms_mean",
-    "median_tpot_ms": "tpot_ms_p50",
-    "p95_tpot_ms": "tpot_ms_p95",
-    "median_e2el_ms": "e2el_ms_p50",
-    "completed": "answered",
-    "failed": "failed",
-}
 
 
 def _disagreements(ours: dict, level: Level) -> list[str]:
     out = []
-    for theirs, mine in COMPARED.items():
+    for theirs, mine in level.compared.items():
         a, b = level.aggregates.get(theirs), ours.get(mine)
         if a is None or b is None:
             continue
@@ -248,10 +200,10 @@ def _disagreements(ours: dict, level: Level) -> list[str]:
 def _from_aggregates(level: Level) -> dict:
     """The figures of a level with no per-request data: the tool's own, under Phoenix's names."""
     a = level.aggregates
-    out: dict = {mine: a.get(theirs) for theirs, mine in COMPARED.items()}
-    out["requests"] = (a.get("completed") or 0) + (a.get("failed") or 0)
+    out: dict = {mine: a.get(theirs) for theirs, mine in level.compared.items()}
+    out["requests"] = (out.get("answered") or 0) + (out.get("failed") or 0)
     out["wall_s"] = level.duration_s
     out["goodput"] = a.get("request_goodput")
-    out |= {"cached_tokens": None, "prompt_tokens": a.get("total_input_tokens"), "cached_share": None}
+    out |= {"cached_tokens": None, "prompt_tokens": out.get("prompt_tokens"), "cached_share": None}
     out["source"] = "the tool's aggregates (no per-request data)"
     return out

@@ -19,6 +19,7 @@ class Request:
     text: str = ""
     error: str | None = None
     queue_s: float | None = None  # waiting in the client for a free slot (its concurrency cap)
+    cached_tokens: int | None = None  # prompt tokens the server's prefix cache served, where the tool recorded it
 
 
 @dataclass
@@ -37,6 +38,10 @@ class Level:
     extra: dict  # every field the importer does not read: kept, never dropped
     dataset: str = "unknown"  # the prompts the tool sent (its dataset name)
     speculative: dict = field(default_factory=dict)  # the server's speculative decoding figures, where reported
+    # which of the tool's aggregates share a definition with one of Phoenix's (engine.engines.arrivals.figures), by
+    # Phoenix's name: only these are compared; a figure the tool defines its own way is kept, never compared
+    compared: dict[str, str] = field(default_factory=dict)
+    command: str | None = None  # the tool's command line, where the file holds it
 
     def check(self, where: str) -> Level:
         """A level whose figures cannot be figures is refused in one line naming the field."""

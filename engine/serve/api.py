@@ -262,17 +262,26 @@ async def wait_done(request: HttpRequest, req: Request, events: asyncio.Queue) -
 class Stream:
     """Server-sent events: a chunk per step that added text (held back while it might begin a stop string; never
     past one), then the finish reason, then, when the request asked for it (``stream_options.include_usage``), a
-    usage chunk without choices; what speculation did (``speculation``, vLLM's ``metrics``) rides on the last
+    usage chunk without choices (with ``continuous_usage_stats``, every chunk carries the usage so far, as vLLM's
+    do); what speculation did (``speculation``, vLLM's ``metrics``) rides on the last
     chunk; then [DONE]. A client that goes away cancels the request."""
 
-    def __init__(self, service: Service, req: Request, chat: bool, created: int, stop, with_usage: bool):
+    def __init__(self, service: Service, req: Request, chat: bool, created: int, stop, with_usage: tuple[bool, bool]):
         self.service, self.req, self.chat, self.created = service, req, chat, created
-        self.stop, self.with_usage = stop, with_usage
+        self.stop, (self.with_usage, self.continuous) = stop, with_usage
+        self.generated = 0  # tokens decoded so far (the continuous usage's completion_tokens)
         self.text = Detokenizer(service.decoder.pair.tokenizer)
         self.decoded, self.sent = "", ""  # the text so far, and what of it was sent
         self.scored: list[TokenLogprob] = []  # logprobs not sent yet
 
     def _chunk(self, delta: dict | None, reason=None, **extra) -> str:
+        if self.continuous and "usage" not in extra:
+            n = len(self.req.prompt_ids)
+            extra["usage"] = {
+                "prompt_tokens": n,
+                "completion_tokens": self.generated,
+                "total_tokens": n + self.generated,
+            }
         return chunk(self.service, self.req, self.chat, self.created, delta, reason, **extra)
 
     def _logprobs(self, offset: int) -> dict | None:
@@ -302,6 +311,7 @@ class Stream:
                     yield self._chunk({"role": "assistant"})
                 if kind == "tokens":
                     tokens, lps = payload
+                    self.generated += len(tokens)
                     self.decoded += self.text.add(tokens)
                     self.scored += lps
                     offset = len(self.sent)
@@ -326,6 +336,7 @@ class Stream:
         offset = len(self.sent)
         tail = self._delta(self.stop.cut(full) if self.stop else full)
         spec = {"speculation": self.service.speculation(f), "metrics": request_metrics(self.service, f)}
+        self.generated = f.stats.output_tokens
         last = self._chunk(
             {"content": tail} if tail else {},
             finish_reason(f),

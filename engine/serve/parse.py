@@ -181,21 +181,27 @@ def stops_of(body: dict) -> list[str]:
     return stops
 
 
-def include_usage(body: dict) -> bool:
-    """Whether a stream ends with a usage chunk (``stream_options.include_usage``, OpenAI's default off)."""
+def include_usage(body: dict) -> tuple[bool, bool]:
+    """Whether a stream ends with a usage chunk (``stream_options.include_usage``, OpenAI's default off), and whether
+    every chunk carries the usage so far (vLLM's ``continuous_usage_stats``, which GuideLLM sends; only with
+    include_usage, as vLLM reads it)."""
     options = body.get("stream_options")
     if options is None:
-        return False
+        return False, False
     if not body.get("stream"):
         raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
     if not isinstance(options, dict) or set(options) - {"include_usage", "continuous_usage_stats"}:
-        raise ApiError(400, 'stream_options takes {"include_usage": true|false} only', param="stream_options")
-    if options.get("continuous_usage_stats"):
-        raise ApiError(400, "continuous_usage_stats is not supported: usage comes in the last chunk", "stream_options")
-    wanted = options.get("include_usage", False)
-    if not isinstance(wanted, bool):
-        raise ApiError(400, f"include_usage must be true or false, got {wanted!r}", param="stream_options")
-    return wanted
+        raise ApiError(
+            400, 'stream_options takes {"include_usage": bool, "continuous_usage_stats": bool}', "stream_options"
+        )
+    wanted = [options.get(name, False) for name in ("include_usage", "continuous_usage_stats")]
+    if not all(isinstance(w, bool) for w in wanted):
+        raise ApiError(
+            400,
+            f"include_usage and continuous_usage_stats must be true or false, got {options!r}"[:300],
+            "stream_options",
+        )
+    return wanted[0], wanted[0] and wanted[1]
 
 
 def prompt_ids(service: Service, body: dict, chat: bool) -> list[int]:
