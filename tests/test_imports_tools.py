@@ -158,9 +158,35 @@ def test_a_broken_aiperf_record_is_one_line_naming_the_records_file(store, tmp_p
 
     (tmp_path / "x_aiperf.json").write_text(AIPERF.read_text())
     (tmp_path / "x.jsonl").write_text(AIPERF_RECORDS.read_text().replace('"value":', '"value":"soon","v":', 1))
-    with pytest.raises(
-        PhoenixError, match=r"x\.jsonl \(record 1\): \w+ = 'soon' is not a number"
-    ) as err:
+    with pytest.raises(PhoenixError, match=r"x\.jsonl \(record 1\): \w+ = 'soon' is not a number") as err:
         _import(store, [tmp_path / "x_aiperf.json"])
     assert "\n" not in str(err.value)
     assert store.list_runs() == []
+
+
+@pytest.mark.pages
+def test_the_new_run_form_imports_an_upload_after_showing_what_it_found(tmp_path, monkeypatch):
+    from apptest import open_page
+
+    from db.migrate import ensure_schema
+    from db.store import Store
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    ensure_schema(url)
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("new_run")
+    uploads = [(AIPERF.name, AIPERF.read_bytes(), "application/json")]
+    uploads.append((AIPERF_RECORDS.name, AIPERF_RECORDS.read_bytes(), "application/json"))
+    at.file_uploader(key="imp_files").set_value(uploads).run()
+    assert not at.exception
+    shown = [c.value for c in at.code]
+    assert any("aiperf: " in s and "(12 rows)" in s for s in shown)  # what it found, as literal text
+    assert Store(url).list_runs() == []  # nothing stored before the user confirms
+    at.text_input(key="imp_hardware").input("2-core Xeon").run()
+    at.button(key="imp_go").click().run()
+    assert not at.exception
+    (run,) = Store(url).list_runs()
+    assert run.config["hardware"] == "2-core Xeon" and len(Store(url).requests(run.id)) == 12
+    at.file_uploader(key="imp_files").set_value(("x.json", b'{"duration": 1', "application/json")).run()
+    assert any("not JSON" in c.value for c in at.code)  # the CLI's refusal line, and nothing more stored
+    assert len(Store(url).list_runs()) == 1

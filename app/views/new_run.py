@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import streamlit as st
 
-from app import actions, data, form, urlstate, widgets
+from app import actions, data, form, imports, urlstate, widgets
 from engine.catalog import DRAFTS_FOR, EMBEDDED, QWEN05, QWEN15, SMOLLM2, added, local_models
 from engine.modes import RUN_DRAFTERS
 from engine.policies.registry import policy_names
@@ -61,6 +61,7 @@ def render() -> None:
     if locked:
         st.info(locked)
         return
+    imports.panel()
     targets, drafts = choices()
     values = starting_values(targets, drafts)
     if st.session_state.get(FROM) is not None:

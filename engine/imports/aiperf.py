@@ -46,7 +46,7 @@ def parse(docs: list[dict], where: str) -> list[Level]:
         )
     doc = docs[0]
     config = doc.get("input_config") or {}
-    phase = next((p for p in config.get("phases") or [] if p.get("kind") == "profiling"), {})
+    phase: dict = next((p for p in config.get("phases") or [] if p.get("kind") == "profiling"), {})
     records = _records(Path(where))
     aggregates = _aggregates(doc)
     return [

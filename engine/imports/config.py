@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass
 class ImportConfig:
-    format: str = "auto"  # auto | vllm-bench | sglang-bench | guidellm | aiperf | prometheus (a /metrics scrape)
+    format: str = "auto"  # auto | vllm-bench | sglang-bench | guidellm | aiperf | lm-eval | prometheus (/metrics)
     engine: str = ""  # the server the tool measured (vllm, sglang, phoenix, ...), where the file does not say
     model: str = ""  # the model it served, where the file does not say (default: the file's model id)
     variant: str = "as-served"  # the server's setting, in Phoenix's grammar (none, eagle3-k3, ngram-k4, ...)

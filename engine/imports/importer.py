@@ -18,7 +18,7 @@ from db.entities import RequestRecord, WatchInterval
 from db.store import Store
 from engine.engines.arrivals import figures
 from engine.errors import PhoenixError
-from engine.imports import aiperf, guidellm, prometheus, sglang_bench, vllm_bench
+from engine.imports import aiperf, guidellm, lm_eval, prometheus, sglang_bench, vllm_bench
 from engine.imports.config import ImportConfig
 from engine.imports.files import read, read_text
 from engine.imports.level import Level, Request
@@ -26,13 +26,14 @@ from engine.measure import sha256_text
 
 FORMATS = {"vllm-bench": vllm_bench, "sglang-bench": sglang_bench, "guidellm": guidellm, "aiperf": aiperf}  # JSON
 TEXT_FORMATS = {"prometheus": prometheus}  # the text ones (ImportConfig.format's help lists both)
+QUALITY = {"lm-eval": lm_eval}  # scores, not load: a quality run each
 AGREE = 1e-3  # the tool's figure and Phoenix's agree within this share (the tool stores full floats: only
 # its percentile and count rules could differ)
 
 
 def check(cfg: ImportConfig) -> ImportConfig:
-    if cfg.format != "auto" and cfg.format not in {**FORMATS, **TEXT_FORMATS}:
-        names = ", ".join([*FORMATS, *TEXT_FORMATS])
+    if cfg.format != "auto" and cfg.format not in {**FORMATS, **TEXT_FORMATS, **QUALITY}:
+        names = ", ".join([*FORMATS, *TEXT_FORMATS, *QUALITY])
         raise PhoenixError(f"--format must be auto or one of {names}, got {cfg.format!r}", field="format")
     for name in ("engine", "model", "variant", "hardware", "name"):
         value = getattr(cfg, name)
@@ -75,22 +76,57 @@ def scrapes_of(paths: list[Path], cfg: ImportConfig) -> tuple[list[tuple[Path, s
     return scrapes, rest
 
 
-def import_files(store: Store, cfg: ImportConfig, paths: list[Path], say=print) -> list[int]:
+def scores_of(paths: list[Path], cfg: ImportConfig) -> tuple[list[tuple[Path, str, lm_eval.Results]], list[Path]]:
+    """The files that are lm-eval results (named so, or detected), each parsed with its samples; and the rest."""
+    found, rest = [], []
+    for path in paths:
+        if cfg.format not in ("auto", *QUALITY):
+            rest.append(path)
+            continue
+        docs, digest = read(path)
+        if cfg.format in QUALITY or (len(docs) == 1 and lm_eval.matches(docs[0])):
+            if len(docs) != 1:
+                raise PhoenixError(f"{path}: lm-eval results are one JSON object")
+            found.append((path, digest, lm_eval.parse(docs[0], path)))
+        else:
+            rest.append(path)
+    return found, rest
+
+
+def prepare(cfg: ImportConfig, paths: list[Path]) -> tuple[list[tuple], list[list[WatchInterval]]]:
+    """Every run the files hold, parsed and checked, with each run's watch intervals: nothing is stored yet (the
+    dashboard shows what it found before the user confirms)."""
     check(cfg)
     scrapes, paths = scrapes_of(paths, cfg)
+    scored, paths = scores_of(paths, cfg)
     found = levels_of(paths, cfg)
-    scraped = [_scrape_run(cfg, path, digest, scrape) for path, digest, scrape in scrapes]
     sweeps = {path: uuid.uuid4().hex for path, _, _ in found}  # a file's levels are one sweep
     runs = [_run(cfg, path, digest, level, sweeps[path]) for path, digest, level in found]
-    intervals: list[list[WatchInterval]] = [[] for _ in runs] + [[iv] for _, iv in scraped]
-    ids = store.add_runs(runs + [run for run, _ in scraped], intervals)
-    for run_id, (name, config, *_rest) in zip(ids[len(runs) :], [run for run, _ in scraped]):
-        said = config["imported"]["acceptance"]
-        say(f"run {run_id}: {name}: acceptance {said:.3f} over {config['imported']['drafts']:,} drafts")
-    for run_id, (name, config, *_rest) in zip(ids, runs):
-        f = config["figures"][cfg.variant]
+    scraped = [_scrape_run(cfg, path, digest, scrape) for path, digest, scrape in scrapes]
+    quality = [_quality_run(cfg, path, digest, results) for path, digest, results in scored]
+    intervals: list[list[WatchInterval]] = [[] for _ in runs] + [[iv] for _, iv in scraped] + [[] for _ in quality]
+    return runs + [run for run, _ in scraped] + quality, intervals
+
+
+def describe(run: tuple) -> str:
+    """One line of what a prepared run holds: its figures, its acceptance or its scores, and any warning."""
+    name, config, *_rest, records = run
+    if "quality" in config:
+        said = ", ".join(f"{t} {m} {v:.3f}" for t, ms in config["quality"]["scores"].items() for m, v in ms.items())
+    elif "serve_watch" in config:
+        said = f"acceptance {config['imported']['acceptance']:.3f} over {config['imported']['drafts']:,} drafts"
+    else:
+        f = next(iter(config["figures"].values()))
         said = f"{f['output_throughput']:.1f} tok/s" if f.get("output_throughput") is not None else "no figures"
-        say(f"run {run_id}: {name}: {said}" + "".join(f"\n  warning: {w}" for w in config["imported"]["warnings"]))
+    rows = f" ({len(records)} rows)" if records else ""
+    return f"{name}: {said}{rows}" + "".join(f"\n  warning: {w}" for w in config["imported"]["warnings"])
+
+
+def import_files(store: Store, cfg: ImportConfig, paths: list[Path], say=print) -> list[int]:
+    runs, intervals = prepare(cfg, paths)
+    ids = store.add_runs(runs, intervals)
+    for run_id, run in zip(ids, runs):
+        say(f"run {run_id}: {describe(run)}")
     return ids
 
 
@@ -163,6 +199,46 @@ def _scrape_run(cfg: ImportConfig, path: Path, digest: str, scrape: prometheus.S
     }
     name = cfg.name or f"{prometheus.TOOL}: {path.name}"
     return (name, config, model, None, []), prometheus.interval(c)
+
+
+def _quality_run(cfg: ImportConfig, path: Path, digest: str, found: lm_eval.Results) -> tuple:
+    """lm-eval's scores as a quality run: each sample a row holding its answer (no timings: not a load run)."""
+    drafters = {str((s.get("speculation") or {}).get("drafter", "as served")) for s in found.settings.values()}
+    config: dict = {
+        "quality": {
+            "scores": found.scores,
+            "per_sample": {f"{s.task}/{s.name}": s.scores for s in found.samples},
+            "drafter": ", ".join(sorted(drafters)),
+            "settings": found.settings,
+        },
+        "engine": {"engine": cfg.engine or "unknown", "variant": cfg.variant},
+        "hardware": cfg.hardware or "not recorded (imported)",
+        "environment": {"cpu": cfg.hardware or "not recorded (imported)"},
+        "imported": {
+            "tool": lm_eval.TOOL,
+            "version": found.version or "not in the file",
+            "file": path.name,
+            "sha256": digest,
+            "command": "not in the file (its config holds the model and its arguments)",
+            "warnings": [] if found.samples else ["the results hold no samples (run the harness with --log_samples)"],
+            "unknown_fields": found.extra,
+            "settings": asdict(cfg),
+        },
+    }
+    records = [
+        RequestRecord(
+            run_id=0,
+            seq=i,
+            mode=f"lm-eval-{config['quality']['drafter']}",
+            prompt_id=f"{s.task}/{s.name}",
+            tokens_per_s=0.0,
+            output_text=s.answer[:100_000],
+            output_sha256=sha256_text(s.answer),
+        )
+        for i, s in enumerate(found.samples)
+    ]
+    name = cfg.name or f"{lm_eval.TOOL}: {', '.join(found.scores)} (drafter {config['quality']['drafter']})"
+    return name, config, cfg.model or found.model, None, records
 
 
 def _record(i: int, mode: str, r: Request) -> RequestRecord:
