@@ -36,3 +36,9 @@ def cost_line(info, summaries) -> None:
         parts.append("served traffic: not recorded (a server from before it kept its CPU time)")
     if parts:
         st.caption("Cost, CPU-seconds per 1,000 output tokens (spread in brackets): " + "; ".join(parts))
+    price = cfg.get("price")
+    if isinstance(price, dict) and price.get("usd_per_1k_tokens") is not None:
+        st.caption(
+            f"Cost at the hardware's price given on import (${price['usd_per_hour']:,.2f} an hour): "
+            f"${price['usd_per_1k_tokens']:.4f} per 1,000 output tokens at this level's output throughput"
+        )

@@ -104,6 +104,15 @@ def cpu_per_1k_tokens(cpu_s: float | None, output_tokens: int) -> float | None:
     return 1000.0 * cpu_s / output_tokens if cpu_s is not None and output_tokens > 0 else None
 
 
+def usd_per_1k_tokens(usd_per_hour: float | None, output_tokens_per_s: float | None) -> float | None:
+    """The money cost of output on hardware rented by the hour: its price over the output it makes in that hour, per
+    1,000 tokens (a load level's output throughput: the whole machine's output at that load); None where either is
+    unknown."""
+    if not usd_per_hour or not output_tokens_per_s or output_tokens_per_s <= 0:
+        return None
+    return 1000.0 * usd_per_hour / 3600.0 / output_tokens_per_s
+
+
 def cost_text(cpu_s: float | None, timed_tokens: int, all_tokens: int, spread: list[float] | None = None) -> str:
     """A cost as a page says it: CPU seconds per 1,000 output tokens over the tokens whose CPU time was read, the
     spread where there is one (blocks or requests), and what is missing where the CPU time covers only part of the

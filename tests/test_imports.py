@@ -219,3 +219,10 @@ def test_a_bench_file_and_a_scrape_import_together_each_as_its_kind(store):
     ids = _import(store, [REAL, SCRAPE], engine="vllm")
     kinds = sorted("serve_watch" in store.get_run(i).config for i in ids)
     assert kinds == [False, True]
+
+
+def test_a_price_per_hour_gives_each_level_its_cost_per_1k_tokens(store):
+    doc = json.loads(REAL.read_text())
+    (run_id,) = _import(store, [REAL], hardware="8x H100", price_per_hour=98.32)
+    price = store.get_run(run_id).config["price"]
+    assert price["usd_per_1k_tokens"] == pytest.approx(1000 * 98.32 / 3600 / doc["output_throughput"], rel=1e-9)

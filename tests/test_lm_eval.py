@@ -118,3 +118,20 @@ def test_through_the_server_every_drafter_answers_as_speculation_off_in_fp32(sto
     for drafter in ("model", "ngram", "suffix"):  # each drafted: the check is not vacuous
         assert sum(r.proposed for r in rows if r.drafter == drafter) > 0
     assert all(len(r.output_text) > 0 for r in store.requests(ids[0]))
+
+
+@pytest.mark.pages
+def test_the_run_page_shows_a_quality_runs_scores_and_answers_as_text(tmp_path, monkeypatch):
+    from apptest import open_page
+
+    from db.migrate import ensure_schema
+    from db.store import Store
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    ensure_schema(url)
+    (run_id,) = _import(Store(url), [RESULTS], engine="phoenix")
+    monkeypatch.setenv("PHOENIX_DB", url)
+    at = open_page("run", run=run_id)
+    assert any(s.value == "Answer quality" for s in at.subheader)
+    frames = [d.value for d in at.dataframe]
+    assert frames[0]["metric"].tolist()[0] == "pass_at_1" and len(frames[1]) == len(SAMPLES.read_text().splitlines())

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import actions, charts, data, oracle, provenance, served, serving, specbench, tracking, urlstate, widgets
+from app import (
+    actions,
+    charts,
+    data,
+    oracle,
+    provenance,
+    quality,
+    served,
+    serving,
+    specbench,
+    tracking,
+    urlstate,
+    widgets,
+)
 from app.cost import cost_line
 from engine.analysis.breakeven import diagnose, measured_speedups, verdict
 from engine.analysis.fit import fit_run
@@ -127,6 +140,8 @@ def body(url: str, run_id: int) -> None:
     sentry_explorer(run_id)
     serving.live(url, info)  # Phoenix's own server: its loop over time, what the tuner chose
     if served.watch(url, info):  # a live server's counters over time: intervals, not requests
+        return
+    if quality.view(url, info):  # answer quality (lm-eval): scores and answers, no timings
         return
     summaries = data.summaries(url, run_id)
     if not summaries:

@@ -22,7 +22,7 @@ from engine.imports import aiperf, guidellm, lm_eval, prometheus, sglang_bench, 
 from engine.imports.config import ImportConfig
 from engine.imports.files import read, read_text
 from engine.imports.level import Level, Request
-from engine.measure import sha256_text
+from engine.measure import sha256_text, usd_per_1k_tokens
 
 FORMATS = {"vllm-bench": vllm_bench, "sglang-bench": sglang_bench, "guidellm": guidellm, "aiperf": aiperf}  # JSON
 TEXT_FORMATS = {"prometheus": prometheus}  # the text ones (ImportConfig.format's help lists both)
@@ -35,6 +35,10 @@ def check(cfg: ImportConfig) -> ImportConfig:
     if cfg.format != "auto" and cfg.format not in {**FORMATS, **TEXT_FORMATS, **QUALITY}:
         names = ", ".join([*FORMATS, *TEXT_FORMATS, *QUALITY])
         raise PhoenixError(f"--format must be auto or one of {names}, got {cfg.format!r}", field="format")
+    if not (0 <= cfg.price_per_hour < 1e6):
+        raise PhoenixError(
+            f"--price-per-hour must be USD an hour, 0 or more, got {cfg.price_per_hour!r}", "price_per_hour"
+        )
     for name in ("engine", "model", "variant", "hardware", "name"):
         value = getattr(cfg, name)
         if len(value) > 200 or any(ord(ch) < 32 for ch in value):
@@ -157,6 +161,7 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
         "hardware": cfg.hardware or "not recorded (imported)",
         "environment": {"cpu": cfg.hardware or "not recorded (imported)"},
         "sweep": {"id": sweep},
+        "price": _price(cfg, ours),
         "imported": {
             "tool": level.tool,
             "version": level.version or "not in the file",
@@ -171,6 +176,12 @@ def _run(cfg: ImportConfig, path: Path, digest: str, level: Level, sweep: str) -
         },
     }
     return name, config, model, None, records
+
+
+def _price(cfg: ImportConfig, figures: dict) -> dict | None:
+    """What a level's output cost on the hardware at the price given (engine.measure.usd_per_1k_tokens)."""
+    per_1k = usd_per_1k_tokens(cfg.price_per_hour, figures.get("output_throughput"))
+    return None if per_1k is None else {"usd_per_hour": cfg.price_per_hour, "usd_per_1k_tokens": per_1k}
 
 
 def _scrape_run(cfg: ImportConfig, path: Path, digest: str, scrape: prometheus.Scrape) -> tuple[tuple, WatchInterval]:

@@ -48,7 +48,7 @@ def evaluate(store: Store, cfg: lm_eval.LmEvalConfig, say=print) -> list[int]:
         found = lm_eval.run(cfg.url, model, drafter, out, cfg)
         k = f", k {cfg.k}" if cfg.k and drafter != "none" else ""
         name = f"lm-eval HumanEval through phoenix serve: {Path(model).name}, {dtype}, drafter {drafter}{k}"
-        imported = ImportConfig("lm-eval", "phoenix", model, drafter, cfg.hardware, name)
+        imported = ImportConfig("lm-eval", "phoenix", model, drafter, cfg.hardware, name=name)
         ids += import_files(store, imported, [found], say=say)
     for other in ids[1:]:
         diff = diff_of(store, ids[0], other)
