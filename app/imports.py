@@ -34,6 +34,7 @@ def panel() -> None:
         engine = left.text_input("Engine measured (where the file does not say)", key=f"{KEY}_engine")
         hardware = right.text_input("Hardware (labels the runs)", key=f"{KEY}_hardware", placeholder="8x H100")
         variant = left.text_input("Setting (Phoenix's grammar)", value="as-served", key=f"{KEY}_variant")
+        price = right.number_input("Hardware's price, USD an hour (0: not given)", min_value=0.0, key=f"{KEY}_price")
         token = actions.token_field(f"{KEY}_token")
         if not files:
             st.caption(f"Up to {MAX_BYTES >> 20} MB a file; an AIPerf profile with its records file beside it.")
@@ -43,7 +44,7 @@ def panel() -> None:
             widgets.refused(f"{over[0].name}: {over[0].size:,} bytes, over the {MAX_BYTES >> 20} MB an import takes")
             return
         try:
-            cfg = ImportConfig(engine=engine, hardware=hardware, variant=variant or "as-served")
+            cfg = ImportConfig(engine=engine, hardware=hardware, variant=variant or "as-served", price_per_hour=price)
             runs, intervals = _prepared(files, cfg)
         except PhoenixError as exc:
             widgets.refused(str(exc))

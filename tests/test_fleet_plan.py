@@ -140,3 +140,14 @@ def test_a_source_replica_that_served_the_measured_fleet_is_in_sample():
     before = SimpleNamespace(created_at=t0 - timedelta(hours=1), finished_at=t0, config=replica)
     alone = SimpleNamespace(created_at=t0, finished_at=None, config={"phoenix_serve": {"router": ""}})
     assert in_sample(served, load) and not in_sample(before, load) and not in_sample(alone, load)
+
+
+def test_a_replica_is_priced_from_the_source_measured_at_its_own_thread_count():
+    from engine.engines import planning
+
+    two = fp.fit_profile(steps_frame(), [(10, 0.015), (100, 0.105)], threads=2)
+    one = fp.fit_profile(steps_frame(), [(10, 0.02), (100, 0.15)], threads=1)
+    profiles = {1: one, 2: two}
+    assert planning.profile_for(profiles, 1) is one  # two replicas on two cores: the 1-thread measurement
+    assert planning.profile_for(profiles, 2) is two
+    assert planning.profile_for({2: two}, 1) is two  # none at 1 thread: scaled from the 2-thread one

@@ -128,7 +128,8 @@ class LoadConfig:
 @dataclass
 class PlanConfig:
     source: str = (
-        ""  # Phoenix's served runs (a replica's own live runs, ids comma-separated) whose steps price a replica
+        ""  # Phoenix's served runs (a replica's own live runs, ids comma-separated) whose steps price a replica; one
+        # measured at each thread count prices the replicas that run with it
     )
     rate: str = "1"  # request rates in requests/s, comma-separated (inf: every request at once)
     replicas: str = "1,2,4"  # fleet sizes to price

@@ -115,6 +115,27 @@ def load_profile(store: Store, run_ids: list[int]) -> tuple[fp.Profile, fp.Workl
     return profile, workload(store, run_ids)
 
 
+def threads_of(store: Store, run_id: int) -> int:
+    info = store.get_run(run_id)
+    if info is None:
+        raise PhoenixError(f"--source: no run #{run_id}")
+    return int(((info.config or {}).get("environment") or {}).get("threads") or 0) or (os.cpu_count() or 1)
+
+
+def load_profiles(store: Store, run_ids: list[int]) -> dict[int, fp.Profile]:
+    """One step-cost fit per thread count the sources were measured with: a replica is priced from the source that
+    ran with its own thread count where there is one (a 1-thread replica does not cost twice a 2-thread one: the
+    step's memory-bound share does not halve), else scaled from the source with the most threads."""
+    by_threads: dict[int, list[int]] = {}
+    for run_id in run_ids:
+        by_threads.setdefault(threads_of(store, run_id), []).append(run_id)
+    return {t: load_profile(store, ids)[0] for t, ids in sorted(by_threads.items())}
+
+
+def profile_for(profiles: dict[int, fp.Profile], threads: int) -> fp.Profile:
+    return profiles.get(threads) or profiles[max(profiles)]
+
+
 def workload(store: Store, run_ids: list[int], target: str = "", mode: str = "") -> fp.Workload:
     """What the runs sent: each answered request's prompt and output tokens; for a load run whose cache scenario
     lets requests share (not cold), each one's tenant and the system-prompt tokens it shares (as ``target``
@@ -177,14 +198,15 @@ def plan(store: Store, cfg: PlanConfig) -> tuple[pd.DataFrame, fp.Predicted | No
     """Every (replicas, setting, rate) priced; the cheapest meeting the SLO where one is given."""
     check_plan(cfg)
     sources = _ints(cfg.source, "--source")
-    profile, work = load_profile(store, sources)
+    profiles, work = load_profiles(store, sources), workload(store, sources)
     if cfg.shared_prefix:
         work.shared_tokens = [cfg.shared_prefix] * len(work.prompt_tokens)
     cache = cache_tokens(store, sources) if cfg.shared_prefix else 0
     slo = slos_of(cfg.slo) if cfg.slo else {}
     preds = []
     for n in _ints(cfg.replicas, "--replicas"):
-        each = threads_each(n) if cfg.same_machine else profile.threads
+        each = threads_each(n) if cfg.same_machine else max(profiles)
+        profile = profile_for(profiles, each)
         for rate in _rates(cfg.rate):
             for setting in sorted(profile.per_pass):
                 preds.append(fp.predict(profile, setting, n, rate, work, cfg.requests, max_batch=cfg.max_batch,
@@ -208,7 +230,7 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
     """Each measured fleet level beside the plan's prediction for it and the naive guess (fleet_plan.naive):
     throughput and p50 TTFT, their errors, the cached share, and whether the source is out of sample."""
     sources = _ints(cfg.source, "--source")
-    profile, _ = load_profile(store, sources)
+    profiles = load_profiles(store, sources)
     cache, target = cache_tokens(store, sources), str(_serve_of(store, sources).get("target") or "")
     out = []
     for item in (x for x in cfg.validate.split(",") if x.strip()):
@@ -218,6 +240,7 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
         if info is None:
             raise PhoenixError(f"--validate: no run #{run_id}")
         rate = float(info.config.get("request_rate") or "inf")
+        profile = profile_for(profiles, threads_each(replicas))
         drafting = [s for s in profile.per_pass if s != "none"]
         outside = not any(in_sample(store.get_run(i), info) for i in sources)
         for variant, fig in (info.config.get("figures") or {}).items():
