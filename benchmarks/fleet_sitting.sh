@@ -25,12 +25,16 @@ PORT=${PORT:-8030}
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
 TAG="${MODEL} fleet plan check ($(date -u +%F), ${CPU})"
 SERVE=(--target "$MODEL" --draft none --drafter "$DRAFTER" --dtype bfloat16 --max-batch "$BATCH")
-PHASES=${PHASES:-source,1,2}
+PHASES=${PHASES:-source,source1,1,2}
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
-if has source; then
-  "$PY" -m engine serve "${SERVE[@]}" --port "$PORT" --db "$DB" --name "source replica, $TAG" \
-    >"/tmp/phoenix-source-$PORT.log" 2>&1 &
+# the source replica on its own, on both cores (source) and on one thread (source1: what each of 2 replicas on
+# these 2 cores runs with, so the plan prices them from their own measurement, not a 2x scaling)
+for phase in source source1; do
+  has "$phase" || continue
+  threads=$([ "$phase" = source1 ] && echo 1 || nproc)
+  OMP_NUM_THREADS=$threads "$PY" -m engine serve "${SERVE[@]}" --port "$PORT" --db "$DB" \
+    --name "source replica ($threads thread(s)), $TAG" >"/tmp/phoenix-source-$PORT.log" 2>&1 &
   SERVER=$!
   until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; do
     kill -0 "$SERVER" 2>/dev/null || { tail -5 "/tmp/phoenix-source-$PORT.log"; exit 1; }
@@ -38,9 +42,9 @@ if has source; then
   done
   "$PY" -m engine engines load --url "http://127.0.0.1:$PORT" --engine phoenix --variants "$VARIANTS" \
     --prompts humaneval-train --limit 16 --concurrency 1,2,4,8 --max-new-tokens "$TOKENS" --system-prompt "$SYSTEM" \
-    --db "$DB" --name "source sweep, $TAG"
+    --db "$DB" --name "source sweep ($threads thread(s)), $TAG"
   kill -TERM "$SERVER"; wait "$SERVER" || true
-fi
+done
 for n in 1 2; do
   has "$n" || continue
   "$PY" -m engine fleet start --replicas "$n" --router round_robin --port "$PORT" "${SERVE[@]}" --db "$DB" \

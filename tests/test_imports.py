@@ -226,3 +226,33 @@ def test_a_price_per_hour_gives_each_level_its_cost_per_1k_tokens(store):
     (run_id,) = _import(store, [REAL], hardware="8x H100", price_per_hour=98.32)
     price = store.get_run(run_id).config["price"]
     assert price["usd_per_1k_tokens"] == pytest.approx(1000 * 98.32 / 3600 / doc["output_throughput"], rel=1e-9)
+
+
+def _night(doc: dict, slower: float) -> dict:
+    """The fixture as another night's result: every time scaled by ``slower`` (the tool's figures with them)."""
+    d = json.loads(json.dumps(doc))
+    for key in ("ttfts", "latencies"):
+        d[key] = [t * slower for t in d[key]]
+    d["itls"] = [[t * slower for t in gaps] for gaps in d["itls"]]
+    d["duration"] *= slower
+    for key in [k for k in d if k.endswith("_ms") and isinstance(d[k], (int, float))]:
+        d[key] *= slower
+    for key in ("output_throughput", "request_throughput", "total_token_throughput"):
+        d[key] /= slower
+    return d
+
+
+def test_an_imported_nightly_series_is_judged_like_any_other_and_a_real_slowdown_fails_the_gate(tmp_path, capsys):
+    from engine.cli import main
+
+    doc, db = json.loads(REAL.read_text()), str(tmp_path / "n.db")
+    for night, slower in enumerate([1.0, 1.02, 0.99, 1.01, 1.0, 1.33, 1.34]):  # a wobble, then 25% slower
+        path = tmp_path / f"night-{night}.json"
+        path.write_text(json.dumps(_night(doc, slower)))
+        assert main(["import", str(path), "--engine", "vllm", "--hardware", "8x H100", "--db", db]) == 0
+        if night == 4:
+            assert main(["regressions", "--db", db, "--exit-code"]) == 0  # a 1-2% wobble is no regression
+    capsys.readouterr()
+    assert main(["regressions", "--db", db, "--exit-code"]) == 1
+    said = capsys.readouterr().out
+    assert "regression" in said and "#6, #7" in said
