@@ -95,8 +95,9 @@ def test_the_paired_difference_is_zero_when_nothing_moved_and_has_an_interval_wh
     reason="lm-eval is not installed (.ci/run makes .venv-lm-eval from requirements-lm-eval.txt)",
 )
 def test_through_the_server_every_drafter_answers_as_speculation_off_in_fp32(store, tiny_dirs, tmp_path, monkeypatch):
+    from engine.analysis.quality import diff_of
     from engine.engines.lm_eval import LmEvalConfig
-    from engine.imports.quality import diff_of, evaluate
+    from engine.imports.quality import evaluate
 
     monkeypatch.setenv("PHOENIX_LM_EVAL", HARNESS)
     served = store.__class__(store.url.replace("q.db", "served.db"))
@@ -135,3 +136,22 @@ def test_the_run_page_shows_a_quality_runs_scores_and_answers_as_text(tmp_path, 
     assert any(s.value == "Answer quality" for s in at.subheader)
     frames = [d.value for d in at.dataframe]
     assert frames[0]["metric"].tolist()[0] == "pass_at_1" and len(frames[1]) == len(SAMPLES.read_text().splitlines())
+
+
+def test_the_published_quality_block_says_equal_only_where_every_answer_is_identical(store, tmp_path):
+    from engine.export.published import Figures, render
+
+    same = _import(store, [RESULTS], name="lm-eval HumanEval through phoenix serve: tiny, float32, drafter none")
+    again = _import(store, [RESULTS], name="lm-eval HumanEval through phoenix serve: tiny, float32, drafter model")
+    moved_dir = tmp_path / "moved"
+    moved_dir.mkdir()
+    (moved_dir / RESULTS.name).write_text(RESULTS.read_text())
+    lines = SAMPLES.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["filtered_resps"] = ["    return 1\n"]
+    (moved_dir / SAMPLES.name).write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    moved = _import(store, [moved_dir / RESULTS.name], name="lm-eval HumanEval through phoenix serve: tiny, bfloat16")
+    text = render(f"<!-- generated: quality {same[0]}:{again[0]},{moved[0]} --><!-- /generated -->", Figures(store))
+    rows = [line for line in text.splitlines() if line.startswith("| tiny")]
+    assert "(baseline)" in rows[0] and "| equal |" in rows[1]
+    assert f"{len(lines) - 1}/{len(lines)}" in rows[2] and "tied (interval holds 0)" in rows[2]

@@ -52,3 +52,13 @@ def compare(
         half = 0.0  # every document moved alike (in fp32: none moved): no spread to widen the interval
     same = sum(1 for d in docs if d in base_answers and base_answers.get(d) == other_answers.get(d))
     return QualityDiff(metric, len(docs), same, sum(a) / len(a), sum(b) / len(b), mean, mean - half, mean + half)
+
+
+def diff_of(store, base: int, other: int, metric: str = "pass_at_1") -> QualityDiff | None:
+    """Two quality runs in a store (engine.imports.lm_eval's), compared on the documents both scored."""
+    runs = [store.get_run(base), store.get_run(other)]
+    if any(r is None or "quality" not in (r.config or {}) for r in runs):
+        raise ValueError(f"runs {base} and {other} must both be quality runs (lm-eval)")
+    scores = [r.config["quality"]["per_sample"] for r in runs]
+    answers = [{q.prompt_id: q.output_sha256 for q in store.requests(i)} for i in (base, other)]
+    return compare(scores[0], scores[1], answers[0], answers[1], metric)

@@ -34,6 +34,7 @@ from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
+from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
 
@@ -321,6 +322,7 @@ def tuner(fig: Figures, runs: str) -> str:
 
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "fleet-plan": fleet_plan,
+    "quality": quality,
     "rounds": rounds,
     "tuner": tuner,
     "crosscheck": crosscheck,

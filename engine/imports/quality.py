@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from db.store import Store
-from engine.analysis.quality import QualityDiff, compare
+from engine.analysis.quality import diff_of
 from engine.engines import lm_eval
 from engine.errors import PhoenixError
 from engine.imports.config import ImportConfig
@@ -54,12 +54,3 @@ def evaluate(store: Store, cfg: lm_eval.LmEvalConfig, say=print) -> list[int]:
         diff = diff_of(store, ids[0], other)
         say(f"run {other} against run {ids[0]}: " + (diff.text if diff else "no document scored by both"))
     return ids
-
-
-def diff_of(store: Store, base: int, other: int, metric: str = "pass_at_1") -> QualityDiff | None:
-    runs = [store.get_run(base), store.get_run(other)]
-    if any(r is None or "quality" not in r.config for r in runs):
-        raise PhoenixError(f"runs {base} and {other} must both be lm-eval runs")
-    scores = [r.config["quality"]["per_sample"] for r in runs if r is not None]
-    answers = [{q.prompt_id: q.output_sha256 for q in store.requests(i)} for i in (base, other)]
-    return compare(scores[0], scores[1], answers[0], answers[1], metric)
