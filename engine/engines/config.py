@@ -55,6 +55,7 @@ class CrossConfig:
     concurrency: int = 4
     rounds: int = 2
     timeout_s: float = 600.0
+    clients: str = "vllm"  # the field's clients beside Phoenix's: vllm (vllm bench serve), guidellm (GuideLLM's)
 
 
 @dataclass

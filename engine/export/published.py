@@ -282,9 +282,14 @@ def crosscheck(fig: Figures, run: str) -> str:
     parts = []
     for name, words in (("output_throughput", "output tok/s"), ("median_ttft_ms", "median TTFT ms")):
         f = kept[name]
-        said = "agree" if f["agree"] else f"disagree (beyond {f['tolerance']:.0%})"
-        parts.append(f"{words} {f['phoenix']:.1f} by Phoenix's client against {f['vllm']:.1f} by vLLM's "
-                     f"({f['ratio']:.2f}x: {said})")  # fmt: skip
+        against = []
+        for client, title in (("vllm", "vLLM's"), ("guidellm", "GuideLLM's")):
+            if f.get(client) is None:
+                continue
+            ratio, agree = f.get(f"{client}_ratio", f.get("ratio")), f.get(f"{client}_agree", f.get("agree"))
+            said = "agree" if agree else f"disagree (beyond {f['tolerance']:.0%})"
+            against.append(f"{f[client]:.1f} by {title} ({ratio:.2f}x: {said})")
+        parts.append(f"{words} {f['phoenix']:.1f} by Phoenix's client against " + " and ".join(against))
     return "; ".join(parts)
 
 
