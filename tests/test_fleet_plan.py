@@ -151,3 +151,28 @@ def test_a_replica_is_priced_from_the_source_measured_at_its_own_thread_count():
     assert planning.profile_for(profiles, 1) is one  # two replicas on two cores: the 1-thread measurement
     assert planning.profile_for(profiles, 2) is two
     assert planning.profile_for({2: two}, 1) is two  # none at 1 thread: scaled from the 2-thread one
+
+
+def test_a_validation_keeps_the_plans_of_other_sources_beside_its_own(store):
+    import pandas as pd
+
+    from engine.engines import planning
+    from engine.export.published import Figures, render
+
+    (run_id,) = store.add_runs([("through the router", {}, "smollm2", None, [])])
+
+    def check(error: float) -> pd.DataFrame:
+        row = {"run": run_id, "replicas": 2, "rate": 4.0, "variant": "none", "out of sample": True}
+        row |= {"req/s measured": 1.5, "tok/s measured": 96.0, "tok/s predicted": 96.0 * (1 + error)}
+        row |= {"tok/s error": error, "TTFT p50 measured (ms)": 2000.0, "TTFT p50 predicted (ms)": 2000.0}
+        return pd.DataFrame([row | {"TTFT error": 0.0}])
+
+    planning.record_validation(store, check(0.15), "343")
+    planning.record_validation(store, check(0.39), "343,427")
+    planning.record_validation(store, check(0.14), "343")  # the same sources again: replaced, not added
+    kept = store.get_run(run_id).config["fleet_plan"]
+    assert sorted((r["source"], r["tok/s error"]) for r in kept) == [("343", 0.14), ("343,427", 0.39)]
+    with pytest.raises(Exception, match="keeps plans from sources 343, 343,427: name one"):
+        render(f"<!-- generated: fleet-plan {run_id} --><!-- /generated -->", Figures(store))
+    text = render(f"<!-- generated: fleet-plan {run_id} 343,427 --><!-- /generated -->", Figures(store))
+    assert "worst throughput error 39%" in text

@@ -279,8 +279,11 @@ def _pass(store: Store, run_id: int, target: str, prefix: str, level: int) -> fp
 
 def record_validation(store: Store, check: pd.DataFrame, source: str) -> None:
     """Each validated load run keeps what the plan predicted for it (the Fleet page shows it beside the measurement),
-    with the replica runs whose steps priced it."""
+    with the replica runs whose steps priced it; a plan from other sources is kept beside it (each source's rows
+    replaced only by a validation from the same sources)."""
     for run_id, rows in check.groupby("run"):
         records = json.loads(rows.drop(columns=["run"]).to_json(orient="records"))  # plain JSON types, no numpy
-        kept = [row | {"source": source} for row in records]
+        info = store.get_run(int(run_id))
+        before = ((info.config or {}).get("fleet_plan") or []) if info is not None else []
+        kept = [r for r in before if r.get("source") != source] + [row | {"source": source} for row in records]
         store.merge_config(int(run_id), {"fleet_plan": kept})

@@ -15,9 +15,11 @@ def _pct(x: float) -> str:
     return f"{x:.0%}" if x == x and x != float("inf") else "n/a"
 
 
-def fleet_plan(fig, runs: str) -> str:
+def fleet_plan(fig, args: str) -> str:
     """One row per validated (run, variant): measured, the plan and the naive guess for throughput and TTFT p50,
-    with the cached shares; then the goal over the saturated, out-of-sample levels."""
+    with the cached shares; then the goal over the saturated, out-of-sample levels. ARGS: ``RUNS [SOURCES]``, the
+    sources (``343,427``) naming which plan where the runs keep plans from several."""
+    runs, _, source = args.partition(" ")
     head = (
         "| fleet | rate | variant | tok/s measured | plan (error) | naive (error) | TTFT p50 ms measured "
         "| plan (error) | naive (error) | cached share measured / plan | saturated | run |\n"
@@ -26,7 +28,11 @@ def fleet_plan(fig, runs: str) -> str:
     lines, judged = [head], []
     kept = {}
     for run_id in run_ids(runs):
-        kept[run_id] = (fig.run(run_id).config or {}).get("fleet_plan") or []
+        rows = (fig.run(run_id).config or {}).get("fleet_plan") or []
+        sources = {str(r.get("source")) for r in rows}
+        if len(sources) > 1 and not source.strip():
+            raise PhoenixError(f"run #{run_id} keeps plans from sources {', '.join(sorted(sources))}: name one")
+        kept[run_id] = [r for r in rows if not source.strip() or str(r.get("source")) == source.strip()]
         if not kept[run_id]:
             raise PhoenixError(f"run #{run_id} keeps no fleet plan: run `fleet plan --validate {run_id}:N` first")
     best: dict[int, float] = {}  # fleet size -> the most requests/s it served at any level cited
