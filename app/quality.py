@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import data
+from app import data, tables
 
 
 def view(url: str, info) -> bool:
@@ -20,7 +20,7 @@ def view(url: str, info) -> bool:
         for task, metrics in (quality.get("scores") or {}).items()
         for metric, value in metrics.items()
     ]
-    st.dataframe(pd.DataFrame(scores), hide_index=True)
+    tables.show(pd.DataFrame(scores), name="quality-scores")
     st.caption(
         f"Drafter asked for per request: {quality.get('drafter', 'not said')}; "
         "python -m engine lm-eval compares each drafter with the first on the same documents."
@@ -31,5 +31,5 @@ def view(url: str, info) -> bool:
         for r in data.store().requests(info.id)
     ]
     if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        tables.show(pd.DataFrame(rows), name="quality-answers", widths={"answer": "large"})
     return True

@@ -73,7 +73,7 @@ def test_the_tuner_against_its_own_off_is_judged_by_its_blocks_interval(store):
 def test_the_fleet_plan_is_judged_only_at_saturated_out_of_sample_levels(store):
     from engine.export.published_fleet import fleet_plan
 
-    text = fleet_plan(published.Figures(store), "349-351,354-356")
+    text = fleet_plan(published.Figures(store), "349-351,354-356 343")
     rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert len(rows) == 12 and all(r.endswith("|") for r in rows)
     assert all("| no |" in r for r in rows if r.startswith("| 1 | 1 |") or r.startswith("| 2 | 1 |"))  # 1/s: no queue

@@ -20,6 +20,7 @@ EXAMPLES = {
     "cancel": "python -m engine cancel 12",
     "distill": "python -m engine distill --target smollm2 --draft smollm2-draft",
     "import": "python -m engine import results/*.json --engine vllm --variant eagle3-k3 --hardware '8x H100'",
+    "lm-eval": "python -m engine lm-eval --url http://127.0.0.1:8000 --drafters none,model,ngram --k 3 --limit 20",
     "engines": "python -m engine engines load --url http://127.0.0.1:8000 --variants none,auto --concurrency 1,4",
     "vllm": "python -m engine vllm start --method eagle3 --k 3",
     "llamacpp": "python -m engine llamacpp start --model smollm2 --spec-type ngram-simple",
