@@ -366,3 +366,11 @@ def tiny_service(tiny_dirs, store, **settings):
     d = tiny_dirs["qwen3"]
     cfg = check_serve(ServeConfig(**({"drafter": "model", "max_batch": 4, "profile": False} | settings)))
     return Service(cfg, Decoder(load_pair(d["target"], d["near"], "cpu", "float32")), store)
+
+
+def import_results(store, paths, **settings) -> list[int]:
+    """`python -m engine import` of ``paths`` into ``store`` with ImportConfig ``settings``, its lines unprinted."""
+    from engine.imports.config import ImportConfig
+    from engine.imports.importer import import_files
+
+    return import_files(store, ImportConfig(**settings), [Path(p) for p in paths], say=lambda _line: None)

@@ -10,31 +10,15 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import import_results
 
 FIXTURES = Path(__file__).parent / "fixtures" / "imports"
 REAL = FIXTURES / "vllm-bench-phoenix-embedded-c4.json"
 
 
-@pytest.fixture
-def store(tmp_path):
-    from db.migrate import ensure_schema
-    from db.store import Store
-
-    url = f"sqlite:///{tmp_path / 'i.db'}"
-    ensure_schema(url)
-    return Store(url)
-
-
-def _import(store, paths, **kw):
-    from engine.imports.config import ImportConfig
-    from engine.imports.importer import import_files
-
-    return import_files(store, ImportConfig(**kw), [Path(p) for p in paths], say=lambda _line: None)
-
-
 def test_a_real_vllm_bench_file_imports_row_for_row_and_its_figures_are_the_tools_own(store):
     doc = json.loads(REAL.read_text())
-    (run_id,) = _import(store, [REAL], engine="phoenix", hardware="2-core Xeon (the fixture's machine)")
+    (run_id,) = import_results(store, [REAL], engine="phoenix", hardware="2-core Xeon (the fixture's machine)")
     run, rows = store.get_run(run_id), store.requests(run_id)
     assert run is not None and run.status == "done"
     assert len(rows) == len(doc["input_lens"]) == doc["completed"] + doc["failed"]
@@ -58,7 +42,7 @@ def test_a_figure_that_disagrees_with_its_requests_is_said_and_unknown_fields_ar
     doc["my_cluster_field"] = {"rack": 7}
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(doc))
-    (run_id,) = _import(store, [path])
+    (run_id,) = import_results(store, [path])
     imported = store.get_run(run_id).config["imported"]
     assert len(imported["warnings"]) == 1 and imported["warnings"][0].startswith("output_throughput: the tool says")
     # what Phoenix does not read is kept as the tool wrote it: the new field, and the client's start times
@@ -69,7 +53,7 @@ def test_a_file_without_per_request_data_keeps_the_tools_figures_and_says_so(sto
     doc = {k: v for k, v in json.loads(REAL.read_text()).items() if k not in ("input_lens", "output_lens", "ttfts")}
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(doc))
-    (run_id,) = _import(store, [path])
+    (run_id,) = import_results(store, [path])
     run = store.get_run(run_id)
     assert store.requests(run_id) == []
     f = run.config["figures"]["as-served"]
@@ -90,8 +74,10 @@ def test_a_gpu_sweep_draws_beside_a_cpu_sweep_labelled_by_its_hardware_and_never
         levels.append(d)
     gpu = tmp_path / "h100.jsonl"
     gpu.write_text("\n".join(json.dumps(d) for d in levels))
-    gpu_ids = _import(store, [gpu], engine="vllm", variant="eagle3-k3", hardware="8x H100 (fixture, not measured)")
-    cpu_ids = _import(store, [REAL], engine="phoenix", hardware="2-core Xeon")
+    gpu_ids = import_results(
+        store, [gpu], engine="vllm", variant="eagle3-k3", hardware="8x H100 (fixture, not measured)"
+    )
+    cpu_ids = import_results(store, [REAL], engine="phoenix", hardware="2-core Xeon")
     found = sweeps.sweeps(store.list_runs())
     assert sorted(len(runs) for runs in found.values()) == [1, 3]
     frame = sweeps.points(found)
@@ -118,7 +104,7 @@ def test_a_broken_file_is_one_line_and_nothing_of_the_import_is_stored(store, tm
     bad = tmp_path / "bad.json"
     bad.write_text(BROKEN[kind](REAL.read_text()))
     with pytest.raises(PhoenixError) as err:
-        _import(store, [REAL, bad])  # the good file first: all or nothing
+        import_results(store, [REAL, bad])  # the good file first: all or nothing
     assert "\n" not in str(err.value) and str(bad) in str(err.value)
     assert store.list_runs() == []
 
@@ -129,12 +115,12 @@ def test_a_huge_or_binary_file_is_refused_before_it_is_read_whole(store, tmp_pat
 
     monkeypatch.setattr(files, "MAX_BYTES", 1000)
     with pytest.raises(PhoenixError, match="over the 0 MB an import takes"):
-        _import(store, [REAL])
+        import_results(store, [REAL])
     monkeypatch.undo()
     binary = tmp_path / "x.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(PhoenixError, match="not UTF-8"):
-        _import(store, [binary])
+        import_results(store, [binary])
     assert store.list_runs() == []
 
 
@@ -162,7 +148,7 @@ def test_the_sweeps_page_draws_an_imported_gpu_sweep_labelled_by_its_hardware(tm
     doc = json.loads(REAL.read_text())
     path = tmp_path / "h100.jsonl"
     path.write_text("\n".join(json.dumps(dict(doc, max_concurrency=c)) for c in (1, 4, 16)))
-    ids = _import(Store(url), [path], engine="vllm", variant="eagle3-k3", hardware="8x H100 (fixture)")
+    ids = import_results(Store(url), [path], engine="vllm", variant="eagle3-k3", hardware="8x H100 (fixture)")
     monkeypatch.setenv("PHOENIX_DB", url)
     at = open_page("sweeps", sweeps=str(ids[0]))
     assert not at.exception
@@ -177,7 +163,7 @@ def test_a_real_vllm_scrape_imports_as_a_watch_run_with_its_per_position_accepta
     from engine.engines.counters import parse_metrics
 
     counters = parse_metrics(SCRAPE.read_text())
-    (run_id,) = _import(store, [SCRAPE], hardware="2-core Xeon (the fixture's machine)")
+    (run_id,) = import_results(store, [SCRAPE], hardware="2-core Xeon (the fixture's machine)")
     run, (interval,) = store.get_run(run_id), store.intervals(run_id)
     assert run.config["engine"]["engine"] == "vllm" and run.config["serve_watch"]["imported"] == "Prometheus scrape"
     assert (interval.drafts, interval.draft_tokens, interval.accepted) == (
@@ -211,19 +197,19 @@ def test_a_scrape_phoenix_cannot_read_is_one_line_and_nothing_is_stored(store, t
     bad = tmp_path / "bad.prom"
     bad.write_text(body)
     with pytest.raises(PhoenixError, match=said):
-        _import(store, [SCRAPE, bad], format="prometheus")
+        import_results(store, [SCRAPE, bad], format="prometheus")
     assert store.list_runs() == []  # the good scrape before it is not stored either
 
 
 def test_a_bench_file_and_a_scrape_import_together_each_as_its_kind(store):
-    ids = _import(store, [REAL, SCRAPE], engine="vllm")
+    ids = import_results(store, [REAL, SCRAPE], engine="vllm")
     kinds = sorted("serve_watch" in store.get_run(i).config for i in ids)
     assert kinds == [False, True]
 
 
 def test_a_price_per_hour_gives_each_level_its_cost_per_1k_tokens(store):
     doc = json.loads(REAL.read_text())
-    (run_id,) = _import(store, [REAL], hardware="8x H100", price_per_hour=98.32)
+    (run_id,) = import_results(store, [REAL], hardware="8x H100", price_per_hour=98.32)
     price = store.get_run(run_id).config["price"]
     assert price["usd_per_1k_tokens"] == pytest.approx(1000 * 98.32 / 3600 / doc["output_throughput"], rel=1e-9)
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import import_results
 
 FIXTURES = Path(__file__).parent / "fixtures" / "imports"
 SGLANG = FIXTURES / "sglang-bench-phoenix-embedded-c4.jsonl"
@@ -17,26 +18,9 @@ AIPERF = FIXTURES / "aiperf-phoenix-embedded-c4_aiperf.json"
 AIPERF_RECORDS = FIXTURES / "aiperf-phoenix-embedded-c4.jsonl"
 
 
-@pytest.fixture
-def store(tmp_path):
-    from db.migrate import ensure_schema
-    from db.store import Store
-
-    url = f"sqlite:///{tmp_path / 'i.db'}"
-    ensure_schema(url)
-    return Store(url)
-
-
-def _import(store, paths, **kw):
-    from engine.imports.config import ImportConfig
-    from engine.imports.importer import import_files
-
-    return import_files(store, ImportConfig(**kw), [Path(p) for p in paths], say=lambda _line: None)
-
-
 def test_an_sglang_file_imports_row_for_row_and_agrees_with_its_printed_figures(store):
     doc = json.loads(SGLANG.read_text().splitlines()[0])
-    (run_id,) = _import(store, [SGLANG], engine="phoenix")
+    (run_id,) = import_results(store, [SGLANG], engine="phoenix")
     run, rows = store.get_run(run_id), store.requests(run_id)
     assert len(rows) == doc["completed"] == len(doc["ttfts"])
     assert [r.ttft_s for r in rows] == pytest.approx(doc["ttfts"])
@@ -53,7 +37,7 @@ def test_an_sglang_file_imports_row_for_row_and_agrees_with_its_printed_figures(
 
 def test_a_guidellm_sweep_imports_as_one_sweep_a_run_per_benchmark(store):
     doc = json.loads(GUIDELLM.read_text())
-    ids = _import(store, [GUIDELLM], engine="phoenix", hardware="2-core Xeon")
+    ids = import_results(store, [GUIDELLM], engine="phoenix", hardware="2-core Xeon")
     runs = [store.get_run(i) for i in ids]
     assert [r.config["level"] for r in runs] == [1, 4]  # concurrent@1, concurrent@4
     assert len({r.config["sweep"]["id"] for r in runs}) == 1
@@ -79,7 +63,7 @@ def test_a_guidellm_sweep_imports_as_one_sweep_a_run_per_benchmark(store):
 def test_an_aiperf_profile_imports_with_its_records_and_its_command(store):
     doc = json.loads(AIPERF.read_text())
     records = [json.loads(line) for line in AIPERF_RECORDS.read_text().splitlines()]
-    (run_id,) = _import(store, [AIPERF], engine="phoenix")
+    (run_id,) = import_results(store, [AIPERF], engine="phoenix")
     run, rows = store.get_run(run_id), store.requests(run_id)
     assert len(rows) == len(records) == doc["completed_request_count"]["avg"]
     assert [r.latency_s * 1000 for r in rows] == pytest.approx(
@@ -97,14 +81,14 @@ def test_aiperf_aggregates_alone_keep_the_tools_figures_and_its_records_alone_ar
 
     alone = tmp_path / "x_aiperf.json"
     alone.write_text(AIPERF.read_text())  # no records beside it
-    (run_id,) = _import(store, [alone])
+    (run_id,) = import_results(store, [alone])
     f = store.get_run(run_id).config["figures"]["as-served"]
     assert (
         store.requests(run_id) == []
         and f["ttft_ms_p95"] == json.loads(AIPERF.read_text())["time_to_first_token"]["p95"]
     )
     with pytest.raises(PhoenixError, match="import its profile_export_aiperf.json"):
-        _import(store, [AIPERF_RECORDS])
+        import_results(store, [AIPERF_RECORDS])
 
 
 def _cut(text: str) -> str:
@@ -148,7 +132,7 @@ def test_a_broken_file_of_each_tool_is_one_line_and_nothing_is_stored(store, tmp
     bad = tmp_path / name
     bad.write_text(edit(source.read_text()))
     with pytest.raises(PhoenixError) as err:
-        _import(store, [SGLANG, bad])  # a good file first: all or nothing
+        import_results(store, [SGLANG, bad])  # a good file first: all or nothing
     assert "\n" not in str(err.value) and str(bad) in str(err.value)
     assert store.list_runs() == []
 
@@ -159,7 +143,7 @@ def test_a_broken_aiperf_record_is_one_line_naming_the_records_file(store, tmp_p
     (tmp_path / "x_aiperf.json").write_text(AIPERF.read_text())
     (tmp_path / "x.jsonl").write_text(AIPERF_RECORDS.read_text().replace('"value":', '"value":"soon","v":', 1))
     with pytest.raises(PhoenixError, match=r"x\.jsonl \(record 1\): \w+ = 'soon' is not a number") as err:
-        _import(store, [tmp_path / "x_aiperf.json"])
+        import_results(store, [tmp_path / "x_aiperf.json"])
     assert "\n" not in str(err.value)
     assert store.list_runs() == []
 

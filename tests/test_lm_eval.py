@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import http_server, tiny_service
+from helpers import http_server, import_results, tiny_service
 
 FIXTURES = Path(__file__).parent / "fixtures" / "imports" / "lm-eval"
 RESULTS = next(FIXTURES.glob("results_*.json"))
@@ -18,27 +18,10 @@ SAMPLES = next(FIXTURES.glob("samples_*.jsonl"))
 HARNESS = os.environ.get("PHOENIX_LM_EVAL") or str(Path(__file__).parents[1] / ".venv-lm-eval" / "bin" / "lm_eval")
 
 
-@pytest.fixture
-def store(tmp_path):
-    from db.migrate import ensure_schema
-    from db.store import Store
-
-    url = f"sqlite:///{tmp_path / 'q.db'}"
-    ensure_schema(url)
-    return Store(url)
-
-
-def _import(store, paths, **kw):
-    from engine.imports.config import ImportConfig
-    from engine.imports.importer import import_files
-
-    return import_files(store, ImportConfig(**kw), [Path(p) for p in paths], say=lambda _line: None)
-
-
 def test_a_real_lm_eval_result_imports_as_a_quality_run_with_each_answer_a_row(store):
     doc = json.loads(RESULTS.read_text())
     samples = [json.loads(line) for line in SAMPLES.read_text().splitlines()]
-    (run_id,) = _import(store, [RESULTS], engine="phoenix")
+    (run_id,) = import_results(store, [RESULTS], engine="phoenix")
     run, rows = store.get_run(run_id), store.requests(run_id)
     quality = run.config["quality"]
     assert quality["scores"]["phoenix_humaneval"]["pass_at_1"] == doc["results"]["phoenix_humaneval"]["pass_at_1,none"]
@@ -62,7 +45,7 @@ def test_broken_lm_eval_files_are_one_line_and_nothing_is_stored(store, tmp_path
     (tmp_path / "samples_phoenix_humaneval_z.jsonl").write_text('{"doc_id": 0}\n')
     for path, said in [(cut, "not JSON"), (bad_score, "is not a number"), (bad_sample, "line 1: not a sample")]:
         with pytest.raises(PhoenixError, match=said) as err:
-            _import(store, [path], format="lm-eval" if path is not cut else "auto")
+            import_results(store, [path], format="lm-eval" if path is not cut else "auto")
         assert "\n" not in str(err.value)
     assert store.list_runs() == []
 
@@ -70,7 +53,7 @@ def test_broken_lm_eval_files_are_one_line_and_nothing_is_stored(store, tmp_path
 def test_results_without_samples_keep_the_scores_and_say_so(store, tmp_path):
     alone = tmp_path / "results_2026.json"
     alone.write_text(RESULTS.read_text())
-    (run_id,) = _import(store, [alone])
+    (run_id,) = import_results(store, [alone])
     run = store.get_run(run_id)
     assert store.requests(run_id) == [] and "--log_samples" in run.config["imported"]["warnings"][0]
 
@@ -100,10 +83,9 @@ def test_through_the_server_every_drafter_answers_as_speculation_off_in_fp32(sto
     from engine.imports.quality import evaluate
 
     monkeypatch.setenv("PHOENIX_LM_EVAL", HARNESS)
-    served = store.__class__(store.url.replace("q.db", "served.db"))
-    from db.migrate import ensure_schema
+    from helpers import migrated
 
-    ensure_schema(served.url)
+    served = store.__class__(migrated(f"sqlite:///{tmp_path / 'served.db'}"))  # the server's own runs, apart
     service = tiny_service(tiny_dirs, served)
     with http_server(service) as port:
         cfg = LmEvalConfig(url=f"http://127.0.0.1:{port}", drafters="none,model,ngram,suffix", limit=3)
@@ -130,7 +112,7 @@ def test_the_run_page_shows_a_quality_runs_scores_and_answers_as_text(tmp_path, 
 
     url = f"sqlite:///{tmp_path / 'p.db'}"
     ensure_schema(url)
-    (run_id,) = _import(Store(url), [RESULTS], engine="phoenix")
+    (run_id,) = import_results(Store(url), [RESULTS], engine="phoenix")
     monkeypatch.setenv("PHOENIX_DB", url)
     at = open_page("run", run=run_id)
     assert any(s.value == "Answer quality" for s in at.subheader)
@@ -141,8 +123,10 @@ def test_the_run_page_shows_a_quality_runs_scores_and_answers_as_text(tmp_path, 
 def test_the_published_quality_block_says_equal_only_where_every_answer_is_identical(store, tmp_path):
     from engine.export.published import Figures, render
 
-    same = _import(store, [RESULTS], name="lm-eval HumanEval through phoenix serve: tiny, float32, drafter none")
-    again = _import(store, [RESULTS], name="lm-eval HumanEval through phoenix serve: tiny, float32, drafter model")
+    same = import_results(store, [RESULTS], name="lm-eval HumanEval through phoenix serve: tiny, float32, drafter none")
+    again = import_results(
+        store, [RESULTS], name="lm-eval HumanEval through phoenix serve: tiny, float32, drafter model"
+    )
     moved_dir = tmp_path / "moved"
     moved_dir.mkdir()
     (moved_dir / RESULTS.name).write_text(RESULTS.read_text())
@@ -150,7 +134,9 @@ def test_the_published_quality_block_says_equal_only_where_every_answer_is_ident
     first = json.loads(lines[0])
     first["filtered_resps"] = ["    return 1\n"]
     (moved_dir / SAMPLES.name).write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
-    moved = _import(store, [moved_dir / RESULTS.name], name="lm-eval HumanEval through phoenix serve: tiny, bfloat16")
+    moved = import_results(
+        store, [moved_dir / RESULTS.name], name="lm-eval HumanEval through phoenix serve: tiny, bfloat16"
+    )
     text = render(f"<!-- generated: quality {same[0]}:{again[0]},{moved[0]} --><!-- /generated -->", Figures(store))
     rows = [line for line in text.splitlines() if line.startswith("| tiny")]
     assert "(baseline)" in rows[0] and "| equal |" in rows[1]
