@@ -17,13 +17,15 @@ ARCHS = {
     "mistral": {"sliding_window": None},
     "gemma2": {"head_dim": 16, "sliding_window": 24, "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
     "gemma3_text": {"head_dim": 16, "sliding_window": 24, "layer_types": ["sliding_attention", "full_attention"]},
-    "phi3": {},
+    "phi3": {"partial_rotary_factor": 0.5},
     "olmo2": {},
     "gpt_neox": {"rotary_pct": 0.5, "num_key_value_heads": None},
     "starcoder2": {"sliding_window": None, "use_bias": True},
-    "granite": {"embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2},
+    "granite": {
+        "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2, "logits_scaling": 2.0,
+    },
 }
-LLAMA_FAMILY = {"llama", "qwen2", "qwen3", "mistral"}  # what Phoenix's own runner reproduces
+RUNNER = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "phi3"}  # what Phoenix's own runner reproduces
 SLIDING = {"gemma2", "gemma3_text"}
 # every architecture in the full suite; the working loop (-m fast) keeps one of Phoenix's runner and one sliding one
 PARAMS = [a if a in ("llama", "gemma2") else pytest.param(a, marks=pytest.mark.e2e) for a in ARCHS]
@@ -94,7 +96,7 @@ def _prompts(decoder) -> list[list[int]]:
 @pytest.mark.parametrize("arch", PARAMS)
 def test_every_architecture_decodes_exactly_through_every_drafter_and_says_which_forward_ran(decoders, arch):
     dec = decoders[arch]
-    if arch in LLAMA_FAMILY:
+    if arch in RUNNER:
         assert dec.pair.runner == "phoenix"
     else:  # transformers' modeling, and the reason, in what the run stores
         assert dec.pair.runner.startswith("transformers (") and arch in dec.pair.runner

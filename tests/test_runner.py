@@ -14,11 +14,30 @@ from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair, prepare
 from engine.decode.runner import Runner, unsupported, use_runner
 
-ARCHS = ["llama", "qwen2", pytest.param("qwen3", marks=pytest.mark.e2e), pytest.param("mistral", marks=pytest.mark.e2e)]
+# every family the runner reproduces: Granite's multipliers, OLMo2's norms after each block and over the whole
+# projection, Phi3's fused projections with partial rotary are each their own math
+ARCHS = ["llama", "qwen2", "olmo2"] + [
+    pytest.param(a, marks=pytest.mark.e2e) for a in ("qwen3", "mistral", "granite", "phi3")
+]
+KIN = {"granite", "olmo2", "phi3"}  # built from test_architectures' configs
 
 
 def pair_of(tiny_dirs, arch: str):
     return load_pair(tiny_dirs[arch]["target"], tiny_dirs[arch]["near"], "cpu", "float32")
+
+
+def target_of(tiny_dirs, tiny_tokenizer, arch: str):
+    """The architecture's tiny target with its norm weights moved off 1, so a norm in the wrong place, or weighted
+    in the wrong order, shows in the logits."""
+    from test_architectures import _model
+
+    model = _model(arch, tiny_tokenizer, 1) if arch in KIN else pair_of(tiny_dirs, arch).target
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.2)
+    return model
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -26,9 +45,10 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_a_prompt_then_steps_give_transformers_logits_and_hidden_states(tiny_dirs, arch):
-    model = pair_of(tiny_dirs, arch).target
+def test_a_prompt_then_steps_give_transformers_logits_and_hidden_states(tiny_dirs, tiny_tokenizer, arch):
+    model = target_of(tiny_dirs, tiny_tokenizer, arch)
     runner = Runner(model)
+    assert unsupported(model) is None
     prompt, steps = torch.tensor([[5, 9, 31, 7, 100, 3, 8]]), [torch.tensor([[11]]), torch.tensor([[4, 77, 2]])]
     with torch.inference_mode():
         ours, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
@@ -44,10 +64,10 @@ def test_a_prompt_then_steps_give_transformers_logits_and_hidden_states(tiny_dir
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_rows_with_holes_and_padding_give_what_transformers_gives_for_each(tiny_dirs, arch):
+def test_rows_with_holes_and_padding_give_what_transformers_gives_for_each(tiny_dirs, tiny_tokenizer, arch):
     """Prompts of three lengths prefilled together (left padding), then a verify of rows with 4, 2 and 0 drafts
     (right padding), then one row's rejection masked: the flattened forward sees none of the padding."""
-    model = pair_of(tiny_dirs, arch).target
+    model = target_of(tiny_dirs, tiny_tokenizer, arch)
     out = {}
     for name, forward in (("transformers", model), ("runner", Runner(model))):
         with torch.inference_mode():

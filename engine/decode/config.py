@@ -31,8 +31,8 @@ class PairConfig:
     # CPU; never with --compile, whose --freeze packs its own)
 
     runner: str = "auto"  # auto | phoenix | compiled | transformers: what runs the forwards (auto: Phoenix's
-    # flattened forward for the Llama family, transformers' modeling for any other; compiled also fuses its norm,
-    # rotary and MLP with torch.compile)
+    # flattened forward for the Llama family and kin (Granite, OLMo2, Phi3), transformers' modeling for any other;
+    # compiled also fuses its norm, rotary and MLP with torch.compile)
 
     def check_pack(self) -> None:
         if self.pack not in ("auto", "on", "off"):

@@ -1,5 +1,7 @@
-"""Phoenix's own forward for the Llama family (Llama, SmolLM2, Mistral, Qwen2 / Qwen2.5, Qwen3), in gpt-fast's
-style: a few plain tensor steps over the model's own weights, no per-layer plumbing.
+"""Phoenix's own forward for the Llama family and its near kin (Llama, SmolLM2, Mistral, Qwen2 / Qwen2.5, Qwen3,
+Granite, OLMo2, Phi3), in gpt-fast's style: a few plain tensor steps over the model's own weights, no per-layer
+plumbing. What differs between them is data (``Shape``): where the norms sit, a norm on the queries and keys (per
+head or over the whole projection), fused projections, partial rotary, and Granite's multipliers.
 
 What it does that transformers' modeling does not, for a decode step or a batched verify on the CPU:
 - the batch's tokens are flattened: the linear layers see only real tokens ([N, H]), never a padding row (a verify
@@ -30,14 +32,43 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What makes a family's forward its own, read from its config (transformers' modeling of each is the
+    reference: tests/test_runner.py holds the runner to it, logits and hidden states, in fp32)."""
+
+    post_norm: bool = False  # OLMo2: the norm after each block's output, none before it
+    qk_norm: str | None = None  # "head" (Qwen3: per head), "full" (OLMo2: over the whole projection)
+    weight_first: bool = False  # OLMo2's RMSNorm multiplies by its weight before casting back
+    fused: bool = False  # Phi3: one qkv_proj and one gate_up_proj
+    embedding_multiplier: float = 1.0  # Granite's four multipliers
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None  # the attention's scale where it is not head_dim ** -0.5
+    logits_scaling: float = 1.0
+
+
+def shape_of(config) -> Shape:
+    kind = config.model_type
+    if kind == "granite":
+        return Shape(
+            embedding_multiplier=float(config.embedding_multiplier),
+            residual_multiplier=float(config.residual_multiplier),
+            attention_multiplier=float(config.attention_multiplier),
+            logits_scaling=float(config.logits_scaling),
+        )
+    if kind == "olmo2":
+        return Shape(post_norm=True, qk_norm="full", weight_first=True)
+    return Shape(qk_norm="head" if kind == "qwen3" else None, fused=kind == "phi3")
 
 
 def unsupported(model) -> str | None:
     """None where the runner can run ``model``; else why not, in a few words."""
     c = model.config
     if c.model_type not in FAMILIES:
-        return f"{c.model_type} is not of the Llama family ({', '.join(FAMILIES)})"
+        return f"{c.model_type} has no Phoenix runner (it runs {', '.join(FAMILIES)})"
     if getattr(c, "sliding_window", None) and getattr(c, "use_sliding_window", True):
         return "sliding-window attention"
     if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])):
@@ -57,9 +88,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(dtype)
 
 
+def rms_norm_weight_first(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """OLMo2's RMSNorm: the weight multiplies in float32, then the cast (bf16 rounds once, not twice)."""
+    dtype = x.dtype
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * x32).to(dtype)
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE in transformers' rotate-half layout; ``x`` [N, heads, d], ``cos``/``sin`` [N, 1, d]."""
-    half = x.shape[-1] // 2
+    """RoPE in transformers' rotate-half layout; ``x`` [N, heads, d], ``cos``/``sin`` [N, 1, r]: the first r of d
+    dimensions turn (partial rotary, Phi3's ``partial_rotary_factor``), the rest pass as they are."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        return torch.cat((rotate(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+    half = r // 2
     turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return (x * cos) + (turned * sin)
 
@@ -89,12 +132,13 @@ class Runner(nn.Module):
         self.eps = float(c.rms_norm_eps)
         self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        self.scale = self.head_dim**-0.5
-        self.qk_norm = c.model_type == "qwen3"
-        self.norm, self.rope, self.mlp_act = rms_norm, rotate, gated
+        self.shape = shape_of(c)
+        self.scale = self.shape.attention_multiplier or self.head_dim**-0.5
+        norm = rms_norm_weight_first if self.shape.weight_first else rms_norm
+        self.norm, self.rope, self.mlp_act = norm, rotate, gated
         if compile_ops:
             self.norm, self.rope, self.mlp_act = (
-                torch.compile(f, dynamic=True, fullgraph=True) for f in (rms_norm, rotate, gated)
+                torch.compile(f, dynamic=True, fullgraph=True) for f in (norm, rotate, gated)
             )
         self.compiled = compile_ops
 
@@ -136,6 +180,8 @@ class Runner(nn.Module):
         model = self.hf.model
         real = B * n if flat is None else len(flat)
         x = _grow(model.embed_tokens(_take(input_ids.reshape(-1), flat)), bucket(real))
+        if self.shape.embedding_multiplier != 1.0:
+            x = x * self.shape.embedding_multiplier
         cos, sin = model.rotary_emb(x, _grow(_take(position_ids.reshape(-1), flat), len(x))[None, :])
         cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
         mask = _mask(attention_mask, B, n, old, device)
@@ -143,8 +189,7 @@ class Runner(nn.Module):
         for i, layer in enumerate(model.layers):
             if output_hidden_states:
                 hidden.append(x[:real])
-            x = x + self._attention(layer, i, x, cos, sin, cache, mask, B, n, flat)
-            x = x + self._mlp(layer, x)
+            x = self._layer(layer, i, x, (cos, sin, cache, mask, B, n, flat))
         x = self.norm(x, model.norm.weight, self.eps)[:real]
         if output_hidden_states:
             hidden.append(x)
@@ -152,22 +197,44 @@ class Runner(nn.Module):
         states = tuple(_pad(h, B, n, flat) for h in hidden) if output_hidden_states else None
         return Output(logits, states, cache)
 
-    def _attention(self, layer, i: int, x, cos, sin, cache, mask, B: int, n: int, flat) -> torch.Tensor:
+    def _layer(self, layer, i: int, x: torch.Tensor, attending: tuple) -> torch.Tensor:
+        """One decoder layer: attention then MLP, each a residual block with its norm where the family puts it."""
+        if self.shape.post_norm:  # OLMo2: each block sees the stream as it is and its output is normed
+            x = x + self.norm(self._attention(layer, i, x, *attending), layer.post_attention_layernorm.weight, self.eps)
+            return x + self.norm(self._mlp(layer, x), layer.post_feedforward_layernorm.weight, self.eps)
+        x = x + self._residual(
+            self._attention(layer, i, self.norm(x, layer.input_layernorm.weight, self.eps), *attending)
+        )
+        return x + self._residual(self._mlp(layer, self.norm(x, layer.post_attention_layernorm.weight, self.eps)))
+
+    def _residual(self, out: torch.Tensor) -> torch.Tensor:
+        m = self.shape.residual_multiplier  # Granite scales each block's output before it joins the stream
+        return out * m if m != 1.0 else out
+
+    def _qkv(self, attn, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.shape.fused:  # Phi3: queries, keys and values from one projection, in that order
+            q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+            qkv = attn.qkv_proj(h)
+            q, k, v = qkv[:, :q_size], qkv[:, q_size : q_size + kv_size], qkv[:, q_size + kv_size :]
+        else:
+            q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+        if self.shape.qk_norm == "full":  # OLMo2: over the whole projection, before the heads split
+            q, k = self.norm(q, attn.q_norm.weight, self.eps), self.norm(k, attn.k_norm.weight, self.eps)
+        q, k = q.view(-1, self.heads, self.head_dim), k.view(-1, self.kv_heads, self.head_dim)
+        if self.shape.qk_norm == "head":  # Qwen3: per head
+            q, k = self.norm(q, attn.q_norm.weight, self.eps), self.norm(k, attn.k_norm.weight, self.eps)
+        return q, k, v.reshape(-1, self.kv_heads, self.head_dim)
+
+    def _attention(self, layer, i: int, h, cos, sin, cache, mask, B: int, n: int, flat) -> torch.Tensor:
         attn = layer.self_attn
-        h = self.norm(x, layer.input_layernorm.weight, self.eps)
-        q = attn.q_proj(h).view(-1, self.heads, self.head_dim)
-        k = attn.k_proj(h).view(-1, self.kv_heads, self.head_dim)
-        v = attn.v_proj(h).view(-1, self.kv_heads, self.head_dim)
-        if self.qk_norm:
-            q = self.norm(q, attn.q_norm.weight, self.eps)
-            k = self.norm(k, attn.k_norm.weight, self.eps)
+        q, k, v = self._qkv(attn, h)
         q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
         real = B * n if flat is None else len(flat)
         q, k, v = (_pad(t[:real].reshape(real, -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
         keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
         out = self._sdpa(q.transpose(1, 2), keys, values, mask)
         out = _take(out.transpose(1, 2).reshape(B * n, -1), flat)
-        return attn.o_proj(_grow(out, len(x)))
+        return attn.o_proj(_grow(out, len(h)))
 
     def _sdpa(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
         """Attention of q [B, H, n, d] over the cache's [B, KV, S, d]. In bf16 and fp16 the query heads that share a
@@ -184,9 +251,11 @@ class Runner(nn.Module):
         out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=rows, scale=self.scale)
         return out.view(B, H, n, d)
 
-    def _mlp(self, layer, x: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, layer, h: torch.Tensor) -> torch.Tensor:
         mlp = layer.mlp
-        h = self.norm(x, layer.post_attention_layernorm.weight, self.eps)
+        if self.shape.fused:  # Phi3: gate and up from one projection
+            gate, up = mlp.gate_up_proj(h).chunk(2, dim=-1)
+            return mlp.down_proj(self.mlp_act(gate, up))
         return mlp.down_proj(self.mlp_act(mlp.gate_proj(h), mlp.up_proj(h)))
 
     def _logits(self, x: torch.Tensor, B: int, n: int, flat, keep: int) -> torch.Tensor:
@@ -202,7 +271,8 @@ class Runner(nn.Module):
         return _pad(self._head(x[kept]), B, keep, slots)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
-        return self.hf.lm_head(_grow(x, bucket(len(x))))[: len(x)]
+        logits = self.hf.lm_head(_grow(x, bucket(len(x))))[: len(x)]
+        return logits / self.shape.logits_scaling if self.shape.logits_scaling != 1.0 else logits
 
 
 def bucket(n: int) -> int:
