@@ -319,40 +319,6 @@ def compare_chart(df: pd.DataFrame) -> alt.Chart:
     )
 
 
-def sweep_frame(levels: list[dict]) -> pd.DataFrame:
-    rows = []
-    for lv in levels:
-        rows.append(
-            {"concurrency": lv["concurrency"], "metric": "throughput (tok/s)", "value": lv["throughput_tokens_per_s"]}
-        )
-        if lv.get("acceptance") is not None:
-            rows.append({"concurrency": lv["concurrency"], "metric": "acceptance", "value": lv["acceptance"]})
-            rows.append(
-                {
-                    "concurrency": lv["concurrency"],
-                    "metric": "mean acceptance length",
-                    "value": lv["mean_acceptance_length"],
-                }
-            )
-    return pd.DataFrame(rows, columns=["concurrency", "metric", "value"])
-
-
-def sweep_chart(df: pd.DataFrame) -> alt.FacetChart:
-    """A vLLM concurrency sweep: throughput and acceptance by level, each on its own scale."""
-    return (
-        alt.Chart(df)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("concurrency:O", title="concurrency"),
-            y=alt.Y("value:Q", title=None),
-            tooltip=["concurrency", "metric", alt.Tooltip("value:Q", format=".3f")],
-        )
-        .properties(height=220, width=260)
-        .facet(column=alt.Column("metric:N", title=None))
-        .resolve_scale(y="independent")
-    )
-
-
 def draft_length_frame(pos: pd.DataFrame, totals: pd.DataFrame, adaptive: set[str]) -> pd.DataFrame:
     """Per arm of an adaptive drafter: how many passes drafted 0, 1, ..., k tokens. Passes that drafted L or more
     are the proposals at position L-1, so L exactly is proposed[L-1] - proposed[L]; none is passes - proposed[0]."""

@@ -7,7 +7,6 @@ and hands back DataFrames and plain entities.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from pathlib import Path
 
@@ -19,17 +18,15 @@ from db.migrate import ensure_schema
 from db.store import Store, StoreError, resolve_url
 from engine import runspec
 from engine.analysis import speedup
-from engine.analysis import sweeps as sweep_analysis
 from engine.analysis.compare import compare
 from engine.analysis.prefix import summary as prefix_summary
-from engine.analysis.regressions import series_of, series_verdicts
 from engine.analysis.stats import cross_run_drift
 from engine.bench import report
 from engine.bench.config import stored
 from engine.modes import reference_mode
 from engine.paths import RESULTS_DB
 from engine.queue.autostart import live_workers
-from engine.serve.recorder import waiting
+from engine.record.spills import waiting
 
 TTL = 5  # seconds: a running benchmark shows up within one refresh
 
@@ -340,69 +337,6 @@ def workers(url: str) -> list[str]:
     live heartbeat (a worker on another machine shows only while it runs something)."""
     here = [f"{socket.gethostname()}:{pid}" for pid in live_workers(url)]
     return sorted(set(here) | set(queue_state(url, 0).running_workers))
-
-
-@st.cache_data(ttl=TTL, show_spinner=False)
-def regression_verdicts(url: str) -> pd.DataFrame:
-    """Every series of this database's runs judged by the PyTorch HUD's rule (engine.analysis.regressions), the
-    worst first: one row per series and figure."""
-    store = _store(url)
-    specs: dict = {}
-    series = series_of(store.list_runs(limit=100_000), lambda run_id: report.summaries(store, run_id), specs)
-    rows = []
-    for v in series_verdicts(series, specs):
-        spec = v.spec
-        rows.append(
-            {
-                "verdict": v.verdict,
-                "figure": v.figure,
-                "model": spec.target.label(),
-                "engine": spec.engine,
-                "setting": f"{spec.speculation.text()} at {spec.load}",
-                "prompts": f"{spec.prompts}, {spec.max_new_tokens} tokens, T={spec.temperature:g}",
-                "cache": spec.cache,
-                "path": " ".join(x for x in (spec.runner, spec.cores) if x),
-                "CPU": spec.cpu,
-                "newest / baseline": ", ".join("n/a" if r != r else f"{r:.2f}x" for r in v.ratios),
-                "baseline": v.baseline,
-                "points": len(v.points),
-                "runs": ", ".join(f"#{i}" for i in v.run_ids),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-@st.cache_data(ttl=TTL, show_spinner=False)
-def sweep_points(url: str) -> pd.DataFrame:
-    """Every load sweep's points (engine.analysis.sweeps): one row per sweep, level and setting."""
-    return sweep_analysis.points(sweep_analysis.sweeps(_store(url).list_runs(limit=100_000)))
-
-
-@st.cache_data(ttl=TTL, show_spinner=False)
-def sweep_labels(url: str) -> dict[int, tuple[str, str]]:
-    """Each sweep by its first run's id (what a link names it by): (its key in the points, its label), newest
-    first."""
-    found = sweep_analysis.sweeps(_store(url).list_runs(limit=100_000))
-    ordered = sorted(found.items(), key=lambda kv: -kv[1][0].id)
-    return {runs[0].id: (key, sweep_analysis.label(runs)) for key, runs in ordered}
-
-
-@st.cache_data(ttl=TTL, show_spinner=False)
-def sweep_sitting(url: str) -> list[str]:
-    """The sweeps the Sweeps page opens on (engine.analysis.sweeps.sitting)."""
-    return sweep_analysis.sitting(sweep_analysis.sweeps(_store(url).list_runs(limit=100_000)))
-
-
-@st.cache_data(ttl=TTL, show_spinner=False)
-def variant_latencies(url: str, run_id: int, variant: str) -> list[float]:
-    """A load level's answered requests' end-to-end latencies for one variant (its rows' mode is
-    <engine>-<variant>_c<level>)."""
-    frame = _store(url).served_requests(run_id)
-    if frame.empty:
-        return []
-    mode = re.compile(rf"^(?:vllm|sglang|llamacpp|phoenix)-{re.escape(variant)}_c\d+$")
-    mine = frame[frame["mode"].map(lambda m: bool(mode.match(str(m)))) & frame["error"].isna()]
-    return [float(x) for x in mine["latency_s"].dropna()]
 
 
 def runs_by_id(url: str, ids: tuple[int, ...]) -> dict:

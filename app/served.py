@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import charts, data, tables
+from app import charts, data, sweep_charts, tables
 from engine.engines.counters import level_notes
 
 
@@ -104,7 +104,7 @@ def sweep(info) -> None:
         f"engine {served['engine']} · version {served.get('version') or 'not reported'}"
         + (f" · started as: {served['command']}" if served.get("command") else "")
     )
-    charts.show(charts.sweep_chart(charts.sweep_frame(levels)), width="content")
+    charts.show(sweep_charts.sweep_chart(sweep_charts.sweep_frame(levels)), width="content")
     per_request = [lv for lv in levels if lv.get("requests_with_draft_counts")]
     if per_request:
         st.caption(

@@ -1,6 +1,6 @@
-"""The Sweeps page's charts: a load sweep's throughput against load, latency against throughput with its
-frontier, and goodput against load. Pure: DataFrames in, Altair charts out. Every chart names its units, its CPU
-and its n (in each point's tooltip), and each point opens its level's run."""
+"""The Sweeps page's charts: a load sweep's throughput against load, latency against throughput with its frontier, and
+goodput against load; and a managed engine's concurrency sweep on its Run page. Pure: DataFrames in, Altair charts
+out. Every chart names its units, its CPU and its n (in each point's tooltip), and each point opens its level's run."""
 
 from __future__ import annotations
 
@@ -117,4 +117,38 @@ def goodput_chart(frame: pd.DataFrame, cpu: str, slo: str) -> alt.Chart:
             href="open:N",
             tooltip=_tooltip(),
         )
+    )
+
+
+def sweep_frame(levels: list[dict]) -> pd.DataFrame:
+    rows = []
+    for lv in levels:
+        rows.append(
+            {"concurrency": lv["concurrency"], "metric": "throughput (tok/s)", "value": lv["throughput_tokens_per_s"]}
+        )
+        if lv.get("acceptance") is not None:
+            rows.append({"concurrency": lv["concurrency"], "metric": "acceptance", "value": lv["acceptance"]})
+            rows.append(
+                {
+                    "concurrency": lv["concurrency"],
+                    "metric": "mean acceptance length",
+                    "value": lv["mean_acceptance_length"],
+                }
+            )
+    return pd.DataFrame(rows, columns=["concurrency", "metric", "value"])
+
+
+def sweep_chart(df: pd.DataFrame) -> alt.FacetChart:
+    """A vLLM concurrency sweep: throughput and acceptance by level, each on its own scale."""
+    return (
+        alt.Chart(df)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("concurrency:O", title="concurrency"),
+            y=alt.Y("value:Q", title=None),
+            tooltip=["concurrency", "metric", alt.Tooltip("value:Q", format=".3f")],
+        )
+        .properties(height=220, width=260)
+        .facet(column=alt.Column("metric:N", title=None))
+        .resolve_scale(y="independent")
     )

@@ -24,12 +24,12 @@ from benchmarks.sentry_receiver import Receiver
 from db.migrate import ensure_schema
 from db.store import Store
 from engine.bench.config import BenchConfig
-from engine.bench.recorder import Recorder
 from engine.bench.request import make_state, run_one
 from engine.bench.run import load_decoder
 from engine.bench.setup import create_run
 from engine.observe.sentry import SentryConfig, init
 from engine.prompts.sets import load as load_prompts
+from engine.record.writer import Recorder
 
 CONFIGS = ("bare", "db", "db+sentry")
 

@@ -740,7 +740,7 @@ def test_a_served_run_names_its_drafter_and_says_while_rows_wait_in_a_spill_file
     recorder's held rows showed nowhere on the dashboard. Now: the server's drafter, "N requests", and a warning
     naming the spill file while one waits to be written."""
     from app import data
-    from engine.serve.recorder import spill_path
+    from engine.record.spills import spill_path
 
     url = f"sqlite:///{tmp_path / 'served.db'}"
     store = Store(migrated(url))

@@ -25,7 +25,7 @@ SHAPE = {"engine.measure"}  # one request as measured: imports nothing, so every
 
 # package -> the packages it may import (itself included). Read top-down: nothing below imports anything above.
 # Both servers (Phoenix's own, and the managers and clients of other engines) stand on the same layers.
-SERVING = {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "bench", "queue"}
+SERVING = {"shape", "base", "prompts", "decode", "analysis", "db", "observe", "record", "bench", "queue"}
 LIBRARY = SERVING | {"policies", "export", "train", "serve", "engines", "imports"}  # everything a front end may call
 ALLOWED = {
     "shape": {"shape"},
@@ -37,10 +37,23 @@ ALLOWED = {
     "db": {"shape", "db"},
     "migrations": {"shape", "db"},
     "observe": {"shape", "base", "observe"},
-    "bench": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench"},
-    "queue": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "observe", "bench", "queue"},
+    "record": {"shape", "base", "prompts", "decode", "db", "record"},  # rows and their writing, below both doors
+    "bench": {"shape", "base", "prompts", "decode", "policies", "analysis", "db", "observe", "record", "bench"},
+    "queue": {
+        "shape",
+        "base",
+        "prompts",
+        "decode",
+        "policies",
+        "analysis",
+        "db",
+        "observe",
+        "record",
+        "bench",
+        "queue",
+    },
     "export": {"shape", "base", "analysis", "db", "bench", "export"},
-    "train": {"shape", "base", "prompts", "decode", "analysis", "db", "bench", "train"},
+    "train": {"shape", "base", "prompts", "decode", "analysis", "db", "record", "bench", "train"},
     "serve": SERVING | {"serve"},
     "engines": SERVING | {"engines"},
     "imports": {"shape", "base", "analysis", "db", "engines", "imports"},  # other tools' results, as runs

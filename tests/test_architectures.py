@@ -22,7 +22,10 @@ ARCHS = {
     "gpt_neox": {"rotary_pct": 0.5, "num_key_value_heads": None},
     "starcoder2": {"sliding_window": None, "use_bias": True},
     "granite": {
-        "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2, "logits_scaling": 2.0,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "attention_multiplier": 0.2,
+        "logits_scaling": 2.0,
     },
 }
 RUNNER = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "phi3"}  # what Phoenix's own runner reproduces

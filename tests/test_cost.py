@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from helpers import bench_cfg
 
 from engine.engines import process
-from engine.engines.load import cost, cpu_reader
+from engine.engines.server_cpu import cost, cpu_reader
 from engine.measure import cpu_per_1k_tokens
 
 

@@ -283,3 +283,70 @@ def test_no_step_explores_where_exploring_is_expected_to_cost_much():
     assert all(c.k == 0 and not c.explored for c in busy)
     alone = [tuner.choose("eagle3", 1) for _ in range(30)]
     assert any(c.explored for c in alone)
+
+
+def test_the_engine_client_streams_each_requests_outputs_across_threads_with_no_callback_on_the_request(decoders):
+    """The server's door (engine.decode.client): the core steps on its own thread, each request's outputs reach
+    the event loop that submitted it, in order, by id; the request carries no callback into the loop; an aborted
+    request ends cancelled; a whole response's stream hears only its end."""
+    import asyncio
+
+    from engine.decode.client import EngineClient
+
+    dec = decoders["ngram"]
+    sched = scheduler(dec, LoadTuner(4), max_batch=4)
+    client = EngineClient(sched)
+    stop = threading.Event()
+    loop = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    loop.start()
+
+    async def serve():
+        streams = [
+            client.submit(Request(dec.encode(p), N, "ngram", id=str(i)), tokens=i != 1)
+            for i, p in enumerate(PROMPTS[:3])
+        ]
+        gone = client.submit(Request(dec.encode(PROMPTS[3]) * 8, 200, "ngram", id="gone"), tokens=True)
+        client.abort(gone.request)
+        got = []
+        for s in streams + [gone]:
+            outputs = []
+            while not outputs or outputs[-1].finished is None:
+                out = await s.get(timeout_s=60)
+                assert out is not None
+                outputs.append(out)
+            got.append(outputs)
+        return streams, gone, got
+
+    try:
+        streams, gone, got = asyncio.run(serve())
+    finally:
+        stop.set()
+        loop.join(60)
+    refs = references(dec)
+    for i, (s, outputs) in enumerate(zip(streams, got)):
+        f = outputs[-1].finished
+        assert s.request.on_tokens is None and s.request.on_done is None
+        assert f.stats.output_ids == refs[i] and f.request is s.request
+        if i == 1:  # a whole response: its end alone
+            assert len(outputs) == 1
+        else:
+            assert len(outputs) > 1 and sum((o.tokens for o in outputs[:-1]), []) == f.stats.output_ids
+    assert got[-1][-1].finished.reason == "cancelled"
+    assert client._streams == {}  # every ended stream let go
+
+
+def test_the_server_records_a_request_before_its_stream_hears_the_end(tiny_dirs):
+    from engine.decode.client import EngineClient
+    from engine.decode.decoder import Decoder
+    from engine.decode.handoff import Callbacks
+    from engine.decode.loading import load_pair
+    from engine.serve.config import ServeConfig, check_serve
+    from engine.serve.service import Ended, Service
+
+    d = tiny_dirs["qwen2"]
+    service = Service(
+        check_serve(ServeConfig(device="cpu", dtype="float32", profile=False)),
+        Decoder(load_pair(d["target"], d["near"], "cpu", "float32")),
+    )
+    kinds = [type(s) for s in service.scheduler.subscribers]
+    assert kinds == [Ended, EngineClient, Callbacks]

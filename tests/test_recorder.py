@@ -12,7 +12,7 @@ from sqlalchemy import event
 
 import db.connect as connect
 from db.store import Store, StoreError
-from engine.bench.recorder import Recorder
+from engine.record.writer import Recorder
 
 
 @pytest.fixture

@@ -218,7 +218,7 @@ def test_short_command_shortens_every_path_inside_vllms_json_so_each_variant_rea
 
 
 def test_the_cancel_notice_says_what_a_cancel_did():
-    from app.views.run import cancel_notice
+    from app.run_notes import cancel_notice
 
     assert "cancel asked" in cancel_notice(4, "running") and "Run #4: running;" not in cancel_notice(4, "running")
     assert cancel_notice(4, "cancelled") == "Run #4 cancelled before it started."

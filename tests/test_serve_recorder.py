@@ -11,7 +11,7 @@ import pytest
 from helpers import wait_for
 from test_serve_api import PROMPTS, decoder, make_service  # noqa: F401  (decoder: a fixture)
 
-from engine.serve.recorder import Recorder
+from engine.record.spills import Recorder
 
 
 class Flaky:
@@ -107,7 +107,7 @@ def test_the_recorder_retries_with_waits_then_holds(tmp_path):
 def test_rows_a_server_could_not_record_are_replayed_by_the_next_server_on_the_database(decoder, tmp_path):  # noqa: F811
     """A spill file is not the end: the run's page says it waits, and the next server on the same database writes
     it into its run, once, with the run's progress, then removes it."""
-    from engine.serve.recorder import replay_spills, waiting
+    from engine.record.spills import replay_spills, waiting
 
     client, service, store = serve(decoder, tmp_path)
     with client as c:
@@ -129,13 +129,13 @@ def test_rows_a_server_could_not_record_are_replayed_by_the_next_server_on_the_d
 
 
 def read_steps(spill):
-    from engine.serve.recorder import read_spill
+    from engine.record.spills import read_spill
 
     return read_spill(spill)[2]
 
 
 def test_a_spill_file_of_another_database_or_of_a_live_run_is_left_alone(decoder, tmp_path):  # noqa: F811
-    from engine.serve.recorder import replay_spills, spill_path
+    from engine.record.spills import replay_spills, spill_path
 
     client, service, store = serve(decoder, tmp_path)
     with client as c:
@@ -213,7 +213,7 @@ def test_a_database_file_deleted_under_the_server_is_noticed_and_its_rows_held_a
 
 def spill_of(store, run_id: int, rows: list, header: dict | None = None, name: str | None = None):
     from db.store import safe_url
-    from engine.serve.recorder import spill_path
+    from engine.record.spills import spill_path
 
     path = spill_path(store, run_id) if name is None else spill_path(store, run_id).with_name(name)
     head = (
@@ -252,7 +252,7 @@ def ended_run(store, status: str = "failed") -> int:
     ],
 )
 def test_a_spill_that_is_json_but_not_a_runs_rows_is_one_line_and_left_alone(store, rows, header, why):
-    from engine.serve.recorder import replay_spills
+    from engine.record.spills import replay_spills
 
     run_id = ended_run(store)
     assert run_id == 1
@@ -263,7 +263,7 @@ def test_a_spill_that_is_json_but_not_a_runs_rows_is_one_line_and_left_alone(sto
 
 
 def test_a_copy_of_a_spill_is_not_replayed_and_a_row_already_written_is_never_written_twice(store):
-    from engine.serve.recorder import replay_spills
+    from engine.record.spills import replay_spills
 
     run_id = ended_run(store)
     rows = [request_row(run_id, s) for s in range(3)]
@@ -279,7 +279,7 @@ def test_a_copy_of_a_spill_is_not_replayed_and_a_row_already_written_is_never_wr
 
 
 def test_a_large_spill_is_read_a_line_at_a_time_and_written_in_batches(store, monkeypatch):
-    from engine.serve import recorder
+    from engine.record import spills as recorder
 
     run_id = ended_run(store, "interrupted")
     spill_of(store, run_id, [request_row(run_id, s) for s in range(1200)])
@@ -297,7 +297,7 @@ def test_a_large_spill_is_read_a_line_at_a_time_and_written_in_batches(store, mo
 
 def test_a_spill_that_cannot_be_written_leaves_no_empty_tmp_file(tmp_path, monkeypatch):
     from db.entities import RequestRecord
-    from engine.serve import recorder
+    from engine.record import spills as recorder
 
     class Full:
         url = f"sqlite:///{tmp_path / 'x.db'}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, tables, urlstate
+from app import across, data, tables, urlstate
 from engine.analysis.regressions import BASELINE_WINDOW, LINE, VERDICTS
 
 RULE = (
@@ -23,7 +23,7 @@ def render() -> None:
     url = data.db_url()
     st.title("Regressions")
     st.caption(RULE)
-    table = data.regression_verdicts(url)
+    table = across.regression_verdicts(url)
     if table.empty:
         st.info("No runs yet: a series needs finished runs of one configuration to judge.")
         return

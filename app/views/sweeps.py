@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, sweep_charts, tables, urlstate, widgets
+from app import across, data, sweep_charts, tables, urlstate, widgets
 from app.charts import show
 from engine.analysis.sweeps import best_at_each_load, best_within, frontier, slo_table
 
@@ -17,7 +17,7 @@ def chosen_sweeps(options: dict[int, tuple[str, str]], url: str) -> list[int]:
     levels with every other engine's sweep measured beside it (engine.analysis.sweeps.sitting)."""
     asked = [urlstate.whole(i) for i in urlstate.qp("sweeps").split(",")]
     by_key = {key: i for i, (key, _) in options.items()}
-    return [i for i in asked if i in options] or [by_key[k] for k in data.sweep_sitting(url) if k in by_key]
+    return [i for i in asked if i in options] or [by_key[k] for k in across.sweep_sitting(url) if k in by_key]
 
 
 def slos() -> dict[str, float]:
@@ -39,7 +39,7 @@ def slos() -> dict[str, float]:
 def render() -> None:
     url = data.db_url()
     st.title("Sweeps")
-    options = data.sweep_labels(url)
+    options = across.sweep_labels(url)
     if not options:
         st.info("No runs yet: a sweep is one `python -m engine engines load` (or side-by-side) invocation.")
         st.code("python -m engine engines load --url http://127.0.0.1:8000 --concurrency 1,2,4,8", language="bash")
@@ -55,7 +55,7 @@ def render() -> None:
     if not picked:
         st.caption("Pick one sweep or more.")
         return
-    frame = data.sweep_points(url)
+    frame = across.sweep_points(url)
     frame = frame[frame["sweep"].isin([options[i][0] for i in picked])]
     runs_by_id = data.runs_by_id(url, tuple(sorted(frame["run_id"].unique().tolist())))
     target = slos()
@@ -82,7 +82,7 @@ def render() -> None:
             st.warning("Answered nothing (failed, not drawn as 0): " + ", ".join(
                 f"{r.setting} at {r.load_label}" for r in g[g["failed"]].itertuples()))  # fmt: skip
     st.subheader("The leading setting at each load, and whether its lead is outside the noise")
-    best = best_at_each_load(frame, runs_by_id, latencies=lambda run_id, v: data.variant_latencies(url, run_id, v))
+    best = best_at_each_load(frame, runs_by_id, latencies=lambda run_id, v: across.variant_latencies(url, run_id, v))
     tables.show(best, name="sweep_best", formats=FORMATS, widths=WIDTHS)
     st.caption(
         "verdict: best only where the 95% interval of the leader's ratio to the runner-up lies above 1 (paired "

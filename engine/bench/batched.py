@@ -11,13 +11,14 @@ queue wait and the mean batch it ran in; identity is judged against the target's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from db.entities import RequestRecord
 from engine.bench.config import BenchConfig
 from engine.bench.request import RunState, judge, make_record, new_trace_id
+from engine.decode.client import EngineClient, RequestStream
 from engine.decode.scheduler import Scheduler
-from engine.decode.sequence import Finished, Request
+from engine.decode.sequence import Request
 from engine.modes import Mode
 from engine.prompts.sets import Prompt
 
@@ -55,14 +56,15 @@ def run_group(
     if k == 0:
         drafter = "none"
     sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, None, max_batch=len(ids), max_queue=len(ids))
-    finished: dict[str, Finished] = {}
+    client = EngineClient(sched)  # the server's door too
+    streams: list[RequestStream] = []
     cpu_before = time.process_time()  # the group's CPU, every thread: its requests share each step
     for i, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         sampling = cfg.sampling(prompt.id)
         req = Request(prompt_ids, cfg.max_new_tokens, drafter, k if drafter != "none" else None, sampling, id=str(i))
-        req.on_done = _keep(finished)
-        sched.submit(req)
-    sched.drain()
+        streams.append(client.submit(req))
+    client.drain()
+    finished = {s.request.id: s.finished for s in streams if s.finished is not None}
     cpu = time.process_time() - cpu_before
     if not warmup:
         state.timed(mode, cpu, sum(f.stats.output_tokens for f in finished.values()))
@@ -81,7 +83,3 @@ def run_group(
                 state.telemetry.finish_request(txn, rec)
         out.append((rec, f.stats))
     return out
-
-
-def _keep(finished: dict[str, Finished]) -> Callable[[Finished], None]:
-    return lambda f: finished.__setitem__(f.request.id, f)

@@ -8,28 +8,24 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from db.entities import BanditRecord, RequestRecord
 from engine.bench.config import BenchConfig
-from engine.decode.decoder import Decoder, finite, identity
-from engine.decode.sequence import Finished, Request
-from engine.measure import measured, sha256_text
+from engine.decode.decoder import Decoder, identity
+from engine.decode.sequence import Request
+from engine.measure import measured
 from engine.modes import Mode
 from engine.observe.sentry import Telemetry
 from engine.policies.registry import make_policy
 from engine.policies.types import Observation, Policy
 from engine.prompts.sets import Prompt, category_group
+from engine.record.rows import make_record, new_trace_id
 
 
 def ordered_modes(modes: list[str]) -> list[str]:
     return sorted(modes, key=lambda m: Mode.parse(m).kind != "target")  # target first: it is the reference
-
-
-def new_trace_id() -> str:
-    return uuid.uuid4().hex
 
 
 @dataclass
@@ -69,56 +65,6 @@ class RunState:
     def labelled(self, per_arm: dict) -> dict:
         """A policy's per-arm snapshot keyed by what the arm is: str(k), or the drafter arm's label."""
         return {self.arm_labels[int(a)]: v for a, v in per_arm.items()} if self.arm_labels else per_arm
-
-
-def make_record(
-    run_id: int,
-    seq: int,
-    mode: str,
-    k: int,
-    prompt: Prompt,
-    stats,
-    text: str,
-    warmup: bool,
-    trace_id: str | None,
-    finished: Finished | None = None,
-) -> RequestRecord:
-    """The one row of a request Phoenix decoded itself, from its ``Sequence``'s stats: a bench run's, single-stream
-    or batched, and a served one's. ``finished`` (the engine core's end of a request) adds its queue wait, the mean
-    batch it ran in, and why it ended where that was not normal. Answers of other servers are rows through
-    engine.engines.rows, from what they answered."""
-    values = measured(stats)
-    values.update(
-        k=k,
-        ttft_s=finite(stats.ttft_s),
-        prefill_s=finite(stats.prefill_s),
-        draft_prefill_s=finite(stats.draft_prefill_s) if stats.draft_prefill_s else None,  # 0: no drafter ran
-    )
-    rec = RequestRecord(
-        **values,
-        run_id=run_id,
-        seq=seq,
-        mode=mode,
-        prompt_id=prompt.id,
-        turn=prompt.turn,
-        category=prompt.category,
-        prompt_text=prompt.text,
-        tokens_per_s=stats.tokens_per_s,
-        output_text=text,
-        output_sha256=sha256_text(text),
-        trace_id=trace_id,
-        warmup=warmup,
-    )
-    if finished is not None:
-        rec.queue_s = finished.queue_s
-        rec.cached_tokens = finished.stats.cached_tokens
-        sizes = finished.batch_sizes
-        rec.batch_size = sum(sizes) / len(sizes) if sizes else None
-        if finished.cancelled:
-            rec.error = "cancelled: the client went away"
-        elif finished.failed:
-            rec.error = f"{finished.reason}: {finished.error}"
-    return rec
 
 
 def check_identity(rec: RequestRecord, output_ids: list[int], reference) -> None:

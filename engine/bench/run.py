@@ -16,7 +16,6 @@ from tqdm import tqdm
 from db.store import Store
 from engine.bench.batched import groups, run_group
 from engine.bench.config import BenchConfig
-from engine.bench.recorder import Recorder
 from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
 from engine.decode.compiled import finish, graph_count
 from engine.decode.decoder import Decoder
@@ -25,6 +24,7 @@ from engine.errors import PhoenixError
 from engine.modes import K_MAX, Mode
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
+from engine.record.writer import Recorder
 
 
 def load_decoder(cfg: BenchConfig) -> Decoder:

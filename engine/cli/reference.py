@@ -27,6 +27,7 @@ PACKAGES = [
     ("`engine/policies/`", "engine/policies/__init__.py"),
     ("`engine/analysis/`", "engine/analysis/__init__.py"),
     ("`engine/observe/`", "engine/observe/__init__.py"),
+    ("`engine/record/`", "engine/record/__init__.py"),
     ("`engine/bench/`", "engine/bench/__init__.py"),
     ("`engine/queue/`", "engine/queue/__init__.py"),
     ("`engine/export/`", "engine/export/__init__.py"),

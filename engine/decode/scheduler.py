@@ -8,18 +8,21 @@ chunks of at most ``long_prefill`` tokens; a prompt whose last chunk is in joins
 So eight prompts that arrive together no longer each wait for all the others' whole prefills before any decodes.
 
 Every request is a ``Sequence`` (engine.decode.sequence): the per-pass counting and the drafter's calls are
-written once, for ``spec.generate`` and for this step. The loop has no I/O: callbacks carry tokens out, and
-``steps`` keeps plain ``StepRecord``s for whoever records them. A step that raises fails the requests in it with
-the error, and the loop goes on; only a failure outside any request ends it (``dead`` says why).
+written once, for ``spec.generate`` and for this step. A pass is vLLM's step: ``_schedule`` plans it as data (a
+``DecodePlan``: each row's k and drafter), ``_execute`` runs it (drafts, one batched verify, the acceptance: a
+``PassOutput``), ``_update`` applies the outcome (each sequence advanced, a ``RequestOutput`` per request to every
+subscriber, a ``StepRecord``); engine.decode.handoff names them. The loop has no I/O: subscribers carry outputs
+out (the client's streams, the server's recorder), and ``steps`` keeps plain ``StepRecord``s for whoever records
+them. A step that raises fails the requests in it with the error, and the loop goes on; only a failure outside
+any request ends it (``dead`` says why).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -34,20 +37,12 @@ from engine.decode.batch import (
 )
 from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.decode.drafters import Drafter
+from engine.decode.handoff import Callbacks, DecodePlan, PassOutput, RequestOutput, Row, Subscriber, step_record
 from engine.decode.prefix import PrefixCache, kv_of, restore
 from engine.decode.sequence import Finished, QueueFull, Request, Sequence, draft_together
 from engine.decode.spec import forward
 from engine.decode.steps import StepRecord, Tuner, plan
 from engine.modes import DEFAULT_MAX_BATCH
-
-
-@dataclass(eq=False)
-class Row:
-    req: Request
-    seq: Sequence
-    queue_s: float = 0.0
-    cache: DynamicCache | None = None  # its own cache while its prompt is prefilled; then the batch holds it
-    batch_sizes: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -83,11 +78,15 @@ class Scheduler:
         self.batch = BatchCache.empty(target.device)
         self.steps: deque[StepRecord] = deque(maxlen=100_000)  # the recorder drains it
         self.step_count = 0
-        self.arms: Counter[int] = Counter()
         self.errors = 0  # steps that raised
         self.dead: str | None = None  # why the loop stopped for good
         self.ending: str | None = None  # why every held request is to end before the next step (end_all)
+        self.subscribers: list[Subscriber] = [Callbacks()]  # in order; the request's own callbacks last
         self._cv = threading.Condition()
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """``subscriber`` gets every RequestOutput from now on, after those subscribed before it."""
+        self.subscribers.insert(len(self.subscribers) - 1, subscriber)
 
     # the caller's side --------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -103,11 +102,6 @@ class Scheduler:
     def load(self) -> tuple[int, int]:
         """(rows decoding or prefilling, requests waiting)."""
         return len(self.rows) + len(self.prefilling), len(self.waiting)
-
-    @property
-    def held_tokens(self) -> int:
-        """Tokens in the KV cache of admitted requests (their rows in the batch, their prompts so far)."""
-        return sum(self.held_by_row)
 
     @property
     def held_by_row(self) -> list[int]:
@@ -317,54 +311,47 @@ class Scheduler:
 
     def _pass(self) -> tuple[int, StepRecord]:
         """One verification pass over every running row: the tokens it computed, and its record."""
+        plan = self._schedule()
+        return self._update(plan, self._execute(plan))
+
+    def _schedule(self) -> DecodePlan:
         room = self.max_batch - len(self.rows)
         ks, used, choice, main = plan(self.rows, self.tuner, min(room, len(self.prefilling) + len(self.waiting)))
-        drafted, draft_times = draft_together([r.seq for r in self.rows], ks, self.clock)
-        taps = next((r.seq.taps for r in self.rows if r.seq.taps), ())
+        return DecodePlan(list(self.rows), ks, used, choice, main)
+
+    def _execute(self, p: DecodePlan) -> PassOutput:
+        drafted, draft_s = draft_together([r.seq for r in p.rows], p.ks, self.clock)
+        taps = next((r.seq.taps for r in p.rows if r.seq.taps), ())
         start = self.clock()
         predicted, feats = verify_batch(
             self.target,
             self.batch,
-            [[r.seq.pending] + d for r, d in zip(self.rows, drafted)],
+            [[r.seq.pending] + d for r, d in zip(p.rows, drafted)],
             taps,
-            [r.seq.picker for r in self.rows],
+            [r.seq.picker for r in p.rows],
         )
         outcomes = accept_batch(self.batch, drafted, predicted, feats)
-        verify_s = self.clock() - start
-        b, width = len(self.rows), 1 + max(len(d) for d in drafted)
+        return PassOutput(drafted, draft_s, outcomes, start, self.clock() - start)
+
+    def _update(self, p: DecodePlan, out: PassOutput) -> tuple[int, StepRecord]:
+        b, width = len(p.rows), 1 + max(len(d) for d in out.drafted)
         if self.tuner is not None:
-            self.tuner.observe_forward(b, width, verify_s)
+            self.tuner.observe_forward(b, width, out.verify_s)
         emitted = 0
-        for row, k, kind, out, dt in zip(self.rows, ks, used, outcomes, draft_times):
+        for row, k, kind, outcome, dt in zip(p.rows, p.ks, p.used, out.outcomes, out.draft_s):
             row.seq.stats.draft_s += dt
-            row.seq.stats.verify_s += verify_s
+            row.seq.stats.verify_s += out.verify_s
             row.batch_sizes.append(b)
             if row.seq.drafter is not None and self.tuner is not None:
-                self.tuner.observe_pass(kind, k, out.proposed, out.accepted, dt)
-            new = row.seq.advance(out)
+                self.tuner.observe_pass(kind, k, outcome.proposed, outcome.accepted, dt)
+            new = row.seq.advance(outcome)
             self._emit(row, new)
             emitted += len(new)
-            self.arms[k] += 1
         self.batch.compact_if_sparse()
         self.step_count += 1
-        record = StepRecord(
-            step=self.step_count,
-            at_s=start - self.started,
-            batch=b,
-            width=width,
-            drafter=main,
-            k=choice.k if choice else None,
-            explored=choice.explored if choice else None,
-            estimate=choice.estimate if choice else None,
-            estimate_off=choice.estimate_off if choice else None,
-            draft_s=sum(draft_times),
-            verify_s=verify_s,
-            proposed=sum(o.proposed for o in outcomes),
-            accepted=sum(o.accepted for o in outcomes),
-            emitted=emitted,
-        )
+        record = step_record(self.step_count, out.started - self.started, p, out, emitted)
         self.steps.append(record)
-        return sum(1 + len(d) for d in drafted), record
+        return sum(1 + len(d) for d in out.drafted), record
 
     def _release(self) -> None:
         keep = []
@@ -388,22 +375,22 @@ class Scheduler:
             self._end(row, "error", f"{type(exc).__name__}: {exc}")
 
     def _emit(self, row: Row, tokens: list[int]) -> None:
-        if tokens and row.req.on_tokens is not None:
+        if tokens:
             lps = row.seq.logprobs[-len(tokens) :] if row.seq.sampling.logprobs is not None else []
-            try:
-                row.req.on_tokens(tokens, lps)
-            except Exception:  # a caller's callback never stops the loop; the request still finishes
-                pass
+            self._publish(RequestOutput(row.req, tokens, lps))
 
     def _end(self, row: Row, reason: str, error: str | None = None) -> None:
-        """The request leaves: finished for ``reason``, its stats closed, handed to its caller once."""
+        """The request leaves: finished for ``reason``, its stats closed, published once."""
         seq = row.seq
         seq.finish(reason, error)  # a sequence that finished itself keeps its own reason (stop or length)
         seq.stats.latency_s = self.clock() - row.req.submitted
-        if row.req.on_done is not None:
-            reason, stopped = seq.reason or reason, seq.stop_reason
-            done = Finished(row.req, seq.stats, row.queue_s, row.batch_sizes, reason, seq.error, stopped, seq.logprobs)
+        reason, stopped = seq.reason or reason, seq.stop_reason
+        done = Finished(row.req, seq.stats, row.queue_s, row.batch_sizes, reason, seq.error, stopped, seq.logprobs)
+        self._publish(RequestOutput(row.req, [], [], done))
+
+    def _publish(self, output: RequestOutput) -> None:
+        for subscriber in self.subscribers:
             try:
-                row.req.on_done(done)
-            except Exception:  # a caller's callback never stops the loop (an HTTP server already gone, say)
+                subscriber.publish(output)
+            except Exception:  # a subscriber never stops the loop (an HTTP server already gone, say)
                 pass

@@ -16,13 +16,10 @@ it, per prompt, as on every other page. Each variant's output is compared with t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +30,7 @@ from db.entities import RequestRecord
 from db.store import Store
 from engine import runspec
 from engine.decode.decoder import identity
-from engine.engines import managed, process
+from engine.engines import managed
 from engine.engines.arrivals import arrival_times, figures, rates_of, slos_of
 from engine.engines.client import stream_one
 from engine.engines.config import LoadConfig
@@ -50,10 +47,10 @@ from engine.engines.protocol import (
 )
 from engine.engines.record import check_timeout, levels_of, stored
 from engine.engines.rows import row_of
+from engine.engines.server_cpu import cost, cpu_reader
 from engine.engines.vllm import VllmConfig
 from engine.engines.workload import as_sent, system_text
 from engine.errors import PhoenixError
-from engine.measure import cpu_per_1k_tokens
 from engine.modes import load_spelling
 from engine.prompts.sets import Prompt
 from engine.prompts.sets import load as load_prompts
@@ -244,37 +241,6 @@ def level(
             per_block[variant].append([round(wall, 4), sum(_out_tokens(r) for _, r in got[variant]), cpu])
         on_block(got)
     return walls, per_block
-
-
-def cpu_reader(url: str, pid: int | None, api_key: str | None) -> Callable[[], float | None]:
-    """The server's cumulative CPU seconds: its process session's (a server Phoenix started: vLLM's engine core
-    counted in), else what Phoenix's own server says on /health; None for a server that says nothing."""
-    if pid is not None:
-        return lambda: process.session_cpu_s(pid)
-
-    def from_health() -> float | None:
-        base = url.rstrip("/").removesuffix("/v1")
-        try:
-            req = urllib.request.Request(f"{base}/health")
-            if api_key:
-                req.add_header("Authorization", f"Bearer {api_key}")
-            with urllib.request.urlopen(req, timeout=5) as r:
-                value = json.loads(r.read(1 << 16)).get("cpu_s")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    return from_health
-
-
-def cost(blocks: list[list]) -> dict:
-    """A variant's CPU cost at one level, from its blocks: the server's CPU seconds and per 1,000 output tokens
-    (None where the server's CPU time could not be read, or a block's was not)."""
-    cpu = [b[2] for b in blocks]
-    tokens = sum(b[1] for b in blocks)
-    if not blocks or any(c is None for c in cpu):
-        return {"cpu_s": None, "cpu_s_per_1k_tokens": None}
-    return {"cpu_s": sum(cpu), "cpu_s_per_1k_tokens": cpu_per_1k_tokens(sum(cpu), tokens)}
 
 
 def _out_tokens(r: dict) -> int:

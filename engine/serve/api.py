@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.decode.client import RequestStream
 from engine.decode.sampling import TokenLogprob
 from engine.decode.sequence import Finished, QueueFull, Request
 from engine.preload import preloaded
@@ -205,19 +206,9 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     n_new = max_tokens(service, body, chat, len(ids))
     drafter, k = speculation_of(service, body)
     stop = StopStrings(service.decoder.pair.tokenizer, stops, keep_stop) if stops else None
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue = asyncio.Queue()
     req = Request(ids, n_new, drafter, k, sampling.resolved(), stop, ignore_eos, uuid.uuid4().hex, cache_salt_of(body))
-
-    def put(kind: str, payload) -> None:  # called on the loop's thread: hand over to this request's event loop
-        if not loop.is_closed():  # after a forced exit nobody listens: the request is recorded all the same
-            loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
-
-    if body.get("stream"):  # a whole response waits for the end alone: no event a step to wake it for nothing
-        req.on_tokens = lambda toks, lps: put("tokens", (toks, lps))
-    req.on_done = lambda f: put("done", f)
     try:
-        service.submit(req)
+        stream = service.submit(req, tokens=bool(body.get("stream")))
     except QueueFull as exc:
         service.count("refused")
         raise ApiError(429, f"the server is full: {exc}; retry shortly", code="queue_full") from None
@@ -227,10 +218,10 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     if body.get("stream"):
         out = Stream(service, req, chat, created, stop, with_usage)
         service.answered(+1)  # until the stream's last event is sent (Stream.events)
-        return StreamingResponse(out.events(events), media_type="text/event-stream")
+        return StreamingResponse(out.events(stream), media_type="text/event-stream")
     service.answered(+1)
     try:
-        finished = await wait_done(request, req, events)
+        finished = await wait_done(request, service, stream)
     finally:
         service.answered(-1)
     if finished is None:
@@ -243,19 +234,16 @@ async def generate(service: Service, request: HttpRequest, chat: bool):
     return JSONResponse(response_body(service, finished, chat, created, stop.cut(text) if stop else text))
 
 
-async def wait_done(request: HttpRequest, req: Request, events: asyncio.Queue) -> Finished | None:
+async def wait_done(request: HttpRequest, service: Service, stream: RequestStream) -> Finished | None:
     """The finished request, or None once its client went away (checked every half second, whatever arrives: a
     check made only when no event came was never made while tokens flowed, and a whole response decoded on for
     nobody)."""
     while True:
-        try:
-            kind, payload = await asyncio.wait_for(events.get(), timeout=0.5)
-        except TimeoutError:
-            kind, payload = "", None
-        if kind == "done":
-            return payload
+        output = await stream.get(timeout_s=0.5)
+        if output is not None and output.finished is not None:
+            return output.finished
         if await request.is_disconnected():
-            req.cancelled = True
+            service.client.abort(stream.request)
             return None
 
 
@@ -300,33 +288,33 @@ class Stream:
         self.sent += delta
         return delta
 
-    async def events(self, events: asyncio.Queue):
+    async def events(self, stream: RequestStream):
         done = False
         role = self.chat  # the role chunk goes out with the first output, as vLLM's does: sent at once, vLLM's client
         try:  # (which times a stream's first chunk) read Phoenix's TTFT as 10 ms against its own client's 383
             while True:
-                kind, payload = await events.get()
+                output = await stream.get()
+                assert output is not None  # no timeout: an output
                 if role:
                     role = False
                     yield self._chunk({"role": "assistant"})
-                if kind == "tokens":
-                    tokens, lps = payload
-                    self.generated += len(tokens)
-                    self.decoded += self.text.add(tokens)
-                    self.scored += lps
+                if output.finished is None:
+                    self.generated += len(output.tokens)
+                    self.decoded += self.text.add(output.tokens)
+                    self.scored += output.logprobs
                     offset = len(self.sent)
                     delta = self._delta(self._sendable())
                     if delta:
                         yield self._chunk({"content": delta}, logprobs=self._logprobs(offset))
                     continue
                 done = True
-                for event in self._end(payload):
+                for event in self._end(output.finished):
                     yield event
                 return
         finally:
             self.service.answered(-1)
             if not done:
-                self.req.cancelled = True
+                self.service.client.abort(self.req)
 
     def _end(self, f: Finished) -> list[str]:
         if f.failed:  # an OpenAI error event, then the end of the stream

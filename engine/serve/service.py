@@ -10,7 +10,6 @@ already admitted or waiting finish and are recorded, then the run is marked done
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 import queue
 import threading
@@ -24,8 +23,8 @@ from transformers import DynamicCache
 from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
 from engine import runspec
-from engine.bench.request import make_record
 from engine.decode.batch import BatchCache, verify_batch
+from engine.decode.client import EngineClient, RequestStream
 from engine.decode.decoder import Decoder
 from engine.decode.eagle3.drafter import warm as warm_head
 from engine.decode.packed import pack_pair
@@ -35,11 +34,12 @@ from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Finished, Request
 from engine.observe.prometheus import BLOCK_SIZE, Metrics
 from engine.observe.sentry import Telemetry
-from engine.prompts.sets import Prompt
 from engine.provenance import environment
+from engine.record.rows import served_record, variant
+from engine.record.spills import Recorder, replay_spills, spill_path
+from engine.record.writer import Ended
 from engine.serve.config import ServeConfig, stored_config
 from engine.serve.cost import CpuMeter
-from engine.serve.recorder import Recorder, replay_spills, spill_path
 from engine.serve.shadow import Shadow
 from engine.serve.tuner import LoadTuner, profile_cost
 
@@ -53,18 +53,6 @@ def default_drafter(cfg: ServeConfig, decoder: Decoder) -> str:
     if decoder._eagle3 is not None:
         return "eagle3"
     return "model" if decoder._model_drafter is not None else "ngram"
-
-
-def variant(drafter: str, k: int | None) -> str:
-    """A request's speculation, as its mode names it: none, <drafter>-auto (the tuner's k) or <drafter>-k<k>."""
-    if drafter == "none" or k == 0:
-        return "none"
-    return f"{drafter}-auto" if k is None else f"{drafter}-k{k}"
-
-
-def prompt_key(ids: list[int]) -> str:
-    """Requests with the same prompt tokens pair up in speedups: the prompt's id is its fingerprint."""
-    return "p-" + hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
 class Service:
@@ -100,6 +88,8 @@ class Service:
         self.run_id: int | None = None
         self.packed = "off"
         self._finished: queue.Queue[Finished] = queue.Queue()
+        self.scheduler.subscribe(Ended(self._finished))  # first: a request is queued to be recorded before answered
+        self.client = EngineClient(self.scheduler)
         self._stop = threading.Event()
         self._recorded = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -270,22 +260,15 @@ class Service:
             return self._answering > 0
 
     # requests -----------------------------------------------------------------------
-    def submit(self, req: Request) -> None:
-        """Queue a request (QueueFull beyond --max-queue); ``req.on_done`` also gets the finished request, after
-        it is handed to the recorder."""
-        caller = req.on_done
-
-        def done(f: Finished) -> None:
-            self._finished.put(f)
-            if caller is not None:
-                caller(f)
-
+    def submit(self, req: Request, tokens: bool = False) -> RequestStream:
+        """Queue a request through the engine client (QueueFull beyond --max-queue); its stream (``tokens``: with
+        each step's tokens, else only its end). It is handed to the recorder before its stream hears the end."""
         refusing = self.recorder.refusing if self.recorder is not None else None
         if refusing:  # answering work it cannot record is what the server must not do
             raise RuntimeError(f"the server cannot record requests now: {refusing}")
-        req.on_done = done
-        self.scheduler.submit(req)
+        stream = self.client.submit(req, tokens)
         self.gauges()
+        return stream
 
     @property
     def kv_blocks(self) -> int:
@@ -325,17 +308,8 @@ class Service:
         }
 
     def record(self, f: Finished) -> RequestRecord:
-        s, req = f.stats, f.request
-        k = Counter(s.k_per_pass).most_common(1)[0][0] if s.k_per_pass else (req.k or 0)
         self._seq += 1
-        prompt = Prompt(prompt_key(req.prompt_ids), self.decoder.pair.tokenizer.decode(req.prompt_ids))
-        mode = f"phoenix-{variant(req.drafter, req.k)}_live"
-        # a uuid4 hex: the Sentry trace id too
-        rec = make_record(
-            self.run_id or 0, self._seq, mode, k, prompt, s, self.decoder.text(s), False, req.id or None, f
-        )
-        rec.drafter = req.drafter
-        return rec
+        return served_record(f, self.run_id or 0, self._seq, self.decoder.pair.tokenizer, self.decoder.text(f.stats))
 
     # the recorder thread ------------------------------------------------------------
     def _record_loop(self) -> None:

@@ -1,4 +1,4 @@
-"""A server's spill files: where its recorder (engine.bench.recorder.Writer, the one write policy for the lab and the
+"""A server's spill files: where its recorder (engine.record.writer.Writer, the one write policy for the lab and the
 server) spills rows the store would not take, and their replay by the next server on the same database.
 
 The server's rows reach the store, or the server says why not: it never drops one silently.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 from db.entities import BanditRecord, PositionCount, RequestRecord
 from db.store import Store, safe_url
-from engine.bench.recorder import Writer as Recorder  # noqa: F401  (the server's recorder: the one policy)
-from engine.bench.recorder import database_file
 from engine.measure import StepRecord
+from engine.record.writer import Writer as Recorder  # noqa: F401  (the server's recorder: the one policy)
+from engine.record.writer import database_file
 
 log = logging.getLogger("phoenix.serve")
 

@@ -3,7 +3,7 @@ writer that keeps database work off the decode path.
 
 A batch that fails to write (the database locked past its busy timeout, the disk full) is retried a few times with
 growing waits; still failing, it stays pending (written before anything newer once the store answers again) and,
-where the caller gives a spill file (the server: engine.serve.recorder), is spilled as JSON lines beside the
+where the caller gives a spill file (the server: engine.record.spills), is spilled as JSON lines beside the
 database, so a crash loses nothing either. Past MAX_PENDING rows, or when even the spill cannot be written, a server
 refuses new requests until the store answers. A row is never dropped, and an error clears once a write succeeds.
 
@@ -25,6 +25,8 @@ from pathlib import Path
 
 from db.entities import RequestRecord, StoreError
 from db.store import Store, safe_url
+from engine.decode.handoff import RequestOutput
+from engine.decode.sequence import Finished
 from engine.measure import StepRecord
 
 log = logging.getLogger("phoenix.recorder")
@@ -263,3 +265,15 @@ class Recorder:
         self._thread.join()
         if not self.writer.write([], [], self.done):  # a last try for what is held
             raise StoreError(self.writer.lost() or "rows were not recorded")
+
+
+class Ended:
+    """The engine core's subscriber (engine.decode.handoff) that queues each finished request for the server's
+    recorder thread: subscribed first, so a request is queued to be recorded before its stream hears the end."""
+
+    def __init__(self, finished: queue.Queue[Finished]):
+        self.finished = finished
+
+    def publish(self, output: RequestOutput) -> None:
+        if output.finished is not None:
+            self.finished.put(output.finished)
