@@ -115,10 +115,19 @@ def live(url: str, info) -> None:
     st.caption(
         "Its k maximizes expected tokens/s from the forward's cost at this batch and width (profiled at start-up, "
         "refined by every step) and each position's measured acceptance; 'estimate x off' is its own estimate of "
-        "that k over speculation off."
+        "that k over speculation off; 'rows held off' is the share of rows it drafted for that their own recent "
+        "acceptance held at k = 0 (below the break-even of their k at that batch; each request's response lists "
+        "each such decision with its figures under speculation.switched_off)."
     )
     tables.show(
-        by_batch.rename(columns={"k_mean": "mean k", "off_share": "share k = 0", "estimate_x_off": "estimate x off"})
+        by_batch.rename(
+            columns={
+                "k_mean": "mean k",
+                "off_share": "share k = 0",
+                "estimate_x_off": "estimate x off",
+                "rows_held_off": "rows held off",
+            }
+        )
     )
     prefix_panel(data.prefix_cache(url, info.id))
     for warning in info.config.get("cost_profile_warnings") or []:

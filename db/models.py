@@ -166,6 +166,7 @@ class ServeStep(Base):
     accepted: Mapped[int] = mapped_column(Integer)
     emitted: Mapped[int] = mapped_column(Integer)
     prefill_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # prompt chunks (0026)
+    rows_off: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # held off by acceptance (0028)
 
 
 class Distill(Base):

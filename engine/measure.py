@@ -170,6 +170,7 @@ class StepRecord:
     accepted: int
     emitted: int
     prefill_tokens: int = 0  # prompt tokens this step prefilled beside the verify
+    rows_off: int = 0  # rows held at k = 0 this step by their own acceptance (engine.decode.steps.RowAcceptance)
 
 
 def vllm_request_metrics(

@@ -27,6 +27,9 @@ class Off:
     def observe_pass(self, drafter, asked, proposed, accepted, draft_s):
         pass
 
+    def break_even(self, drafter, batch, k):
+        return 0.0  # no row is ever held off by its own acceptance
+
 
 def _served(dec, requests, tuner):
     from engine.decode.scheduler import Scheduler

@@ -94,16 +94,24 @@ def over_time(steps: pd.DataFrame, window_s: float = 5.0) -> pd.DataFrame:
 
 
 def k_by_batch(steps: pd.DataFrame) -> pd.DataFrame:
-    """What the tuner chose at each batch size: steps (n), mean k, the share with speculation off, and the mean
-    expected gain of its choice over k = 0 (its own estimate)."""
+    """What the tuner chose at each batch size: steps (n), mean k, the share with speculation off, the mean
+    expected gain of its choice over k = 0 (its own estimate), and the share of rows it would have drafted for that
+    their own acceptance held at k = 0 (``rows_off``; 0 for runs before the rule)."""
     chosen = steps[steps["k"].notna()]
     if chosen.empty:
-        return pd.DataFrame(columns=["batch", "n", "k_mean", "off_share", "estimate_x_off"])
-    g = chosen.assign(off=(chosen["k"] == 0).astype(float), gain=chosen["estimate"] / chosen["estimate_off"]).groupby(
-        "batch"
-    )
+        return pd.DataFrame(columns=["batch", "n", "k_mean", "off_share", "estimate_x_off", "rows_held_off"])
+    held = chosen["rows_off"] if "rows_off" in chosen else pd.Series(0, index=chosen.index)
+    g = chosen.assign(
+        off=(chosen["k"] == 0).astype(float), gain=chosen["estimate"] / chosen["estimate_off"], held=held
+    ).groupby("batch")
     return pd.DataFrame(
-        {"n": g.size(), "k_mean": g["k"].mean(), "off_share": g["off"].mean(), "estimate_x_off": g["gain"].mean()}
+        {
+            "n": g.size(),
+            "k_mean": g["k"].mean(),
+            "off_share": g["off"].mean(),
+            "estimate_x_off": g["gain"].mean(),
+            "rows_held_off": g["held"].sum() / g["batch"].sum(),
+        }
     ).reset_index()
 
 

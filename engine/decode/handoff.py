@@ -15,7 +15,7 @@ from transformers import DynamicCache
 
 from engine.decode.sampling import TokenLogprob
 from engine.decode.sequence import Finished, PassOutcome, Request, Sequence
-from engine.decode.steps import Choice, StepRecord
+from engine.decode.steps import Choice, RowAcceptance, StepRecord
 
 
 @dataclass(eq=False)
@@ -27,6 +27,7 @@ class Row:
     queue_s: float = 0.0
     cache: DynamicCache | None = None  # its own cache while its prompt is prefilled; then the batch holds it
     batch_sizes: list[int] = field(default_factory=list)
+    acceptance: RowAcceptance = field(default_factory=RowAcceptance)  # its own recent passes: held off below break-even
 
 
 @dataclass
@@ -39,6 +40,7 @@ class DecodePlan:
     used: list[str]  # the drafter each row drafts with this pass (a choice row: the one the tuner named)
     choice: Choice | None
     main: str  # the drafter most rows draft with: the step record's
+    off: int = 0  # rows the tuner would draft for, held at k = 0 by their own acceptance
 
 
 @dataclass
@@ -80,6 +82,7 @@ def step_record(step: int, at_s: float, p: DecodePlan, out: PassOutput, emitted:
         proposed=sum(o.proposed for o in out.outcomes),
         accepted=sum(o.accepted for o in out.outcomes),
         emitted=emitted,
+        rows_off=p.off,
     )
 
 

@@ -316,8 +316,8 @@ class Scheduler:
 
     def _schedule(self) -> DecodePlan:
         room = self.max_batch - len(self.rows)
-        ks, used, choice, main = plan(self.rows, self.tuner, min(room, len(self.prefilling) + len(self.waiting)))
-        return DecodePlan(list(self.rows), ks, used, choice, main)
+        ks, used, choice, main, off = plan(self.rows, self.tuner, min(room, len(self.prefilling) + len(self.waiting)))
+        return DecodePlan(list(self.rows), ks, used, choice, main, off)
 
     def _execute(self, p: DecodePlan) -> PassOutput:
         drafted, draft_s = draft_together([r.seq for r in p.rows], p.ks, self.clock)
@@ -344,6 +344,7 @@ class Scheduler:
             row.batch_sizes.append(b)
             if row.seq.drafter is not None and self.tuner is not None:
                 self.tuner.observe_pass(kind, k, outcome.proposed, outcome.accepted, dt)
+                row.acceptance.observe(outcome.proposed, outcome.accepted)
             new = row.seq.advance(outcome)
             self._emit(row, new)
             emitted += len(new)
@@ -386,6 +387,7 @@ class Scheduler:
         seq.stats.latency_s = self.clock() - row.req.submitted
         reason, stopped = seq.reason or reason, seq.stop_reason
         done = Finished(row.req, seq.stats, row.queue_s, row.batch_sizes, reason, seq.error, stopped, seq.logprobs)
+        done.switched_off = row.acceptance.decisions
         self._publish(RequestOutput(row.req, [], [], done))
 
     def _publish(self, output: RequestOutput) -> None:

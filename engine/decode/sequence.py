@@ -287,6 +287,7 @@ class Finished:
     error: str | None = None  # the one line an error or abort carries
     stop_reason: int | str | None = None  # the stop token id or string that ended it; None at EOS or the budget
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when the request asked
+    switched_off: list[dict] = field(default_factory=list)  # each time its own acceptance held it off, and why
 
     @property
     def cancelled(self) -> bool:

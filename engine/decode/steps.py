@@ -5,8 +5,8 @@ choice. Plain data: no database type reaches the decoding loop.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.measure import StepRecord  # noqa: F401  (re-exported: the step's record, defined once)
@@ -34,8 +34,63 @@ class Tuner(Protocol):
 
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None: ...
 
+    def break_even(self, drafter: str, batch: int, k: int) -> float:
+        """The accepted drafts a row's pass at ``k`` must bring, at this batch, to beat the row drafting nothing."""
+        ...
 
-def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], list[str], Choice | None, str]:
+
+WINDOW_PASSES = 8  # a row's own recent drafting passes, the ones its acceptance is judged on
+REPROBE_PASSES = 32  # passes a row held off drafts nothing before it drafts again to measure itself anew
+
+
+@dataclass
+class RowAcceptance:
+    """One row's own recent passes, judged against the break-even its k needs at the batch it runs in. The tuner
+    chooses k per drafter from every row's passes pooled; a request whose text its drafter cannot predict (prose
+    after code, a new language) drags the batch's width for nothing. TRT-LLM switches speculation off for good
+    when rolling acceptance drops; here the row drafts nothing for REPROBE_PASSES passes, then probes again, since
+    a request's text changes as it goes."""
+
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=WINDOW_PASSES))  # (proposed, accepted)
+    off: int = 0  # passes left at k = 0
+    decisions: list[dict] = field(default_factory=list)  # each switch-off with the figures it used
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        if proposed > 0:  # a pass with nothing proposed cost this row nothing: nothing to judge
+            self.recent.append((proposed, accepted))
+
+    def expected(self, k: int) -> float:
+        """E[accepted drafts] of a pass at ``k`` from the recent passes: per position, the share of passes that
+        proposed it in which it was accepted (with every one before it); a position never proposed at half the
+        rate of the one before."""
+        total, rate = 0.0, 1.0
+        for i in range(k):
+            asked = [a for p, a in self.recent if p > i]
+            rate = sum(a > i for a in asked) / len(asked) if asked else rate * 0.5
+            total += rate
+        return total
+
+    def hold(self, k: int, break_even: float, at_pass: int) -> bool:
+        """Whether the row drafts nothing this pass: while held, or when its recent passes fall below
+        ``break_even`` (the decision kept with its figures)."""
+        if self.off > 0:
+            self.off -= 1
+            if self.off == 0:
+                self.recent.clear()  # probe anew: judged again after WINDOW_PASSES drafting passes
+            return True
+        if k == 0 or len(self.recent) < WINDOW_PASSES:
+            return False
+        expected = self.expected(k)
+        if expected >= break_even:
+            return False
+        self.off = REPROBE_PASSES - 1  # this pass is the first held
+        self.decisions.append(
+            {"pass": at_pass, "k": k, "expected_accepted": round(expected, 3), "break_even": round(break_even, 3)}
+        )
+        return True
+
+
+def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], list[str], Choice | None, str, int]:
     """Each running row's k and drafter for this pass (rows: the scheduler's, each with its ``req`` and ``seq``):
     its own k where it fixed one, else the tuner's for its drafter at this batch; rows that let the tuner choose the
     drafter too (a choice) get the drafter it names. Also the step's choice and its main drafter, for its record.
@@ -43,7 +98,10 @@ def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], 
     ``joining``: requests admitted or waiting that will share the batch within a few steps. A row whose drafter
     has not seen its prompt yet (a deferred prompt pass) drafts only where the tuner would draft at the batch it
     is about to run in: the first row of a burst once paid the draft model's whole prompt pass to draft for a step
-    or two alone, then ran at k = 0 beside the rest (0.92 of speculation off at 4 requests, runs #328 and #334)."""
+    or two alone, then ran at k = 0 beside the rest (0.92 of speculation off at 4 requests, runs #328 and #334).
+
+    A row the tuner would draft for drafts nothing where its own recent acceptance is below the break-even of its
+    k at this batch (``RowAcceptance``); the last value returned counts those rows."""
     b = len(rows)
     tuned = [r.req.k is None and r.seq.drafter is not None for r in rows]  # the tuner decides their k
     soon = {}  # per drafter: the tuner's k at the batch the joining requests make
@@ -60,14 +118,18 @@ def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], 
             choices["choice"] = pick = tuner.choose_drafter(choosing[0].seq.options, b)
             for r in choosing:
                 r.seq.use(pick.drafter or r.seq.options[0])
-    ks, used = [], []
+    ks, used, off = [], [], 0
     for r, t in zip(rows, tuned):
         c = choices.get("choice" if r.seq.options else r.req.drafter) if t else None
         k = c.k if c else (r.req.k or 0)
         if t and not r.seq.primed and soon.get(r.req.drafter) == 0:
             k = 0  # the batch is about to grow to where the tuner would not draft: no prompt pass for a step or two
-        ks.append(r.seq.cap(k))
-        used.append(c.drafter if c and c.drafter else r.req.drafter)
+        kind = c.drafter if c and c.drafter else r.req.drafter
+        k = r.seq.cap(k)
+        if t and tuner is not None and k > 0 and r.acceptance.hold(k, tuner.break_even(kind, b, k), r.seq.stats.passes):
+            k, off = 0, off + 1
+        ks.append(k)
+        used.append(kind)
     drafting = Counter(u for u, r in zip(used, rows) if r.seq.drafter is not None)
     main = drafting.most_common(1)[0][0] if drafting else rows[0].req.drafter
-    return ks, used, choices.get("choice") or choices.get(main), main
+    return ks, used, choices.get("choice") or choices.get(main), main, off

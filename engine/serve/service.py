@@ -296,6 +296,7 @@ class Service:
             "acceptance": s.acceptance,
             "per_position": [asdict(p) for p in s.positions],
             "per_source": s.per_source,  # a hybrid's passes by the source that drafted them; None otherwise
+            "switched_off": f.switched_off,  # each time its own acceptance held it at k = 0, with the figures
             "batch_size_mean": sum(f.batch_sizes) / len(f.batch_sizes) if f.batch_sizes else None,
             "batch_size_max": max(f.batch_sizes, default=None),
             "queue_s": f.queue_s,

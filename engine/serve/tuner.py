@@ -152,6 +152,14 @@ class LoadTuner:
         seconds = self.cost.seconds(batch, 1 + k) + batch * k * acc.draft_s_per_token()
         return tokens / seconds if seconds > 0 else 0.0
 
+    def break_even(self, drafter: str, batch: int, k: int) -> float:
+        """The accepted drafts one row's pass at ``k`` must bring to beat that row drafting nothing, at this batch:
+        a row's share of the forward at width 1 + k plus its drafting, against its share at width 1, times the
+        margin speculation must win by (SPECULATE_ABOVE), less the token every pass makes."""
+        per_row = self.cost.seconds(batch, 1 + k) / batch + k * self.of(drafter).draft_s_per_token()
+        alone = self.cost.seconds(batch, 1) / batch
+        return SPECULATE_ABOVE * per_row / alone - 1.0 if alone > 0 else 0.0
+
     def choose(self, drafter: str, batch: int, cap: int | None = None) -> Choice:
         top = self.k_max if cap is None else max(0, min(self.k_max, cap))
         scores = [self.throughput(drafter, batch, k) for k in range(top + 1)]
