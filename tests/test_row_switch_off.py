@@ -49,12 +49,19 @@ def _rows(n: int) -> list[Row]:
     return [Row(Request([1, 2, 3], 50, "ngram", None, id=str(i)), _Seq()) for i in range(n)]  # type: ignore[arg-type]
 
 
-def test_a_row_below_its_break_even_is_held_off_beside_rows_that_pay_then_probes_again():
-    tuner = LoadTuner(3, epsilon=0.0)
+def _paying_tuner(**kw) -> LoadTuner:
+    """A tuner that drafts at k = 3 for a batch of two: every pooled draft accepted, a wider forward dear enough that
+    a row must bring 1.6 accepted drafts a pass."""
+    tuner = LoadTuner(3, epsilon=0.0, **kw)
     for n in range(1, 5):
-        tuner.cost.cells[(2, n)] = 0.020 + 0.002 * (n - 1)  # a wider forward costs little: the tuner drafts
+        tuner.cost.cells[(2, n)] = 0.020 * (1 + 0.5 * (n - 1))
     for _ in range(20):
         tuner.observe_pass("ngram", 3, 3, 3, 0.0)
+    return tuner
+
+
+def test_a_row_below_its_break_even_is_held_off_beside_rows_that_pay_then_probes_again():
+    tuner = _paying_tuner()
     good, bad = _rows(2)
     for _ in range(WINDOW_PASSES):
         good.acceptance.observe(3, 3)
@@ -62,7 +69,10 @@ def test_a_row_below_its_break_even_is_held_off_beside_rows_that_pay_then_probes
     ks, _, choice, _, off = plan([good, bad], tuner)
     assert choice is not None and choice.k == 3 and ks == [3, 0] and off == 1
     (decision,) = bad.acceptance.decisions
-    assert decision["k"] == 3 and decision["expected_accepted"] == 0.0
+    pooled = tuner.expected_accepted("ngram", 3)
+    # its own passes accepted nothing; shrunk halfway to the pooled figure (8 passes of each), still below
+    assert decision["k"] == 3 and decision["own"] == 0.0 and decision["pooled"] == pytest.approx(pooled, abs=1e-3)
+    assert decision["expected_accepted"] == pytest.approx(pooled / 2, abs=1e-3)
     assert (
         decision["break_even"] == pytest.approx(tuner.break_even("ngram", 2, 3), abs=1e-3)
         and decision["break_even"] > 0
@@ -71,6 +81,20 @@ def test_a_row_below_its_break_even_is_held_off_beside_rows_that_pay_then_probes
         assert plan([good, bad], tuner)[0] == [3, 0]
     assert plan([good, bad], tuner)[0] == [3, 3]  # held for REPROBE_PASSES passes, then it drafts again
     assert len(bad.acceptance.recent) == 0 and len(bad.acceptance.decisions) == 1  # judged anew on fresh passes
+
+
+def test_a_row_a_little_below_the_pool_is_not_held_and_hold_rows_off_holds_none():
+    tuner = _paying_tuner()
+    good, fair = _rows(2)
+    for i in range(WINDOW_PASSES):
+        good.acceptance.observe(3, 3)
+        fair.acceptance.observe(3, 1 + i % 2)  # 1.5 a pass on its own: shrunk toward the pool, above break-even
+    assert plan([good, fair], tuner)[0] == [3, 3] and not fair.acceptance.decisions
+    lenient = _paying_tuner(hold_rows=False)
+    bad = _rows(1)[0]
+    for _ in range(WINDOW_PASSES):
+        bad.acceptance.observe(3, 0)
+    assert plan([good, bad], lenient)[0] == [3, 3] and not bad.acceptance.decisions
 
 
 def test_a_row_that_fixed_its_own_k_is_never_held_off():

@@ -38,8 +38,14 @@ class Tuner(Protocol):
         """The accepted drafts a row's pass at ``k`` must bring, at this batch, to beat the row drafting nothing."""
         ...
 
+    def expected_accepted(self, drafter: str, k: int) -> float:
+        """E[accepted drafts] of a pass at ``k`` over every row's passes: what a row's own estimate shrinks to."""
+        ...
+
 
 WINDOW_PASSES = 8  # a row's own recent drafting passes, the ones its acceptance is judged on
+ROW_PRIOR = 8  # passes' worth of the drafter's pooled acceptance a row's own estimate is shrunk toward: 8 passes
+# of one row are noisy, and the pooled figure is what chose this k
 REPROBE_PASSES = 32  # passes a row held off drafts nothing before it drafts again to measure itself anew
 
 
@@ -60,8 +66,8 @@ class RowAcceptance:
             self.recent.append((proposed, accepted))
 
     def expected(self, k: int) -> float:
-        """E[accepted drafts] of a pass at ``k`` from the recent passes: per position, the share of passes that
-        proposed it in which it was accepted (with every one before it); a position never proposed at half the
+        """E[accepted drafts] of a pass at ``k`` from the recent passes alone: per position, the share of passes
+        that proposed it in which it was accepted (with every one before it); a position never proposed at half the
         rate of the one before."""
         total, rate = 0.0, 1.0
         for i in range(k):
@@ -70,9 +76,10 @@ class RowAcceptance:
             total += rate
         return total
 
-    def hold(self, k: int, break_even: float, at_pass: int) -> bool:
-        """Whether the row drafts nothing this pass: while held, or when its recent passes fall below
-        ``break_even`` (the decision kept with its figures)."""
+    def hold(self, k: int, break_even: float, at_pass: int, pooled: float | None = None) -> bool:
+        """Whether the row drafts nothing this pass: while held, or when its recent passes, shrunk toward the
+        drafter's ``pooled`` estimate (ROW_PRIOR passes' worth), fall below ``break_even`` (the decision kept with
+        its figures)."""
         if self.off > 0:
             self.off -= 1
             if self.off == 0:
@@ -80,12 +87,21 @@ class RowAcceptance:
             return True
         if k == 0 or len(self.recent) < WINDOW_PASSES:
             return False
-        expected = self.expected(k)
+        own = self.expected(k)
+        n = len(self.recent)
+        expected = own if pooled is None else (n * own + ROW_PRIOR * pooled) / (n + ROW_PRIOR)
         if expected >= break_even:
             return False
         self.off = REPROBE_PASSES - 1  # this pass is the first held
         self.decisions.append(
-            {"pass": at_pass, "k": k, "expected_accepted": round(expected, 3), "break_even": round(break_even, 3)}
+            {
+                "pass": at_pass,
+                "k": k,
+                "own": round(own, 3),
+                "pooled": None if pooled is None else round(pooled, 3),
+                "expected_accepted": round(expected, 3),
+                "break_even": round(break_even, 3),
+            }
         )
         return True
 
@@ -126,10 +142,15 @@ def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], 
             k = 0  # the batch is about to grow to where the tuner would not draft: no prompt pass for a step or two
         kind = c.drafter if c and c.drafter else r.req.drafter
         k = r.seq.cap(k)
-        if t and tuner is not None and k > 0 and r.acceptance.hold(k, tuner.break_even(kind, b, k), r.seq.stats.passes):
+        if t and tuner is not None and k > 0 and _held(r, tuner, kind, b, k):
             k, off = 0, off + 1
         ks.append(k)
         used.append(kind)
     drafting = Counter(u for u, r in zip(used, rows) if r.seq.drafter is not None)
     main = drafting.most_common(1)[0][0] if drafting else rows[0].req.drafter
     return ks, used, choices.get("choice") or choices.get(main), main, off
+
+
+def _held(row, tuner: Tuner, kind: str, batch: int, k: int) -> bool:
+    be = tuner.break_even(kind, batch, k)
+    return be > float("-inf") and row.acceptance.hold(k, be, row.seq.stats.passes, tuner.expected_accepted(kind, k))

@@ -69,7 +69,7 @@ class Service:
         self.telemetry = telemetry or Telemetry.off()
         self.model_name = cfg.served_model_name or decoder.pair.target_name
         self.drafter = default_drafter(cfg, decoder)
-        self.tuner = LoadTuner(cfg.k_max, epsilon=cfg.epsilon, seed=cfg.seed)
+        self.tuner = LoadTuner(cfg.k_max, epsilon=cfg.epsilon, seed=cfg.seed, hold_rows=cfg.hold_rows)
         self.scheduler = Scheduler(
             decoder.pair.target,
             decoder.row_drafter,

@@ -135,8 +135,11 @@ class Acceptance:
 
 
 class LoadTuner:
-    def __init__(self, k_max: int, cost: CostModel | None = None, epsilon: float = 0.05, seed: int = 0):
+    def __init__(
+        self, k_max: int, cost: CostModel | None = None, epsilon: float = 0.05, seed: int = 0, hold_rows: bool = True
+    ):
         self.k_max = k_max
+        self.hold_rows = hold_rows  # rows below the break-even of their k held at k = 0 (break_even)
         self.cost = cost or CostModel()
         self.epsilon = epsilon
         self.acceptance: dict[str, Acceptance] = {}
@@ -155,10 +158,17 @@ class LoadTuner:
     def break_even(self, drafter: str, batch: int, k: int) -> float:
         """The accepted drafts one row's pass at ``k`` must bring to beat that row drafting nothing, at this batch:
         a row's share of the forward at width 1 + k plus its drafting, against its share at width 1, times the
-        margin speculation must win by (SPECULATE_ABOVE), less the token every pass makes."""
+        margin speculation must win by (SPECULATE_ABOVE), less the token every pass makes. -inf with
+        ``hold_rows`` off: no row is held."""
+        if not self.hold_rows:
+            return float("-inf")
         per_row = self.cost.seconds(batch, 1 + k) / batch + k * self.of(drafter).draft_s_per_token()
         alone = self.cost.seconds(batch, 1) / batch
         return SPECULATE_ABOVE * per_row / alone - 1.0 if alone > 0 else 0.0
+
+    def expected_accepted(self, drafter: str, k: int) -> float:
+        """E[accepted drafts] of a pass at ``k`` from every pass of ``drafter`` so far: a row's prior."""
+        return self.of(drafter).expected_accepted(k)
 
     def choose(self, drafter: str, batch: int, cap: int | None = None) -> Choice:
         top = self.k_max if cap is None else max(0, min(self.k_max, cap))
