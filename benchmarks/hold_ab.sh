@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does holding a row at k = 0 when its own recent acceptance is below the break-even of its k pay (issue 66)? Two
-# servers of the same model and drafter, one with the rule (the default) and one with `--no-hold-rows`, each
+# servers of the same model and drafter, one with the rule (`--hold-rows`) and one without (the default), each
 # started alone, then cold `engines load` passes against them in alternating rounds (hold, no-hold; then no-hold,
 # hold), so drift in the sitting lands on both alike. Each pass sends speculation off and the tuner. Run it on a
 # quiet machine.
@@ -19,7 +19,7 @@ N=${N:-16}
 TOKENS=${TOKENS:-64}
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
 TAG="${MODEL} rows held below break-even ($(date -u +%F), ${CPU})"
-declare -A FLAG=([hold]="" [no-hold]="--no-hold-rows")
+declare -A FLAG=([hold]="--hold-rows" [no-hold]="")
 declare -A PORT=([hold]=8061 [no-hold]=8062)
 NAMES=(hold no-hold)
 PIDS=()

@@ -26,7 +26,8 @@ def test_a_rows_expected_acceptance_is_per_position_over_its_recent_passes():
 
 
 def test_the_break_even_is_the_rows_share_of_the_wider_forward_against_the_narrow_one():
-    tuner = LoadTuner(4)
+    assert LoadTuner(4).break_even("ngram", 4, 3) == float("-inf")  # off by default: no row is held
+    tuner = LoadTuner(4, hold_rows=True)
     tuner.cost.cells.update({(4, 1): 0.040, (4, 4): 0.080})
     # a row's share: 20 ms at width 4 against 10 at width 1, no drafting cost yet: it must bring 2.1 - 1 tokens
     assert tuner.break_even("ngram", 4, 3) == pytest.approx(SPECULATE_ABOVE * 2.0 - 1.0)
@@ -52,7 +53,7 @@ def _rows(n: int) -> list[Row]:
 def _paying_tuner(**kw) -> LoadTuner:
     """A tuner that drafts at k = 3 for a batch of two: every pooled draft accepted, a wider forward dear enough that
     a row must bring 1.6 accepted drafts a pass."""
-    tuner = LoadTuner(3, epsilon=0.0, **kw)
+    tuner = LoadTuner(3, epsilon=0.0, **{"hold_rows": True, **kw})
     for n in range(1, 5):
         tuner.cost.cells[(2, n)] = 0.020 * (1 + 0.5 * (n - 1))
     for _ in range(20):
@@ -98,7 +99,7 @@ def test_a_row_a_little_below_the_pool_is_not_held_and_hold_rows_off_holds_none(
 
 
 def test_a_row_that_fixed_its_own_k_is_never_held_off():
-    tuner = LoadTuner(3, epsilon=0.0)
+    tuner = LoadTuner(3, epsilon=0.0, hold_rows=True)
     for n in range(1, 5):
         tuner.cost.cells[(1, n)] = 0.020
     row = Row(Request([1, 2], 50, "ngram", 3, id="x"), _Seq())  # type: ignore[arg-type]
@@ -130,7 +131,7 @@ def test_rows_held_off_and_probing_again_stay_exact_and_each_decision_is_kept(ti
 
     d = tiny_dirs["qwen2"]
     dec = Decoder(load_pair(d["target"], d["near"], "cpu", "float32"))
-    tuner = Strict(3, epsilon=0.0)
+    tuner = Strict(3, epsilon=0.0, hold_rows=True)
     sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, tuner, max_batch=4)
     done = {}
     for i, p in enumerate(PROMPTS[:4]):

@@ -38,8 +38,9 @@ class ServeConfig(PairConfig):
     max_tokens_cap: int = 1024  # the largest max_tokens a request may ask for
     epsilon: float = 0.05  # share of steps that explore one position deeper than the best k
     profile: bool = True  # time the forward at every (batch, width) before serving; off: learn it online only
-    hold_rows: bool = True  # a row whose own recent acceptance is below the break-even of its k drafts nothing for
-    # a while (engine.decode.steps.RowAcceptance); off: every row drafts at the tuner's k for its drafter
+    hold_rows: bool = False  # a row whose own recent acceptance is below the break-even of its k drafts nothing for
+    # a while (engine.decode.steps.RowAcceptance); off by default: it cost the tuner 0.02-0.2 of "off"'s throughput at
+    # 2-4 requests on SmolLM2 with the head (benchmarks/hold_ab.sh, runs #470-#489)
     shutdown_timeout_s: float = 30.0  # after SIGTERM: requests in flight get this long, then end aborted (a second
     # SIGTERM or Ctrl-C ends them at once); every one is recorded either way
     shadow_rate: float = 0.0  # share of finished requests re-decoded single-stream target-only to check identity

@@ -136,7 +136,7 @@ class Acceptance:
 
 class LoadTuner:
     def __init__(
-        self, k_max: int, cost: CostModel | None = None, epsilon: float = 0.05, seed: int = 0, hold_rows: bool = True
+        self, k_max: int, cost: CostModel | None = None, epsilon: float = 0.05, seed: int = 0, hold_rows: bool = False
     ):
         self.k_max = k_max
         self.hold_rows = hold_rows  # rows below the break-even of their k held at k = 0 (break_even)
