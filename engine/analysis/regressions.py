@@ -89,12 +89,22 @@ def series_verdicts(series: dict[tuple, dict[str, list[Point]]], specs: dict | N
     return sorted(out, key=lambda v: (VERDICTS.index(v.verdict), v.key, v.figure))
 
 
+DISTURBED = "disturbed"  # a run's tag: measured on a machine known to run slower or busier than its series' (its
+# note says how it was known); kept, cited and shown, but no point of any series, so a machine's bad day is no
+# regression of the code (vLLM's own figures once dropped 1.6x from one day to the next on the same CPU model)
+
+
+def disturbed(run) -> bool:
+    return DISTURBED in (getattr(run, "tags", None) or [])
+
+
 def series_of(runs, summaries, specs: dict | None = None) -> dict[tuple, dict[str, list[Point]]]:
     """Every run's figures as points of their series, keyed by ``RunSpec.key()``. ``runs``: RunInfo-like objects
     (id, created_at, target, config, bench, status); ``summaries(run_id)``: a lab run's ModeSummary list. A load
     level gives a point per variant of throughput, TTFT p50 and TPOT p50 (its stored figures; a variant that
     answered nothing: 0 tokens/s and latencies of inf); a lab run a point per mode of tokens/s. Runs that did not
-    finish are left out. ``specs``, where given, is filled with each key's newest RunSpec."""
+    finish are left out, and runs tagged ``disturbed``. ``specs``, where given, is filled with each key's newest
+    RunSpec."""
     out: dict[tuple, dict[str, list[Point]]] = {}
     specs = specs if specs is not None else {}
 
@@ -105,7 +115,7 @@ def series_of(runs, summaries, specs: dict | None = None) -> dict[tuple, dict[st
             out.setdefault(key, {}).setdefault(figure, []).append(Point(run.id, run.created_at.isoformat(), value))
 
     for run in sorted(runs, key=lambda r: r.id):
-        if run.status != "done":
+        if run.status != "done" or disturbed(run):
             continue
         cfg = run.config or {}
         if isinstance(cfg.get("load"), dict) and isinstance(cfg.get("figures"), dict):

@@ -12,7 +12,16 @@ from db.migrate import upgrade
 from db.store import Store, make_engine, resolve_url, safe_url
 from engine.analysis.oracle import ORACLE_NOTE, oracle_lines
 from engine.analysis.pass_cost import PASS_COST
-from engine.analysis.regressions import INSUFFICIENT, REGRESSION, SUSPICIOUS, VERDICTS, series_of, series_verdicts
+from engine.analysis.regressions import (
+    DISTURBED,
+    INSUFFICIENT,
+    REGRESSION,
+    SUSPICIOUS,
+    VERDICTS,
+    disturbed,
+    series_of,
+    series_verdicts,
+)
 from engine.bench import fast
 from engine.bench.config import BenchConfig, validate
 from engine.bench.leaderboard import markdown as leaderboard_markdown
@@ -265,7 +274,8 @@ def cmd_db_upgrade(args) -> int:
 def cmd_regressions(args) -> int:
     store = open_existing_store(args.db)
     specs: dict = {}
-    series = series_of(store.list_runs(limit=100_000), lambda run_id: summaries(store, run_id), specs)
+    stored = store.list_runs(limit=100_000)
+    series = series_of(stored, lambda run_id: summaries(store, run_id), specs)
     if not series:  # a mistyped --db or an empty store once passed the CI gate: nothing judged is no verdict
         raise PhoenixError(f"{safe_url(store.url)} holds no finished run to judge: check --db")
     verdicts = series_verdicts(series, specs)
@@ -276,6 +286,12 @@ def cmd_regressions(args) -> int:
         + f" over {len(verdicts)} figures of {len(series)} series; {len(judged)} series had enough points to judge "
         "(the PyTorch HUD's rule)"
     )
+    left_out = sorted(r.id for r in stored if disturbed(r))
+    if left_out:
+        print(
+            f"{len(left_out)} runs tagged '{DISTURBED}' left out (measured on a machine known to run slower; each "
+            f"run's note says how): {_ranges(left_out)}"
+        )
     for v in verdicts:
         if v.verdict in (REGRESSION, SUSPICIOUS):
             ratios = ", ".join("n/a" if r != r else f"{r:.2f}x" for r in v.ratios)
@@ -285,6 +301,20 @@ def cmd_regressions(args) -> int:
             print(f"{v.verdict:<12} {v.figure:<17} {said}: newest {newest} ({ratios}) against the baseline "
                   f"{v.baseline:.4g}, runs {runs}")  # fmt: skip
     return 1 if args.exit_code and counts[REGRESSION] else 0
+
+
+def _ranges(ids: list[int]) -> str:
+    """#3-#5, #9: sorted run ids as runs of consecutive ids."""
+    parts: list[str] = []
+    start = prev = ids[0]
+    for i in [*ids[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(f"#{start}" if start == prev else f"#{start}-#{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
 
 
 def cmd_docs(args) -> int:
