@@ -183,3 +183,29 @@ def test_two_runs_that_sent_the_same_prompts_in_the_same_blocks_are_paired_block
     assert S.unpaired_ratio(S.block_rates({1: a, 2: b}, 2, "none"), S.block_rates({1: a, 2: b}, 1, "none"))[1] < 1
     b.config["load"]["limit"] = 99  # other prompts: no pairing
     assert S.paired_across({1: a, 2: b}, (2, "none"), (1, "none")) is None
+
+
+def test_the_page_opens_on_the_newest_steady_sitting_not_one_tagged_disturbed():
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from engine.analysis.sweeps import sitting
+
+    def sweep(first: int, engine: str, day: int, tags=()):
+        at = datetime(2026, 12, day, 10, tzinfo=UTC)
+        cfg = {"load": {"engine": engine}, "environment": {"cpu": "fixture CPU"}}
+        return [
+            SimpleNamespace(
+                id=first + i, target="smollm2", config=cfg, created_at=at + timedelta(minutes=i), tags=list(tags)
+            )
+            for i in range(3)
+        ]
+
+    found = {
+        "phoenix-5": sweep(1, "phoenix", 5),
+        "vllm-5": sweep(10, "vllm", 5),
+        "phoenix-6": sweep(20, "phoenix", 6, ["disturbed"]),
+        "vllm-6": sweep(30, "vllm", 6, ["disturbed"]),
+    }
+    assert sitting(found) == ["vllm-5", "phoenix-5"]
+    assert sitting({k: v for k, v in found.items() if k.endswith("6")}) == ["vllm-6", "phoenix-6"]  # nothing else

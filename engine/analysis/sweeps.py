@@ -20,6 +20,7 @@ import statistics
 import pandas as pd
 
 from engine import runspec
+from engine.analysis.regressions import disturbed
 from engine.analysis.stats import median_interval
 from engine.catalog import model_name
 
@@ -131,8 +132,10 @@ def slo_words(slos) -> str:
 
 def sitting(found: dict[str, list], hours: float = 6.0) -> list[str]:
     """The sweeps a page opens on: the newest sweep of several levels, and beside it every other engine's newest
-    sweep of the same model and CPU begun within ``hours`` of it (one sitting: peers measured together)."""
+    sweep of the same model and CPU begun within ``hours`` of it (one sitting: peers measured together). Sweeps
+    measured on a machine known to run slower (tagged ``disturbed``) are opened only when there is nothing else."""
     multi = {k: runs for k, runs in found.items() if len(runs) > 1}
+    multi = {k: runs for k, runs in multi.items() if not any(disturbed(r) for r in runs)} or multi
     if not multi:
         return list(found)[-1:]
     newest = max(multi, key=lambda k: multi[k][-1].id)
