@@ -280,6 +280,19 @@ def test_the_draft_vocabulary_is_the_most_frequent_answer_tokens_and_reports_cov
     assert info["coverage"][2] == 0.7 and info["answer_tokens"] == 10
 
 
+def test_the_draft_vocabulary_holds_no_id_the_data_never_saw_and_the_fixed_text_ranks_the_rest():
+    answers = Sample(torch.tensor([7, 7, 3, 9]), torch.zeros(3, 6), torch.zeros(3, 2), prompt_len=0)
+    text = Sample(torch.tensor([4, 4, 4, 5, 9]), torch.zeros(4, 6), torch.zeros(4, 2), prompt_len=0, greedy=False)
+    ids, info = pick_vocab([answers, text], 8, 32)  # 8 asked for, 5 ids seen anywhere: no padding
+    assert ids.tolist() == [3, 4, 5, 7, 9] and info["never_seen_left_out"] == 3 and info["distinct_with_text"] == 5
+    ids, _ = pick_vocab([answers, text], 3, 32)  # answers first (7; then 9 before 3: the text saw 9), then text
+    assert ids.tolist() == [3, 7, 9]
+    ids, _ = pick_vocab([answers, text], 4, 32)
+    assert ids.tolist() == [3, 4, 7, 9]  # the text's most frequent next
+    tied = Sample(torch.tensor([6, 2]), torch.zeros(1, 6), torch.zeros(1, 2), prompt_len=0)
+    assert pick_vocab([tied], 1, 16)[0].tolist() == [2]  # a tie goes to the lower id, not to argsort's order
+
+
 def test_prompt_tokens_do_not_count_toward_the_vocabulary():
     sample = Sample(torch.tensor([5, 5, 5, 5, 2]), torch.zeros(4, 6), torch.zeros(4, 2), prompt_len=4)
     ids, _ = pick_vocab([sample], 1, 8)

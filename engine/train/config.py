@@ -86,6 +86,8 @@ class HeadBuildConfig:
     # too, so it must attend over them in training (the first build kept 64)
     fixed_text_tokens: int = 200_000  # teacher-forced fixed text (EAGLE-1's data): one cheap forward per batch
     text_window: int = 256  # tokens per fixed-text window (the Python docs and stdlib code)
+    text: str = ""  # your own text to teacher-force the target over, comma-separated: files, folders (their .py, .md,
+    # .txt and .jsonl files) or JSONL with a "text" field per line; it comes first in --fixed-text-tokens
     ttt_steps: int = 4  # training-time-test unroll (EAGLE-3 uses 7; 4 fits a CPU budget)
     step_decay: float = 0.8  # loss weight of unroll step s is step_decay**s, as EAGLE-3
     epochs: int = 5  # passes over the answers and the fixed text

