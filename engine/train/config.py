@@ -88,6 +88,9 @@ class HeadBuildConfig:
     text_window: int = 256  # tokens per fixed-text window (the Python docs and stdlib code)
     text: str = ""  # your own text to teacher-force the target over, comma-separated: files, folders (their .py, .md,
     # .txt and .jsonl files) or JSONL with a "text" field per line; it comes first in --fixed-text-tokens
+    from_runs: str = ""  # runs whose recorded prompts and outputs (the target's own text) the head learns from:
+    # "12,15" or "12:0.8" (run 12's first 80% of requests; the rest can measure it); with --resume, a fine-tune
+    db: str = ""  # the database --from-runs reads (default: PHOENIX_DB, else data/phoenix.db)
     ttt_steps: int = 4  # training-time-test unroll (EAGLE-3 uses 7; 4 fits a CPU budget)
     step_decay: float = 0.8  # loss weight of unroll step s is step_decay**s, as EAGLE-3
     epochs: int = 5  # passes over the answers and the fixed text

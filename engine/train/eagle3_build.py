@@ -29,6 +29,7 @@ from engine.decode.loading import load_model, pick_dtype
 from engine.decode.packed import pack
 from engine.errors import PhoenixError
 from engine.paths import CARD, check_ours
+from engine.train import traffic
 from engine.train.config import HeadBuildConfig
 from engine.train.eagle3 import (
     Sample,
@@ -76,6 +77,8 @@ def validate(cfg: HeadBuildConfig) -> HeadBuildConfig:
     for part in [x.strip() for x in cfg.text.split(",") if x.strip()]:  # before any answer is decoded
         if not Path(part).expanduser().exists():
             raise PhoenixError(f"--text {part}: no such file or folder")
+    if cfg.from_runs:
+        traffic.check(cfg, traffic.store_of(cfg))
     return cfg
 
 
@@ -140,9 +143,13 @@ def load_cache(path: Path) -> list[Sample]:
 
 
 def fixed(cfg: HeadBuildConfig, target, tokenizer, taps, seconds: dict) -> tuple[list[Sample], dict]:
-    """The teacher-forced fixed text with its taps, cached like the answers."""
+    """The teacher-forced fixed text with its taps, cached like the answers: the recorded traffic of --from-runs
+    first, whole requests, then the fixed text."""
     t0 = time.perf_counter()
     texts, info = fixed_texts(cfg, tokenizer) if cfg.fixed_text_tokens else ([], {})
+    if cfg.from_runs:
+        seen, lineage = traffic.recorded(cfg, tokenizer, traffic.store_of(cfg))
+        texts, info = seen + texts, {**info, "from_runs": lineage, "traffic_tokens": sum(map(len, seen))}
     path = cache_path(cfg.answers_dir, "fixed_text", [cfg.target, cfg.dtype, list(taps), texts])
     if texts and path.exists():
         samples = load_cache(path)
