@@ -28,7 +28,10 @@ class Off:
         pass
 
     def break_even(self, drafter, batch, k):
-        return 0.0  # no row is ever held off by its own acceptance
+        return float("-inf")  # as LoadTuner without --hold-rows: no row is ever held off by its own acceptance
+
+    def expected_accepted(self, drafter, k):
+        return 0.0
 
 
 def _served(dec, requests, tuner):

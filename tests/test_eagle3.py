@@ -16,7 +16,7 @@ from engine.decode.loading import check_same_tokenizer_files, load_pair
 from engine.errors import PhoenixError
 from engine.modes import Mode
 from engine.train.config import HeadBuildConfig
-from engine.train.eagle3 import Sample, pick_vocab
+from engine.train.eagle3 import Sample, expected_length, pick_vocab
 
 PROMPTS = [
     'def add(a, b):\n    """Return a + b."""\n',
@@ -345,6 +345,8 @@ def test_training_raises_held_out_agreement_and_a_resumed_stage_continues_the_bu
     card = json.loads((tmp_path / "head" / "phoenix_card.json").read_text())
     assert card["stage_seconds"]["training"] > 0 and card["draft_vocab"]["size"] == 256
     assert set(card["held_out"]) == {"humaneval-test", "spec-bench-test", "code-edits (no training data)"}
+    predicted = card["held_out"]["humaneval-test"]["expected_length_k3"]  # from the agreement, no forward of its own
+    assert predicted["after"] == expected_length(card["held_out"]["humaneval-test"]["after"]) > predicted["before"]
     dec = Decoder(load_pair("embedded", str(tmp_path / "head"), "cpu", "float32"))
     ids = dec.encode(PROMPTS[0])
     assert dec.run(ids, 4, 40, "eagle3").output_ids == dec.run(ids, 0, 40).output_ids
@@ -481,3 +483,10 @@ def test_bf16_training_autocasts_over_fp32_weights_and_learns_as_fp32_does(tiny_
     for start, end, _ in results.values():
         assert end < start * 0.8  # both learn
     assert results["bfloat16"][1] == pytest.approx(results["float32"][1], rel=0.05)
+
+
+def test_the_expected_acceptance_length_chains_the_agreement_of_each_unroll_step():
+    assert expected_length([1.0, 1.0], k=3) == 4.0  # every draft accepted: k drafts and the bonus token
+    assert expected_length([0.5, 0.5, 0.5], k=3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_length([0.8, 0.5], k=3) == pytest.approx(1 + 0.8 + 0.4 + 0.2)  # past the unroll: its last step
+    assert expected_length([], k=3) == 1.0 and expected_length([0.9], k=0) == 1.0

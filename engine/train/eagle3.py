@@ -330,6 +330,18 @@ def evaluate(trainer: Trainer, samples: list[Sample]) -> list[float]:
     return [round(v / max(len(per), 1), 4) for v in sums]
 
 
+def expected_length(top1: list[float], k: int = 3) -> float:
+    """The mean acceptance length (vLLM's, bonus token included) drafting ``k`` tokens, were top-1 agreement at unroll
+    step s the acceptance at position s after s accepted ones: each step is teacher-forced, so it is what drafting
+    sees once its earlier drafts were accepted. An estimate from the figures training already has (no forward of
+    its own); steps past the unroll repeat its last."""
+    length, reach = 1.0, 1.0
+    for i in range(k):
+        reach *= top1[min(i, len(top1) - 1)] if top1 else 0.0
+        length += reach
+    return round(length, 3)
+
+
 def new_head(target, vocab_ids: torch.Tensor, seed: int, intermediate_size: int = 0) -> Eagle3Head:
     """A head shaped like one target layer; its output layer starts from the target's own rows for those tokens."""
     torch.manual_seed(seed)

@@ -37,6 +37,7 @@ from engine.train.eagle3 import (
     answer_with_taps,
     clip_prompt,
     evaluate,
+    expected_length,
     kept_coverage,
     new_head,
     pick_vocab,
@@ -238,7 +239,7 @@ def build_head(cfg: HeadBuildConfig) -> dict:
     every = [s for name in ANSWER_SOURCES for s in samples[name]]
     vocab = target.get_output_embeddings().weight.shape[0]
     if prior is None:
-        vocab_ids, coverage = pick_vocab(every, min(cfg.draft_vocab_size, vocab), vocab)
+        vocab_ids, coverage = pick_vocab(every + texts, min(cfg.draft_vocab_size, vocab), vocab)  # text after answers
         head = new_head(target, vocab_ids, cfg.seed, cfg.intermediate_size)
         head.config.taps = taps
         optimizer, stages, sha = None, [], None
@@ -260,7 +261,7 @@ def build_head(cfg: HeadBuildConfig) -> dict:
         trainer,
         [clip_prompt(s, cfg.train_prompt_tokens) for s in every + texts],
         cfg,
-        lambda h: log(f"step {h['step']} loss {h['loss']} top1 {h['top1']} {h['s']}s") if h["step"] % 10 == 0 else None,
+        progress,
         [s for ss in held.values() for s in ss],
         optimizer,
     )
@@ -280,7 +281,7 @@ def build_head(cfg: HeadBuildConfig) -> dict:
         "steps": result["steps"],
         "stopped": result["stopped"],
         "seconds": seconds,
-        "held_out": {name: {"before": before[name], "after": after[name]} for name in held},
+        "held_out": {name: held_figures(before[name], after[name]) for name in held},
         "config": asdict(cfg),
     }
     if sha is not None:
@@ -300,6 +301,25 @@ def build_head(cfg: HeadBuildConfig) -> dict:
         "held_out_top1_after": after,
         "steps": result["steps"],
         "stage_seconds": seconds,
+    }
+
+
+def progress(h: dict) -> None:
+    """Every 10th step's loss and training agreement; at each held-out check, what it means for drafting."""
+    if h["step"] % 10 == 0:
+        log(f"step {h['step']} loss {h['loss']} top1 {h['top1']} {h['s']}s")
+    if "held_out_top1" in h:
+        top1 = h["held_out_top1"]
+        log(f"held out at step {h['step']}: position 0 {top1[0] if top1 else 0:.3f}, expected acceptance length "
+            f"{expected_length(top1)} at k = 3")  # fmt: skip
+
+
+def held_figures(before: list[float], after: list[float]) -> dict:
+    """A held-out source's top-1 agreement per unroll step and the acceptance length it predicts at k = 3."""
+    return {
+        "before": before,
+        "after": after,
+        "expected_length_k3": {"before": expected_length(before), "after": expected_length(after)},
     }
 
 
