@@ -34,6 +34,8 @@ from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
+from engine.export.published_gain import position_gain
+from engine.export.published_modes import modes
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
@@ -328,6 +330,8 @@ def tuner(fig: Figures, runs: str) -> str:
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "fleet-plan": fleet_plan,
     "quality": quality,
+    "position-gain": position_gain,
+    "modes": modes,
     "rounds": rounds,
     "tuner": tuner,
     "crosscheck": crosscheck,

@@ -1,0 +1,48 @@
+"""One lab run's modes as a table (the ``modes`` block of engine.export.published): what findings.md showed typed by
+hand for its first runs, now read from the run. Acceptance is engine.measure's unconditional meaning (accepted /
+proposed over every position, and at position 0 alone); tokens per pass is Spec-Bench's (1.00 for target-only)."""
+
+from __future__ import annotations
+
+from engine.errors import PhoenixError
+from engine.modes import Mode
+
+WORDS = {
+    "none": "none",
+    "model": "draft model",
+    "ngram": "prompt lookup",
+    "suffix": "suffix trees",
+    "eagle3": "EAGLE-3 head",
+    "hybrid": "suffix trees or the head",
+}
+
+
+def _rate(accepted: int, proposed: int) -> str:
+    return f"{accepted / proposed:.1%}" if proposed else ""
+
+
+def modes(fig, args: str) -> str:
+    """ARGS: ``RUN MODE,MODE,...`` (``1 target,model_1,ngram_8``), the rows in that order."""
+    run_text, _, listed = args.partition(" ")
+    run_id = int(run_text)
+    info = fig.run(run_id)
+    drafter = info.bench.drafter if info.bench else "model"
+    pos = fig.store.positions(run_id)
+    lines = [
+        "| mode | drafter | tok/s | x target (IQR) | acceptance | at position 0 | tokens per pass | identical |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode in [m.strip() for m in listed.split(",") if m.strip()]:
+        m = fig.mode(run_id, mode)
+        first = pos[(pos["mode"] == mode) & (pos["position"] == 0)]
+        sp = m.speedup
+        if sp is None or sp.median is None:
+            raise PhoenixError(f"run #{run_id} {mode} has no paired speedup")
+        x = "1.00x" if mode == "target" else f"{sp.median:.2f}x ({sp.p25:.2f}-{sp.p75:.2f})"
+        per_pass = f"{m.tokens_per_pass:.2f}" if m.tokens_per_pass is not None else ""
+        lines.append(
+            f"| {mode} | {WORDS.get(Mode.of(mode).drafter(drafter), mode)} | {m.tokens_per_s:.1f} | {x} | "
+            f"{_rate(m.accepted, m.proposed)} | {_rate(int(first['accepted'].sum()), int(first['proposed'].sum()))} "
+            f"| {per_pass} | {m.identical_n}/{m.checked_n} |"
+        )
+    return "\n\n" + "\n".join(lines) + "\n\n"
