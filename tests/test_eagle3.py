@@ -16,7 +16,7 @@ from engine.decode.loading import check_same_tokenizer_files, load_pair
 from engine.errors import PhoenixError
 from engine.modes import Mode
 from engine.train.config import HeadBuildConfig
-from engine.train.eagle3 import Sample, expected_length, pick_vocab
+from engine.train.eagle3 import Sample, expected_length, kept_coverage, pick_vocab
 
 PROMPTS = [
     'def add(a, b):\n    """Return a + b."""\n',
@@ -278,6 +278,15 @@ def test_the_draft_vocabulary_is_the_most_frequent_answer_tokens_and_reports_cov
     ids, info = pick_vocab([sample], 2, 16)
     assert ids.tolist() == [1, 7]  # sorted ids, so d2t offsets are non-negative
     assert info["coverage"][2] == 0.7 and info["answer_tokens"] == 10
+
+
+def test_a_kept_vocabulary_reports_its_coverage_of_answers_and_of_text_apart():
+    answers = Sample(torch.tensor([1, 2, 3, 3]), torch.zeros(3, 6), torch.zeros(3, 2), prompt_len=1)
+    text = Sample(torch.tensor([5, 6, 7, 3]), torch.zeros(3, 6), torch.zeros(3, 2), prompt_len=0, greedy=False)
+    info = kept_coverage([answers, text], torch.tensor([3, 5]), 10)
+    assert info["coverage"] == {2: 0.6667} and info["text_coverage"] == 0.5 and info["text_tokens"] == 4
+    # a stage on traffic or text alone answered nothing: no answer coverage, not a coverage of 0
+    assert kept_coverage([text], torch.tensor([3, 5]), 10)["coverage"] == {2: None}
 
 
 def test_the_draft_vocabulary_holds_no_id_the_data_never_saw_and_the_fixed_text_ranks_the_rest():

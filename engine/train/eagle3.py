@@ -112,16 +112,22 @@ def _sample(seq: torch.Tensor, layers: list[torch.Tensor], pad: int, width: int,
 
 
 def kept_coverage(samples: list[Sample], vocab_ids: torch.Tensor, vocab: int) -> dict:
-    """The share of the samples' answer tokens a kept draft vocabulary covers (a resumed stage keeps its head's)."""
-    counts = torch.zeros(vocab, dtype=torch.long)
+    """The share of the samples' answer tokens, and of their teacher-forced text's, that a kept draft vocabulary
+    covers (a resumed stage keeps its head's); None where the stage has none of that kind (a stage on traffic or
+    text alone answers nothing)."""
+    counts = {True: torch.zeros(vocab, dtype=torch.long), False: torch.zeros(vocab, dtype=torch.long)}
     for s in samples:
-        if s.greedy:
-            counts += torch.bincount(s.tokens[s.prompt_len :], minlength=vocab)[:vocab]
-    total = max(int(counts.sum()), 1)
+        counts[s.greedy] += torch.bincount(s.tokens[s.prompt_len :], minlength=vocab)[:vocab]
+
+    def share(c: torch.Tensor) -> float | None:
+        return round(float(c[vocab_ids].sum()) / int(c.sum()), 4) if int(c.sum()) else None
+
     return {
-        "answer_tokens": int(counts.sum()),
-        "distinct": int((counts > 0).sum()),
-        "coverage": {len(vocab_ids): round(float(counts[vocab_ids].sum()) / total, 4)},
+        "answer_tokens": int(counts[True].sum()),
+        "distinct": int((counts[True] > 0).sum()),
+        "coverage": {len(vocab_ids): share(counts[True])},
+        "text_tokens": int(counts[False].sum()),
+        "text_coverage": share(counts[False]),
     }
 
 

@@ -245,8 +245,11 @@ def build_head(cfg: HeadBuildConfig) -> dict:
         optimizer, stages, sha = None, [], None
     else:
         head, vocab_ids, optimizer, stages, sha = prior
-        coverage = kept_coverage(every, vocab_ids, vocab)  # this stage's answers under the kept vocabulary
-    log(f"draft vocabulary: {len(vocab_ids)} tokens; coverage of this stage's answers {coverage['coverage']}")
+        coverage = kept_coverage(every + texts, vocab_ids, vocab)  # this stage's data under the kept vocabulary
+    log(
+        f"draft vocabulary: {len(vocab_ids)} tokens; coverage of this stage's answers {coverage['coverage']}"
+        + (f", of its text {coverage['text_coverage']}" if coverage.get("text_coverage") is not None else "")
+    )
     # training needs the target's embedding and its output rows of the draft vocabulary only: the rest of the target
     # (14 GB for a 1.5B model in fp32, packed) is let go, so the machine can measure beside a paused build
     embed = copy.deepcopy(target.get_input_embeddings()).requires_grad_(False)
