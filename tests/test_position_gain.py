@@ -47,3 +47,18 @@ def test_only_shared_prompts_are_compared():
     g = gain({"a": (10, 5), "b": (10, 5), "c": (10, 0)}, {"a": (10, 7), "b": (10, 7), "z": (10, 10)})
     assert g is not None and g.prompts == 2 and g.base == 0.5 and g.other == 0.7
     assert gain({"a": (10, 5)}, {"a": (10, 6)}) is None  # one prompt: no interval
+
+
+def test_the_block_names_both_runs_the_interval_and_a_verdict_only_where_a_goal_is_given():
+    from engine.export.published_gain import position_gain
+
+    runs = {
+        1: [request(f"p{i}", [(10, 4)]) for i in range(6)],
+        2: [request(f"p{i}", [(10, 8)]) for i in range(6)],
+    }
+    store = SimpleNamespace(requests=lambda run_id: runs[run_id])
+    fig = SimpleNamespace(store=store, run=lambda run_id: runs[run_id])
+    text = position_gain(fig, "1:eagle3_3 2:eagle3_3 0.05")
+    assert "0.400 (#1, 60 drafts) -> 0.800 (#2, 60 drafts)" in text and text.endswith("goal +0.05: **met**")
+    assert "goal" not in position_gain(fig, "2:eagle3_3 1:eagle3_3 -")  # a cost measured elsewhere: no verdict
+    assert "-0.400" in position_gain(fig, "2:eagle3_3 1:eagle3_3 -")
