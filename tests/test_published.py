@@ -90,3 +90,10 @@ def test_two_settings_in_alternating_rounds_get_a_verdict_only_where_every_round
     assert text.count("tcmalloc faster") == 3 and "#363 #378 #366 #372" in text
     same = rounds(published.Figures(store), "none 363-365,378-380 363-365,378-380 plain again")
     assert same.count("mixed: no verdict") == 3  # a setting against itself is never faster
+
+
+def test_a_generated_mode_table_gives_per_position_acceptance_in_vllms_meaning(store):
+    # suffix trees draft a varying length: over the passes that drafted at all, deeper positions fall (vLLM's
+    # figure, and what findings typed by hand); over the passes that drafted that deep they would not
+    text = published.BLOCKS["modes"](published.Figures(store), "168 suffix_16 positions=4")
+    assert "of drafting passes" in text and text.strip().endswith("| 0.39 0.19 0.09 0.06 |")

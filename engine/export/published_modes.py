@@ -1,6 +1,7 @@
 """One lab run's modes as a table (the ``modes`` block of engine.export.published): what findings.md showed typed by
 hand for its first runs, now read from the run. Acceptance is engine.measure's unconditional meaning (accepted /
-proposed over every position, and at position 0 alone); tokens per pass is Spec-Bench's (1.00 for target-only)."""
+proposed over every position, and at position 0 alone); tokens per pass is Spec-Bench's (1.00 for target-only); the
+per-position column is vLLM's (accepted at each position over the passes that drafted)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,27 @@ def _rate(accepted: int, proposed: int) -> str:
     return f"{accepted / proposed:.1%}" if proposed else ""
 
 
+def _curve(pos, mode: str, shown: int) -> str:
+    """Accepted at each position over the passes that drafted at all (vLLM's per-position figure: for a drafter
+    whose length varies, a deep position's rate is not conditioned on the pass having drafted that deep)."""
+    rows = pos[(pos["mode"] == mode) & (pos["position"] < shown)].groupby("position")[["proposed", "accepted"]].sum()
+    drafts = int(rows["proposed"].iloc[0]) if len(rows) else 0
+    return " ".join(f"{a / drafts:.2f}" for a in rows["accepted"]) if drafts else ""
+
+
 def modes(fig, args: str) -> str:
-    """ARGS: ``RUN MODE,MODE,...`` (``1 target,model_1,ngram_8``), the rows in that order."""
-    run_text, _, listed = args.partition(" ")
+    """ARGS: ``RUN MODE,MODE,... [positions=N]`` (``1 target,model_1,ngram_8``), the rows in that order; with
+    ``positions=N`` a column of the first N positions' acceptance each."""
+    run_text, listed, *more = args.split()
     run_id = int(run_text)
+    shown = int(more[0].removeprefix("positions=")) if more else 0
     info = fig.run(run_id)
     drafter = info.bench.drafter if info.bench else "model"
     pos = fig.store.positions(run_id)
     lines = [
-        "| mode | drafter | tok/s | x target (IQR) | acceptance | at position 0 | tokens per pass | identical |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| mode | drafter | tok/s | x target (IQR) | acceptance | at position 0 | tokens per pass | identical |"
+        + (f" per position (0..{shown - 1}), of drafting passes |" if shown else ""),
+        "|---|---|---:|---:|---:|---:|---:|---:|" + ("---|" if shown else ""),
     ]
     for mode in [m.strip() for m in listed.split(",") if m.strip()]:
         m = fig.mode(run_id, mode)
@@ -43,6 +55,6 @@ def modes(fig, args: str) -> str:
         lines.append(
             f"| {mode} | {WORDS.get(Mode.of(mode).drafter(drafter), mode)} | {m.tokens_per_s:.1f} | {x} | "
             f"{_rate(m.accepted, m.proposed)} | {_rate(int(first['accepted'].sum()), int(first['proposed'].sum()))} "
-            f"| {per_pass} | {m.identical_n}/{m.checked_n} |"
+            f"| {per_pass} | {m.identical_n}/{m.checked_n} |" + (f" {_curve(pos, mode, shown)} |" if shown else "")
         )
     return "\n\n" + "\n".join(lines) + "\n\n"
