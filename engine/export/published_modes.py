@@ -6,7 +6,7 @@ per-position column is vLLM's (accepted at each position over the passes that dr
 from __future__ import annotations
 
 from engine.errors import PhoenixError
-from engine.modes import Mode
+from engine.modes import Mode, reference_mode
 
 WORDS = {
     "none": "none",
@@ -39,8 +39,9 @@ def modes(fig, args: str) -> str:
     info = fig.run(run_id)
     drafter = info.bench.drafter if info.bench else "model"
     pos = fig.store.positions(run_id)
+    base = reference_mode(m.mode for m in fig.store.mode_summaries(run_id))
     lines = [
-        "| mode | drafter | tok/s | x target (IQR) | acceptance | at position 0 | tokens per pass | identical |"
+        f"| mode | drafter | tok/s | x {base} (IQR) | acceptance | at position 0 | tokens per pass | identical |"
         + (f" per position (0..{shown - 1}), of drafting passes |" if shown else ""),
         "|---|---|---:|---:|---:|---:|---:|---:|" + ("---|" if shown else ""),
     ]
@@ -50,11 +51,14 @@ def modes(fig, args: str) -> str:
         sp = m.speedup
         if sp is None or sp.median is None:
             raise PhoenixError(f"run #{run_id} {mode} has no paired speedup")
-        x = "1.00x" if mode == "target" else f"{sp.median:.2f}x ({sp.p25:.2f}-{sp.p75:.2f})"
-        per_pass = f"{m.tokens_per_pass:.2f}" if m.tokens_per_pass is not None else ""
+        x = "1.00x" if mode == base else f"{sp.median:.2f}x ({sp.p25:.2f}-{sp.p75:.2f})"
+        per_pass = f"{m.tokens_per_pass:.2f}" if m.tokens_per_pass is not None and m.proposed else ""
+        drafted_by = Mode.of(mode).drafter(drafter)
+        same = f"{m.identical_n}/{m.checked_n}" if m.checked_n else ""
         lines.append(
-            f"| {mode} | {WORDS.get(Mode.of(mode).drafter(drafter), mode)} | {m.tokens_per_s:.1f} | {x} | "
+            f"| {mode} | {WORDS.get(drafted_by, drafted_by)} | {m.tokens_per_s:.1f} | {x} | "
             f"{_rate(m.accepted, m.proposed)} | {_rate(int(first['accepted'].sum()), int(first['proposed'].sum()))} "
-            f"| {per_pass} | {m.identical_n}/{m.checked_n} |" + (f" {_curve(pos, mode, shown)} |" if shown else "")
+            f"| {per_pass or '1.00' if mode == base else per_pass} | {same} |"
+            + (f" {_curve(pos, mode, shown)} |" if shown else "")
         )
     return "\n\n" + "\n".join(lines) + "\n\n"
