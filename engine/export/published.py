@@ -35,7 +35,7 @@ from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
-from engine.export.published_modes import modes
+from engine.export.published_modes import leaderboard, modes
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
@@ -332,6 +332,7 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "quality": quality,
     "position-gain": position_gain,
     "modes": modes,
+    "leaderboard": leaderboard,
     "rounds": rounds,
     "tuner": tuner,
     "crosscheck": crosscheck,

@@ -5,6 +5,10 @@ per-position column is vLLM's (accepted at each position over the passes that dr
 
 from __future__ import annotations
 
+import pandas as pd
+
+from engine.bench.leaderboard import markdown
+from engine.bench.report import spec_bench
 from engine.errors import PhoenixError
 from engine.modes import Mode, reference_mode
 
@@ -62,3 +66,22 @@ def modes(fig, args: str) -> str:
             + (f" {_curve(pos, mode, shown)} |" if shown else "")
         )
     return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def leaderboard(fig, args: str) -> str:
+    """ARGS: ``RUN[:MODE,MODE,...]`` several times, space-separated: each run's Spec-Bench leaderboard rows (every
+    mode, or those named, in that order), one table, as `python -m engine report RUN --by column` prints them."""
+    parts = []
+    for spec in args.split():
+        run_text, _, listed = spec.partition(":")
+        fig.run(int(run_text))
+        table = spec_bench(fig.store, int(run_text))
+        if table.empty:
+            raise PhoenixError(f"run #{run_text} is not a Spec-Bench run")
+        wanted = [m for m in listed.split(",") if m] or list(dict.fromkeys(table["mode"]))
+        for mode in wanted:
+            if mode not in set(table["mode"]):
+                raise PhoenixError(f"a generated block cites mode {mode} of run #{run_text}, which has no such mode")
+            parts.append(table[table["mode"] == mode])
+    text = markdown(pd.concat(parts, ignore_index=True))
+    return "\n\n" + text + "\n\n"
