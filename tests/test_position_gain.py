@@ -62,3 +62,13 @@ def test_the_block_names_both_runs_the_interval_and_a_verdict_only_where_a_goal_
     assert "0.400 (#1, 60 drafts) -> 0.800 (#2, 60 drafts)" in text and text.endswith("goal +0.05: **met**")
     assert "goal" not in position_gain(fig, "2:eagle3_3 1:eagle3_3 -")  # a cost measured elsewhere: no verdict
     assert "-0.400" in position_gain(fig, "2:eagle3_3 1:eagle3_3 -")
+
+
+def test_a_runs_rate_at_a_position_has_its_interval_over_prompts():
+    from engine.analysis.position_gain import rate
+
+    steady = rate({f"p{i}": (10, 6) for i in range(20)})
+    assert steady == (0.6, 0.6, 0.6)  # every prompt alike: nothing to resample
+    mixed = rate({f"p{i}": (10, 9 if i % 2 else 3) for i in range(20)})
+    assert mixed is not None and mixed[1] < mixed[0] == 0.6 < mixed[2]
+    assert rate({"p": (10, 6)}) is None

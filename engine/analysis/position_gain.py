@@ -64,6 +64,18 @@ def gain(base: dict[str, tuple[int, int]], other: dict[str, tuple[int, int]], al
     return Gain(rb, ro, ro - rb, float(low), float(high), len(shared), (int(b[:, 0].sum()), int(o[:, 0].sum())))
 
 
+def rate(per_prompt: dict[str, tuple[int, int]], alpha: float = 0.05) -> tuple[float, float, float] | None:
+    """One run's pooled rate at a position with a bootstrap interval over its prompts (drafts within a prompt are not
+    independent, so no binomial interval): (rate, low, high); None with fewer than two prompts."""
+    if len(per_prompt) < 2:
+        return None
+    x = np.array([per_prompt[p] for p in sorted(per_prompt)], dtype=float)
+    picks = np.random.default_rng(0).integers(0, len(x), size=(RESAMPLES, len(x)))
+    draws = x[picks][..., 1].sum(axis=-1) / x[picks][..., 0].sum(axis=-1)
+    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+    return float(x[:, 1].sum() / x[:, 0].sum()), float(low), float(high)
+
+
 def of_runs(store, base: tuple[int, str], other: tuple[int, str], position: int = 0) -> Gain | None:
     """The gain of (run, mode) ``other`` over (run, mode) ``base`` at ``position``, paired by prompt."""
     return gain(

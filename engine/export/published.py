@@ -30,6 +30,8 @@ from engine import runspec
 from engine.analysis import prefix
 from engine.analysis import sweeps as S
 from engine.analysis.fit import fit_run, predictions
+from engine.analysis.position_gain import counts as gain_counts
+from engine.analysis.position_gain import rate as gain_rate
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
@@ -164,13 +166,22 @@ def goal(fig: Figures, args: str) -> str:
 
 
 def position0(fig: Figures, args: str) -> str:
-    run_id, mode = args.split()
+    """ARGS: ``RUN MODE [GOAL]``; with a goal, the rate's interval over prompts and whether it clears the goal."""
+    run_id, mode, *goal = args.split()
     pos = fig.store.positions(int(run_id))
     first = pos[(pos["mode"] == mode) & (pos["position"] == 0)]
     proposed, accepted = int(first["proposed"].sum()), int(first["accepted"].sum())
     if not proposed:
         raise PhoenixError(f"run #{run_id} {mode} drafted nothing at position 0")
-    return f"{accepted / proposed:.2f} ({accepted} of {proposed} drafts accepted their first token)"
+    said = f"{accepted / proposed:.2f} ({accepted} of {proposed} drafts accepted their first token)"
+    if not goal:
+        return said
+    r = gain_rate(gain_counts(fig.store.requests(int(run_id)), mode, 0))
+    if r is None:
+        raise PhoenixError(f"run #{run_id} {mode}: a goal needs two prompts or more for its interval")
+    t = float(goal[0])
+    verdict = "met" if r[1] >= t else ("met by the point estimate only" if r[0] >= t else "missed")
+    return f"{said}, 95% interval {r[1]:.2f}-{r[2]:.2f} over prompts; goal {t:g}: **{verdict}**"
 
 
 def terms(fig: Figures, runs: str) -> str:
