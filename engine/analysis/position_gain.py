@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.analysis.stats import against_goal
+
 RESAMPLES = 2000
 
 
@@ -24,12 +26,7 @@ class Gain:
     proposed: tuple[int, int]  # drafts at the position behind each rate
 
     def verdict(self, goal: float) -> str:
-        """Met only where the interval's low end reaches the goal; a point estimate inside its noise says so."""
-        if self.low >= goal:
-            return "met"
-        if self.diff >= goal:
-            return "met by the point estimate only"
-        return "missed"
+        return against_goal(self.diff, self.low, goal)
 
 
 def counts(requests, mode: str, position: int) -> dict[str, tuple[int, int]]:

@@ -45,6 +45,14 @@ def welch(a: list[float], b: list[float], alpha: float = 0.05) -> Welch | None:
     )
 
 
+def against_goal(point: float, low: float | None, goal: float) -> str:
+    """A goal judged by its interval: met only where the interval's low end reaches it; a point estimate inside its
+    noise says so. The one rule for every published "met"."""
+    if low is not None and low >= goal:
+        return "met"
+    return "met by the point estimate only" if point >= goal else "missed"
+
+
 FEW = 5  # below this many observations a point or a ratio is drawn hollow and read as a hint, not a finding
 
 

@@ -32,6 +32,7 @@ from engine.analysis import sweeps as S
 from engine.analysis.fit import fit_run, predictions
 from engine.analysis.position_gain import counts as gain_counts
 from engine.analysis.position_gain import rate as gain_rate
+from engine.analysis.stats import against_goal
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
@@ -158,11 +159,8 @@ def goal(fig: Figures, args: str) -> str:
     sp = fig.mode(int(run_id), mode).speedup
     t = float(threshold)
     said = f"{sp.median:.2f}x, 95% CI {sp.low:.2f}-{sp.high:.2f}, n = {sp.n}"
-    if sp.low is not None and sp.low >= t:
-        return f"**met** ({said})"
-    if sp.median >= t:
-        return f"**met by the point estimate only** ({said}: the interval holds {t:g}x)"
-    return f"**missed** ({said})"
+    verdict = against_goal(sp.median, sp.low, t)
+    return f"**{verdict}** ({said}{f': the interval holds {t:g}x' if verdict.startswith('met by') else ''})"
 
 
 def position0(fig: Figures, args: str) -> str:
@@ -180,8 +178,7 @@ def position0(fig: Figures, args: str) -> str:
     if r is None:
         raise PhoenixError(f"run #{run_id} {mode}: a goal needs two prompts or more for its interval")
     t = float(goal[0])
-    verdict = "met" if r[1] >= t else ("met by the point estimate only" if r[0] >= t else "missed")
-    return f"{said}, 95% interval {r[1]:.2f}-{r[2]:.2f} over prompts; goal {t:g}: **{verdict}**"
+    return f"{said}, 95% interval {r[1]:.2f}-{r[2]:.2f} over prompts; goal {t:g}: **{against_goal(r[0], r[1], t)}**"
 
 
 def terms(fig: Figures, runs: str) -> str:

@@ -56,14 +56,14 @@ def modes(fig, args: str) -> str:
         if sp is None or sp.median is None:
             raise PhoenixError(f"run #{run_id} {mode} has no paired speedup")
         x = "1.00x" if mode == base else f"{sp.median:.2f}x ({sp.p25:.2f}-{sp.p75:.2f})"
-        per_pass = f"{m.tokens_per_pass:.2f}" if m.tokens_per_pass is not None and m.proposed else ""
+        drafted = m.tokens_per_pass is not None and (m.proposed or mode == base)  # a served reference counts none
+        per_pass = f"{m.tokens_per_pass:.2f}" if drafted else ("1.00" if mode == base else "")
         drafted_by = Mode.of(mode).drafter(drafter)
         same = f"{m.identical_n}/{m.checked_n}" if m.checked_n else ""
         lines.append(
             f"| {mode} | {WORDS.get(drafted_by, drafted_by)} | {m.tokens_per_s:.1f} | {x} | "
             f"{_rate(m.accepted, m.proposed)} | {_rate(int(first['accepted'].sum()), int(first['proposed'].sum()))} "
-            f"| {per_pass or '1.00' if mode == base else per_pass} | {same} |"
-            + (f" {_curve(pos, mode, shown)} |" if shown else "")
+            f"| {per_pass} | {same} |" + (f" {_curve(pos, mode, shown)} |" if shown else "")
         )
     return "\n\n" + "\n".join(lines) + "\n\n"
 
