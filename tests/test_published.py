@@ -97,3 +97,29 @@ def test_a_generated_mode_table_gives_per_position_acceptance_in_vllms_meaning(s
     # figure, and what findings typed by hand); over the passes that drafted that deep they would not
     text = published.BLOCKS["modes"](published.Figures(store), "168 suffix_16 positions=4")
     assert "of drafting passes" in text and text.strip().endswith("| 0.39 0.19 0.09 0.06 |")
+
+
+def test_a_levels_table_gives_each_setting_against_off_and_marks_a_dead_setting_failed(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["levels"](fig, "271-274")  # llama.cpp on Qwen: its EAGLE-3 server died on every request
+    rows = [line for line in text.splitlines() if line.startswith("| c=")]
+    assert len(rows) == 4 and all("| failed |" in r for r in rows)  # never a 0 tok/s line
+    assert rows[0].startswith("| c=1 (run #271) | 17.2 | failed | 16.6 (0.97) |")
+    tuned = published.BLOCKS["levels"](fig, "180-181")  # the tuner against the best of every other setting
+    assert "eagle3-auto / best other setting" in tuned and tuned.strip().splitlines()[-1].endswith("| 1.04 | 0.97 |")
+    with pytest.raises(Exception, match="several engines"):
+        published.BLOCKS["levels"](fig, "203-212")
+
+
+def test_best_settings_name_each_servers_weights_and_take_phoenixs_from_its_server_run(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["best-setting"](fig, "Phoenix=275-279 vLLM=263-270 llama.cpp=271-274")
+    assert "Phoenix (bfloat16)" in text and "llama.cpp (Q4_K_M)" in text  # a 4-bit GGUF is not bf16
+    assert "| 8 | none 25.1 | none 18.1 | none 31.5 | 1.39 | 0.80 |" in text
+    assert "weights not recorded" in published.BLOCKS["best-setting"](fig, "Phoenix=276-279 vLLM=263-270")
+
+
+def test_a_servers_history_reads_each_sweep_from_its_runs(store):
+    text = published.BLOCKS["history"](published.Figures(store), "eagle3-k3 before=110-114 after=161-165")
+    assert "| before (#110-#114) | after (#161-#165) |" in text
+    assert "| 16 | 169.1 / 144.4; 1413 ms | 239.9 / 197.5; 687 ms |" in text

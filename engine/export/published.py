@@ -15,6 +15,8 @@ Blocks (ARGS in the marker):
 - ``rounds VARIANT A_RUNS B_RUNS NAME_A NAME_B``: two settings of one server in alternating rounds, level by level
   (engine.export.published_ab).
 - ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
+- ``levels RUNS``, ``best-setting NAME=RUNS ...``, ``history VARIANT LABEL=RUNS ...``: load tables
+  (engine.export.published_levels).
 - ``terms RUNS``: the terms of an engine comparison: per engine its cache scenario, the share of prompt tokens
   its prefix cache served, its cores and weights, and what makes the comparison unequal.
 """
@@ -38,6 +40,7 @@ from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
+from engine.export.published_levels import best_setting, history, levels
 from engine.export.published_modes import leaderboard, modes
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
@@ -351,6 +354,9 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "goal": goal,
     "position0": position0,
     "terms": terms,
+    "levels": levels,
+    "best-setting": best_setting,
+    "history": history,
 }
 
 
