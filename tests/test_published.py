@@ -123,3 +123,18 @@ def test_a_servers_history_reads_each_sweep_from_its_runs(store):
     text = published.BLOCKS["history"](published.Figures(store), "eagle3-k3 before=110-114 after=161-165")
     assert "| before (#110-#114) | after (#161-#165) |" in text
     assert "| 16 | 169.1 / 144.4; 1413 ms | 239.9 / 197.5; 687 ms |" in text
+
+
+def test_a_lab_section_table_reads_every_cell_from_its_run_and_names_a_bandit_by_its_policy(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["lab-runs"](fig, "189,190,191 model_5,bandit")
+    assert "| draft model | `model_5` | 2.05x (1.75-2.23), 4.51, 7/10 |  |  |" in text  # a mode a run lacks: empty
+    assert "| epsilon-greedy over (drafter, k) | `bandit` |" in text and "**" not in text  # no best without a test
+    with pytest.raises(Exception, match="none of runs"):
+        published.BLOCKS["lab-runs"](fig, "189,190 eagle3_3")
+
+
+def test_settings_at_fixed_rates_are_read_by_latency_and_goodput_with_their_slo(store):
+    text = published.BLOCKS["rates"](published.Figures(store), "122-125")
+    assert "| 0.5 (#122) | 2.85 / 43 | 1.91 / 28 |" in text and "tok/s" not in text  # never throughput at a rate
+    assert "| unbounded (all at once) (#125) |" in text and "TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in text

@@ -15,7 +15,7 @@ Blocks (ARGS in the marker):
 - ``rounds VARIANT A_RUNS B_RUNS NAME_A NAME_B``: two settings of one server in alternating rounds, level by level
   (engine.export.published_ab).
 - ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
-- ``levels RUNS``, ``best-setting NAME=RUNS ...``, ``history VARIANT LABEL=RUNS ...``: load tables
+- ``levels RUNS``, ``rates RUNS``, ``best-setting NAME=RUNS ...``, ``history VARIANT LABEL=RUNS ...``: load tables
   (engine.export.published_levels).
 - ``terms RUNS``: the terms of an engine comparison: per engine its cache scenario, the share of prompt tokens
   its prefix cache served, its cores and weights, and what makes the comparison unequal.
@@ -40,8 +40,8 @@ from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
-from engine.export.published_levels import best_setting, history, levels
-from engine.export.published_modes import leaderboard, modes
+from engine.export.published_levels import best_setting, history, levels, rates
+from engine.export.published_modes import lab_runs, leaderboard, modes
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
@@ -357,6 +357,8 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "levels": levels,
     "best-setting": best_setting,
     "history": history,
+    "lab-runs": lab_runs,
+    "rates": rates,
 }
 
 

@@ -166,3 +166,32 @@ def history(fig, args: str) -> str:
             cells.append(f"{off['throughput_tok_s']:.1f} / {on['throughput_tok_s']:.1f}; {_ms(off['ttft_p95_s'])} ms")
         lines.append(f"| {load:g} | " + " | ".join(cells) + " |")
     return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def rates(fig, runs: str) -> str:
+    """One server's settings at fixed arrival rates: below saturation every setting delivers the offered load, so
+    each is read by its median request latency (E2EL p50) and TPOT p50, with its goodput (never throughput)."""
+    frame = _frame(fig, runs)
+    variants = list(dict.fromkeys(frame["variant"]))
+    lines = [
+        "| rate (req/s) | " + " | ".join(f"{v} E2EL p50 (s) / TPOT p50 (ms)" for v in variants) + " | goodput ("
+        + ", ".join(variants) + "; req/s) | SLO |",
+        "|---|" + "---:|" * len(variants) + "---|---|",
+    ]  # fmt: skip
+    for _, g in frame.groupby("load", sort=True):
+        got = {r["variant"]: r for _, r in g.iterrows()}
+        first = g.iloc[0]
+        cells = []
+        for v in variants:
+            r = got.get(v)
+            if r is None or r["failed"] or r["e2el_p50_s"] is None:
+                cells.append("failed" if r is not None and r["failed"] else "")
+                continue
+            cells.append(f"{r['e2el_p50_s']:.2f} / {_ms(r['tpot_p50_s'])}")
+        said = ", ".join(_goodput(got[v]) if v in got else "" for v in variants)
+        ids = sorted({int(x) for x in g["run_id"]})
+        lines.append(
+            f"| {first['load_label']} (#{', #'.join(map(str, ids))}) | " + " | ".join(cells)
+            + f" | {said} | {first['goodput_slo'] or 'none named'} |"
+        )  # fmt: skip
+    return "\n\n" + "\n".join(lines) + "\n\n"

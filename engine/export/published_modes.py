@@ -85,3 +85,42 @@ def leaderboard(fig, args: str) -> str:
             parts.append(table[table["mode"] == mode])
     text = markdown(pd.concat(parts, ignore_index=True))
     return "\n\n" + text + "\n\n"
+
+
+def _words(mode: str, bench: dict) -> str:
+    """What drafts a mode, in words; a bandit by its policy and arms as its run kept them."""
+    m = Mode.of(mode)
+    if m.is_bandit:
+        policy = str(m.policy or bench.get("policy") or "a bandit").replace("_", "-")
+        return f"{policy} over {'(drafter, k)' if bench.get('drafter_arms') else 'k'}"
+    drafter = m.drafter(str(bench.get("drafter") or "model"))
+    return WORDS.get(drafter, drafter)
+
+
+def lab_runs(fig, args: str) -> str:
+    """ARGS: ``RUN,RUN,... MODE,MODE,...``: modes as rows and runs as columns (a lab table of one section), each cell
+    as the ``lab-table`` block gives it (the median per-prompt speedup with its 95% interval, vLLM's mean acceptance
+    length, outputs identical to target-only); a mode a run lacks is an empty cell. No cell is marked best."""
+    from engine.export.published import anchor, cell  # the one cell definition; published imports this module
+
+    runs_text, listed = args.split()
+    runs = [int(r) for r in runs_text.split(",")]
+    heads = []
+    for run_id in runs:
+        info = fig.run(run_id)
+        n = max((m.n for m in fig.store.mode_summaries(run_id)), default=0)
+        heads.append(f"[#{run_id}]({fig.results}#{anchor(info.name)}), {n} prompts")
+    lines = ["| drafter | mode | " + " | ".join(heads) + " |", "|---|---|" + "---:|" * len(runs)]
+    for mode in [m for m in listed.split(",") if m]:
+        cells, drafted_by = [], None
+        for run_id in runs:
+            info = fig.run(run_id)
+            if mode not in {m.mode for m in fig.store.mode_summaries(run_id)}:
+                cells.append("")
+                continue
+            drafted_by = _words(mode, (info.config or {}).get("bench") or {})
+            cells.append(cell(fig, run_id, mode))
+        if drafted_by is None:
+            raise PhoenixError(f"a generated block cites mode {mode}, which none of runs {runs_text} has")
+        lines.append(f"| {drafted_by} | `{mode}` | " + " | ".join(cells) + " |")
+    return "\n\n" + "\n".join(lines) + "\n\n"
