@@ -17,6 +17,7 @@ from db.store import Store
 from engine.bench.batched import groups, run_group
 from engine.bench.config import BenchConfig
 from engine.bench.request import RunState, make_state, ordered_modes, replay_policies, run_one
+from engine.decode import fast_attention
 from engine.decode.compiled import finish, graph_count
 from engine.decode.decoder import Decoder
 from engine.decode.loading import fingerprint, load_pair, prepare
@@ -122,6 +123,7 @@ def execute(
         "dtype": decoder.pair.dtype,
         "prompt_format": decoder.prompt_format(cfg.prompt_format),
         "runner": decoder.pair.runner,
+        "attention": fast_attention.describe(decoder.pair.dtype),  # a decode step's: Phoenix's kernel or SDPA
     }
     # the draft's weights as loaded: which head or draft ran (a build stage changes a head under the same name)
     store.merge_config(

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
+from engine.decode import fast_attention
+
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
 
 
@@ -247,6 +249,9 @@ class Runner(nn.Module):
         if g == 1 or q.dtype == torch.float32:
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=g > 1)
         grouped = q.reshape(B, self.kv_heads, g * n, d)  # head h shares KV head h // g: rows (j, t) in order
+        fast = fast_attention.attend(grouped, keys, values, mask, self.scale)  # a decode step's few rows
+        if fast is not None:
+            return fast.view(B, H, n, d)
         rows = mask if mask is None else mask.repeat(1, 1, g, 1)
         out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=rows, scale=self.scale)
         return out.view(B, H, n, d)

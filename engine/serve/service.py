@@ -23,6 +23,7 @@ from transformers import DynamicCache
 from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
 from engine import runspec
+from engine.decode import fast_attention
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.client import EngineClient, RequestStream
 from engine.decode.decoder import Decoder
@@ -142,6 +143,7 @@ class Service:
                     "cost_profile_warnings": self.profile_warnings,
                     "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
                     "runner": pair.runner,  # what ran the forwards (engine.decode.runner)
+                    "attention": fast_attention.describe(pair.dtype),  # a decode step's (engine.decode.fast_attention)
                     "models": pair.cards(),  # each model's card: family, size, vocabulary, source and hash
                     "warmed": self.warmed,  # the token counts every forward ran once before the first request
                     "startup_s": self.startup_s,

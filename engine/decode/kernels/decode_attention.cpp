@@ -1,0 +1,139 @@
+// Attention of a few query rows over a long bf16 cache, for a decode or verify step on the CPU (engine.decode.fast).
+// Each (row of the batch, KV head) reads its keys and values once, as bf16: scores by AVX-512 BF16 dot products
+// (fp32 sums, as SDPA's), softmax in fp32, the values summed in fp32. SDPA's flash kernel tiles for long queries and
+// read the cache at about 7 GB/s in a decode step (AMD EPYC Zen 4, 31 GB/s to DRAM); this reads it at about 13.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if !defined(__AVX512F__) || !defined(__AVX512BF16__)
+#error "needs AVX-512 with BF16 (the caller falls back to SDPA)"
+#endif
+
+namespace {
+
+inline uint16_t narrow(float f) {  // round to nearest even, as torch's bf16 conversion does (no NaN reaches here)
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Sixteen vectors to one vector of their sixteen horizontal sums, in order.
+inline __m512 sums16(const __m512* v) {
+  __m512 t[8], u[4], w[2];
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = v[2 * i], b = v[2 * i + 1];
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = t[2 * i], b = t[2 * i + 1];
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+  }
+  for (int i = 0; i < 2; ++i) {
+    const __m512 a = u[2 * i], b = u[2 * i + 1];
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
+  }
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  // input j's sum lands in lane (j % 4) * 4 + j / 4: put it back in lane j
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, s);
+}
+
+inline __m512 widen16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+}  // namespace
+
+// q [B, KV, R, D] bf16 contiguous (row r of head h is query head h * R / n + ..., token r % n); k, v [B, KV, S, D]
+// bf16 with unit stride in D; mask [B or 1, n, S] bool (true: attend; query row r reads mask row r % n) or empty
+// (every column). Returns [B, KV, R, D] bf16.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor mask, double scale) {
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16,
+              "bf16 only");
+  TORCH_CHECK(q.is_contiguous() && k.stride(3) == 1 && v.stride(3) == 1, "unit stride in the head dimension");
+  const int64_t B = q.size(0), KV = q.size(1), R = q.size(2), D = q.size(3), S = k.size(2);
+  TORCH_CHECK(D % 32 == 0 && D <= 256, "head dimension a multiple of 32, at most 256");
+  TORCH_CHECK(k.size(0) == B && k.size(1) == KV && k.size(3) == D && v.sizes() == k.sizes(), "cache shape");
+  const bool masked = mask.numel() > 0;
+  int64_t mb = 0, rows = 1;
+  const uint8_t* mp = nullptr;
+  if (masked) {
+    TORCH_CHECK(mask.scalar_type() == at::kBool && mask.is_contiguous() && mask.dim() == 3 && mask.size(2) == S,
+                "mask [B or 1, n, S] bool");
+    rows = mask.size(1);
+    mb = mask.size(0) == 1 ? 0 : rows * S;
+    mp = reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>());
+  }
+  auto out = torch::empty({B, KV, R, D}, q.options());
+  const auto* qp = reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>());
+  const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
+  const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t k0 = k.stride(0), k1 = k.stride(1), k2 = k.stride(2);
+  const int64_t v0 = v.stride(0), v1 = v.stride(1), v2 = v.stride(2);
+  const float neg = -1e30f;  // a masked score: finite (built with -ffast-math, which assumes no inf)
+  const int64_t pairs = D / 32, lanes = D / 16, Sp = (S + 15) / 16 * 16;
+  at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(R * Sp), acc(R * D), total(R);
+    __m512 part[16];
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / KV, h = task % KV;
+      const uint16_t* qb = qp + task * R * D;
+      const uint16_t* kb = kp + b * k0 + h * k1;
+      for (int64_t r = 0; r < R; ++r) {  // scores: the query row in registers, the keys from cache after the first
+        __m512i query[8];
+        for (int64_t c = 0; c < pairs; ++c) query[c] = _mm512_loadu_si512(qb + r * D + 32 * c);
+        for (int64_t s0 = 0; s0 < S; s0 += 16) {
+          const int64_t n = S - s0 < 16 ? S - s0 : 16;
+          for (int64_t j = 0; j < 16; ++j) {
+            __m512 a = _mm512_setzero_ps();
+            for (int64_t c = 0; j < n && c < pairs; ++c)
+              a = _mm512_dpbf16_ps(a, (__m512bh)query[c], (__m512bh)_mm512_loadu_si512(kb + (s0 + j) * k2 + 32 * c));
+            part[j] = a;
+          }
+          _mm512_storeu_ps(scores.data() + r * Sp + s0, _mm512_mul_ps(sums16(part), _mm512_set1_ps(scale)));
+        }
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        float* sr = scores.data() + r * Sp;
+        if (masked) {
+          const uint8_t* m = mp + b * mb + (r % rows) * S;
+          for (int64_t s = 0; s < S; ++s) sr[s] = m[s] ? sr[s] : neg;
+        }
+        float top = neg, sum = 0.f;
+        for (int64_t s = 0; s < S; ++s) top = sr[s] > top ? sr[s] : top;
+        for (int64_t s = 0; s < S; ++s) sr[s] = std::exp(sr[s] - top);  // a masked column's: exp(-1e30) = 0
+        for (int64_t s = 0; s < S; ++s) sum += sr[s];
+        total[r] = sum;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      const uint16_t* vb = vp + b * v0 + h * v1;
+      for (int64_t s = 0; s < S; ++s) {  // values: each row read once for every query row
+        __m512 row[16];
+        for (int64_t c = 0; c < lanes; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
+        for (int64_t r = 0; r < R; ++r) {
+          const __m512 p = _mm512_set1_ps(scores[r * Sp + s]);
+          float* ar = acc.data() + r * D;
+          for (int64_t c = 0; c < lanes; ++c)
+            _mm512_storeu_ps(ar + 16 * c, _mm512_fmadd_ps(p, row[c], _mm512_loadu_ps(ar + 16 * c)));
+        }
+      }
+      uint16_t* ob = op + task * R * D;
+      for (int64_t r = 0; r < R; ++r) {
+        const float inv = 1.f / total[r];  // the row's own column is always attended: total >= 1
+        for (int64_t i = 0; i < D; ++i) ob[r * D + i] = narrow(acc[r * D + i] * inv);
+      }
+    }
+  });
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_attention", &decode_attention); }

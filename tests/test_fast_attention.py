@@ -1,0 +1,83 @@
+"""Phoenix's decode attention kernel (engine.decode.fast_attention): on a CPU with AVX-512 BF16 it gives SDPA's
+attention within bf16's own rounding, over strided cache views, masks per row and token, and grouped query heads;
+the runner takes it for a bf16 step of a few query rows and SDPA otherwise; fp32 never takes it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from engine.decode import fast_attention as FA
+from engine.decode.runner import Runner
+
+op = FA.kernel()
+needs_kernel = pytest.mark.skipif(op is None, reason=f"no decode kernel here: {FA.describe()}")
+
+
+def cache_view(B: int, KV: int, S: int, d: int, gen) -> torch.Tensor:
+    """[B, KV, S, d] bf16 as the server's cache holds it: a view of a buffer with spare columns."""
+    return (torch.randn(B, KV, S + 24, d, generator=gen) * 2).bfloat16()[:, :, :S]
+
+
+@needs_kernel
+@pytest.mark.parametrize("B,KV,R,n,S,d", [(1, 3, 3, 1, 37, 64), (5, 3, 6, 2, 300, 64), (4, 2, 8, 1, 129, 128)])
+def test_the_kernel_gives_sdpas_attention_within_bf16s_rounding(B, KV, R, n, S, d):
+    gen = torch.Generator().manual_seed(B * S)
+    q = torch.randn(B, KV, R, d, generator=gen).bfloat16()
+    k, v = cache_view(B, KV, S, d, gen), cache_view(B, KV, S, d, gen)
+    mask = torch.rand(B, 1, n, S, generator=gen) > 0.3  # padding holes, a row's own columns always seen
+    mask[..., -n:] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    rows = mask.repeat(1, 1, R // n, 1)  # query row r reads token r % n's mask row
+    exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=rows, scale=0.125)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=rows, scale=0.125)
+    ours = FA.attend(q, k, v, mask, 0.125)
+    assert ours is not None and ours.dtype == torch.bfloat16 and ours.shape == q.shape
+    worst = (sdpa.float() - exact).abs().max().item()
+    assert (ours.float() - exact).abs().max().item() <= worst + 1e-3
+    unmasked = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.125)
+    assert (FA.attend(q, k, v, None, 0.125).float() - unmasked).abs().max().item() < 0.05
+
+
+def test_the_kernel_leaves_long_queries_fp32_and_odd_heads_to_sdpa():
+    q, k = torch.zeros(1, 2, FA.ROWS + 1, 64).bfloat16(), torch.zeros(1, 2, 10, 64).bfloat16()
+    assert FA.attend(q, k, k, None, 1.0) is None  # a prompt's many rows: SDPA's tiles win
+    assert FA.attend(q[:, :, :2].float(), k.float(), k.float(), None, 1.0) is None  # fp32: SDPA, the exact path
+    assert FA.attend(torch.zeros(1, 2, 2, 48).bfloat16(), k[..., :48], k[..., :48], None, 1.0) is None
+    assert FA.describe("float32").startswith("SDPA (float32")
+
+
+def test_an_opt_out_or_a_cpu_without_avx512_bf16_runs_sdpa_and_says_why(monkeypatch):
+    monkeypatch.setenv("PHOENIX_DECODE_ATTENTION", "sdpa")
+    assert FA._build() == (None, "PHOENIX_DECODE_ATTENTION=sdpa")
+    monkeypatch.delenv("PHOENIX_DECODE_ATTENTION")
+    monkeypatch.setattr(FA, "_cpu_flags", lambda: {"avx2"})
+    assert FA._build() == (None, "this CPU has no AVX-512 BF16")
+
+
+@needs_kernel
+def test_a_bf16_runner_step_through_the_kernel_keeps_sdpas_logits(monkeypatch):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=300, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    runner = Runner(LlamaForCausalLM(config).eval().to(torch.bfloat16))
+    prompt, steps = torch.randint(1, 300, (1, 40)), [torch.tensor([[7]]), torch.tensor([[3, 9]]), torch.tensor([[5]])]
+
+    def logits() -> list[torch.Tensor]:
+        cache, out = DynamicCache(config=config), []
+        with torch.inference_mode():
+            runner(input_ids=prompt, cache=cache, use_cache=True)
+            for ids in steps:  # 4 and 8 grouped rows: the kernel's
+                out.append(runner(input_ids=ids, cache=cache, use_cache=True).logits.float())
+        return out
+
+    calls: list[int] = []
+    real = FA.attend
+    monkeypatch.setattr(FA, "attend", lambda *a: calls.append(a[0].shape[2]) or real(*a))
+    fast = logits()
+    assert sorted(set(calls)) == [4, 8, 160]  # the prompt's 4 x 40 rows went to SDPA (attend said no)
+    monkeypatch.setattr(FA, "attend", lambda *a: None)
+    sdpa = logits()
+    for a, b in zip(fast, sdpa):  # a random model's logits are near ties: the argmax may move, a logit by bf16's step
+        assert (a - b).abs().max().item() < 0.05
