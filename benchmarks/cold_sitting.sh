@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One sitting of the server comparison on equal terms (issue 65): Phoenix's server, compiled vLLM on every core,
-# Phoenix's server again (A-B-A: the drift between its two sweeps bounds the sitting's noise), then vLLM's own
-# client against Phoenix's server (the cross-check, both clients sending the same requests). Every sweep is cold
+# llama.cpp on its GGUF (phase llamacpp), Phoenix's server again (A-B-A: the drift between its two sweeps bounds the
+# sitting's noise), Poisson arrivals on Phoenix and vLLM (phase rates, RATES req/s), then vLLM's own client against
+# Phoenix's server (the cross-check, both clients sending the same requests). Every sweep is cold
 # (engines load's default: a cache_salt per request, so no prompt is one its server has seen), and every row
 # records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
 #
@@ -26,11 +27,14 @@ GOODPUT=${GOODPUT:-ttft:2000,tpot:200}
 PORT=${PORT:-8015}
 VARIANTS=${VARIANTS:-none,auto}
 SPEC_TYPES=${SPEC_TYPES:-none,eagle3-k3}
+LLAMACPP_TYPES=${LLAMACPP_TYPES:-none,ngram-simple-n4-m8}
+GGUF=${GGUF:-$MODEL}
+RATES=${RATES:-1,2,4}  # Poisson arrivals (phase rates), at most 16 in flight
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
 SITTING=${SITTING:-}  # names a later sitting on the same day (its runs apart from the first's)
 TAG="${MODEL} cold protocol${SITTING:+, $SITTING} ($(date -u +%F), ${CPU})"
 URL="http://127.0.0.1:${PORT}"
-PHASES=${PHASES:-A,vllm,B,cross}  # a sitting cut short resumes with the phases it still lacks
+PHASES=${PHASES:-A,vllm,llamacpp,B,rates,cross}  # a sitting cut short resumes with the phases it still lacks
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 serve_phoenix() {
@@ -45,24 +49,34 @@ serve_phoenix() {
   echo "Phoenix's server did not answer /health"; exit 1
 }
 
-phoenix_sweep() {
-  "$PY" -m engine engines load --url "$URL" --engine phoenix --variants "$VARIANTS" --concurrency "$LEVELS" \
-    --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" --name "phoenix $1, $TAG"
+phoenix_sweep() {  # $1 names the pass; the rest picks the load
+  local name=$1; shift
+  "$PY" -m engine engines load --url "$URL" --engine phoenix --variants "$VARIANTS" "$@" \
+    --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" --name "phoenix $name, $TAG"
+}
+
+vllm_sweep() {
+  "$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" ${HEAD:+--head "$HEAD"} \
+    "$@" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
+    --name "vllm compiled, every core, $TAG"
 }
 
 if has A; then
   serve_phoenix
-  phoenix_sweep "pass A"
+  phoenix_sweep "pass A" --concurrency "$LEVELS"
   kill -TERM "$SERVER"; wait "$SERVER" || true
 fi
-if has vllm; then
-  "$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" ${HEAD:+--head "$HEAD"} \
+if has vllm; then vllm_sweep --concurrency "$LEVELS"; fi
+if has llamacpp; then
+  "$PY" -m engine engines load --engine llamacpp --spec-types "$LLAMACPP_TYPES" --gguf "$GGUF" \
     --concurrency "$LEVELS" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
-    --name "vllm compiled, every core, $TAG"
+    --name "llama.cpp $GGUF, $TAG"
 fi
-if has B || has cross; then
+if has rates; then vllm_sweep --request-rate "$RATES" --max-concurrency 16; fi
+if has B || has rates || has cross; then
   serve_phoenix
-  if has B; then phoenix_sweep "${PASS_B:-pass B}"; fi  # PASS_B names a later pass (a change measured after)
+  if has B; then phoenix_sweep "${PASS_B:-pass B}" --concurrency "$LEVELS"; fi  # PASS_B names a later pass (a change measured after)
+  if has rates; then phoenix_sweep "rates" --request-rate "$RATES" --max-concurrency 16; fi
   if has cross; then
     "$PY" -m engine engines crosscheck --url "$URL" --engine phoenix --tokenizer "$MODEL" --concurrency 4 \
       --rounds 2 --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"

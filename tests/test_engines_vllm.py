@@ -259,3 +259,13 @@ def test_vllm_runs_compiled_as_its_users_run_it_and_eager_only_when_a_variant_as
     assert described["command"].endswith("--enforce-eager")
     with pytest.raises(PhoenixError, match="unknown 'eager-none'"):
         vllm.variant("eager-none", base)
+
+
+def test_llamacpp_servers_side_by_side_do_not_spin_while_idle_and_one_alone_keeps_its_default():
+    # an idle llama-server's threads poll for work by default and take the cores the answering one runs on
+    both = managed.plan("llamacpp", "none,ngram-simple-n4-m8", 9000, LlamaCppConfig(), VllmConfig(), "", "")
+    assert [s.config.poll for s in both] == [0, 0]
+    alone = managed.plan("llamacpp", "none", 9000, LlamaCppConfig(), VllmConfig(), "", "")
+    assert alone[0].config.poll is None
+    told = managed.plan("llamacpp", "none,ngram-simple", 9000, LlamaCppConfig(poll=10), VllmConfig(), "", "")
+    assert [s.config.poll for s in told] == [10, 10]

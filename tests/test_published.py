@@ -138,3 +138,8 @@ def test_settings_at_fixed_rates_are_read_by_latency_and_goodput_with_their_slo(
     text = published.BLOCKS["rates"](published.Figures(store), "122-125")
     assert "| 0.5 (#122) | 2.85 / 43 | 1.91 / 28 |" in text and "tok/s" not in text  # never throughput at a rate
     assert "| unbounded (all at once) (#125) |" in text and "TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in text
+
+
+def test_a_sitting_at_fixed_rates_is_refused_its_verdict_is_latency_not_throughput(store):
+    with pytest.raises(Exception, match="rates block"):
+        published.sitting(published.Figures(store), "516-518,525-527")

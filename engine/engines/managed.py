@@ -100,7 +100,12 @@ def plan(
     target = vllm_base.target if engine == "vllm" else llama_base.model
     draft, head = drafts_for(target, draft, head)
     out = []
-    for i, text in enumerate(variants(spec_types, engine)):
+    named = variants(spec_types, engine)
+    if engine == "llamacpp" and len(named) > 1 and llama_base.poll is None:
+        # side by side on the same cores: an idle llama-server's threads spin for work by default (--poll 50);
+        # without it the one answering made 4-21% more at every level (#530-#534 against #511-#515, Zen 4)
+        llama_base = replace(llama_base, poll=0)
+    for i, text in enumerate(named):
         if engine == "vllm":
             v = replace(vllm.variant(text, vllm_base), port=port + i)
             if v.method in ("eagle3", "draft_model"):

@@ -7,11 +7,9 @@ Blocks (ARGS in the marker):
 - ``lab-table NAME``: a lab table of TABLES (rows of drafter and mode, columns of runs); each cell the median
   per-prompt speedup over target-only with its 95% interval, the mean acceptance length (vLLM's: 1 + accepted /
   drafting passes) and the outputs identical to target-only.
-- ``fit RUN``: the break-even fit's a and c for a run's drafter (engine.analysis.fit).
-- ``fit-check RUN,...``: the model's prediction against the measured speedup, arm by arm, and whether every arm
-  lands within 10%.
-- ``goal RUN MODE THRESHOLD``: a speedup goal judged by its interval (met only where the interval clears it).
-- ``position0 RUN MODE``: position-0 acceptance (accepted / drafts, unconditional) with its count.
+- ``fit RUN``, ``fit-check RUN,...``: the break-even fit's a and c for a run's drafter (engine.analysis.fit); its
+  prediction against the measured speedup, arm by arm, and whether every arm lands within 10%.
+- ``goal RUN MODE THRESHOLD``: a speedup goal judged by its interval; ``position0 RUN MODE``: position 0's rate.
 - ``rounds VARIANT A_RUNS B_RUNS NAME_A NAME_B``: two settings of one server in alternating rounds, level by level
   (engine.export.published_ab).
 - ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
@@ -254,6 +252,8 @@ def sitting(fig: Figures, runs: str) -> str:
     frame = S.points(S.sweeps(infos))
     if frame.empty:
         raise PhoenixError(f"runs {runs} hold no load level")
+    if (frame["load_kind"] != "concurrency").any():  # at a fixed rate the arrivals set throughput
+        raise PhoenixError(f"runs {runs} hold request rates: their verdict is latency and goodput (the rates block)")
     by_id = {i.id: i for i in infos}
     engines = sorted(frame["engine"].unique())
     head = "| load | " + " | ".join(f"{e}: tok/s (TPOT p50 ms, cached) per setting" for e in engines)

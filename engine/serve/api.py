@@ -114,7 +114,8 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "dtype": service.decoder.pair.dtype,  # what a load client's run states of the forward it measured
             "threads": torch.get_num_threads(),
             "preload": preloaded(),  # the allocator it runs with (engine.preload): part of what a load run measured
-            "settings": {k: getattr(service.cfg, k) for k in SETTINGS},  # what a load run states of the server
+            # what a load run states of the server, its decode attention included (a forward path: a series apart)
+            "settings": {**{k: getattr(service.cfg, k) for k in SETTINGS}, "attention": service.attention},
             "cpu_s": round(time.process_time(), 3),  # the process's CPU seconds: a load client's cost per token
             **service.stats,
             **({"prefix_cache": service.scheduler.prefix.health()} if service.scheduler.prefix else {}),

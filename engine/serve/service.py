@@ -88,6 +88,7 @@ class Service:
             cfg.max_batch = 1
         self.run_id: int | None = None
         self.packed = "off"
+        self.attention = ""  # a decode step's attention (engine.decode.fast_attention), once warmed
         self._finished: queue.Queue[Finished] = queue.Queue()
         self.scheduler.subscribe(Ended(self._finished))  # first: a request is queued to be recorded before answered
         self.client = EngineClient(self.scheduler)
@@ -116,6 +117,7 @@ class Service:
         self.packed = pack_pair(self.decoder.pair, self.cfg.pack)
         started = time.perf_counter()
         self.warmed = self._warm()
+        self.attention = fast_attention.describe(self.decoder.pair.dtype)
         self.startup_s["warm"] = round(time.perf_counter() - started, 1)
         started = time.perf_counter()
         if self.cfg.profile:
@@ -143,7 +145,7 @@ class Service:
                     "cost_profile_warnings": self.profile_warnings,
                     "pack": self.packed,  # whether the linear weights ran prepacked (engine.decode.packed)
                     "runner": pair.runner,  # what ran the forwards (engine.decode.runner)
-                    "attention": fast_attention.describe(pair.dtype),  # a decode step's (engine.decode.fast_attention)
+                    "attention": self.attention,  # a decode step's: Phoenix's kernel or SDPA, and why
                     "models": pair.cards(),  # each model's card: family, size, vocabulary, source and hash
                     "warmed": self.warmed,  # the token counts every forward ran once before the first request
                     "startup_s": self.startup_s,
