@@ -9,10 +9,11 @@ tuner it consults; `prefix`: the prefix cache), the drafters behind one typed ba
 head; `choice`, a drafter the tuner picks per step), Phoenix's own flattened forward for the Llama family and kin:
 Granite, OLMo2, Phi3 (`runner`) over linear layers prepacked where measured faster (`packed`), with a bf16 decode
 step's attention in Phoenix's AVX-512 BF16 kernel, built for the CPU on first use, SDPA where it cannot run
-(`fast_attention`, `kernels/`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation (`hf_assisted`), model loading and its pair checks
-(`loading`), each model's card (`card`), fetching from PyPI's wheels (`fetch`, its pinned `sources`) and the user's
-own folders and GGUF files (`own`), and one request's `Decoder`. The settings (`config`: the pair, the suffix trees,
-the hybrid, the token budget), the `sources` and a request's `sampling_params` import no torch.
+(`fast_attention`, `kernels/`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation
+(`hf_assisted`), model loading and its pair checks (`loading`), each model's card (`card`), fetching from PyPI's
+wheels (`fetch`, its pinned `sources`) and the user's own folders and GGUF files (`own`), and one request's
+`Decoder`. The settings (`config`: the pair, the suffix trees, the hybrid, the token budget), the `sources` and a
+request's `sampling_params` import no torch.
 
 Imports nothing from db, bench, observe, cli or app (tests/test_architecture.py holds it to that).
 """
