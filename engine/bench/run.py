@@ -123,7 +123,6 @@ def execute(
         "dtype": decoder.pair.dtype,
         "prompt_format": decoder.prompt_format(cfg.prompt_format),
         "runner": decoder.pair.runner,
-        "attention": fast_attention.describe(decoder.pair.dtype),  # a decode step's: Phoenix's kernel or SDPA
     }
     # the draft's weights as loaded: which head or draft ran (a build stage changes a head under the same name)
     store.merge_config(
@@ -131,6 +130,7 @@ def execute(
         {
             "bench": {**asdict(cfg), **resolved},
             "packed": decoder.pair.packed,  # what --pack auto chose: a fact of the run, not an option to resume with
+            "attention": fast_attention.describe(decoder.pair.dtype),  # a decode step's: Phoenix's kernel or SDPA
             "draft_sha256": fingerprint(decoder.pair.draft),
             "models": decoder.pair.cards(),  # each model's card: family, size, vocabulary, source and hash
         },

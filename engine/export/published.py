@@ -36,6 +36,7 @@ from engine.analysis.stats import against_goal
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
+from engine.export.published_cells import anchor, cell
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
 from engine.export.published_levels import best_setting, history, levels, rates
@@ -104,19 +105,6 @@ class Figures:
         s = self.store
         pos, totals, rewards = s.positions(run_id), s.arm_totals(run_id), s.prompt_rewards(run_id)
         return fit_run(pos, totals, rewards, b.drafter if b else "model", drafter_arms=bool(b and b.drafter_arms))
-
-
-def cell(fig: Figures, run_id: int, mode: str) -> str:
-    m = fig.mode(run_id, mode)
-    sp = m.speedup
-    ci = f"{sp.low:.2f}-{sp.high:.2f}" if sp.low is not None else "no interval"
-    mal = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length is not None else "n/a"
-    return f"{sp.median:.2f}x ({ci}), {mal}, {m.identical_n}/{m.checked_n}"
-
-
-def anchor(heading: str) -> str:
-    """A results.md heading's link anchor, as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 def lab_table(fig: Figures, name: str) -> str:

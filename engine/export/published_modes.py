@@ -10,6 +10,7 @@ import pandas as pd
 from engine.bench.leaderboard import markdown
 from engine.bench.report import spec_bench
 from engine.errors import PhoenixError
+from engine.export.published_cells import anchor, cell
 from engine.modes import Mode, reference_mode
 
 WORDS = {
@@ -101,8 +102,6 @@ def lab_runs(fig, args: str) -> str:
     """ARGS: ``RUN,RUN,... MODE,MODE,...``: modes as rows and runs as columns (a lab table of one section), each cell
     as the ``lab-table`` block gives it (the median per-prompt speedup with its 95% interval, vLLM's mean acceptance
     length, outputs identical to target-only); a mode a run lacks is an empty cell. No cell is marked best."""
-    from engine.export.published import anchor, cell  # the one cell definition; published imports this module
-
     runs_text, listed = args.split()
     runs = [int(r) for r in runs_text.split(",")]
     heads = []
