@@ -143,3 +143,12 @@ def test_settings_at_fixed_rates_are_read_by_latency_and_goodput_with_their_slo(
 def test_a_sitting_at_fixed_rates_is_refused_its_verdict_is_latency_not_throughput(store):
     with pytest.raises(Exception, match="rates block"):
         published.sitting(published.Figures(store), "516-518,525-527")
+
+
+def test_only_the_rates_block_takes_request_rates_and_it_takes_nothing_else(store):
+    fig = published.Figures(store)
+    for name in ("levels", "tuner"):
+        with pytest.raises(Exception, match="rate"):
+            published.BLOCKS[name](fig, "525-527")  # Phoenix's tuner at 1, 2 and 4 requests/s
+    with pytest.raises(Exception, match="rates block reads request rates only"):
+        published.BLOCKS["rates"](fig, "501-505")

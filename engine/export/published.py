@@ -39,7 +39,7 @@ from engine.export.published_ab import rounds
 from engine.export.published_cells import anchor, cell
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
-from engine.export.published_levels import best_setting, history, levels, rates
+from engine.export.published_levels import best_setting, history, levels, load_frame, rates
 from engine.export.published_modes import lab_runs, leaderboard, modes
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
@@ -236,13 +236,8 @@ def sitting(fig: Figures, runs: str) -> str:
     share, and each engine's best against the other's with the interval of their ratio (paired block by block where
     both sent the same prompts in the same blocks, else a bootstrap over their blocks) and its verdict
     (engine.analysis.sweeps: best only where the interval excludes 1)."""
-    infos = [i for i in (fig.store.get_run(r) for r in run_ids(runs)) if i is not None]
-    frame = S.points(S.sweeps(infos))
-    if frame.empty:
-        raise PhoenixError(f"runs {runs} hold no load level")
-    if (frame["load_kind"] != "concurrency").any():  # at a fixed rate the arrivals set throughput
-        raise PhoenixError(f"runs {runs} hold request rates: their verdict is latency and goodput (the rates block)")
-    by_id = {i.id: i for i in infos}
+    frame = load_frame(fig, runs)  # concurrency levels only: a rate's verdict is latency (the rates block)
+    by_id = {i: fig.run(i) for i in {int(r) for r in frame["run_id"]}}
     engines = sorted(frame["engine"].unique())
     head = "| load | " + " | ".join(f"{e}: tok/s (TPOT p50 ms, cached) per setting" for e in engines)
     lines = [head + " | best of each: ratio (95% CI) | verdict | runs |", "|---|" + "---|" * (len(engines) + 3)]
@@ -310,6 +305,8 @@ def tuner(fig: Figures, runs: str) -> str:
         auto = next((v for v in cfg.get("variants") or [] if v == "auto" or str(v).endswith("-auto")), None)
         if run is None or auto is None or "none" not in f or auto not in f:
             continue
+        if cfg.get("request_rate") is not None:  # the arrivals set a rate's throughput: its verdict is latency
+            raise PhoenixError(f"run #{run_id} is a request rate: the tuner block judges throughput at concurrency")
         off, tuned = f["none"]["output_throughput"], f[auto]["output_throughput"]
         found = S.block_ratio({run_id: run}, run_id, auto, "none")
         if found is None:
@@ -318,7 +315,7 @@ def tuner(fig: Figures, runs: str) -> str:
             interval = f"{found[1]:.2f}-{found[2]:.2f}"
             met = found[1] >= TUNER_GOAL
             verdict = "met" if met else "missed" if found[2] < TUNER_GOAL else "inside its noise"
-        level = f"c={cfg.get('level')}" if cfg.get("request_rate") is None else f"rate={cfg.get('request_rate')}"
+        level = f"c={cfg.get('level')}"
         lines.append(f"| {level} | {off:.1f} | {tuned:.1f} ({auto}) | {tuned / off:.2f}x ({interval}) | {verdict} | "
                      f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
     if len(lines) == 2:

@@ -1,7 +1,9 @@
-"""Load tables generated from their runs: one server's settings level by level (``levels``), and each server's
-highest-throughput setting beside its peers' (``best-setting``). Both read the figures a load run stored
-(engine.analysis.sweeps.points, `vllm bench serve`'s definitions); neither names a winner between engines, which
-only the ``sitting`` block does, with its interval."""
+"""Load tables generated from their runs: one server's settings level by level (``levels``), each server's
+highest-throughput setting beside its peers' (``best-setting``), one server's sweeps over time (``history``) and its
+settings at fixed arrival rates (``rates``). Each reads the figures a load run stored (engine.analysis.sweeps.points,
+`vllm bench serve`'s definitions) through ``load_frame``, which keeps concurrency levels and request rates apart: at a
+fixed rate the arrivals set throughput, so only ``rates`` (latency and goodput) takes them. None names a winner
+between engines, which only the ``sitting`` block does, with its interval."""
 
 from __future__ import annotations
 
@@ -12,12 +14,17 @@ from engine.errors import PhoenixError
 from engine.export.run_ids import run_ids
 
 
-def _frame(fig, runs: str) -> pd.DataFrame:
+def load_frame(fig, runs: str, rates: bool = False) -> pd.DataFrame:
+    """The load levels of ``runs``: concurrency levels, or (``rates``) request rates; the other kind is refused."""
     infos = [i for i in (fig.store.get_run(r) for r in run_ids(runs)) if i is not None]
-    frame = S.points(S.sweeps(infos))
-    if frame.empty:
+    found = S.points(S.sweeps(infos))
+    if found.empty:
         raise PhoenixError(f"runs {runs} hold no load level")
-    return frame
+    if rates and (found["load_kind"] == "concurrency").any():
+        raise PhoenixError(f"runs {runs} hold concurrency levels: the rates block reads request rates only")
+    if not rates and (found["load_kind"] != "concurrency").any():  # at a fixed rate the arrivals set throughput
+        raise PhoenixError(f"runs {runs} hold request rates: their verdict is latency and goodput (the rates block)")
+    return found
 
 
 def _level(row) -> str:
@@ -42,7 +49,7 @@ def levels(fig, runs: str) -> str:
     same server at the same level, off's TTFT p50/p95, TPOT p50 and goodput, the best speculative setting's ratio to
     off and, where a tuner ran, its ratio to the best of every other setting (off included). A setting that
     answered nothing is "failed", never 0 tok/s."""
-    frame = _frame(fig, runs)
+    frame = load_frame(fig, runs)
     if frame["engine"].nunique() != 1:
         raise PhoenixError(f"runs {runs} hold several engines: the levels block is one server's settings")
     variants = list(dict.fromkeys(frame["variant"]))
@@ -111,16 +118,17 @@ def best_setting(fig, args: str) -> str:
     if len(named) < 2 or any(len(p) != 2 for p in named):
         raise PhoenixError("best-setting takes NAME=RUNS for two servers or more")
     bests: list[dict] = []
-    names = []
+    heads = []
     for name, runs in named:
-        frame = _frame(fig, runs)
+        frame = load_frame(fig, runs)
         ok = frame[~frame["failed"]].sort_values("throughput_tok_s", ascending=False)
         bests.append({load: g.iloc[0] for load, g in ok.groupby("load", sort=True)})
-        names.append(f"{name.replace('_', ' ')} ({_weights(fig, runs, frame)})")  # a Q4_K_M GGUF is not bf16
+        heads.append(f"{name.replace('_', ' ')} ({_weights(fig, runs, frame)}): best (tok/s)")  # Q4_K_M is not bf16
+    names = [name.replace("_", " ") for name, _ in named]
     first, rest = names[0], names[1:]
     lines = [
-        "| concurrency | " + " | ".join(f"{n}: best (tok/s)" for n in names) + " | "
-        + " | ".join(f"{first.split(' (')[0]} / {n.split(' (')[0]}" for n in rest)
+        "| concurrency | " + " | ".join(heads) + " | "
+        + " | ".join(f"{first} / {n}" for n in rest)
         + " | TTFT p50/p95 of each best (ms) | TPOT p50 of each best (ms) | goodput of each best (req/s) |",
         "|---:|" + "---|" * len(names) + "---:|" * len(rest) + "---|---|---|",
     ]  # fmt: skip
@@ -147,7 +155,7 @@ def history(fig, args: str) -> str:
     sweeps = []
     for part in named:
         label, runs = part.split("=", 1)
-        frame = _frame(fig, runs)
+        frame = load_frame(fig, runs)
         ids = sorted({int(r) for r in frame["run_id"]})
         sweeps.append((f"{label.replace('_', ' ')} (#{ids[0]}-#{ids[-1]})", frame))
     lines = [
@@ -171,7 +179,7 @@ def history(fig, args: str) -> str:
 def rates(fig, runs: str) -> str:
     """One server's settings at fixed arrival rates: below saturation every setting delivers the offered load, so
     each is read by its median request latency (E2EL p50) and TPOT p50, with its goodput (never throughput)."""
-    frame = _frame(fig, runs)
+    frame = load_frame(fig, runs, rates=True)
     variants = list(dict.fromkeys(frame["variant"]))
     lines = [
         "| rate (req/s) | " + " | ".join(f"{v} E2EL p50 (s) / TPOT p50 (ms)" for v in variants) + " | goodput ("
