@@ -4,7 +4,9 @@
 # behind vllm-router at Poisson rates past what one replica serves, each pass's requests sharing a deployment's
 # system prompt (`--cache system`: one cache_salt a pass, so the replicas' prefix caches serve the system prompt
 # and nothing an earlier pass sent). Then `fleet plan --validate` prices each measured pass from the source alone and
-# keeps its prediction, the naive guess and both errors in the load run. Run it on a quiet machine.
+# keeps its prediction, the naive guess and both errors in the load run. Run it on a quiet machine. The calibN
+# phases measure sources of the fleets' own shape (a calibration fleet on other prompts): `fleet plan --source`
+# with their replicas' runs prices each fleet from a replica that ran as its replicas will.
 #
 #   MODEL=smollm2 bash benchmarks/fleet_sitting.sh
 #
@@ -25,7 +27,7 @@ PORT=${PORT:-8030}
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
 TAG="${MODEL} fleet plan check ($(date -u +%F), ${CPU})"
 SERVE=(--target "$MODEL" --draft none --drafter "$DRAFTER" --dtype bfloat16 --max-batch "$BATCH")
-PHASES=${PHASES:-source,source1,1,2}
+PHASES=${PHASES:-source,source1,calib1,calib2,1,2}
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 # the source replica on its own, on both cores (source) and on one thread (source1: what each of 2 replicas on
@@ -45,13 +47,20 @@ for phase in source source1; do
     --db "$DB" --name "source sweep ($threads thread(s)), $TAG"
   kill -TERM "$SERVER"; wait "$SERVER" || true
 done
-for n in 1 2; do
-  has "$n" || continue
+# a fleet of n replicas at the rates: calibN on the training prompts (its replicas are sources of the fleet's own
+# shape: each shares the cores with its neighbour, the router and the client, as a measured replica does, and none
+# of them serves a measured pass), n on the held-out prompts (the passes the plan is judged on)
+fleet() {
+  local n=$1 prompts=$2 label=$3
   "$PY" -m engine fleet start --replicas "$n" --router round_robin --port "$PORT" "${SERVE[@]}" --db "$DB" \
-    --name "fleet of $n, plan check $(date -u +%F)"
+    --name "${label}fleet of $n, plan check $(date -u +%F)"
   "$PY" -m engine engines load --url "http://127.0.0.1:$PORT" --engine phoenix --variants "$VARIANTS" \
-    --prompts humaneval-test --limit "$N" --request-rate "$RATES" --max-new-tokens "$TOKENS" --cache system \
-    --system-prompt "$SYSTEM" --db "$DB" --name "through the router: $n replica(s), $TAG" || true
+    --prompts "$prompts" --limit "$N" --request-rate "$RATES" --max-new-tokens "$TOKENS" --cache system \
+    --system-prompt "$SYSTEM" --db "$DB" --name "${label}through the router: $n replica(s), $TAG" || true
   "$PY" -m engine fleet stop --port "$PORT"
+}
+for n in 1 2; do
+  if has "calib$n"; then fleet "$n" humaneval-train "calibration "; fi
+  if has "$n"; then fleet "$n" humaneval-test ""; fi
 done
 echo "sitting done: $TAG"

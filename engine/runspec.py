@@ -212,6 +212,8 @@ def of(run, mode: str) -> RunSpec:
     threads = (cfg.get("environment") or {}).get("threads")
     if isinstance(cfg.get("load"), dict):
         return _of_load(run, cfg, mode, cpu)
+    if isinstance(cfg.get("serve_engines"), dict):
+        return _of_side_by_side(run, cfg, mode, cpu)
     bench = getattr(run, "bench", None)
     if bench is not None:
         dtype = str(getattr(bench, "dtype", "") or "")
@@ -320,6 +322,43 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
         version=str(server.get("version") or phoenix.get("version") or ""),
         command=str(server.get("command") or ""),
         preload=str(server.get("preload") or phoenix.get("preload") or ""),
+    )
+
+
+def _of_side_by_side(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
+    """A setting of `engines side-by-side`: one managed server per variant, every prompt through each alone."""
+    sbs = cfg["serve_engines"]
+    engine = str(sbs.get("engine") or (cfg.get("engine") or {}).get("engine") or "llamacpp")
+    variant = re.sub(r"^(?:vllm|sglang|llamacpp)-|_c\d+$", "", mode)
+    server = next((s for s in cfg.get("servers") or [] if isinstance(s, dict) and s.get("variant") == variant), {})
+    command = str(server.get("command") or "")
+    spec = Speculation.parse(variant)
+    if engine == "llamacpp":
+        quant, n = gguf_quant(command or str(run.target)), _flag(command, "-t")
+        cores = f"{n} threads" if n else "not recorded"
+    else:
+        quant = str(sbs.get("dtype") or _flag(command, "--dtype") or "")
+        cores = str(server.get("cores") or "vLLM's default (one core reserved for its front end)")
+    names = {"eagle3": sbs.get("head"), "model": sbs.get("draft")}
+    draft = names.get(spec.drafter)
+    per_column = sbs.get("limit_per_column")
+    return RunSpec(
+        ModelCard(model_name(str(sbs.get("target") or sbs.get("model") or run.target)), quant),
+        ModelCard(model_name(str(draft))) if draft else None,
+        spec,
+        float((cfg.get("sampling") or {}).get("temperature") or 0.0),
+        "c=1",
+        f"{sbs.get('prompts')} x{per_column or sbs.get('limit')}" + (" per column" if per_column else ""),
+        sbs.get("max_new_tokens"),
+        "chat" if sbs.get("chat", True) else "raw",
+        str(cfg.get("cache_scenario") or "not controlled (before the cold protocol)"),
+        engine,
+        cores,
+        cpu,
+        runner="compiled" if server.get("compiled") else ("eager" if "--enforce-eager" in command else ""),
+        version=str((cfg.get("engine") or {}).get("version") or ""),
+        command=command,
+        preload=str(server.get("preload") or ""),
     )
 
 

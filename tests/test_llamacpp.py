@@ -15,6 +15,7 @@ from helpers import migrated
 from test_browser import free_port
 
 from db.store import Store
+from engine import runspec
 from engine.engines import llamacpp
 from engine.engines.llamacpp import LlamaCppConfig
 
@@ -197,3 +198,9 @@ def test_servers_side_by_side_give_identical_text_paired_speedups_and_their_own_
     drafted = [r for r in rows if r.mode == "llamacpp-ngram-simple_c1"]
     assert counters["ngram-simple"]["draft_tokens"] == sum(r.proposed for r in drafted) > 0
     assert counters["none"]["draft_tokens"] == 0 and store.get_run(run_id).status == "done"
+    # cold by construction (each request its own, llama.cpp's cache off), and the run says what ran in one record
+    assert all(r.cached_tokens == 0 for r in rows)
+    spec = runspec.of(store.get_run(run_id), "llamacpp-ngram-simple_c1")
+    assert (spec.engine, spec.cache, spec.load, spec.speculation.drafter) == ("llamacpp", "cold", "c=1", "ngram-simple")
+    assert spec.target.quantization.startswith("Q") and spec.cores == "2 threads"
+    assert store.get_run(run_id).config["run_spec"]["llamacpp-none_c1"]["engine"] == "llamacpp"

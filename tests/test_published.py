@@ -152,3 +152,12 @@ def test_only_the_rates_block_takes_request_rates_and_it_takes_nothing_else(stor
             published.BLOCKS[name](fig, "525-527")  # Phoenix's tuner at 1, 2 and 4 requests/s
     with pytest.raises(Exception, match="rates block reads request rates only"):
         published.BLOCKS["rates"](fig, "501-505")
+
+
+def test_a_pass_cost_table_reads_llamacpps_own_counts_and_refuses_a_mode_that_drafted_nothing(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["pass-cost"](fig, "64:llamacpp-draft-eagle3-k2_c1 68:llamacpp-ngram-simple-n4-m4_c1")
+    assert "| llamacpp-draft-eagle3-k2_c1 (#64) | 2 | 1.89 | 2.35 | 0.80x | 0.80x (0.71-0.92) | 0.76 |" in text
+    assert "| llamacpp-ngram-simple-n4-m4_c1 (#68) | 4 | 1.43 | 1.35 | 1.06x |" in text
+    with pytest.raises(Exception, match="drafted nothing"):
+        published.BLOCKS["pass-cost"](fig, "64:llamacpp-none_c1")

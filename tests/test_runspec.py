@@ -124,3 +124,24 @@ def test_a_bench_config_takes_the_one_grammar_and_stores_the_labs_spelling():
 
     cfg = validate(BenchConfig(target="embedded", draft="embedded", drafter="eagle3", modes=["off", "ngram:4"]))
     assert cfg.modes == ["target", "ngram_4"]
+
+
+def test_a_side_by_side_run_is_its_engines_own_setting_not_phoenixs_served_traffic():
+    """`engines side-by-side` (one managed server per variant) as a run from before it kept its record stored it."""
+    command = "llama-server -m /m/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 -np 1 --spec-type draft-eagle3"
+    config = {
+        "serve_engines": {"engine": "llamacpp", "model": "smollm2", "prompts": "humaneval-test", "limit": 20,
+                          "max_new_tokens": 96, "chat": True, "head": "smollm2-eagle3", "draft": "smollm2-draft"},
+        "engine": {"engine": "llamacpp", "version": "b0-0c1e570"},
+        "servers": [{"variant": "draft-eagle3-k2", "command": command}],
+        "environment": {"cpu": "AMD EPYC (family 25, model 17)"},
+    }  # fmt: skip
+    run = SimpleNamespace(id=64, target="smollm2", draft=None, config=config, bench=None)
+    spec = runspec.of(run, "llamacpp-draft-eagle3-k2_c1")
+    assert (spec.engine, spec.load, spec.prompts, spec.cores) == ("llamacpp", "c=1", "humaneval-test x20", "2 threads")
+    assert spec.target.label() == "smollm2 (Q4_1)" and spec.draft and spec.draft.name == "smollm2-eagle3"
+    assert spec.speculation.text() == "eagle3:2" and spec.version == "b0-0c1e570"
+    vllm = {**config, "serve_engines": {**config["serve_engines"], "engine": "vllm", "dtype": "bfloat16"}}
+    vllm["servers"] = [{"variant": "none", "command": "python -m vllm.entrypoints.openai.api_server --enforce-eager"}]
+    spec = runspec.of(SimpleNamespace(**{**vars(run), "config": vllm}), "vllm-none_c1")
+    assert (spec.engine, spec.target.quantization, spec.runner, spec.draft) == ("vllm", "bfloat16", "eager", None)

@@ -135,12 +135,14 @@ class ServerClient:
         with self._open("/metrics") as resp:
             return parse_metrics(self._read(resp, "/metrics").decode(errors="replace"))
 
-    def complete(self, prompt: str, max_tokens: int, chat: bool = False) -> dict:
+    def complete(self, prompt: str, max_tokens: int, chat: bool = False, extra: dict | None = None) -> dict:
         """One greedy completion: latency, prompt and completion token counts from the server's usage. ``chat``:
-        the prompt as one user message through the server's own chat template (/v1/chat/completions)."""
+        the prompt as one user message through the server's own chat template (/v1/chat/completions); ``extra``:
+        this request's own fields beside the client's (a cache salt)."""
         t0 = time.perf_counter()
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        with self._open(path, request_body(self.model, prompt, max_tokens, chat, False, None, self.extra)) as resp:
+        body = request_body(self.model, prompt, max_tokens, chat, False, None, (self.extra or {}) | (extra or {}))
+        with self._open(path, body) as resp:
             raw = self._read(resp, path)
         latency = time.perf_counter() - t0
         try:
@@ -200,12 +202,12 @@ def answered_in_order(prompts, concurrency: int, ask: Callable, on_result: Calla
     return results
 
 
-def one_request(client: ServerClient, prompt, max_tokens: int, chat: bool = False) -> dict:
+def one_request(client: ServerClient, prompt, max_tokens: int, chat: bool = False, extra: dict | None = None) -> dict:
     """A request that fails (HTTP 400 when prompt + max_tokens exceed max_model_len, say) is recorded with the
     server's answer; its level carries on and keeps every other result."""
     t0 = time.perf_counter()
     try:
-        return {"prompt": prompt, "error": None, **client.complete(prompt.text, max_tokens, chat)}
+        return {"prompt": prompt, "error": None, **client.complete(prompt.text, max_tokens, chat, extra)}
     except PhoenixError as exc:
         return {
             "prompt": prompt,
@@ -242,6 +244,8 @@ def _completion(body: dict, chat: bool) -> dict:
         "draft_n_accepted": None if accepted is None else _count(accepted),
         "metrics": body.get("metrics") if isinstance(body.get("metrics"), dict) else None,
         "token_ids": _ids(choice.get("token_ids")),  # vLLM with return_token_ids: the exact tokens it generated
+        "usage": usage if isinstance(usage, dict) else {},  # the cached prompt tokens, where the engine says them
+        "timings": timings if isinstance(timings, dict) else {},
     }
 
 

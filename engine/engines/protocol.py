@@ -97,10 +97,17 @@ def cold(cfg: LoadConfig, pass_id: str, prompt: Prompt) -> dict:
     controlled)."""
     if cfg.cache == "warm":
         return {}
-    if cfg.engine == "llamacpp" and cfg.cache == "cold":
+    if cfg.engine == "llamacpp" and cfg.cache != "cold":
+        return {}
+    return cold_request(cfg.engine, pass_id if cfg.cache == "system" else f"{pass_id}/{prompt.id}")
+
+
+def cold_request(engine: str, key: str) -> dict:
+    """One request's fields that keep it out of every prefix cache but its own ``key``'s: a ``cache_salt`` for
+    Phoenix's server and vLLM, ``cache_prompt`` off for llama.cpp; {} for an engine that takes neither."""
+    if engine == "llamacpp":
         return {"cache_prompt": False}
-    if cfg.engine in ("phoenix", "vllm"):  # vLLM takes 128 characters without '@', '/', '\\': a digest fits anywhere
-        key = pass_id if cfg.cache == "system" else f"{pass_id}/{prompt.id}"
+    if engine in ("phoenix", "vllm"):  # vLLM takes 128 characters without '@', '/', '\\': a digest fits anywhere
         return {"cache_salt": hashlib.sha256(key.encode()).hexdigest()[:32]}
     return {}
 

@@ -10,12 +10,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from db.store import Store
+from engine import runspec
 from engine.engines import llamacpp, managed
 from engine.engines.client import GREEDY, one_request
 from engine.engines.config import EnginesConfig
 from engine.engines.llamacpp import LlamaCppConfig
 from engine.engines.load import judge
 from engine.engines.managed import Server
+from engine.engines.protocol import cold_request
 from engine.engines.record import client_for, request_row
 from engine.engines.vllm import VllmConfig
 from engine.errors import PhoenixError
@@ -68,11 +70,14 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
                 "sampling": GREEDY,
                 "servers": [s.described(i) | {"command": i["command"]} for s, i in zip(plan, started)],
                 "environment": environment(),
+                "cache_scenario": "cold",  # every request salted apart (llama.cpp: its cache off)
             },
             served,
             None,
             len(prompts) * len(plan),
         ).id
+        run = store.get_run(run_id)
+        store.merge_config(run_id, runspec.recorded(run, [f"{cfg.engine}-{s.variant}_c1" for s in plan]))
         with owned(store, run_id):  # heartbeat; Ctrl-C or SIGTERM: interrupted; an error: failed
             _measure(store, run_id, cfg, plan, clients, prompts, say)
     store.set_status(run_id, "done")
@@ -82,8 +87,15 @@ def engines(store: Store, cfg: EnginesConfig, say: Callable[[str], None] = print
 def _measure(store: Store, run_id: int, cfg: EnginesConfig, plan: list[Server], clients, prompts, say) -> None:
     modes = [f"{cfg.engine}-{s.variant}_c1" for s in plan]
     seq = 0
+
+    def cold(mode: str, key: str) -> dict:  # no prompt a server has seen: its own salt (or llama.cpp's cache off)
+        return cold_request(cfg.engine, f"{run_id}/{mode}/{key}")
+
     if cfg.warmup:  # each server's first request loads its caches: stored, left out of every figure
-        answers = [one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat) for cl in clients]
+        answers = [
+            one_request(cl, prompts[0], cfg.max_new_tokens, cfg.chat, cold(m, "warm-up"))
+            for cl, m in zip(clients, modes)
+        ]
         for s, answer in zip(plan, answers):
             refused = refused_draft(s, answer)
             if refused:
@@ -95,7 +107,9 @@ def _measure(store: Store, run_id: int, cfg: EnginesConfig, plan: list[Server], 
         seq += len(warm)
     before = [cl.metrics() for cl in clients]
     for n, prompt in enumerate(prompts, 1):
-        answers = [one_request(cl, prompt, cfg.max_new_tokens, cfg.chat) for cl in clients]
+        answers = [
+            one_request(cl, prompt, cfg.max_new_tokens, cfg.chat, cold(m, prompt.id)) for cl, m in zip(clients, modes)
+        ]
         recs = [
             request_row(run_id, seq + i, m, s.draft_length, a) for i, (m, s, a) in enumerate(zip(modes, plan, answers))
         ]

@@ -123,3 +123,32 @@ def lab_runs(fig, args: str) -> str:
             raise PhoenixError(f"a generated block cites mode {mode}, which none of runs {runs_text} has")
         lines.append(f"| {drafted_by} | `{mode}` | " + " | ".join(cells) + " |")
     return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def pass_cost(fig, args: str) -> str:
+    """ARGS: ``RUN:MODE,MODE,...`` several times, space-separated: each drafting mode's pass as the engine's own
+    counts price it (`report RUN --by pass`, engine.analysis.pass_cost): tokens per pass, its cost in target-only
+    tokens, the model's speedup L / P beside the paired median measured, and the acceptance a chain of k drafts
+    would need to pay."""
+    from engine.bench.report import pass_table  # lazy: the report module reads every request of a run
+
+    lines = [
+        "| variant (run) | k | tokens per pass | pass cost (target tokens) | model's speedup | measured (IQR) | "
+        "a needed |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for spec in args.split():
+        run_text, _, listed = spec.partition(":")
+        run_id = int(run_text)
+        table = pass_table(fig.store, run_id).set_index("mode")
+        for mode in [m for m in listed.split(",") if m]:
+            if mode not in table.index or not table.loc[mode, "n"]:
+                raise PhoenixError(f"a generated block cites mode {mode} of run #{run_id}, which drafted nothing")
+            row, sp = table.loc[mode], fig.mode(run_id, mode).speedup
+            measured = f"{sp.median:.2f}x ({sp.p25:.2f}-{sp.p75:.2f})" if sp and sp.median is not None else ""
+            needed = "" if pd.isna(row["a_needed"]) else f"{row['a_needed']:.2f}"
+            lines.append(
+                f"| {mode} (#{run_id}) | {int(row['k'])} | {row['tokens_per_pass']:.2f} | {row['pass_cost']:.2f} | "
+                f"{row['model_speedup']:.2f}x | {measured} | {needed} |"
+            )
+    return "\n\n" + "\n".join(lines) + "\n\n"
