@@ -161,3 +161,26 @@ def test_a_pass_cost_table_reads_llamacpps_own_counts_and_refuses_a_mode_that_dr
     assert "| llamacpp-ngram-simple-n4-m4_c1 (#68) | 4 | 1.43 | 1.35 | 1.06x |" in text
     with pytest.raises(Exception, match="drafted nothing"):
         published.BLOCKS["pass-cost"](fig, "64:llamacpp-none_c1")
+
+
+def test_a_drafts_positions_in_two_engines_are_paired_on_the_prompts_both_answered_in_one_definition(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["position-pairs"](fig, "78:eagle3_3=83:vllm-eagle3-k3_c1 80:eagle3_3=116:vllm-eagle3-k3_c1")
+    assert "| EAGLE-3 head, k = 3 | bfloat16 | 20 of humaneval-test x20 | 0.623, 0.327, 0.197 (#78) |" in text
+    assert "| 24 of spec-bench-test x4 per column | 0.295, 0.115, 0.031 (#80) |" in text  # #80's 4 second turns out
+
+
+def test_the_prefix_cache_table_reads_each_server_runs_cache_and_refuses_a_pair_the_wrong_way_round(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["prefix-cache"](fig, "182:183=175:176")
+    assert "| bfloat16, none | 66 ms | 308 ms | 0.21 | 11/14 | #183, #176 |" in text
+    with pytest.raises(Exception, match="must cache prefixes"):
+        published.BLOCKS["prefix-cache"](fig, "175:176=182:183")
+
+
+def test_a_named_variant_takes_the_tuners_column_and_one_the_runs_lack_is_refused(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["levels"](fig, "117-121 tuned=eagle3-table")
+    assert "eagle3-table / best other setting |" in text and "| 4.00 | 0.91 | 0.83 |" in text
+    with pytest.raises(Exception, match="no setting eagle3-k9"):
+        published.BLOCKS["levels"](fig, "117-121 tuned=eagle3-k9")

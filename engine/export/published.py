@@ -39,8 +39,8 @@ from engine.export.published_ab import rounds
 from engine.export.published_cells import anchor, cell
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
-from engine.export.published_levels import best_setting, history, levels, load_frame, rates
-from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost
+from engine.export.published_levels import best_setting, history, levels, load_frame, prefix_cache, rates
+from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost, position_pairs
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
@@ -345,6 +345,8 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "lab-runs": lab_runs,
     "rates": rates,
     "pass-cost": pass_cost,
+    "position-pairs": position_pairs,
+    "prefix-cache": prefix_cache,
 }
 
 

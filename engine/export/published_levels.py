@@ -44,11 +44,14 @@ def _goodput(row) -> str:
     return "n/a" if value is None or value != value else f"{value:.2f}"
 
 
-def levels(fig, runs: str) -> str:
-    """One engine's settings, level by level: each setting's output tok/s with its ratio to speculation off on the
-    same server at the same level, off's TTFT p50/p95, TPOT p50 and goodput, the best speculative setting's ratio to
-    off and, where a tuner ran, its ratio to the best of every other setting (off included). A setting that
+def levels(fig, args: str) -> str:
+    """ARGS: ``RUNS [tuned=VARIANT]``. One engine's settings, level by level: each setting's output tok/s with its
+    ratio to speculation off on the same server at the same level, off's TTFT p50/p95, TPOT p50 and goodput, the best
+    speculative setting's ratio to off and, where a tuner ran (Phoenix's ``auto``, or the variant ``tuned`` names:
+    vLLM's learned per-batch-size table), its ratio to the best of every other setting (off included). A setting that
     answered nothing is "failed", never 0 tok/s."""
+    runs, *more = args.split()
+    named = next((m.removeprefix("tuned=") for m in more if m.startswith("tuned=")), None)
     frame = load_frame(fig, runs)
     if frame["engine"].nunique() != 1:
         raise PhoenixError(f"runs {runs} hold several engines: the levels block is one server's settings")
@@ -57,7 +60,9 @@ def levels(fig, runs: str) -> str:
     if off is None:
         raise PhoenixError(f"runs {runs} hold no speculation-off setting to compare against")
     spec = [v for v in variants if v != off]
-    auto = next((v for v in spec if v == "auto" or v.endswith("-auto")), None)
+    auto = named or next((v for v in spec if v == "auto" or v.endswith("-auto")), None)
+    if auto is not None and auto not in spec:
+        raise PhoenixError(f"runs {runs} hold no setting {auto}")
     tuned = f" | {auto} / best other setting" if auto else ""  # issue 66's goal: the tuner against the best of the rest
     lines = [
         f"| level | {off} tok/s | " + " | ".join(f"{v} tok/s" for v in spec) + f" | TTFT p50/p95 {off} (ms) | "
@@ -202,4 +207,44 @@ def rates(fig, runs: str) -> str:
             f"| {first['load_label']} (#{', #'.join(map(str, ids))}) | " + " | ".join(cells)
             + f" | {said} | {first['goodput_slo'] or 'none named'} |"
         )  # fmt: skip
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def _served(fig, pair: str) -> tuple[dict, int]:
+    """``SERVER:RUN``: the server run's settings (dtype, prefix cache) and the load run sent to it."""
+    server_text, _, run_text = pair.partition(":")
+    info = fig.run(int(server_text))
+    serve = (info.config or {}).get("phoenix_serve")
+    if not isinstance(serve, dict):
+        raise PhoenixError(f"run #{server_text} is not a Phoenix server's run")
+    return serve, int(run_text)
+
+
+def prefix_cache(fig, args: str) -> str:
+    """ARGS: ``SERVER:RUN=SERVER:RUN`` several times: the same load sent to a server with its prefix cache and to
+    one without (each load run beside the server run it was sent to, whose record says the cache's size and the
+    dtype): each setting's p50 TTFT with and without, their ratio, and the outputs identical between the two."""
+    lines = [
+        "| dtype, variant | p50 TTFT with the cache | without | ratio | outputs identical with and without | runs |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for pair in args.split():
+        (with_serve, with_run), (without_serve, without_run) = (_served(fig, p) for p in pair.split("="))
+        if not float(with_serve.get("prefix_cache_gb") or 0) > 0 or float(without_serve.get("prefix_cache_gb") or 0):
+            raise PhoenixError(f"prefix-cache {pair}: the first server must cache prefixes and the second must not")
+        frames = [load_frame(fig, str(r)).set_index("variant") for r in (with_run, without_run)]
+        answers = [
+            {(r.mode, r.prompt_id): r.output_sha256 for r in fig.store.requests(i) if not r.error and not r.warmup}
+            for i in (with_run, without_run)
+        ]
+        for variant, row in frames[0].iterrows():
+            other = frames[1].loc[variant]
+            level = int(row["load"])
+            label = f"{with_serve.get('dtype')}, {variant}" + (f", {level} in flight" if level > 1 else "")
+            mine = {k: v for k, v in answers[0].items() if k[0].endswith(f"-{variant}_c{level}")}
+            same = sum(answers[1].get(k) == v for k, v in mine.items())
+            lines.append(
+                f"| {label} | {_ms(row['ttft_p50_s'])} ms | {_ms(other['ttft_p50_s'])} ms | "
+                f"{row['ttft_p50_s'] / other['ttft_p50_s']:.2f} | {same}/{len(mine)} | #{with_run}, #{without_run} |"
+            )
     return "\n\n" + "\n".join(lines) + "\n\n"

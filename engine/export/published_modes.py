@@ -152,3 +152,48 @@ def pass_cost(fig, args: str) -> str:
                 f"{row['model_speedup']:.2f}x | {measured} | {needed} |"
             )
     return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def _paired_curve(store, run_id: int, mode: str, prompts: set[str]) -> list[float]:
+    """vLLM's per-position acceptance (accepted at a position over the passes that drafted at all) over the answered
+    requests of these prompts."""
+    proposed, accepted, depth = 0, [0, 0, 0], 0
+    for r in store.requests(run_id):
+        for p in (r.positions or []) if r.mode == mode else []:
+            depth = max(depth, p.position + 1)
+            if r.prompt_id in prompts and not r.error:
+                proposed += p.proposed if p.position == 0 else 0
+                accepted[p.position] += p.accepted if p.position < 3 else 0
+    return [a / proposed for a in accepted[: min(depth, 3)]] if proposed else []
+
+
+def position_pairs(fig, args: str) -> str:
+    """ARGS: ``RUN:MODE=RUN:MODE`` several times, space-separated: one drafter's per-position acceptance in
+    Phoenix's loop and in the engine it was exported to, on the prompts both answered (paired), each in vLLM's
+    definition (accepted at a position over the passes that drafted at all), and the second's position 0 over the
+    first's."""
+    from engine import runspec  # lazy: as the other blocks that read a run's record
+
+    lines = [
+        "| draft | weights | prompts (both answered) | Phoenix's loop: position 0, 1, 2 (run) | exported: position 0, "
+        "1, 2 (run) | exported / Phoenix at position 0 |",
+        "|---|---|---|---|---|---:|",
+    ]
+    for pair in args.split():
+        sides = [(int(r), m) for r, _, m in (side.partition(":") for side in pair.split("="))]
+        answered = [{r.prompt_id for r in fig.store.requests(i) if r.mode == m and not r.error} for i, m in sides]
+        both = answered[0] & answered[1]
+        (a_id, a_mode), (b_id, b_mode) = sides
+        a_curve, b_curve = (_paired_curve(fig.store, i, m, both) for i, m in sides)
+        if not a_curve or not b_curve:
+            raise PhoenixError(f"position-pairs {pair}: a side drafted nothing on the prompts both answered")
+        a, b = runspec.of(fig.run(a_id), a_mode), runspec.of(fig.run(b_id), b_mode)
+        weights = a.target.quantization if a.target.quantization == b.target.quantization else (
+            f"{b.target.quantization} in {b.engine}, {a.target.quantization} in Phoenix"
+        )  # fmt: skip
+        k = f"k = {a.speculation.k}" + ("" if a.speculation.k == b.speculation.k else f" and {b.speculation.k}")
+        drafter = WORDS.get(a.speculation.drafter, a.speculation.drafter)
+        shown = [", ".join(f"{x:.3f}" for x in c) for c in (a_curve, b_curve)]
+        lines.append(f"| {drafter}, {k} | {weights} | {len(both)} of {a.prompts} | {shown[0]} (#{a_id}) | "
+                     f"{shown[1]} (#{b_id}) | {b_curve[0] / a_curve[0]:.2f} |")  # fmt: skip
+    return "\n\n" + "\n".join(lines) + "\n\n"
