@@ -184,3 +184,23 @@ def test_a_named_variant_takes_the_tuners_column_and_one_the_runs_lack_is_refuse
     assert "eagle3-table / best other setting |" in text and "| 4.00 | 0.91 | 0.83 |" in text
     with pytest.raises(Exception, match="no setting eagle3-k9"):
         published.BLOCKS["levels"](fig, "117-121 tuned=eagle3-k9")
+
+
+def test_the_oracle_and_column_tables_read_the_run_and_name_a_winner_only_where_an_interval_says_so(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["oracle"](fig, "74 hybrid_16,suffix_16 vs=suffix_16")
+    assert "| hybrid_16 | 2.04x (1.86-2.82) | 1.11x (1.04-1.15) | 2.80 | 0.993 (0.887-1.000) | 9 |" in text
+    assert "| the oracle | 2.31x |" in text
+    text = published.BLOCKS["columns"](fig, "75 hybrid_16 vs=suffix_16,ngram_8,eagle3_3")
+    assert "| Translation | 1.67x (1.49-2.37) | 0.93x (0.88-1.02) |" in text  # 0.93x, yet its interval holds 1
+    assert "| faster than eagle3_3 |" in text and "slower than" not in text
+
+
+def test_one_inline_figure_is_read_from_its_run_on_the_requests_named_and_judged_by_the_one_rule(store):
+    fig = published.Figures(store)
+    value = published.BLOCKS["value"]
+    assert value(fig, "75 eagle3_3 position0 on=77") == "0.275"  # the 28 requests run #77 also answered
+    assert value(fig, "72 eagle3_4 per-pass goal=2.3") == "2.10: missed"
+    assert value(fig, "74 hybrid_16 x=suffix_16 goal=1.10") == "1.11x (1.04-1.13): met by the point estimate only"
+    with pytest.raises(Exception, match="KIND"):
+        value(fig, "74 hybrid_16 speed")

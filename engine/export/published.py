@@ -41,6 +41,7 @@ from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
 from engine.export.published_levels import best_setting, history, levels, load_frame, prefix_cache, rates
 from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost, position_pairs
+from engine.export.published_oracle import columns, oracle, value
 from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
@@ -347,6 +348,9 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "pass-cost": pass_cost,
     "position-pairs": position_pairs,
     "prefix-cache": prefix_cache,
+    "oracle": oracle,
+    "columns": columns,
+    "value": value,
 }
 
 
