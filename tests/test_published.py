@@ -204,3 +204,13 @@ def test_one_inline_figure_is_read_from_its_run_on_the_requests_named_and_judged
     assert value(fig, "74 hybrid_16 x=suffix_16 goal=1.10") == "1.11x (1.04-1.13): met by the point estimate only"
     with pytest.raises(Exception, match="KIND"):
         value(fig, "74 hybrid_16 speed")
+
+
+def test_the_step_floor_table_and_its_goals_are_the_benchmark_files_own(store, tmp_path):
+    fig = published.Figures(store)
+    file = "benchmarks/results/limits-20261202T034025.json"
+    text = published.BLOCKS["limits"](fig, file)
+    assert "| bfloat16 | frozen | **24.7** | 3.16 | 0.88 | 0.98 | 1.11 | 2.04 | 3.98 | 87 |" in text
+    assert "V(5) ≤ 1.15: 1.07, met" in published.BLOCKS["limits-goals"](fig, file)
+    with pytest.raises(Exception, match="not a file in this repository"):
+        published.BLOCKS["limits"](fig, "../../etc/passwd")

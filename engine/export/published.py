@@ -37,6 +37,7 @@ from engine.bench.report import summaries
 from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_cells import anchor, cell
+from engine.export.published_files import limits, limits_goals
 from engine.export.published_fleet import fleet_plan
 from engine.export.published_gain import position_gain
 from engine.export.published_levels import best_setting, history, levels, load_frame, prefix_cache, rates
@@ -351,6 +352,8 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "oracle": oracle,
     "columns": columns,
     "value": value,
+    "limits": limits,
+    "limits-goals": limits_goals,
 }
 
 
