@@ -176,3 +176,17 @@ def test_a_validation_keeps_the_plans_of_other_sources_beside_its_own(store):
         render(f"<!-- generated: fleet-plan {run_id} --><!-- /generated -->", Figures(store))
     text = render(f"<!-- generated: fleet-plan {run_id} 343,427 --><!-- /generated -->", Figures(store))
     assert "worst throughput error 39%" in text
+
+
+def test_a_prefill_is_fitted_on_the_tokens_its_prefix_cache_did_not_serve():
+    from types import SimpleNamespace
+
+    from engine.engines import planning
+
+    def req(prompt, cached, prefill, error=None):
+        return SimpleNamespace(prompt_tokens=prompt, cached_tokens=cached, prefill_s=prefill, error=error)
+
+    rows = [req(700, 512, 0.19), req(650, 512, 0.14), req(600, None, 0.60), req(600, 0, None), req(9, 0, 1, "x")]
+    assert planning.prefill_points(rows) == [(188, 0.19), (138, 0.14), (600, 0.60)]
+    profile = fp.fit_profile(steps_frame(), planning.prefill_points(rows), threads=2)
+    assert profile.prefill_token_s == pytest.approx(0.001, rel=0.05)  # 1 ms a computed token, as the rows say

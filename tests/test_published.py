@@ -214,3 +214,13 @@ def test_the_step_floor_table_and_its_goals_are_the_benchmark_files_own(store, t
     assert "V(5) ≤ 1.15: 1.07, met" in published.BLOCKS["limits-goals"](fig, file)
     with pytest.raises(Exception, match="not a file in this repository"):
         published.BLOCKS["limits"](fig, "../../etc/passwd")
+
+
+def test_a_fleet_measured_twice_is_set_side_by_side_and_unpaired_runs_are_refused(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["fleet-repeat"](fig, "554-556,563-565=558-560,568-570")
+    assert "| 1 | 4 | none | 90.2 / 108.8 (17%) |" in text
+    with pytest.raises(Exception, match="as many runs"):
+        published.BLOCKS["fleet-repeat"](fig, "554-556=558-559")
+    with pytest.raises(Exception, match="not one rate measured twice"):
+        published.BLOCKS["fleet-repeat"](fig, "554=559")

@@ -97,6 +97,14 @@ def shared_prefix(target: str, load: dict) -> dict[int, int]:
     return out
 
 
+def prefill_points(requests) -> list[tuple[int, float]]:
+    """(computed prompt tokens, prefill seconds) of each answered, timed request: a prefill computes the tokens its
+    prefix cache did not serve, so the fit is on those, as the plan charges them (on every prompt token, a source
+    whose cache served a shared system prompt was fitted at a fraction of the true cost a token)."""
+    timed = [r for r in requests if not r.error and r.prefill_s]
+    return [(r.prompt_tokens - int(r.cached_tokens or 0), float(r.prefill_s)) for r in timed]
+
+
 def load_profile(store: Store, run_ids: list[int]) -> tuple[fp.Profile, fp.Workload]:
     """The step-cost fit from the runs' serve_steps; the workload (prompt and output tokens) from their requests."""
     frames, threads = [], 0
@@ -109,8 +117,7 @@ def load_profile(store: Store, run_ids: list[int]) -> tuple[fp.Profile, fp.Workl
     steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if steps.empty:
         raise PhoenixError(f"--source {','.join(map(str, run_ids))}: no steps recorded (a Phoenix server's own run)")
-    rows = [r for i in run_ids for r in store.requests(i) if not r.error and r.prefill_s]
-    prefills = [(r.prompt_tokens, float(r.prefill_s or 0.0)) for r in rows]
+    prefills = prefill_points([r for i in run_ids for r in store.requests(i)])
     profile = fp.fit_profile(steps, prefills, threads or (os.cpu_count() or 1))
     return profile, workload(store, run_ids)
 

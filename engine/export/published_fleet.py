@@ -72,3 +72,33 @@ def verdict(judged: list[dict], runs: str) -> str:
         f"{worst_tokens:.0%}, worst TTFT error {worst_ttft:.0%}). Against the naive guess the plan's error is smaller "
         f"at {tokens_beat} of {len(judged)} for throughput and {ttft_beat} of {len(judged)} for TTFT."
     )
+
+
+def fleet_repeat(fig, args: str) -> str:
+    """ARGS: ``RUNS=RUNS``: the same fleets at the same rates measured twice (a calibration pass on other prompts,
+    then the measured one), run by run in order: each variant's throughput and TTFT p50 in both and how far apart,
+    the spread any plan's error is read against."""
+    first_text, _, second_text = args.partition("=")
+    first, second = run_ids(first_text), run_ids(second_text)
+    if len(first) != len(second):
+        raise PhoenixError(f"fleet-repeat {args}: both sides must cite as many runs, in the same order")
+    lines = [
+        "| fleet | rate | variant | tok/s first / second (apart) | TTFT p50 ms first / second (apart) | runs |",
+        "|---:|---:|---|---:|---:|---|",
+    ]
+    for a_id, b_id in zip(first, second):
+        a, b = ((fig.run(i).config or {}) for i in (a_id, b_id))
+        if a.get("request_rate") != b.get("request_rate") or not a.get("figures") or not b.get("figures"):
+            raise PhoenixError(f"fleet-repeat: runs #{a_id} and #{b_id} are not one rate measured twice")
+        replicas = next((r["replicas"] for r in b.get("fleet_plan") or []), "")
+        for variant, fa in a["figures"].items():
+            fb = b["figures"].get(variant)
+            if fb is None:
+                continue
+            tok, ttft = (fa["output_throughput"], fb["output_throughput"]), (fa["ttft_ms_p50"], fb["ttft_ms_p50"])
+            lines.append(
+                f"| {replicas} | {a['request_rate']:g} | {variant} | {tok[0]:.1f} / {tok[1]:.1f} "
+                f"({_pct(abs(tok[1] - tok[0]) / tok[1])}) | {ttft[0]:.0f} / {ttft[1]:.0f} "
+                f"({_pct(abs(ttft[1] - ttft[0]) / ttft[1])}) | #{a_id}, #{b_id} |"
+            )
+    return "\n\n" + "\n".join(lines) + "\n\n"
