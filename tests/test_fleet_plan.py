@@ -39,12 +39,15 @@ def test_the_fit_recovers_the_step_cost_and_each_settings_tokens_per_pass():
     assert sum(p.per_pass["model-k3"]) / len(p.per_pass["model-k3"]) == pytest.approx(2.5, abs=0.2)
 
 
+def prefill_s(p: fp.Profile, tokens: int) -> float:
+    return p.prefill_base_s + p.prefill_token_s * tokens
+
+
 def test_one_request_at_a_time_takes_its_prefill_then_one_step_a_token():
     p = fp.fit_profile(steps_frame(), [(10, 0.015), (100, 0.105)], threads=2)
     work = fp.Workload([10], [33])
     pred = fp.simulate(p, "none", 1, 0.01, work, n=5)  # arrivals 100 s apart: never two at once
-    first = p.step_s(1, 1, [10])
-    assert pred.ttft_ms_p50 == pytest.approx(1000 * first, rel=1e-6)
+    assert pred.ttft_ms_p50 == pytest.approx(1000 * prefill_s(p, 10), rel=1e-6)  # the prefill gives the first token
     assert pred.tpot_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, []), rel=1e-6)
 
 
@@ -113,9 +116,10 @@ def test_a_shared_system_prompt_lowers_ttft_once_it_is_cached_and_cold_prompts_a
     cold = fp.Workload([520], [8])
     warm_pred = fp.simulate(p, "none", 1, 0.01, shared, n=6, cache_tokens=100_000, block=BLOCK)
     cold_pred = fp.simulate(p, "none", 1, 0.01, cold, n=6, cache_tokens=100_000, block=BLOCK)
-    assert cold_pred.cached_share == 0 and cold_pred.ttft_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, [520]))
+    # 520 tokens in chunks of 256 over three steps: the same seconds as one forward, the first token after the last
+    assert cold_pred.cached_share == 0 and cold_pred.ttft_ms_p50 == pytest.approx(1000 * prefill_s(p, 520))
     assert warm_pred.cached_share == pytest.approx(5 * 496 / (6 * 520))  # the first request of six misses
-    assert warm_pred.ttft_ms_p50 == pytest.approx(1000 * p.step_s(1, 1, [520 - 496]))
+    assert warm_pred.ttft_ms_p50 == pytest.approx(1000 * prefill_s(p, 520 - 496))
     no_cache = fp.simulate(p, "none", 1, 0.01, shared, n=6, cache_tokens=0)
     assert no_cache.cached_share == 0 and no_cache.ttft_ms_p50 == pytest.approx(cold_pred.ttft_ms_p50)
 
@@ -190,3 +194,12 @@ def test_a_prefill_is_fitted_on_the_tokens_its_prefix_cache_did_not_serve():
     assert planning.prefill_points(rows) == [(188, 0.19), (138, 0.14), (600, 0.60)]
     profile = fp.fit_profile(steps_frame(), planning.prefill_points(rows), threads=2)
     assert profile.prefill_token_s == pytest.approx(0.001, rel=0.05)  # 1 ms a computed token, as the rows say
+
+
+def test_a_request_admitted_while_the_first_still_prefills_its_system_prompt_finds_nothing_cached():
+    """Phoenix looks a prompt up as it is admitted and keeps a prompt's blocks once its last chunk is in: requests
+    that arrive together all prefill their shared prefix whole; ones that arrive after the first has finished hit."""
+    p = fp.fit_profile(steps_frame(), [(10, 0.015), (500, 0.505)], threads=2)
+    work = fp.Workload([800] * 4, [8] * 4, shared_tokens=[768] * 4, tenant=[0] * 4, arrive=[0.0, 0.01, 0.02, 60.0])
+    pred = fp.simulate(p, "none", 1, 1.0, work, n=4, cache_tokens=100_000, block=BLOCK, long_prefill=256)
+    assert pred.cached_share == pytest.approx(768 / (4 * 800))  # three arrived during the first's chunks: only the last

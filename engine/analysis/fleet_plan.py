@@ -13,8 +13,10 @@ the two tables Phoenix measures itself instead:
 - **tokens per row per pass** for each setting (the drafter and k the steps ran with), the empirical distribution of
   ``emitted / batch`` over its steps: acceptance as the replica met it, drawn step by step.
 
-Each replica is a SimPy process that runs Phoenix's loop: admit waiting requests up to ``max_batch``, prefill the
-new ones in the step that gives their first token, and emit for every running row. The router sends arrivals round
+Each replica is a SimPy process that runs Phoenix's loop: admit waiting requests up to ``max_batch`` (each looks its
+prompt up in the cache as it is admitted), spend a step's token budget on the running rows' tokens and then on prompt
+chunks of at most ``long_prefill`` tokens (a prompt joins the rows with its first token in the step that computes
+its last chunk, and only then keeps its blocks), and emit for every running row. The router sends arrivals round
 robin. Replicas sharing one machine share its cores: a replica measured with T threads and planned with t is priced
 T / t times slower (compute-bound), an assumption the validation against measured fleets prices.
 
@@ -35,6 +37,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_MAX_BATCH
 
@@ -189,6 +192,8 @@ def simulate(
     seed: int = 0,
     cache_tokens: int = 0,
     block: int = 0,
+    budget: int = BUDGET,
+    long_prefill: int = LONG_PREFILL,
 ) -> Predicted:
     """One fleet at one Poisson rate (inf: every request at once), ``n`` requests drawn from ``work``; each replica
     with a prefix cache of ``cache_tokens`` in blocks of ``block`` tokens (0: none). A workload with arrival times
@@ -218,27 +223,47 @@ def simulate(
             queues[i % replicas].put(req | {"made": 0, "shared": shared, "tenant": tenant})
 
     def replica(q: simpy.Store):
-        running: list[dict] = []
+        running: list[dict] = []  # decoding rows
+        prefilling: list[dict] = []  # admitted, their uncached prompt tokens going in chunk by chunk
         cache = Blocks(cache_tokens, block) if cache_tokens > 0 and block > 0 else None
         while True:
-            new = [] if running else [(yield q.get())]
-            while len(running) + len(new) < max_batch and q.items:
-                new.append((yield q.get()))
-            for r in new:
-                r["cached"] = cache.lookup(r["tenant"], r["shared"], r["prompt"]) if cache else 0
-            batch = running + new
-            width = p.width.get(setting, 1.0) if running else 1.0
-            yield env.timeout(p.step_s(len(batch), width, [r["prompt"] - r["cached"] for r in new]) * scale)
-            for r in new if cache else ():
-                cache.store(r["id"], r["tenant"], r["shared"], r["prompt"])  # type: ignore[union-attr]
-            for r in batch:
-                got = 1 if r in new else max(1.0, rng.choice(p.per_pass[setting]))
-                r["made"] = min(r["out"], r["made"] + got)
-                r.setdefault("first", env.now)
+            if not running and not prefilling:
+                prefilling.append(admit((yield q.get()), cache))
+            while len(running) + len(prefilling) < max_batch and q.items:
+                prefilling.append(admit((yield q.get()), cache))
+            width = p.width.get(setting, 1.0)
+            seconds = p.step_s(len(running), width, []) if running else 0.0
+            left = budget - int(len(running) * width)  # the rows' tokens first, then prompt chunks (Phoenix's step)
+            done: list[dict] = []
+            for r in prefilling:
+                if left <= 0 and (done or r is not prefilling[0]):
+                    break
+                size = min(r["left"], long_prefill, max(1, left))
+                seconds += p.prefill_token_s * size + (p.prefill_base_s if r["left"] == r["todo"] else 0.0)
+                r["left"] -= size
+                left -= size
+                if not r["left"]:
+                    done.append(r)
+            yield env.timeout(seconds * scale)
+            for r in running:
+                r["made"] = min(r["out"], r["made"] + max(1.0, rng.choice(p.per_pass[setting])))
+            for r in done:  # a prompt whose last chunk is in joins with its first token; its blocks are kept
+                prefilling.remove(r)
+                if cache:
+                    cache.store(r["id"], r["tenant"], r["shared"], r["prompt"])
+                r["made"], r["first"] = 1, env.now
+                running.append(r)
+            for r in running:
                 if r["made"] >= r["out"]:
                     r["end"] = env.now
                     finished.append(r)
-            running = [r for r in batch if "end" not in r]
+            running = [r for r in running if "end" not in r]
+
+    def admit(r: dict, cache: Blocks | None) -> dict:
+        """A request takes a slot: its cache lookup now (a prompt still prefilling elsewhere has stored nothing)."""
+        r["cached"] = cache.lookup(r["tenant"], r["shared"], r["prompt"]) if cache else 0
+        r["todo"] = r["left"] = max(1, r["prompt"] - r["cached"])
+        return r
 
     env.process(arrivals())
     for q in queues:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from db.store import Store
 from engine.analysis import fleet_plan as fp
+from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.decode.prefix import BLOCK
 from engine.engines.arrivals import arrival_times, rates_of, slos_of
 from engine.engines.config import PlanConfig
@@ -50,6 +51,17 @@ def _folder(target: str):
         return resolve(target, "target")
     except PhoenixError as exc:
         raise PhoenixError(f"the plan prices the prefix cache from the target's own files: {exc}") from None
+
+
+def chunks(store: Store, run_ids: list[int]) -> dict[str, int]:
+    """The source replica's step budget and prompt chunk (its `serve` settings; Phoenix's defaults where a run from
+    before them kept none): a replica prefills a long prompt over several steps, and a request admitted meanwhile
+    finds nothing of it in the cache."""
+    serve = _serve_of(store, run_ids)
+    return {
+        "budget": int(serve.get("max_num_batched_tokens") or BUDGET),
+        "long_prefill": int(serve.get("long_prefill_token_threshold") or LONG_PREFILL),
+    }
 
 
 def cache_tokens(store: Store, run_ids: list[int]) -> int:
@@ -217,7 +229,8 @@ def plan(store: Store, cfg: PlanConfig) -> tuple[pd.DataFrame, fp.Predicted | No
         for rate in _rates(cfg.rate):
             for setting in sorted(profile.per_pass):
                 preds.append(fp.predict(profile, setting, n, rate, work, cfg.requests, max_batch=cfg.max_batch,
-                                        threads_each=each, cache_tokens=cache, block=BLOCK))  # fmt: skip
+                                        threads_each=each, cache_tokens=cache, block=BLOCK,
+                                        **chunks(store, sources)))  # fmt: skip
     table = pd.DataFrame([vars(p) for p in preds])
     if slo:
         table["meets SLO"] = [fp.meets(p, slo) for p in preds]
@@ -260,7 +273,8 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
             guess_tokens, guess_ttft = fp.naive(profile, rate, work)
             n = int(fig.get("answered") or len(work.output_tokens))
             pred = fp.predict(profile, setting, replicas, rate, work, n, max_batch=cfg.max_batch,
-                              threads_each=threads_each(replicas), cache_tokens=cache, block=BLOCK)  # fmt: skip
+                              threads_each=threads_each(replicas), cache_tokens=cache, block=BLOCK,
+                              **chunks(store, sources))  # fmt: skip
             tokens, ttft = fig["output_throughput"], fig["ttft_ms_p50"]
             out.append({
                 "run": run_id, "replicas": replicas, "rate": rate, "variant": variant, "out of sample": outside,
