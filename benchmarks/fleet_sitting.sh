@@ -25,7 +25,8 @@ BATCH=${BATCH:-8}
 SYSTEM=${SYSTEM:-benchmarks/prompts/system-500.txt}
 PORT=${PORT:-8030}
 CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
-TAG="${MODEL} fleet plan check ($(date -u +%F), ${CPU})"
+LABEL=${LABEL:-}  # told apart from another sitting of the same day (repeated passes: RATES=4,4,4 LABEL=repeats)
+TAG="${MODEL} fleet plan check${LABEL:+, $LABEL} ($(date -u +%F), ${CPU})"
 SERVE=(--target "$MODEL" --draft none --drafter "$DRAFTER" --dtype bfloat16 --max-batch "$BATCH")
 PHASES=${PHASES:-source,source1,calib1,calib2,1,2}
 has() { [[ ",$PHASES," == *",$1,"* ]]; }

@@ -203,3 +203,26 @@ def test_a_request_admitted_while_the_first_still_prefills_its_system_prompt_fin
     work = fp.Workload([800] * 4, [8] * 4, shared_tokens=[768] * 4, tenant=[0] * 4, arrive=[0.0, 0.01, 0.02, 60.0])
     pred = fp.simulate(p, "none", 1, 1.0, work, n=4, cache_tokens=100_000, block=BLOCK, long_prefill=256)
     assert pred.cached_share == pytest.approx(768 / (4 * 800))  # three arrived during the first's chunks: only the last
+
+
+def test_repeated_passes_at_one_rate_are_judged_on_their_median_with_their_range(store):
+    import pandas as pd
+
+    from engine.engines import planning
+    from engine.export.published import Figures, render
+
+    ids = store.add_runs([(f"through the router, pass {i}", {}, "smollm2", None, []) for i in range(3)])
+
+    def row(run_id: int, tokens: float, ttft: float, out: bool = True) -> pd.DataFrame:
+        said = {"run": run_id, "replicas": 1, "rate": 4.0, "variant": "none", "out of sample": out}
+        said |= {"req/s measured": 1.6, "tok/s measured": tokens, "tok/s predicted": 100.0, "tok/s error": 0.0}
+        said |= {"TTFT p50 measured (ms)": ttft, "TTFT p50 predicted (ms)": 4000.0, "TTFT error": 0.0}
+        return pd.DataFrame([said])
+
+    for run_id, tokens, ttft in zip(ids, (90.0, 104.0, 110.0), (6000.0, 4400.0, 3000.0)):
+        planning.record_validation(store, row(run_id, tokens, ttft), "553")
+    text = render(f"<!-- generated: fleet-passes {ids[0]}-{ids[-1]} 553 --><!-- /generated -->", Figures(store))
+    assert "| 1 | 4 | none | 3 | 104.0 (90.0-110.0) | 100.0 (4%) | 4400 (3000-6000) | 4000 (9%) |" in text
+    assert "met at 1 of 1 rows" in text  # each pass alone misses by up to 33%; the median is what a plan predicts
+    with pytest.raises(Exception, match="no rate measured in two passes"):
+        render(f"<!-- generated: fleet-passes {ids[0]} 553 --><!-- /generated -->", Figures(store))

@@ -93,7 +93,7 @@ def test_a_side_by_side_run_in_which_every_request_failed_ends_failed_and_counts
               "text": "", "draft_n": None, "draft_n_accepted": None}  # fmt: skip
     monkeypatch.setattr(side.llamacpp, "start", lambda c: {"state": "running", "url": "u", "command": "llama-server"})
     monkeypatch.setattr(side, "client_for", lambda url, model, **kw: Dead())
-    monkeypatch.setattr(side, "one_request", lambda cl, p, n, chat: {**failed, "prompt": p})
+    monkeypatch.setattr(side, "one_request", lambda cl, p, n, chat, extra=None: {**failed, "prompt": p})
     with pytest.raises(PhoenixError, match=r"^every request failed; the first: HTTP 500: boom$"):
         side.engines(store, side.EnginesConfig(spec_types="none,ngram-mod", limit=2), say=lambda _: None)
     (run,) = store.list_runs()

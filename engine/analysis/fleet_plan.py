@@ -37,7 +37,6 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.errors import PhoenixError
 from engine.modes import DEFAULT_MAX_BATCH
 
@@ -192,13 +191,14 @@ def simulate(
     seed: int = 0,
     cache_tokens: int = 0,
     block: int = 0,
-    budget: int = BUDGET,
-    long_prefill: int = LONG_PREFILL,
+    budget: int | None = None,
+    long_prefill: int | None = None,
 ) -> Predicted:
     """One fleet at one Poisson rate (inf: every request at once), ``n`` requests drawn from ``work``; each replica
     with a prefix cache of ``cache_tokens`` in blocks of ``block`` tokens (0: none). A workload with arrival times
     is a measured pass replayed: its requests in order at the times they were sent (a 32-request pass's wall time is
-    set by its own arrivals)."""
+    set by its own arrivals). ``budget`` and ``long_prefill``: the replica's step budget and prompt chunk (its
+    `serve` settings; None: a prompt prefilled whole in the step it starts)."""
     if setting not in p.per_pass:
         raise PhoenixError(f"the replica never ran {setting!r}; measured: {', '.join(sorted(p.per_pass))}")
     rng = random.Random(seed)
@@ -233,12 +233,13 @@ def simulate(
                 prefilling.append(admit((yield q.get()), cache))
             width = p.width.get(setting, 1.0)
             seconds = p.step_s(len(running), width, []) if running else 0.0
-            left = budget - int(len(running) * width)  # the rows' tokens first, then prompt chunks (Phoenix's step)
+            # the rows' tokens first, then prompt chunks with what is left of the step's budget (Phoenix's step)
+            left = (budget or 1 << 30) - int(len(running) * width)
             done: list[dict] = []
             for r in prefilling:
                 if left <= 0 and (done or r is not prefilling[0]):
                     break
-                size = min(r["left"], long_prefill, max(1, left))
+                size = min(r["left"], long_prefill or r["left"], max(1, left))
                 seconds += p.prefill_token_s * size + (p.prefill_base_s if r["left"] == r["todo"] else 0.0)
                 r["left"] -= size
                 left -= size

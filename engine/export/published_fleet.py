@@ -102,3 +102,52 @@ def fleet_repeat(fig, args: str) -> str:
                 f"({_pct(abs(ttft[1] - ttft[0]) / ttft[1])}) | #{a_id}, #{b_id} |"
             )
     return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def repeated(fig, args: str) -> str:
+    """ARGS: ``RUNS SOURCES``: where one fleet ran the same rate in several passes (`--request-rate 4,4,4`), the plan
+    against the median of the passes, with their range, and the goal judged on those medians: a pass is one draw of a
+    queue, and the plan predicts the queue, not one draw of it."""
+    runs, _, source = args.partition(" ")
+    groups: dict[tuple, list[dict]] = {}
+    for run_id in run_ids(runs):
+        for r in (fig.run(run_id).config or {}).get("fleet_plan") or []:
+            if str(r.get("source")) == source.strip():
+                groups.setdefault((r["replicas"], r["rate"], r["variant"]), []).append(r | {"run": run_id})
+    groups = {k: v for k, v in groups.items() if len(v) >= 2}
+    if not groups:
+        raise PhoenixError(f"runs {runs} hold no rate measured in two passes or more with plans from {source}")
+    lines = [
+        "| fleet | rate | variant | passes | tok/s measured: median (range) | plan (error) | "
+        "TTFT p50 ms measured: median (range) | plan (error) | runs |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    judged = []
+    for (replicas, rate, variant), rows in sorted(groups.items()):
+        tok = sorted(float(r["tok/s measured"]) for r in rows)
+        ttft = sorted(float(r["TTFT p50 measured (ms)"]) for r in rows)
+        plan_tok = _median([float(r["tok/s predicted"]) for r in rows])
+        plan_ttft = _median([float(r["TTFT p50 predicted (ms)"]) for r in rows])
+        err_tok, err_ttft = abs(plan_tok - _median(tok)) / _median(tok), abs(plan_ttft - _median(ttft)) / _median(ttft)
+        judged.append((err_tok, err_ttft, all(r.get("out of sample", False) for r in rows)))
+        lines.append(
+            f"| {replicas} | {rate:g} | {variant} | {len(rows)} | {_median(tok):.1f} ({tok[0]:.1f}-{tok[-1]:.1f}) | "
+            f"{plan_tok:.1f} ({_pct(err_tok)}) | {_median(ttft):.0f} ({ttft[0]:.0f}-{ttft[-1]:.0f}) | "
+            f"{plan_ttft:.0f} ({_pct(err_ttft)}) | " + ", ".join(f"#{r['run']}" for r in rows) + " |"
+        )
+    outside = [j for j in judged if j[2]]
+    met = sum(t <= GOAL and f <= GOAL for t, f, _ in outside)
+    said = (
+        f"*The goal on the passes' medians (within {GOAL:.0%} of both, out of sample)*: met at {met} of {len(outside)}"
+        f" rows of fleet, rate and variant (worst throughput error {max(t for t, _, _ in outside):.0%}, worst TTFT "
+        f"error {max(f for _, f, _ in outside):.0%})."
+        if outside
+        else "*The goal on the passes' medians*: no row is out of sample."
+    )
+    return "\n\n" + "\n".join(lines) + "\n\n" + said + "\n\n"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
