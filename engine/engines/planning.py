@@ -221,6 +221,7 @@ def plan(store: Store, cfg: PlanConfig) -> tuple[pd.DataFrame, fp.Predicted | No
     if cfg.shared_prefix:
         work.shared_tokens = [cfg.shared_prefix] * len(work.prompt_tokens)
     cache = cache_tokens(store, sources) if cfg.shared_prefix else 0
+    chunked = chunks(store, sources)
     slo = slos_of(cfg.slo) if cfg.slo else {}
     preds = []
     for n in _ints(cfg.replicas, "--replicas"):
@@ -229,8 +230,7 @@ def plan(store: Store, cfg: PlanConfig) -> tuple[pd.DataFrame, fp.Predicted | No
         for rate in _rates(cfg.rate):
             for setting in sorted(profile.per_pass):
                 preds.append(fp.predict(profile, setting, n, rate, work, cfg.requests, max_batch=cfg.max_batch,
-                                        threads_each=each, cache_tokens=cache, block=BLOCK,
-                                        **chunks(store, sources)))  # fmt: skip
+                                        threads_each=each, cache_tokens=cache, block=BLOCK, **chunked))  # fmt: skip
     table = pd.DataFrame([vars(p) for p in preds])
     if slo:
         table["meets SLO"] = [fp.meets(p, slo) for p in preds]
@@ -252,6 +252,7 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
     sources = _ints(cfg.source, "--source")
     profiles = load_profiles(store, sources)
     cache, target = cache_tokens(store, sources), str(_serve_of(store, sources).get("target") or "")
+    chunked = chunks(store, sources)
     out = []
     for item in (x for x in cfg.validate.split(",") if x.strip()):
         run_text, _, n_text = item.partition(":")
@@ -274,7 +275,7 @@ def validation(store: Store, cfg: PlanConfig) -> pd.DataFrame:
             n = int(fig.get("answered") or len(work.output_tokens))
             pred = fp.predict(profile, setting, replicas, rate, work, n, max_batch=cfg.max_batch,
                               threads_each=threads_each(replicas), cache_tokens=cache, block=BLOCK,
-                              **chunks(store, sources))  # fmt: skip
+                              **chunked)  # fmt: skip
             tokens, ttft = fig["output_throughput"], fig["ttft_ms_p50"]
             out.append({
                 "run": run_id, "replicas": replicas, "rate": rate, "variant": variant, "out of sample": outside,

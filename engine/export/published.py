@@ -38,7 +38,7 @@ from engine.errors import PhoenixError
 from engine.export.published_ab import rounds
 from engine.export.published_cells import anchor, cell
 from engine.export.published_files import limits, limits_goals
-from engine.export.published_fleet import fleet_plan, fleet_repeat, repeated
+from engine.export.published_fleet import fleet_passes, fleet_plan, fleet_repeat
 from engine.export.published_gain import position_gain
 from engine.export.published_levels import best_setting, history, levels, load_frame, prefix_cache, rates
 from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost, position_pairs
@@ -328,7 +328,7 @@ def tuner(fig: Figures, runs: str) -> str:
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "fleet-plan": fleet_plan,
     "fleet-repeat": fleet_repeat,
-    "fleet-passes": repeated,
+    "fleet-passes": fleet_passes,
     "quality": quality,
     "position-gain": position_gain,
     "modes": modes,

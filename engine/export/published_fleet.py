@@ -5,6 +5,8 @@ at its best level in the runs cited (a 32-request pass at 1 request/s ends below
 
 from __future__ import annotations
 
+from statistics import median
+
 from engine.errors import PhoenixError
 from engine.export.run_ids import run_ids
 
@@ -104,7 +106,7 @@ def fleet_repeat(fig, args: str) -> str:
     return "\n\n" + "\n".join(lines) + "\n\n"
 
 
-def repeated(fig, args: str) -> str:
+def fleet_passes(fig, args: str) -> str:
     """ARGS: ``RUNS SOURCES``: where one fleet ran the same rate in several passes (`--request-rate 4,4,4`), the plan
     against the median of the passes, with their range, and the goal judged on those medians: a pass is one draw of a
     queue, and the plan predicts the queue, not one draw of it."""
@@ -126,13 +128,13 @@ def repeated(fig, args: str) -> str:
     for (replicas, rate, variant), rows in sorted(groups.items()):
         tok = sorted(float(r["tok/s measured"]) for r in rows)
         ttft = sorted(float(r["TTFT p50 measured (ms)"]) for r in rows)
-        plan_tok = _median([float(r["tok/s predicted"]) for r in rows])
-        plan_ttft = _median([float(r["TTFT p50 predicted (ms)"]) for r in rows])
-        err_tok, err_ttft = abs(plan_tok - _median(tok)) / _median(tok), abs(plan_ttft - _median(ttft)) / _median(ttft)
+        plan_tok = median([float(r["tok/s predicted"]) for r in rows])
+        plan_ttft = median([float(r["TTFT p50 predicted (ms)"]) for r in rows])
+        err_tok, err_ttft = abs(plan_tok - median(tok)) / median(tok), abs(plan_ttft - median(ttft)) / median(ttft)
         judged.append((err_tok, err_ttft, all(r.get("out of sample", False) for r in rows)))
         lines.append(
-            f"| {replicas} | {rate:g} | {variant} | {len(rows)} | {_median(tok):.1f} ({tok[0]:.1f}-{tok[-1]:.1f}) | "
-            f"{plan_tok:.1f} ({_pct(err_tok)}) | {_median(ttft):.0f} ({ttft[0]:.0f}-{ttft[-1]:.0f}) | "
+            f"| {replicas} | {rate:g} | {variant} | {len(rows)} | {median(tok):.1f} ({tok[0]:.1f}-{tok[-1]:.1f}) | "
+            f"{plan_tok:.1f} ({_pct(err_tok)}) | {median(ttft):.0f} ({ttft[0]:.0f}-{ttft[-1]:.0f}) | "
             f"{plan_ttft:.0f} ({_pct(err_ttft)}) | " + ", ".join(f"#{r['run']}" for r in rows) + " |"
         )
     outside = [j for j in judged if j[2]]
@@ -145,9 +147,3 @@ def repeated(fig, args: str) -> str:
         else "*The goal on the passes' medians*: no row is out of sample."
     )
     return "\n\n" + "\n".join(lines) + "\n\n" + said + "\n\n"
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
