@@ -48,3 +48,35 @@ def test_a_packed_bf16_model_decodes_what_the_plain_one_does(tiny_dirs):
         ids = plain.encode(text)
         want = plain.run(ids, 0, 24, timed=False).output_ids
         assert packed.run(ids, 0, 24, timed=False).output_ids == want
+
+
+def test_fused_groups_compute_what_their_layers_did_and_keep_the_models_parameters(tiny_dirs):
+    """q, k, v and gate, up as one packed GEMM each where Phoenix's runner runs (engine.decode.packed.fuse): the
+    state dict keeps its names, transformers' modeling through the parts gives the runner's logits, each part's
+    output is its layer's, and fp32 speculation through the fused runner stays exact."""
+    from engine.decode.loading import prepare
+    from engine.decode.packed import Part, group_of
+
+    d = tiny_dirs["qwen2"]
+    plain = load_pair(d["target"], None, "cpu", "float32").target
+    keys = set(plain.state_dict())
+    pair = prepare(load_pair(d["target"], d["near"], "cpu", "float32"), "on", "auto")
+    assert "groups fused" in pair.packed, pair.packed
+    hf = pair.target.hf
+    attn, mlp = hf.model.layers[0].self_attn, hf.model.layers[0].mlp
+    assert isinstance(attn.q_proj, Part) and group_of(attn.q_proj, attn.k_proj, attn.v_proj) is not None
+    assert group_of(mlp.gate_proj, mlp.up_proj) is not None
+    assert group_of(attn.k_proj, attn.q_proj, attn.v_proj) is None  # out of order: the runner calls each
+    assert set(hf.state_dict()) == keys  # the fused weight is not a parameter
+    x = torch.randn(4, hf.config.hidden_size)
+    with torch.inference_mode():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            layer = plain.model.layers[0].self_attn.get_submodule(name)
+            assert torch.allclose(getattr(attn, name)(x), layer(x), atol=1e-5)
+        ids = torch.tensor([[5, 9, 2, 7, 11]])
+        assert torch.allclose(pair.target(input_ids=ids).logits, hf(input_ids=ids).logits, atol=1e-5)
+    dec = Decoder(pair)
+    ids = dec.encode("def add(a, b):\n")
+    want = dec.run(ids, 0, 20, timed=False).output_ids
+    for drafter, k in (("model", 3), ("ngram", 4)):
+        assert dec.run(ids, k, 20, drafter, timed=False).output_ids == want

@@ -336,6 +336,9 @@ def test_two_passes_of_the_same_prompts_are_cold_by_default_and_warm_only_when_n
         cold = [load_sweep(store, cfg, say=lambda _line: None)[0] for _ in range(2)]
         from dataclasses import replace
 
+        repeated = load_sweep(store, replace(cfg, request_rate="50,50"), say=lambda _line: None)  # one rate twice
+        assert len(repeated) == 2
+        cold += repeated  # the second level is a new pass, not a re-send into the first one's cache
         warm = [load_sweep(store, replace(cfg, cache="warm"), say=lambda _line: None)[0] for _ in range(2)]
     for run_id in cold:
         rows = store.requests(run_id)

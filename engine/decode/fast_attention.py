@@ -36,7 +36,7 @@ def _build():
     if os.environ.get("PHOENIX_DECODE_ATTENTION", "kernel") == "sdpa":
         return None, "PHOENIX_DECODE_ATTENTION=sdpa"
     flags = _cpu_flags()
-    if not {"avx512f", "avx512_bf16"} <= flags:
+    if not {"avx512f", "avx512_bf16", "avx512bw", "avx512vl"} <= flags:
         return None, "this CPU has no AVX-512 BF16"
     # one build per source, CPU and torch: a build for another CPU (-march=native) must never load here
     tag = hashlib.sha256(SOURCE.read_bytes() + " ".join(sorted(flags)).encode() + torch.__version__.encode())

@@ -12,7 +12,7 @@ from engine.catalog import EMBEDDED, NAMED, lookup, named_dir
 from engine.decode.card import card_of
 from engine.decode.eagle3 import default_taps, is_head_dir, load_head
 from engine.decode.own import check_model_dir, gguf_folder, is_gguf
-from engine.decode.packed import pack_pair
+from engine.decode.packed import fuse_pair, pack_pair
 from engine.decode.runner import use_runner
 from engine.errors import PhoenixError
 from engine.provenance import native_bf16
@@ -274,6 +274,7 @@ def prepare(pair: LoadedPair, pack: str = "auto", runner: str = "auto") -> Loade
         use_runner(pair, runner)
     except ValueError as exc:
         raise PhoenixError(str(exc), field="runner") from None
+    fuse_pair(pair)  # on the runner's layers: q, k, v and gate, up as one GEMM each
     return pair
 
 

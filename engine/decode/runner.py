@@ -33,6 +33,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from engine.decode import fast_attention
+from engine.decode.packed import group_of
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
 
@@ -218,8 +219,9 @@ class Runner(nn.Module):
             q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
             qkv = attn.qkv_proj(h)
             q, k, v = qkv[:, :q_size], qkv[:, q_size : q_size + kv_size], qkv[:, q_size + kv_size :]
-        else:
-            q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+        else:  # one GEMM where the layers are a packed group (engine.decode.packed.fuse)
+            group = group_of(attn.q_proj, attn.k_proj, attn.v_proj)
+            q, k, v = group(h) if group is not None else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
         if self.shape.qk_norm == "full":  # OLMo2: over the whole projection, before the heads split
             q, k = self.norm(q, attn.q_norm.weight, self.eps), self.norm(k, attn.k_norm.weight, self.eps)
         q, k = q.view(-1, self.heads, self.head_dim), k.view(-1, self.kv_heads, self.head_dim)
@@ -261,7 +263,9 @@ class Runner(nn.Module):
         if self.shape.fused:  # Phi3: gate and up from one projection
             gate, up = mlp.gate_up_proj(h).chunk(2, dim=-1)
             return mlp.down_proj(self.mlp_act(gate, up))
-        return mlp.down_proj(self.mlp_act(mlp.gate_proj(h), mlp.up_proj(h)))
+        group = group_of(mlp.gate_proj, mlp.up_proj)
+        gate, up = group(h) if group is not None else (mlp.gate_proj(h), mlp.up_proj(h))
+        return mlp.down_proj(self.mlp_act(gate, up))
 
     def _logits(self, x: torch.Tensor, B: int, n: int, flat, keep: int) -> torch.Tensor:
         """Logits for the last ``keep`` positions of each row (0: every position), computed for real tokens only."""

@@ -344,7 +344,9 @@ def _level_run(
         written.extend(records)
 
     with owned(store, run.id):  # heartbeat; Ctrl-C or SIGTERM: interrupted, answered blocks kept; error: failed
-        sitting = str((extra.get("sweep") or {}).get("id") or uuid.uuid4().hex)
+        # the run's own id in every pass key: a level repeated in one sweep (--request-rate 4,4,4) is a new pass, not
+        # a re-send of the prompts the one before it left in the server's cache
+        sitting = f"{(extra.get('sweep') or {}).get('id') or uuid.uuid4().hex}/{run.id}"
         walls, per_block = level(cfg, model, prompts, lv, order, urls, keep, cpu_of, sitting)
     slos = slos_of(cfg.goodput)
     per_variant = {
