@@ -81,3 +81,29 @@ def test_a_bf16_runner_step_through_the_kernel_keeps_sdpas_logits(monkeypatch):
     sdpa = logits()
     for a, b in zip(fast, sdpa):  # a random model's logits are near ties: the argmax may move, a logit by bf16's step
         assert (a - b).abs().max().item() < 0.05
+
+
+@needs_kernel
+def test_the_one_call_norm_and_rope_give_torchs_bits_and_leave_what_they_cannot_take_to_torch():
+    """The extension's RMSNorm and RoPE (one call each instead of six to eight torch ops): RoPE the same bits as the
+    runner's torch ops, on a strided view of a fused projection too; RMSNorm within one bf16 step of them (its sum
+    of squares adds in another order); fp32, partial rotary and odd widths go to the torch version."""
+    from engine.decode.runner import rms_norm, rotate
+
+    norm, rope = FA.rms_norm(rms_norm), FA.rotate(rotate)
+    gen = torch.Generator().manual_seed(3)
+    with torch.inference_mode():
+        for n in (1, 8, 37):
+            x, w = (torch.randn(n, 576, generator=gen) * 3).bfloat16(), torch.randn(576, generator=gen).bfloat16()
+            want, got = rms_norm(x, w, 1e-5).float(), norm(x, w, 1e-5).float()
+            assert ((want - got).abs() <= want.abs() * 2**-7).all()
+            fused = torch.randn(n, 960, generator=gen).bfloat16()
+            q = fused[:, :576].view(n, 9, 64)  # not contiguous: a slice of q, k, v's one GEMM
+            angles = torch.randn(n, 64, generator=gen)
+            cos, sin = angles.cos().bfloat16()[:, None, :], angles.sin().bfloat16()[:, None, :]
+            assert torch.equal(rope(q, cos, sin), rotate(q, cos, sin))
+        x32 = torch.randn(4, 576)
+        assert torch.equal(norm(x32, torch.ones(576), 1e-5), rms_norm(x32, torch.ones(576), 1e-5))
+        half = torch.randn(4, 1, 32).bfloat16()  # rotary over half the head (Phi3's partial rotary): torch's
+        q = torch.randn(4, 2, 64).bfloat16()
+        assert torch.equal(rope(q, half, half), rotate(q, half, half))

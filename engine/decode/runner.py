@@ -130,20 +130,20 @@ class Runner(nn.Module):
         why = unsupported(model)
         if why is not None:
             raise ValueError(f"Phoenix's runner cannot run this model: {why}")
-        self.hf = model
-        c = model.config
-        self.eps = float(c.rms_norm_eps)
+        self.hf, c = model, model.config
+        self.eps, self.compiled = float(c.rms_norm_eps), compile_ops
         self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.shape = shape_of(c)
         self.scale = self.shape.attention_multiplier or self.head_dim**-0.5
         norm = rms_norm_weight_first if self.shape.weight_first else rms_norm
-        self.norm, self.rope, self.mlp_act = norm, rotate, gated
+        # eager bf16 steps take the extension's one-call norm and RoPE (engine.decode.fast_attention)
+        self.norm = fast_attention.rms_norm(norm) if norm is rms_norm else norm
+        self.rope, self.mlp_act = fast_attention.rotate(rotate), gated
         if compile_ops:
             self.norm, self.rope, self.mlp_act = (
                 torch.compile(f, dynamic=True, fullgraph=True) for f in (norm, rotate, gated)
             )
-        self.compiled = compile_ops
 
     def __getattr__(self, name: str):
         try:
