@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from engine.decode.sampling import argmax
 from engine.decode.sequence import PassOutcome
 from engine.decode.spec import Pick, accepted_prefix
 
@@ -254,7 +255,7 @@ def prefill_together(
 
 def picked(logits: torch.Tensor, lengths: list[int], picks: list[Pick | None] | None) -> list[list[int]]:
     """Each row's picks at its first ``lengths[b]`` positions: the batch's argmax, or the row's own pick."""
-    greedy = logits.argmax(dim=-1)
+    greedy = argmax(logits)
     own = picks or [None] * len(lengths)
     return [
         pick(logits[b, :n]) if pick is not None else greedy[b, :n].tolist()

@@ -13,6 +13,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
+from engine.decode.sampling import argmax
+
 
 def unsure(logits: torch.Tensor, threshold: float) -> bool:
     """The drafter's top probability is under ``threshold``: a confident drafter stops after this token
@@ -108,12 +110,12 @@ class ModelDrafter(Drafter):
         # After a full accept the cache lags by one drafted token; feeding every
         # uncached token of the context in the first call catches it up in the same pass.
         logits = self._feed(context[self.cache_len :])
-        out = [logits.argmax()]
+        out = [argmax(logits)]
         while len(out) < k and not unsure(logits, self.stop_below):
             logits = self.model(input_ids=out[-1].view(1, 1), cache=self.cache, use_cache=True).logits
             self.cache_len += 1
             logits = logits[0, -1, : self.vocab_limit]
-            out.append(logits.argmax())
+            out.append(argmax(logits))
         return torch.stack(out).tolist()
 
     def rollback(self, final_len: int) -> None:

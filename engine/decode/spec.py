@@ -20,6 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
 from engine.decode.drafters import Drafter
+from engine.decode.sampling import argmax
 from engine.decode.sampling_params import GREEDY, SamplingParams
 from engine.decode.sequence import PassOutcome, RequestStats, Sequence
 
@@ -61,7 +62,7 @@ def forward(
     out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=keep, output_hidden_states=bool(taps))
     feats = torch.cat([out.hidden_states[i][0] for i in taps], dim=-1) if taps else None
     logits = out.logits[0][-keep:]
-    return (pick(logits) if pick is not None else logits.argmax(dim=-1).tolist()), feats
+    return (pick(logits) if pick is not None else argmax(logits).tolist()), feats
 
 
 def prefill(

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from engine.decode.drafters import Drafter, unsure
 from engine.decode.eagle3.head import HeadCache
 from engine.decode.runner import bucket
+from engine.decode.sampling import argmax
 
 
 class Eagle3Drafter(Drafter):
@@ -58,18 +59,18 @@ class Eagle3Drafter(Drafter):
         return out[:, -1:]
 
     def pick(self, prenorm: torch.Tensor) -> torch.Tensor:
-        return self.head.to_target_ids(self.head.logits(prenorm)[0, -1].argmax())
+        return self.head.to_target_ids(argmax(self.head.logits(prenorm)[0, -1]))
 
     def propose(self, context: list[int], k: int) -> list[int]:
         self.cache.crop(self.real)
         h = self.catch_up(context)
         logits = self.head.logits(h)[0, -1]
-        out = [self.head.to_target_ids(logits.argmax())]
+        out = [self.head.to_target_ids(argmax(logits))]
         while len(out) < k and not unsure(logits, self.stop_below):
             positions = torch.tensor([[self.real + len(out) - 1]], device=h.device)
             h = self.head.step(self.embed(out[-1].view(1, 1)), h, positions, self.cache)
             logits = self.head.logits(h)[0, -1]
-            out.append(self.head.to_target_ids(logits.argmax()))
+            out.append(self.head.to_target_ids(argmax(logits)))
         return torch.stack(out).tolist()
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
@@ -166,5 +167,5 @@ def _step(drafters: list[Eagle3Drafter], rows: list[int], states: dict, step: in
     padded_v = torch.cat([F.pad(vj, (0, 0, 0, longest - vj.shape[2])) for vj in values])
     attn = F.scaled_dot_product_attention(q, padded_k, padded_v, attn_mask=mask, enable_gqa=True)
     prenorm = head.after_attention(attn.transpose(1, 2), hidden)
-    picks = head.to_target_ids(head.logits(prenorm)[:, -1].argmax(dim=-1))
+    picks = head.to_target_ids(argmax(head.logits(prenorm)[:, -1]))
     return [(prenorm[j : j + 1], picks[j]) for j in range(len(rows))]

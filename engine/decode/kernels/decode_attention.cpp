@@ -70,6 +70,30 @@ inline __m512 widen16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
+// The values for query rows r0 .. r0 + G - 1 (those below R) of one (row of the batch, KV head): each value row read
+// once and its products summed in registers, G rows of LANES vectors (the memory round trip of each sum per column
+// was most of the loop's work). A group past R repeats row R - 1 and keeps nothing of it.
+template <int LANES, int G>
+inline void values(const uint16_t* vb, int64_t v2, int64_t S, const float* scores, int64_t Sp, float* acc, int64_t r0,
+                   int64_t R) {
+  __m512 sums[G][LANES];
+  const float* rows[G];
+  for (int g = 0; g < G; ++g) {
+    rows[g] = scores + (r0 + g < R ? r0 + g : R - 1) * Sp;
+    for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_setzero_ps();
+  }
+  for (int64_t s = 0; s < S; ++s) {
+    __m512 row[LANES];
+    for (int c = 0; c < LANES; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
+    for (int g = 0; g < G; ++g) {
+      const __m512 p = _mm512_set1_ps(rows[g][s]);
+      for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_fmadd_ps(p, row[c], sums[g][c]);
+    }
+  }
+  for (int g = 0; g < G && r0 + g < R; ++g)
+    for (int c = 0; c < LANES; ++c) _mm512_storeu_ps(acc + (r0 + g) * LANES * 16 + 16 * c, sums[g][c]);
+}
+
 }  // namespace
 
 // q [B, KV, R, D] bf16 contiguous (row r of head h is query head h * R / n + ..., token r % n); k, v [B, KV, S, D]
@@ -145,16 +169,22 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
         }
         total[r] = _mm512_reduce_add_ps(sum);
       }
-      std::fill(acc.begin(), acc.end(), 0.f);
       const uint16_t* vb = vp + b * v0 + h * v1;
-      for (int64_t s = 0; s < S; ++s) {  // values: each row read once for every query row
-        __m512 row[16];
-        for (int64_t c = 0; c < lanes; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
-        for (int64_t r = 0; r < R; ++r) {
-          const __m512 p = _mm512_set1_ps(scores[r * Sp + s]);
-          float* ar = acc.data() + r * D;
-          for (int64_t c = 0; c < lanes; ++c)
-            _mm512_storeu_ps(ar + 16 * c, _mm512_fmadd_ps(p, row[c], _mm512_loadu_ps(ar + 16 * c)));
+      if (lanes == 4) {  // head dimension 64 (SmolLM2) or 128 (Qwen2.5): the sums stay in registers
+        for (int64_t r0 = 0; r0 < R; r0 += 6) values<4, 6>(vb, v2, S, scores.data(), Sp, acc.data(), r0, R);
+      } else if (lanes == 8) {
+        for (int64_t r0 = 0; r0 < R; r0 += 3) values<8, 3>(vb, v2, S, scores.data(), Sp, acc.data(), r0, R);
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t s = 0; s < S; ++s) {  // values: each row read once for every query row
+          __m512 row[16];
+          for (int64_t c = 0; c < lanes; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
+          for (int64_t r = 0; r < R; ++r) {
+            const __m512 p = _mm512_set1_ps(scores[r * Sp + s]);
+            float* ar = acc.data() + r * D;
+            for (int64_t c = 0; c < lanes; ++c)
+              _mm512_storeu_ps(ar + 16 * c, _mm512_fmadd_ps(p, row[c], _mm512_loadu_ps(ar + 16 * c)));
+          }
         }
       }
       uint16_t* ob = op + task * R * D;
