@@ -5,7 +5,8 @@ it read the cache at about 7 GB/s (AMD EPYC Zen 4, 2 cores, 31 GB/s to DRAM), a 
 fp32 sums (the rounding SDPA's bf16 path has), and is built for this CPU on first use (about 25 s, cached by torch
 under ``~/.cache/torch_extensions``, one build per CPU and source). Where it cannot run (no AVX-512 BF16, no
 compiler, ``PHOENIX_DECODE_ATTENTION=sdpa``) SDPA runs, and ``describe()`` says which and why; fp32 never uses it
-(SDPA is the path its exactness is tested on)."""
+(SDPA is the path its exactness is tested on). The same extension holds the step's RMSNorm and RoPE as one call
+each (``rms_norm``, ``rotate``), which the opt-out turns off with it."""
 
 from __future__ import annotations
 

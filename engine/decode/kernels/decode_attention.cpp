@@ -1,7 +1,9 @@
-// Attention of a few query rows over a long bf16 cache, for a decode or verify step on the CPU (engine.decode.fast).
-// Each (row of the batch, KV head) reads its keys and values once, as bf16: scores by AVX-512 BF16 dot products
-// (fp32 sums, as SDPA's), softmax in fp32, the values summed in fp32. SDPA's flash kernel tiles for long queries and
-// read the cache at about 7 GB/s in a decode step (AMD EPYC Zen 4, 31 GB/s to DRAM); this reads it at about 13.
+// Attention of a few query rows over a long bf16 cache, for a decode or verify step on the CPU
+// (engine.decode.fast_attention). Each (row of the batch, KV head) reads its keys and values once, as bf16: scores
+// by AVX-512 BF16 dot products (fp32 sums, as SDPA's), softmax in fp32, the values summed in fp32 registers. SDPA's
+// flash kernel tiles for long queries and read the cache at about 7 GB/s in a decode step (AMD EPYC Zen 4, 31 GB/s
+// to DRAM); this reads it at about 17 (8 rows of 711 columns, 30 layers of SmolLM2 in 7.5-8.2 ms, 2026-12-06).
+// Below it, the step's RMSNorm and RoPE as one call each.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
