@@ -237,3 +237,46 @@ def test_rows_drafting_with_one_eagle3_head_share_its_forwards_and_propose_what_
         got = propose_batch(together, contexts, ks)
     assert got == expected and [len(g) for g in got] == ks
     assert [d.cache.length for d in together] == [d.cache.length for d in alone]  # the same state for the next pass
+
+
+def test_leave_moves_fill_each_freed_place_with_a_row_from_beyond():
+    from engine.decode.batch import leave_moves
+
+    assert leave_moves([0, 2, 3]) == ([(3, 1)], [0, 3, 2])
+    assert leave_moves([1, 2]) == ([(2, 0)], [2, 1])
+    assert leave_moves([0, 1]) == ([], [0, 1])
+    assert leave_moves([4]) == ([(4, 0)], [4])
+
+
+def test_rows_join_into_a_spare_row_and_leave_by_one_move_every_row_keeping_its_columns():
+    """A join writes the new row into the buffer's spare row and a leave moves a row from beyond into the freed
+    place: the batch's buffer is not reallocated (no copy of every row), and each row keeps its own keys."""
+    from transformers import LlamaConfig
+
+    from engine.decode.batch import roomy_cache
+
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
+
+    def row(length: int, fill: float):
+        cache = roomy_cache(config)
+        for i in range(2):
+            keys = torch.full((1, 2, length, 8), fill)
+            cache.update(keys, -keys, i)
+        return cache
+
+    batch = BatchCache.empty(torch.device("cpu"))
+    for j, length in enumerate([5, 3, 7]):  # the buffer's rows: 1, 2, then 4
+        batch.add_row(row(length, float(j + 1)), length)
+    layer = batch.cache.layers[1]
+    buffer = layer._k.data_ptr()
+    batch.add_row(row(2, 5.0), 2)  # into the spare row
+    assert layer._k.data_ptr() == buffer and batch.rows == 4 and batch.width == 7
+    order = batch.keep_rows([0, 2, 3])  # row 1 leaves; row 3 takes its place
+    assert order == [0, 3, 2] and layer._k.data_ptr() == buffer
+    assert batch.lengths == [5, 2, 7]
+    for b, (fill, length) in enumerate([(1.0, 5), (5.0, 2), (3.0, 7)]):
+        assert batch.valid[b].tolist() == [True] * length + [False] * (7 - length)
+        for layer in batch.cache.layers:
+            assert torch.equal(layer.keys[b, :, :length], torch.full((2, length, 8), fill))
+            assert torch.equal(layer.values[b, :, :length], torch.full((2, length, 8), -fill))
+            assert not layer.keys[b, :, length:].any()  # masked columns are zeros: finite, never read

@@ -27,11 +27,15 @@ SPARE = 64  # free columns a layer keeps beyond its tokens, so a step's tokens a
 
 
 class RoomyLayer(DynamicLayer):
-    """A full-attention cache layer whose keys and values are views of buffers with spare columns: a step's
-    tokens are written in place, where ``DynamicLayer`` concatenates, copying the whole cache every step (at 16
-    rows of about 200 tokens that copy was 17% of a step's CPU time: SmolLM2 bf16, 2-core Xeon with AMX,
-    2026-12-02). Whatever assigns ``keys``/``values`` (a row joining or leaving, compaction) is adopted at the next
-    update; a crop keeps a prefix view of the same buffer, adopted without a copy."""
+    """A full-attention cache layer whose keys and values are views of buffers with spare columns and spare rows:
+    a step's tokens are written in place, where ``DynamicLayer`` concatenates, copying the whole cache every step
+    (at 16 rows of about 200 tokens that copy was 17% of a step's CPU time: SmolLM2 bf16, 2-core Xeon with AMX,
+    2026-12-02). A request joining the batch is written into the next spare row (``join``) and one leaving takes
+    the last row into its place (``move_rows``): a concatenation or an ``index_select`` copied every row's cache,
+    and its adoption copied it again (at 16 rows of 300 tokens, SmolLM2 bf16, a join cost 60 ms and a leave 46 ms,
+    more than a decode step: 2-core Zen 4, 2026-12-06). Whatever assigns ``keys``/``values`` otherwise (compaction,
+    a prefix restore) is adopted at the next update; a crop keeps a prefix view of the same buffer, adopted
+    without a copy."""
 
     _k: torch.Tensor | None = None
     _v: torch.Tensor | None = None
@@ -40,40 +44,84 @@ class RoomyLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = self._adopt(key_states)
-        n = key_states.shape[-2]
+        b, n = key_states.shape[0], key_states.shape[-2]
+        self._reserve(b, length + n)
         assert self._k is not None and self._v is not None
-        if length + n > self._k.shape[-2]:
-            self._grow(length, length + n)
-            assert self._k is not None and self._v is not None
-        self._k[:, :, length : length + n].copy_(key_states)
-        self._v[:, :, length : length + n].copy_(value_states)
-        self.keys, self.values = self._k[:, :, : length + n], self._v[:, :, : length + n]
+        self._k[:b, :, length : length + n].copy_(key_states)
+        self._v[:b, :, length : length + n].copy_(value_states)
+        self._view(b, length + n)
         return self.keys, self.values
 
+    def join(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """One more row, the last: ``keys``/``values`` [1, H, L, D] (a request prefilled on its own); every row is
+        then as wide as the widest, its new columns zeros (masked: no row attends to them, and a zero is finite)."""
+        self._adopt(keys)
+        assert self.keys is not None
+        b, t, length = self.keys.shape[0], self.keys.shape[-2], keys.shape[-2]
+        width = max(t, length)
+        self._reserve(b + 1, width)
+        assert self._k is not None and self._v is not None
+        for buf, new in ((self._k, keys), (self._v, values)):
+            buf[:b, :, t:width].zero_()
+            buf[b, :, :length].copy_(new[0])
+            buf[b, :, length:width].zero_()
+        self._view(b + 1, width)
+
+    def move_rows(self, moves: list[tuple[int, int]], rows: int) -> None:
+        """Each (source, destination) row copied in place, then the first ``rows`` rows are the cache."""
+        assert self.keys is not None
+        self._adopt(self.keys)
+        assert self._k is not None and self._v is not None
+        t = self.keys.shape[-2]
+        for src, dst in moves:
+            self._k[dst, :, :t].copy_(self._k[src, :, :t])
+            self._v[dst, :, :t].copy_(self._v[src, :, :t])
+        self._view(rows, t)
+
+    def _held(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.keys is not None and self.values is not None
+        return self.keys, self.values
+
+    def _view(self, rows: int, cols: int) -> None:
+        assert self._k is not None and self._v is not None
+        self.keys, self.values = self._k[:rows, :, :cols], self._v[:rows, :, :cols]
+
     def _adopt(self, like: torch.Tensor) -> int:
-        """The tokens cached now; ``keys``/``values`` moved into buffers of this layer's own if they are not views."""
+        """The tokens cached now; ``keys``/``values`` moved into buffers of this layer's own if they are not views
+        of them."""
         keys = self.keys
         if keys is None or keys.dim() != 4 or keys.shape[-2] == 0:
             shape = (like.shape[0], like.shape[1], SPARE, like.shape[3])
             self._k, self._v = like.new_empty(shape), like.new_empty(shape)
+            self._view(like.shape[0], 0)
             return 0
         buf = self._k
-        if buf is not None and keys.data_ptr() == buf.data_ptr() and keys.stride() == buf.stride():
-            if keys.shape[:2] == buf.shape[:2] and keys.shape[-2] <= buf.shape[-2]:
-                return keys.shape[-2]
-        self._k = self._v = None
-        self._grow(0, keys.shape[-2], keys, self.values)
+        if buf is None or keys.data_ptr() != buf.data_ptr() or keys.stride() != buf.stride():
+            self._reserve(keys.shape[0], keys.shape[-2], self._held())
+        elif keys.shape[1] != buf.shape[1] or keys.shape[0] > buf.shape[0] or keys.shape[-2] > buf.shape[-2]:
+            self._reserve(keys.shape[0], keys.shape[-2], self._held())
         return keys.shape[-2]
 
-    def _grow(self, used: int, need: int, keys=None, values=None) -> None:
-        if keys is None or values is None:
-            assert self._k is not None and self._v is not None
-            keys, values = self._k[:, :, :used], self._v[:, :, :used]
-        room = max(need + SPARE, (keys.shape[-2] * 3) // 2)
-        shape = (keys.shape[0], keys.shape[1], room, keys.shape[3])
-        self._k, self._v = keys.new_empty(shape), values.new_empty(shape)
-        self._k[:, :, : keys.shape[-2]].copy_(keys)
-        self._v[:, :, : values.shape[-2]].copy_(values)
+    def _reserve(self, rows: int, cols: int, source: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Room for ``rows`` rows of ``cols`` columns, what is cached kept (``source``: keys and values to move in,
+        from outside the buffers). Rows grow to twice what they held and columns by half, so joins and steps
+        rarely copy."""
+        old = self._k
+        if source is None:
+            assert old is not None
+            if old.shape[0] >= rows and old.shape[-2] >= cols:
+                return
+        keys, values = source or self._held()
+        held_rows, held_cols = (old.shape[0], old.shape[-2]) if old is not None else (0, 0)
+        room_rows = held_rows if rows <= held_rows else max(rows, 2 * held_rows)
+        room_cols = held_cols if cols <= held_cols else max(cols + SPARE, (held_cols * 3) // 2)
+        shape = (room_rows, keys.shape[1], room_cols, keys.shape[3])
+        new_k, new_v = keys.new_empty(shape), values.new_empty(shape)
+        b, t = keys.shape[0], keys.shape[-2]
+        new_k[:b, :, :t].copy_(keys)
+        new_v[:b, :, :t].copy_(values)
+        self._k, self._v = new_k, new_v
+        self._view(b, t)
 
 
 def roomy_cache(config) -> DynamicCache:
@@ -133,40 +181,53 @@ class BatchCache:
             self.lengths = [length]
             return
         width = max(self.width, length)
-        self._pad_to(width)
-        for mine, theirs in zip(self._layers(), _kv_layers(row)):
-            mine.keys = torch.cat([mine.keys, _pad_columns(theirs.keys, width)], dim=0)
-            mine.values = torch.cat([mine.values, _pad_columns(theirs.values, width)], dim=0)
+        roomy = roomy_layers(self.cache)
+        if roomy is not None:  # into each layer's spare row: no row already in the batch is copied
+            for layer, theirs in zip(roomy, _kv_layers(row)):
+                layer.join(theirs.keys, theirs.values)
+        else:
+            self._pad_to(width)
+            for mine, theirs in zip(self._layers(), _kv_layers(row)):
+                mine.keys = torch.cat([mine.keys, _pad_columns(theirs.keys, width)], dim=0)
+                mine.values = torch.cat([mine.values, _pad_columns(theirs.values, width)], dim=0)
+        extra = torch.zeros(self.rows, width - self.width, dtype=torch.bool, device=self.valid.device)
         row_valid = torch.zeros(1, width, dtype=torch.bool, device=self.valid.device)
         row_valid[0, :length] = True
-        self.valid = torch.cat([self.valid, row_valid], dim=0)
+        self.valid = torch.cat([torch.cat([self.valid, extra], dim=1), row_valid], dim=0)
         self.lengths.append(length)
 
     def _pad_to(self, width: int) -> None:
-        """Grow every row to ``width`` columns, the new ones masked (no row attends to them)."""
-        if width <= self.width:
-            return
+        """Grow every layer's rows to ``width`` columns, the new ones masked (``add_row`` masks them)."""
         for layer in self._layers():
             layer.keys = _pad_columns(layer.keys, width)
             layer.values = _pad_columns(layer.values, width)
-        extra = torch.zeros(self.rows, width - self.width, dtype=torch.bool, device=self.valid.device)
-        self.valid = torch.cat([self.valid, extra], dim=1)
 
-    def keep_rows(self, keep: list[int]) -> None:
-        """Only these rows (by index, in this order) stay: finished or cancelled requests leave at once."""
+    def keep_rows(self, keep: list[int]) -> list[int]:
+        """Only these rows stay (by index, ascending: finished or cancelled requests leave at once); returns the
+        rows' order now, as their old indices, which the caller's own list of rows follows. Where every layer is
+        roomy, a row leaving takes the last rows into its place, one row copied for each (``leave_moves``);
+        otherwise the kept rows are selected in order."""
         if keep == list(range(self.rows)):
-            return
+            return keep
         if not keep:  # the next row to join brings its own cache
             self.valid = self.valid[:0, :0]
             self.lengths = []
-            return
-        idx = torch.tensor(keep, device=self.valid.device)
-        for layer in self._layers():
-            layer.keys = layer.keys.index_select(0, idx)
-            layer.values = layer.values.index_select(0, idx)
-        self.valid = self.valid.index_select(0, idx)
-        self.lengths = [self.lengths[i] for i in keep]
+            return []
+        roomy = roomy_layers(self.cache)
+        if roomy is not None:
+            moves, order = leave_moves(keep)
+            for layer in roomy:
+                layer.move_rows(moves, len(order))
+        else:
+            order = list(keep)
+            idx = torch.tensor(keep, device=self.valid.device)
+            for layer in self._layers():
+                layer.keys = layer.keys.index_select(0, idx)
+                layer.values = layer.values.index_select(0, idx)
+        self.valid = self.valid.index_select(0, torch.tensor(order, device=self.valid.device))
+        self.lengths = [self.lengths[i] for i in order]
         self.compact_if_sparse()
+        return order
 
     def trim(self) -> None:
         """Drop the columns at the end that no row attends to (a lone row's rejected drafts, the padding of the
@@ -195,6 +256,19 @@ class BatchCache:
             layer.values = layer.values.gather(2, gather)
         lengths = torch.tensor(self.lengths, device=self.valid.device)
         self.valid = torch.arange(longest, device=self.valid.device)[None, :] < lengths[:, None]
+
+
+def leave_moves(keep: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
+    """Rows ``keep`` (ascending) of a batch, packed into its first ``len(keep)`` rows by moving the kept rows from
+    beyond into the places the leaving ones free: the (source, destination) moves and the order that results, as
+    old indices. Rows already in place stay there."""
+    n, kept = len(keep), set(keep)
+    holes = [i for i in range(n) if i not in kept]
+    order = list(range(n))
+    moves = list(zip([i for i in keep if i >= n], holes))
+    for src, dst in moves:
+        order[dst] = src
+    return moves, order
 
 
 def _kv_layers(cache: DynamicCache) -> list:

@@ -364,8 +364,8 @@ class Scheduler:
             else:
                 keep.append(i)
         if len(keep) != len(self.rows):
-            self.rows = [self.rows[i] for i in keep]
-            self.batch.keep_rows(keep)
+            order = self.batch.keep_rows(keep)  # a leaving row's place may go to the last row: rows follow the cache
+            self.rows = [self.rows[i] for i in order]
         for row in [r for r in self.prefilling if r.req.cancelled]:
             self.prefilling.remove(row)
             self._end(row, "cancelled")

@@ -15,9 +15,12 @@ class Eagle3Drafter(Drafter):
     """An EAGLE-3 head drafting from the target's own hidden states (the taps the target's passes return).
 
     Head position j pairs the target's taps at position j with the token at j+1 and predicts the token at j+2.
-    ``observe`` is handed the taps of the positions each target pass cached (the prompt's first); ``reset`` runs
-    the prompt's pairs; the first draft step runs every pair not yet seen, then each further step feeds back the
-    head's pre-norm state. Speculative positions in the head's cache are cropped away at the next draft.
+    ``observe`` is handed the taps of the positions each target pass cached (the prompt's first); the first draft
+    step runs every pair not yet seen, the prompt's included, then each further step feeds back the head's pre-norm
+    state. ``reset`` only keeps the prompt's taps: a row that never drafts (a server under load, where the tuner
+    turns speculation off) never pays for the head's prompt pass, which cost every such request about 9 ms on
+    SmolLM2 (a third of a step at 8 rows: the tuner made 0.95 of its own "off" there, run #621). Speculative
+    positions in the head's cache are cropped away at the next draft.
     """
 
     name = "eagle3"
@@ -27,34 +30,39 @@ class Eagle3Drafter(Drafter):
         self.head, self.embed, self.taps = head, embed, tuple(taps)
         self.cache = HeadCache()
         self.real = 0  # pairs in the cache that rest on the target's own taps
-        self.pending: torch.Tensor | None = None  # taps [n, 3H] of cached target positions not yet paired
+        self.pending: list[torch.Tensor] = []  # taps [n, 3H] of cached target positions not yet paired, in order
 
     def observe(self, features: torch.Tensor) -> None:
-        self.pending = features if self.pending is None else torch.cat([self.pending, features])
+        self.pending.append(features)  # joined when read: a row that drafts nothing for long copies nothing
+
+    def _unpaired(self) -> torch.Tensor | None:
+        if len(self.pending) > 1:
+            self.pending = [torch.cat(self.pending)]
+        return self.pending[0] if self.pending else None
 
     def reset(self, prompt_ids: list[int]) -> None:
-        if self.pending is None or self.pending.shape[0] < len(prompt_ids):
+        taps = self._unpaired()
+        if taps is None or taps.shape[0] < len(prompt_ids):
             raise ValueError("the EAGLE-3 drafter needs the target's taps from the prefill")
         self.cache, self.real = HeadCache(), 0
-        self.pending = self.pending[-len(prompt_ids) :]  # the prompt's own: nothing left of an aborted request
-        if len(prompt_ids) > 1:  # the last prompt position waits for the first generated token
-            self.catch_up(prompt_ids, upto=len(prompt_ids) - 1)
+        self.pending = [taps[-len(prompt_ids) :]]  # the prompt's own: nothing left of an aborted request
 
-    def catch_up(self, seq: list[int], upto: int | None = None) -> torch.Tensor:
+    def catch_up(self, seq: list[int]) -> torch.Tensor:
         """Pair pending taps with the tokens after them; the pre-norm state of the last. The positions go in
         pieces whose sizes are the runner's buckets (a 157-token prompt: 128, 24 and 5), so the head meets the
         few GEMM shapes ``warm`` ran before the server was ready, never a new one per prompt length (each new
         shape cost oneDNN a kernel build, and a server's first sweep paid for every one)."""
-        assert self.pending is not None
-        n = self.pending.shape[0] if upto is None else upto - self.real
+        taps = self._unpaired()
+        assert taps is not None
         out = None
-        for size in pieces(n):
-            feats, self.pending = self.pending[:size], self.pending[size:]
+        for size in pieces(taps.shape[0]):
+            feats, taps = taps[:size], taps[size:]
             tokens = torch.tensor([seq[self.real + 1 : self.real + 1 + size]], device=feats.device)
             positions = torch.arange(self.real, self.real + size, device=feats.device).unsqueeze(0)
             hidden = self.head.fc(feats.unsqueeze(0).to(self.head.fc.weight.dtype))
             out = self.head.step(self.embed(tokens), hidden, positions, self.cache)
             self.real += size
+        self.pending = [taps] if len(taps) else []
         assert out is not None
         return out[:, -1:]
 
@@ -74,7 +82,7 @@ class Eagle3Drafter(Drafter):
         return torch.stack(out).tolist()
 
     def finish(self, prompt_ids: list[int], output_ids: list[int]) -> None:
-        self.pending = None
+        self.pending = []
 
     def fork(self) -> Eagle3Drafter:
         """Its own head cache over the same head and embedding."""
@@ -111,7 +119,7 @@ def warm(drafter: Eagle3Drafter) -> list[int]:
     with torch.inference_mode():
         for size in SIZES:
             d = drafter.fork()
-            d.pending = torch.zeros(size, weight.shape[1], dtype=weight.dtype, device=weight.device)
+            d.pending = [torch.zeros(size, weight.shape[1], dtype=weight.dtype, device=weight.device)]
             d.catch_up([0] * (size + 1))
     return SIZES
 
