@@ -107,3 +107,45 @@ def test_the_one_call_norm_and_rope_give_torchs_bits_and_leave_what_they_cannot_
         half = torch.randn(4, 1, 32).bfloat16()  # rotary over half the head (Phi3's partial rotary): torch's
         q = torch.randn(4, 2, 64).bfloat16()
         assert torch.equal(rope(q, half, half), rotate(q, half, half))
+
+
+@needs_kernel
+def test_the_few_row_gemm_gives_oneDNNs_product_within_bf16_rounding_each_row_as_if_alone():
+    """The extension's GEMM for a step of up to eight tokens: the product and bias within one bf16 step of oneDNN's
+    packed GEMM, each row the same bits alone or beside others, and every call it cannot take (nine rows, fp32, a
+    width that is not a multiple of 32) left to the layer."""
+    gen = torch.Generator().manual_seed(5)
+    w = (torch.randn(200, 576, generator=gen) * 0.05).bfloat16()
+    b = (torch.randn(200, generator=gen) * 0.1).bfloat16()
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, 16)
+    with torch.inference_mode():
+        x = torch.randn(8, 576, generator=gen).bfloat16()
+        got = FA.linear(x, w, b)
+        want = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+        assert got is not None and got.shape == (8, 200)
+        assert ((got.float() - want.float()).abs() <= want.float().abs() * 2**-7 + 1e-3).all()
+        for i in (0, 3, 7):
+            alone = FA.linear(x[i : i + 1], w, b)
+            assert alone is not None and torch.equal(alone[0], got[i])
+        assert FA.linear(torch.randn(9, 576).bfloat16(), w, b) is None
+        assert FA.linear(torch.randn(1, 576), w.float(), None) is None
+        assert FA.linear(torch.randn(1, 40).bfloat16(), torch.randn(8, 40).bfloat16(), None) is None
+
+
+def test_a_fused_groups_layers_keep_their_own_weights_as_rows_of_the_groups():
+    """Fusing makes each layer's weight a view of the group's plain weight (no second copy for the few-row GEMM):
+    the state dict's values are what they were."""
+    from engine.decode.packed import fuse, pack
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2)).bfloat16()  # fmt: skip
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    if pack(model, "on").startswith("off"):
+        pytest.skip("no oneDNN bf16 packing on this CPU")
+    fuse(model)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    attn = model.model.layers[0].self_attn
+    if hasattr(attn.q_proj, "group"):
+        group = attn.q_proj.group
+        assert attn.k_proj.weight.data_ptr() == group.weight[attn.q_proj.out_features :].data_ptr()

@@ -6,7 +6,8 @@ fp32 sums (the rounding SDPA's bf16 path has), and is built for this CPU on firs
 under ``~/.cache/torch_extensions``, one build per CPU and source). Where it cannot run (no AVX-512 BF16, no
 compiler, ``PHOENIX_DECODE_ATTENTION=sdpa``) SDPA runs, and ``describe()`` says which and why; fp32 never uses it
 (SDPA is the path its exactness is tested on). The same extension holds the step's RMSNorm and RoPE as one call
-each (``rms_norm``, ``rotate``), which the opt-out turns off with it."""
+each (``rms_norm``, ``rotate``) and a GEMM for a step of up to eight tokens (``linear``), which the opt-out turns
+off with it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "decode_attention.cpp"
 ROWS = 8  # query rows a KV head up to which the kernel beat SDPA (12 and 24 rows: SDPA's tiles won)
+LINEAR_ROWS = 8  # tokens a step up to which the extension's GEMM takes the call (the kernel's widest)
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp")  # -fopenmp: ATen's parallel_for is inline OpenMP
 _lock = threading.Lock()
 _state: dict = {}
@@ -92,6 +94,29 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask, scal
 
 
 _EMPTY = torch.empty(0, dtype=torch.bool)
+_NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """``x @ weight.T + bias`` by the extension for a step of 1 to LINEAR_ROWS tokens (x [M, K] bf16, K a multiple of
+    32); None where it does not take the call (oneDNN does). A step's linear layers are a few rows against a whole
+    weight, so their cost is the weight's stream and the call: oneDNN's packed GEMM streamed SmolLM2's weights at
+    about 19 GB/s at one row, the extension's at about 25, each weight block read once for every row. A SmolLM2 bf16
+    step (``benchmarks.profile_step``, AMD EPYC Zen 4, 2 threads, 2026-12-06, interleaved with oneDNN's): one row
+    20.5-20.8 ms -> 13.9-14.2, two rows 22.2-22.9 -> 15.5-16.5, four 20.8-23.2 -> 20.4-21.0, eight 25.6-27.0 ->
+    23.6-23.8. Each output is one fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16
+    a token computed in a forward of more than LINEAR_ROWS tokens can differ in its last bit from the same token
+    computed alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
+        return None
+    if weight.dtype != torch.bfloat16 or not weight.is_contiguous() or weight.shape[1] != x.shape[1]:
+        return None
+    if bias is not None and (bias.dtype != torch.bfloat16 or not bias.is_contiguous()):
+        return None
+    module = _module()
+    if module is None:
+        return None
+    return module.linear(x.contiguous(), weight, _NO_BIAS if bias is None else bias)
 
 
 def rms_norm(pure):

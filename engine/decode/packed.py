@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from engine.decode import fast_attention
+
 
 class PackedLinear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear):
@@ -49,6 +51,12 @@ class Fused:
         self.bias = torch.cat(biases) if any(m.bias is not None for m in layers) else None
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 16)
         self.sizes = [layer.out_features for layer in layers]
+        self.weight = weight  # the group's plain weight, for the few-row GEMM (``project_group``); each layer's
+        start = 0  # parameter becomes its rows of it (the same values: no second copy of the group's weights)
+        with torch.no_grad():
+            for layer in layers:
+                layer.weight.data = weight[start : start + layer.out_features]
+                start += layer.out_features
         self._input: torch.Tensor | None = None
         self._outputs: list[torch.Tensor] = []
         self._left = 0
@@ -85,6 +93,24 @@ class Part(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.group.part(x, self.index)
+
+
+def project(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for Phoenix's runner, or the decode extension's GEMM where it takes a step of a few tokens
+    (engine.decode.fast_attention.linear)."""
+    weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
+    fast = fast_attention.linear(x, weight, bias) if isinstance(weight, torch.Tensor) else None
+    return fast if fast is not None else layer(x)
+
+
+def project_all(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> list[torch.Tensor]:
+    """Each layer's output for ``x``: one GEMM where the layers are a fused group (``group_of``), as ``project``
+    computes one layer's."""
+    group = group_of(*layers)
+    if group is None:
+        return [project(layer, x) for layer in layers]
+    fast = fast_attention.linear(x, group.weight, group.bias)
+    return list(fast.split(group.sizes, dim=-1)) if fast is not None else group(x)
 
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # layers that read one input, in output order

@@ -8,7 +8,8 @@ What it does that transformers' modeling does not, for a decode step or a batche
   of rows with different k pads the short ones; prompts prefilled together are padded too);
 - one mask and one rotary table per forward, shared by every layer, instead of one per layer;
 - RMSNorm, rotary and SiLU-gated MLP as small functions that ``compile_ops`` fuses with torch.compile (inductor);
-- the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are;
+- the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are (a
+  bf16 step of up to eight tokens takes the decode extension's GEMM instead: engine.decode.fast_attention.linear);
 - the token count the linear layers see is rounded up to a bucket (``bucket``: 1-8, then steps of about 1.5x), so
   a server meets a few dozen GEMM shapes instead of hundreds: oneDNN builds a kernel per shape (0.7-0.9 ms each, per
   layer shape, the first time) and keeps 1,024, and ``warm`` runs every bucket before the server says ready. The
@@ -33,7 +34,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from engine.decode import fast_attention
-from engine.decode.packed import group_of
+from engine.decode.packed import project, project_all
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
 
@@ -217,11 +218,10 @@ class Runner(nn.Module):
     def _qkv(self, attn, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.shape.fused:  # Phi3: queries, keys and values from one projection, in that order
             q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-            qkv = attn.qkv_proj(h)
+            qkv = project(attn.qkv_proj, h)
             q, k, v = qkv[:, :q_size], qkv[:, q_size : q_size + kv_size], qkv[:, q_size + kv_size :]
         else:  # one GEMM where the layers are a packed group (engine.decode.packed.fuse)
-            group = group_of(attn.q_proj, attn.k_proj, attn.v_proj)
-            q, k, v = group(h) if group is not None else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
+            q, k, v = project_all((attn.q_proj, attn.k_proj, attn.v_proj), h)
         if self.shape.qk_norm == "full":  # OLMo2: over the whole projection, before the heads split
             q, k = self.norm(q, attn.q_norm.weight, self.eps), self.norm(k, attn.k_norm.weight, self.eps)
         q, k = q.view(-1, self.heads, self.head_dim), k.view(-1, self.kv_heads, self.head_dim)
@@ -238,7 +238,7 @@ class Runner(nn.Module):
         keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
         out = self._sdpa(q.transpose(1, 2), keys, values, mask)
         out = _take(out.transpose(1, 2).reshape(B * n, -1), flat)
-        return attn.o_proj(_grow(out, len(h)))
+        return project(attn.o_proj, _grow(out, len(h)))
 
     def _sdpa(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
         """Attention of q [B, H, n, d] over the cache's [B, KV, S, d]. In bf16 and fp16 the query heads that share a
@@ -261,11 +261,10 @@ class Runner(nn.Module):
     def _mlp(self, layer, h: torch.Tensor) -> torch.Tensor:
         mlp = layer.mlp
         if self.shape.fused:  # Phi3: gate and up from one projection
-            gate, up = mlp.gate_up_proj(h).chunk(2, dim=-1)
-            return mlp.down_proj(self.mlp_act(gate, up))
-        group = group_of(mlp.gate_proj, mlp.up_proj)
-        gate, up = group(h) if group is not None else (mlp.gate_proj(h), mlp.up_proj(h))
-        return mlp.down_proj(self.mlp_act(gate, up))
+            gate, up = project(mlp.gate_up_proj, h).chunk(2, dim=-1)
+        else:
+            gate, up = project_all((mlp.gate_proj, mlp.up_proj), h)
+        return project(mlp.down_proj, self.mlp_act(gate, up))
 
     def _logits(self, x: torch.Tensor, B: int, n: int, flat, keep: int) -> torch.Tensor:
         """Logits for the last ``keep`` positions of each row (0: every position), computed for real tokens only."""
@@ -280,7 +279,7 @@ class Runner(nn.Module):
         return _pad(self._head(x[kept]), B, keep, slots)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.hf.lm_head(_grow(x, bucket(len(x))))[: len(x)]
+        logits = project(self.hf.lm_head, _grow(x, bucket(len(x))))[: len(x)]
         return logits / self.shape.logits_scaling if self.shape.logits_scaling != 1.0 else logits
 
 
