@@ -128,6 +128,8 @@ def test_the_few_row_gemm_gives_oneDNNs_product_within_bf16_rounding_each_row_as
             alone = FA.linear(x[i : i + 1], w, b)
             assert alone is not None and torch.equal(alone[0], got[i])
         assert FA.linear(torch.randn(9, 576).bfloat16(), w, b) is None
+    with torch.enable_grad():  # training (the head's): the op has no backward, so the layer computes
+        assert FA.linear(x[:1], w.clone().requires_grad_(), None) is None
         assert FA.linear(torch.randn(1, 576), w.float(), None) is None
         assert FA.linear(torch.randn(1, 40).bfloat16(), torch.randn(8, 40).bfloat16(), None) is None
 

@@ -109,6 +109,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     computed alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
     if x.dtype != torch.bfloat16 or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
         return None
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # training: the op has no backward
+        return None
     if weight.dtype != torch.bfloat16 or not weight.is_contiguous() or weight.shape[1] != x.shape[1]:
         return None
     if bias is not None and (bias.dtype != torch.bfloat16 or not bias.is_contiguous()):

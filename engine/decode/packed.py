@@ -96,11 +96,12 @@ class Part(torch.nn.Module):
 
 
 def project(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` for Phoenix's runner, or the decode extension's GEMM where it takes a step of a few tokens
-    (engine.decode.fast_attention.linear)."""
+    """``layer(x)`` for Phoenix's runner and the EAGLE-3 head, or the decode extension's GEMM where it takes a step of
+    a few tokens (engine.decode.fast_attention.linear)."""
     weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
-    fast = fast_attention.linear(x, weight, bias) if isinstance(weight, torch.Tensor) else None
-    return fast if fast is not None else layer(x)
+    flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    fast = fast_attention.linear(flat, weight, bias) if isinstance(weight, torch.Tensor) else None
+    return layer(x) if fast is None else fast if x.dim() == 2 else fast.view(*x.shape[:-1], fast.shape[-1])
 
 
 def project_all(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> list[torch.Tensor]:

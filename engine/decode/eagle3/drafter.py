@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from engine.decode.drafters import Drafter, unsure
 from engine.decode.eagle3.head import HeadCache
+from engine.decode.packed import project
 from engine.decode.runner import bucket
 from engine.decode.sampling import argmax
 
@@ -59,7 +60,7 @@ class Eagle3Drafter(Drafter):
             feats, taps = taps[:size], taps[size:]
             tokens = torch.tensor([seq[self.real + 1 : self.real + 1 + size]], device=feats.device)
             positions = torch.arange(self.real, self.real + size, device=feats.device).unsqueeze(0)
-            hidden = self.head.fc(feats.unsqueeze(0).to(self.head.fc.weight.dtype))
+            hidden = project(self.head.fc, feats.unsqueeze(0).to(self.head.fc.weight.dtype))
             out = self.head.step(self.embed(tokens), hidden, positions, self.cache)
             self.real += size
         self.pending = [taps] if len(taps) else []

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.decode.packed import project
 from engine.errors import PhoenixError
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
@@ -158,7 +159,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return project(self.down_proj, F.silu(project(self.gate_proj, x)) * project(self.up_proj, x))
 
 
 class MidLayer(nn.Module):
@@ -194,9 +195,9 @@ class Eagle3Head(nn.Module):
         x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)
         attn = layer.self_attn
         B, T, _ = x.shape
-        q = attn.q_proj(x).view(B, T, attn.heads, attn.head_dim).transpose(1, 2)
-        k = attn.k_proj(x).view(B, T, attn.kv_heads, attn.head_dim).transpose(1, 2)
-        v = attn.v_proj(x).view(B, T, attn.kv_heads, attn.head_dim).transpose(1, 2)
+        q = project(attn.q_proj, x).view(B, T, attn.heads, attn.head_dim).transpose(1, 2)
+        k = project(attn.k_proj, x).view(B, T, attn.kv_heads, attn.head_dim).transpose(1, 2)
+        v = project(attn.v_proj, x).view(B, T, attn.kv_heads, attn.head_dim).transpose(1, 2)
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         cos, sin = self.rotary(v, positions)
@@ -207,11 +208,11 @@ class Eagle3Head(nn.Module):
         """o_proj, residual, MLP: the pre-norm state ([B, T, heads, d] in, [B, T, H] out)."""
         layer = self.midlayer
         B, T = attn_out.shape[:2]
-        h = layer.self_attn.o_proj(attn_out.reshape(B, T, -1)) + hidden
+        h = project(layer.self_attn.o_proj, attn_out.reshape(B, T, -1)) + hidden
         return layer.mlp(layer.post_attention_layernorm(h)) + h
 
     def logits(self, prenorm: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(prenorm))
+        return project(self.lm_head, self.norm(prenorm))
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.get_buffer("d2t")[draft_ids]
