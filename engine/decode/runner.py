@@ -25,6 +25,7 @@ transformers' modeling stays the reference, and any architecture not listed here
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from engine.decode import fast_attention
+from engine.decode.flat import States, grow, pad, take
 from engine.decode.packed import project, project_all
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
@@ -118,7 +120,7 @@ def gated(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 @dataclass
 class Output:
     logits: torch.Tensor
-    hidden_states: tuple[torch.Tensor, ...] | None
+    hidden_states: Sequence[torch.Tensor] | None  # engine.decode.flat.States: each padded when read
     cache: Any
 
 
@@ -183,10 +185,10 @@ class Runner(nn.Module):
         flat = None if keep is None or bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
         model = self.hf.model
         real = B * n if flat is None else len(flat)
-        x = _grow(model.embed_tokens(_take(input_ids.reshape(-1), flat)), bucket(real))
+        x = grow(model.embed_tokens(take(input_ids.reshape(-1), flat)), bucket(real))
         if self.shape.embedding_multiplier != 1.0:
             x = x * self.shape.embedding_multiplier
-        cos, sin = model.rotary_emb(x, _grow(_take(position_ids.reshape(-1), flat), len(x))[None, :])
+        cos, sin = model.rotary_emb(x, grow(take(position_ids.reshape(-1), flat), len(x))[None, :])
         cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
         mask = _mask(attention_mask, B, n, old, device)
         hidden: list[torch.Tensor] = []
@@ -198,7 +200,7 @@ class Runner(nn.Module):
         if output_hidden_states:
             hidden.append(x)
         logits = self._logits(x, B, n, flat, logits_to_keep)
-        states = tuple(_pad(h, B, n, flat) for h in hidden) if output_hidden_states else None
+        states = States(hidden, B, n, flat) if output_hidden_states else None
         return Output(logits, states, cache)
 
     def _layer(self, layer, i: int, x: torch.Tensor, attending: tuple) -> torch.Tensor:
@@ -234,11 +236,11 @@ class Runner(nn.Module):
         q, k, v = self._qkv(attn, h)
         q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
         real = B * n if flat is None else len(flat)
-        q, k, v = (_pad(t[:real].reshape(real, -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
+        q, k, v = (pad(t[:real].reshape(real, -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
         keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
         out = self._sdpa(q.transpose(1, 2), keys, values, mask)
-        out = _take(out.transpose(1, 2).reshape(B * n, -1), flat)
-        return project(attn.o_proj, _grow(out, len(h)))
+        out = take(out.transpose(1, 2).reshape(B * n, -1), flat)
+        return project(attn.o_proj, grow(out, len(h)))
 
     def _sdpa(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
         """Attention of q [B, H, n, d] over the cache's [B, KV, S, d]. In bf16 and fp16 the query heads that share a
@@ -269,17 +271,17 @@ class Runner(nn.Module):
     def _logits(self, x: torch.Tensor, B: int, n: int, flat, keep: int) -> torch.Tensor:
         """Logits for the last ``keep`` positions of each row (0: every position), computed for real tokens only."""
         if not keep:
-            return _pad(self._head(x), B, n, flat)
+            return pad(self._head(x), B, n, flat)
         keep = min(keep, n)
         wanted = torch.arange(B, device=x.device)[:, None] * n + torch.arange(n - keep, n, device=x.device)
         if flat is None:
             return self._head(x.index_select(0, wanted.view(-1))).view(B, keep, -1)
         kept = (flat % n) >= n - keep  # the real tokens among the last ``keep`` columns
         slots = (flat[kept] // n) * keep + flat[kept] % n - (n - keep)
-        return _pad(self._head(x[kept]), B, keep, slots)
+        return pad(self._head(x[kept]), B, keep, slots)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
-        logits = project(self.hf.lm_head, _grow(x, bucket(len(x))))[: len(x)]
+        logits = project(self.hf.lm_head, grow(x, bucket(len(x))))[: len(x)]
         return logits / self.shape.logits_scaling if self.shape.logits_scaling != 1.0 else logits
 
 
@@ -292,11 +294,6 @@ def bucket(n: int) -> int:
     while size < n:
         size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
     return size
-
-
-def _grow(x: torch.Tensor, rows: int) -> torch.Tensor:
-    """``x`` with zero rows appended up to ``rows``."""
-    return x if len(x) >= rows else torch.cat([x, x.new_zeros(rows - len(x), *x.shape[1:])])
 
 
 def warm(model, tokens: int) -> list[int]:
@@ -334,19 +331,6 @@ def _cached(cache) -> int:
     layer = cache.layers[0] if getattr(cache, "layers", None) else None
     keys = getattr(layer, "keys", None)
     return int(keys.shape[-2]) if keys is not None and keys.dim() == 4 else 0
-
-
-def _take(x: torch.Tensor, flat: torch.Tensor | None) -> torch.Tensor:
-    return x if flat is None else x.index_select(0, flat)
-
-
-def _pad(x: torch.Tensor, B: int, n: int, flat: torch.Tensor | None) -> torch.Tensor:
-    """Flat rows back into [B, n, ...], padding positions zero (masked wherever they are read)."""
-    if flat is None:
-        return x.view(B, n, *x.shape[1:])
-    out = x.new_zeros(B * n, *x.shape[1:])
-    out.index_copy_(0, flat, x)
-    return out.view(B, n, *x.shape[1:])
 
 
 def _mask(attention_mask: torch.Tensor | None, B: int, n: int, old: int, device) -> torch.Tensor | None:
