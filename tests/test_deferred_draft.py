@@ -75,7 +75,7 @@ def test_the_heads_prompt_pass_goes_in_pieces_of_the_warmed_sizes():
     from engine.decode.eagle3.drafter import MAX_PIECE, pieces
     from engine.decode.runner import bucket
 
-    assert pieces(157) == [128, 24, 5] and pieces(8) == [8] and pieces(1) == [1]
+    assert pieces(157) == [144, 12, 1] and pieces(8) == [8] and pieces(1) == [1]
     warmed = {bucket(n) for n in range(1, MAX_PIECE + 1)}  # what engine.decode.eagle3.drafter.warm runs
     for n in range(1, 3 * MAX_PIECE):
         got = pieces(n)

@@ -63,6 +63,27 @@ def test_prompt_chunks_run_beside_decoding_rows_within_the_budget(decoders):
     assert finished["a"].stats.output_ids == ref[0] and finished["b"].stats.output_ids == ref[1]
 
 
+def test_a_steps_record_reaches_the_recorder_whole_with_its_prompt_tokens(decoders, monkeypatch):
+    """The recorder drains ``steps`` from another thread: a record handed over before the step's prompt chunks ran
+    was stored with 0 prompt tokens (most of the served steps' records were)."""
+    dec = decoders["ngram"]
+    sched = scheduler(dec, None, max_batch=4, budget=8, long_prefill=4)
+    sched.submit(Request(dec.encode(PROMPTS[0]), N, "ngram", k=2, id="a"))
+    while not sched.rows:
+        sched.step()
+    sched.submit(Request(dec.encode(PROMPTS[1]), N, "ngram", k=2, id="b"))
+    real, seen = sched._prefill, []
+
+    def prefill(budget):
+        seen.append(len(sched.steps))  # what the recorder could drain while prompt chunks run
+        return real(budget)
+
+    monkeypatch.setattr(sched, "_prefill", prefill)
+    before = len(sched.steps)
+    sched.step()
+    assert seen == [before] and len(sched.steps) == before + 1 and sched.steps[-1].prefill_tokens > 0
+
+
 def test_a_failing_step_fails_only_its_requests_and_the_loop_goes_on(decoders, monkeypatch):
     dec = decoders["ngram"]
     real, calls = core.verify_batch, []

@@ -167,8 +167,9 @@ class Scheduler:
                     self._fail(self.rows, exc)
                     self.rows, self.batch = [], BatchCache.empty(self.target.device)
             prefilled = self._prefill(self.budget - used)
-            if record is not None:
-                record.prefill_tokens = prefilled
+            if record is not None:  # handed to the recorder only now: it drained records before their prefill
+                record.prefill_tokens = prefilled  # was counted, and most stored 0 prompt tokens
+                self.steps.append(record)
             self._release()
         return True
 
@@ -351,7 +352,6 @@ class Scheduler:
         self.batch.compact_if_sparse()
         self.step_count += 1
         record = step_record(self.step_count, out.started - self.started, p, out, emitted)
-        self.steps.append(record)
         return sum(1 + len(d) for d in out.drafted), record
 
     def _release(self) -> None:

@@ -50,7 +50,7 @@ class Eagle3Drafter(Drafter):
 
     def catch_up(self, seq: list[int]) -> torch.Tensor:
         """Pair pending taps with the tokens after them; the pre-norm state of the last. The positions go in
-        pieces whose sizes are the runner's buckets (a 157-token prompt: 128, 24 and 5), so the head meets the
+        pieces whose sizes are the runner's buckets (a 157-token prompt: 144, 12 and 1), so the head meets the
         few GEMM shapes ``warm`` ran before the server was ready, never a new one per prompt length (each new
         shape cost oneDNN a kernel build, and a server's first sweep paid for every one)."""
         taps = self._unpaired()
