@@ -29,9 +29,8 @@ def pad(x: torch.Tensor, B: int, n: int, flat: torch.Tensor | None) -> torch.Ten
 
 class States(Sequence):
     """A forward's hidden states (transformers' ``hidden_states``: the input to each layer, then the final norm's
-    output), each put back into [B, n, H] when it is read: a drafter reads its taps, three of 31 on SmolLM2, and
-    padding every layer's states of a prefill of several prompts cost a prompt that drafts with the EAGLE-3 head
-    about a tenth of a served step's time at 8 requests (2-core Zen 4, 2026-12-06, server #670)."""
+    output), each put back into [B, n, H] when it is read: a drafter reads its taps, three of 31 on SmolLM2, and a
+    prefill of several prompts padded every layer's states (a zeroed [B * n, H] tensor and a copy each) for them."""
 
     def __init__(self, flat_states: list[torch.Tensor], B: int, n: int, flat: torch.Tensor | None):
         self._states, self._shape, self._flat = flat_states, (B, n), flat
