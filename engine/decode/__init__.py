@@ -7,9 +7,10 @@ server and by `bench --concurrency` through one door, the engine `client`; `step
 tuner it consults; `prefix`: the prefix cache), the drafters behind one typed base (`drafters`: draft model, n-gram;
 `suffix` trees; `eagle3`: the EAGLE-3 head, its checkpoint and its drafter; the `hybrid` of the suffix trees and the
 head; `choice`, a drafter the tuner picks per step), Phoenix's own flattened forward for the Llama family and kin:
-Granite, OLMo2, Phi3 (`runner`) over linear layers prepacked where measured faster (`packed`), with a bf16 decode
-step's attention in Phoenix's AVX-512 BF16 kernel, built for the CPU on first use, SDPA where it cannot run
-(`fast_attention`, `kernels/`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation
+Granite, OLMo2, Phi3 (`runner`, its flattened tokens in `flat`) over linear layers prepacked where measured faster
+(`packed`), with a bf16 decode step's attention, norm, RoPE and linear layers of up to eight tokens in Phoenix's
+AVX-512 BF16 extension, built for the CPU on first use, SDPA and oneDNN where it cannot run (`fast_attention`,
+`kernels/`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation
 (`hf_assisted`), model loading and its pair checks (`loading`), each model's card (`card`), fetching from PyPI's
 wheels (`fetch`, its pinned `sources`) and the user's own folders and GGUF files (`own`), and one request's
 `Decoder`. The settings (`config`: the pair, the suffix trees, the hybrid, the token budget), the `sources` and a
