@@ -73,11 +73,15 @@ def kernel():
 
 
 def describe(dtype: str = "bfloat16") -> str:
-    """Which attention a decode step of this dtype runs, in words, for the run's record."""
+    """Which attention (and which of the extension's other ops) a decode step of this dtype runs, in words, for the
+    run's record."""
     if "bfloat16" not in str(dtype):
         return f"SDPA ({dtype}: the kernel is bf16's)"
     if kernel() is not None:
-        return f"Phoenix's AVX-512 BF16 decode kernel up to {ROWS} query rows a KV head, SDPA beyond"
+        return (
+            f"Phoenix's AVX-512 BF16 decode kernel up to {ROWS} query rows a KV head, SDPA beyond; its one-call "
+            f"RMSNorm and RoPE; its GEMM for steps of up to {LINEAR_ROWS} tokens, oneDNN beyond"
+        )
     return f"SDPA ({_state['why']})"
 
 

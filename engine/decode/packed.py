@@ -99,9 +99,9 @@ def project(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` for Phoenix's runner and the EAGLE-3 head, or the decode extension's GEMM where it takes a step of
     a few tokens (engine.decode.fast_attention.linear)."""
     weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
-    flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    flat = x.reshape(-1, x.shape[-1])  # the extension takes [M, K]; a 2-D x is its own view
     fast = fast_attention.linear(flat, weight, bias) if isinstance(weight, torch.Tensor) else None
-    return layer(x) if fast is None else fast if x.dim() == 2 else fast.view(*x.shape[:-1], fast.shape[-1])
+    return layer(x) if fast is None else fast.view(*x.shape[:-1], fast.shape[-1])
 
 
 def project_all(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> list[torch.Tensor]:
