@@ -76,7 +76,7 @@ def test_a_bf16_runner_step_through_the_kernel_keeps_sdpas_logits(monkeypatch):
     real = FA.attend
     monkeypatch.setattr(FA, "attend", lambda *a: calls.append(a[0].shape[2]) or real(*a))
     fast = logits()
-    assert sorted(set(calls)) == [4, 8, 160]  # the prompt's 4 x 40 rows went to SDPA (attend said no)
+    assert sorted(set(calls)) == [4, 8]  # the prompt, on an empty cache, went to SDPA's causal path
     monkeypatch.setattr(FA, "attend", lambda *a: None)
     sdpa = logits()
     for a, b in zip(fast, sdpa):  # a random model's logits are near ties: the argmax may move, a logit by bf16's step
@@ -111,23 +111,25 @@ def test_the_one_call_norm_and_rope_give_torchs_bits_and_leave_what_they_cannot_
 
 @needs_kernel
 def test_the_few_row_gemm_gives_oneDNNs_product_within_bf16_rounding_each_row_as_if_alone():
-    """The extension's GEMM for a step of up to eight tokens: the product and bias within one bf16 step of oneDNN's
-    packed GEMM, each row the same bits alone or beside others, and every call it cannot take (nine rows, fp32, a
-    width that is not a multiple of 32) left to the layer."""
+    """The extension's GEMM for a forward of up to sixteen tokens (eight rows a pass over each weight block): the
+    product and bias within one bf16 step of oneDNN's packed GEMM, each row the same bits alone or beside others
+    (in the first pass or the second), and every call it cannot take (seventeen rows, fp32, a width that is not a
+    multiple of 32) left to the layer."""
     gen = torch.Generator().manual_seed(5)
     w = (torch.randn(200, 576, generator=gen) * 0.05).bfloat16()
     b = (torch.randn(200, generator=gen) * 0.1).bfloat16()
     packed = torch.ops.mkldnn._reorder_linear_weight(w, 16)
     with torch.inference_mode():
-        x = torch.randn(8, 576, generator=gen).bfloat16()
-        got = FA.linear(x, w, b)
-        want = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
-        assert got is not None and got.shape == (8, 200)
-        assert ((got.float() - want.float()).abs() <= want.float().abs() * 2**-7 + 1e-3).all()
-        for i in (0, 3, 7):
-            alone = FA.linear(x[i : i + 1], w, b)
-            assert alone is not None and torch.equal(alone[0], got[i])
-        assert FA.linear(torch.randn(9, 576).bfloat16(), w, b) is None
+        for rows in (8, 13, FA.LINEAR_ROWS):
+            x = torch.randn(rows, 576, generator=gen).bfloat16()
+            got = FA.linear(x, w, b)
+            want = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+            assert got is not None and got.shape == (rows, 200)
+            assert ((got.float() - want.float()).abs() <= want.float().abs() * 2**-7 + 1e-3).all()
+            for i in (0, 3, 7, rows - 1):
+                alone = FA.linear(x[i : i + 1], w, b)
+                assert alone is not None and torch.equal(alone[0], got[i])
+        assert FA.linear(torch.randn(FA.LINEAR_ROWS + 1, 576).bfloat16(), w, b) is None
     with torch.enable_grad():  # training (the head's): the op has no backward, so the layer computes
         assert FA.linear(x[:1], w.clone().requires_grad_(), None) is None
         assert FA.linear(torch.randn(1, 576), w.float(), None) is None

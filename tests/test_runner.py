@@ -86,6 +86,22 @@ def test_rows_with_holes_and_padding_give_what_transformers_gives_for_each(tiny_
     assert all(close(x, y) for x, y in zip(ref[1], got[1])) and all(close(x, y) for x, y in zip(ref[3], got[3]))
 
 
+def test_a_prompt_prefilled_beside_others_gives_what_it_gives_alone(tiny_dirs, tiny_tokenizer):
+    """A prefill on an empty cache attends row by row with SDPA's causal path (engine.decode.runner._causal): a
+    prompt right-aligned among longer ones gets its first token, taps and keys as alone (the linear layers see
+    another token count, so fp32's last bits may differ)."""
+    runner = Runner(target_of(tiny_dirs, tiny_tokenizer, "qwen2"))
+    prompts = [list(range(3, 10)), [40, 41, 42], list(range(60, 72))]
+    with torch.inference_mode():
+        together = prefill_together(runner, prompts, (0, 1))
+        alone = [prefill_together(runner, [p], (0, 1)) for p in prompts]
+    assert together is not None
+    for (first, feats, cache), single in zip(together, alone):
+        assert single is not None
+        assert first == single[0][0] and close(feats, single[0][1])
+        assert close(cache.layers[-1].keys, single[0][2].layers[-1].keys)
+
+
 @pytest.mark.parametrize("max_batch", [1, 3, pytest.param(8, marks=pytest.mark.e2e)])
 @pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "choice", "none"])
 @pytest.mark.parametrize("arch", ["qwen2", pytest.param("llama", marks=pytest.mark.e2e)])

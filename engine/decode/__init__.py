@@ -8,7 +8,7 @@ tuner it consults; `prefix`: the prefix cache), the drafters behind one typed ba
 `suffix` trees; `eagle3`: the EAGLE-3 head, its checkpoint and its drafter; the `hybrid` of the suffix trees and the
 head; `choice`, a drafter the tuner picks per step), Phoenix's own flattened forward for the Llama family and kin:
 Granite, OLMo2, Phi3 (`runner`, its flattened tokens in `flat`) over linear layers prepacked where measured faster
-(`packed`), with a bf16 decode step's attention, norm, RoPE and linear layers of up to eight tokens in Phoenix's
+(`packed`), with a bf16 decode step's attention, norm, RoPE and linear layers of up to sixteen tokens in Phoenix's
 AVX-512 BF16 extension, built for the CPU on first use, SDPA and oneDNN where it cannot run (`fast_attention`,
 `kernels/`), static caches, `--compile` and `--freeze` (`compiled`), assisted generation
 (`hf_assisted`), model loading and its pair checks (`loading`), each model's card (`card`), fetching from PyPI's

@@ -12,7 +12,11 @@ from engine.errors import PhoenixError
 from engine.modes import K_MAX
 
 RUNNERS = ("auto", "phoenix", "compiled", "transformers")
-BUDGET = 512  # max tokens a step computes: every row's pending token and drafts, then prompt chunks
+# max tokens a step computes: every row's pending token and drafts, then prompt chunks. vLLM's CPU server default
+# (2048): sixteen cold 140-180-token prompts at 16 in flight made 257 output tok/s against 236 at 512 (median of three
+# interleaved waves, SmolLM2 bf16, `benchmarks.profile_wave --budget 512,2048`, AMD EPYC Zen 4, 2026-12-06): a wider
+# prefill reads the weights fewer times, and the rows then decode without a prompt between their steps
+BUDGET = 2048
 LONG_PREFILL = 256  # the most of one prompt a step prefills (vLLM's long_prefill_token_threshold)
 
 

@@ -6,7 +6,7 @@ fp32 sums (the rounding SDPA's bf16 path has), and is built for this CPU on firs
 under ``~/.cache/torch_extensions``, one build per CPU and source). Where it cannot run (no AVX-512 BF16, no
 compiler, ``PHOENIX_DECODE_ATTENTION=sdpa``) SDPA runs, and ``describe()`` says which and why; fp32 never uses it
 (SDPA is the path its exactness is tested on). The same extension holds the step's RMSNorm and RoPE as one call
-each (``rms_norm``, ``rotate``) and a GEMM for a step of up to eight tokens (``linear``), which the opt-out turns
+each (``rms_norm``, ``rotate``) and a GEMM for a forward of up to sixteen tokens (``linear``), which the opt-out turns
 off with it."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "decode_attention.cpp"
 ROWS = 8  # query rows a KV head up to which the kernel beat SDPA (12 and 24 rows: SDPA's tiles won)
-LINEAR_ROWS = 8  # tokens a step up to which the extension's GEMM takes the call (the kernel's widest)
+LINEAR_ROWS = 16  # tokens a forward up to which the extension's GEMM takes the call (beyond, oneDNN's was as fast)
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp")  # -fopenmp: ATen's parallel_for is inline OpenMP
 _lock = threading.Lock()
 _state: dict = {}
@@ -33,6 +33,11 @@ def _cpu_flags() -> set[str]:
         return set()
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
     return set(line.partition(":")[2].split())
+
+
+def _cpu_bf16(x: torch.Tensor) -> bool:
+    """The extension's ops read bf16 tensors in the host's memory: a GPU's tensors never reach them."""
+    return x.dtype == torch.bfloat16 and x.device.type == "cpu"
 
 
 def _build():
@@ -88,7 +93,7 @@ def describe(dtype: str = "bfloat16") -> str:
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask, scale: float) -> torch.Tensor | None:
     """Attention of q [B, KV, R, d] (row r: token r % n) over [B, KV, S, d] by the kernel, with mask [B, 1, n, S]
     (None: every column); None where the kernel does not take this call (SDPA does)."""
-    if q.dtype != torch.bfloat16 or q.shape[2] > ROWS or q.shape[-1] % 32 or keys.stride(-1) != 1:
+    if not _cpu_bf16(q) or q.shape[2] > ROWS or q.shape[-1] % 32 or keys.stride(-1) != 1:
         return None
     op = kernel()
     if op is None:
@@ -101,17 +106,27 @@ _EMPTY = torch.empty(0, dtype=torch.bool)
 _NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
 
 
+def exact_rows(weight: torch.Tensor) -> int:
+    """Tokens up to which a forward's linear layers run at the forward's own token count (engine.decode.runner's
+    ``bucket``): the extension's GEMM builds nothing per shape (LINEAR_ROWS where it takes the calls); oneDNN builds
+    a kernel per shape, so beyond 8 it meets a few buckets."""
+    return LINEAR_ROWS if _cpu_bf16(weight) and _module() is not None else 8
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """``x @ weight.T + bias`` by the extension for a step of 1 to LINEAR_ROWS tokens (x [M, K] bf16, K a multiple of
+    """``x @ weight.T + bias`` by the extension for a forward of 1 to LINEAR_ROWS tokens (x [M, K] bf16, K a multiple of
     32); None where it does not take the call (oneDNN does). A step's linear layers are a few rows against a whole
     weight, so their cost is the weight's stream and the call: oneDNN's packed GEMM streamed SmolLM2's weights at
     about 19 GB/s at one row, the extension's at about 25, each weight block read once for every row. A SmolLM2 bf16
     step (``benchmarks.profile_step``, AMD EPYC Zen 4, 2 threads, 2026-12-06, interleaved with oneDNN's): one row
     20.5-20.8 ms -> 13.9-14.2, two rows 22.2-22.9 -> 15.5-16.5, four 20.8-23.2 -> 20.4-21.0, eight 25.6-27.0 ->
-    23.6-23.8. Each output is one fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16
-    a token computed in a forward of more than LINEAR_ROWS tokens can differ in its last bit from the same token
+    23.6-23.8. Beyond eight rows each weight block, read once, serves every further eight rows from L1 (medians of
+    ten steps, three times interleaved with oneDNN's taking them, same machine): nine rows 31.2 -> 26.6 ms, twelve
+    32.3 -> 29.4, sixteen 35.9 -> 34.2; at 24 rows oneDNN's was faster (46.3 against 48.2 ms). Each output is one
+    fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16 a token computed in a forward of
+    more than LINEAR_ROWS tokens can differ in its last bit from the same token
     computed alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
-    if x.dtype != torch.bfloat16 or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
+    if not _cpu_bf16(x) or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
         return None
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # training: the op has no backward
         return None
@@ -132,7 +147,7 @@ def rms_norm(pure):
     can differ from torch's in its last bf16 bit; fp32 never takes it."""
 
     def norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        module = _module() if x.dtype == torch.bfloat16 else None
+        module = _module() if _cpu_bf16(x) else None
         wide = x.shape[-1]
         if module is None or weight.dtype != torch.bfloat16 or weight.numel() != wide or not x.is_contiguous():
             return pure(x, weight, eps)
@@ -148,7 +163,7 @@ def rotate(pure):
     head of a multiple of 32, unit stride in it): the same bits as torch's ops, in one call instead of six."""
 
     def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        module = _module() if x.dtype == torch.bfloat16 else None
+        module = _module() if _cpu_bf16(x) else None
         if (
             module is None
             or x.dim() != 3

@@ -44,6 +44,11 @@ from engine.serve.cost import CpuMeter
 from engine.serve.shadow import Shadow
 from engine.serve.tuner import LoadTuner, profile_cost
 
+# the forward shapes warmed before ready: beyond this a prefill's new shape costs oneDNN's kernel build once (under a
+# millisecond a layer shape) against a forward of hundreds of milliseconds, and warming every multiple of 16 up to a
+# 2048-token budget would take minutes
+WARM_TOKENS = 512
+
 log = logging.getLogger("phoenix.serve")
 
 
@@ -214,14 +219,15 @@ class Service:
         self.telemetry.flush()
 
     def _warm(self) -> list[int]:
-        """Every token count a step can run, through the target and a draft model, before the first request: a
-        server's first sweep then costs what its second does (engine.decode.runner.warm). transformers' modeling
-        has no buckets to warm."""
+        """Every token count a step can run up to WARM_TOKENS, through the target and a draft model, before the first
+        request: a server's first sweep then costs what its second does (engine.decode.runner.warm). transformers'
+        modeling has no buckets to warm."""
         pair, budget = self.decoder.pair, self.cfg.max_num_batched_tokens
         if not isinstance(pair.target, Runner):
             return []
-        log.info(f"warming every forward shape up to {budget} tokens")
-        sizes = warm(pair.target, budget)
+        upto = min(budget, WARM_TOKENS)
+        log.info(f"warming every forward shape up to {upto} tokens")
+        sizes = warm(pair.target, upto)
         if isinstance(pair.draft, Runner):
             warm(pair.draft, max(self.cfg.max_batch * (self.cfg.k_max + 1), self.cfg.long_prefill_token_threshold))
         if self.decoder._eagle3 is not None:  # the head's prompt pass too: the first sweep then costs the second's

@@ -278,7 +278,7 @@ torch::Tensor rotate(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
   return out;
 }
 
-// linear: y = x w^T (+ b) for a decode step's 1 to 8 rows, bf16 in and out, fp32 sums (x [M, K], w [N, K] as
+// linear: y = x w^T (+ b) for a decode step's few rows, bf16 in and out, fp32 sums (x [M, K], w [N, K] as
 // nn.Linear keeps it, b [N] or empty; K a multiple of 32). oneDNN's packed GEMM streamed SmolLM2's weights at about
 // 19 GB/s at one row (2 cores, Zen 4): a step's linear layers are a few rows against a whole weight, so their cost is
 // the weight's stream. Each block of NB weight rows is read once for every row of x, by AVX-512 BF16 dot products; each
@@ -321,17 +321,41 @@ void linear_block(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint1
     }
 }
 
-template <int M>
-void linear_rows(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t K, int64_t N) {
-  constexpr int NB = M <= 2 ? 8 : 2;  // M * NB sums and NB weight vectors within 32 registers
+template <int M, int NB>
+void linear_group(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t K, int64_t N,
+                  int64_t n0) {
+  if (n0 + NB <= N) {
+    linear_block<M, NB>(x, w, b, y, K, N, n0);
+  } else {
+    for (int64_t n = n0; n < N; ++n) linear_block<M, 1>(x, w, b, y, K, N, n);
+  }
+}
+
+// the next `rows` rows of x, at most 8: one instantiation per count
+template <int NB>
+void linear_some(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t K, int64_t N,
+                 int64_t n0, int64_t rows) {
+  switch (rows) {
+    case 1: linear_group<1, NB>(x, w, b, y, K, N, n0); break;
+    case 2: linear_group<2, NB>(x, w, b, y, K, N, n0); break;
+    case 3: linear_group<3, NB>(x, w, b, y, K, N, n0); break;
+    case 4: linear_group<4, NB>(x, w, b, y, K, N, n0); break;
+    case 5: linear_group<5, NB>(x, w, b, y, K, N, n0); break;
+    case 6: linear_group<6, NB>(x, w, b, y, K, N, n0); break;
+    case 7: linear_group<7, NB>(x, w, b, y, K, N, n0); break;
+    default: linear_group<8, NB>(x, w, b, y, K, N, n0); break;
+  }
+}
+
+// More than 8 rows: each weight block is read from memory once and then from L1 for every further 8 rows (a block is
+// NB * K * 2 bytes: 2.3 KB at K = 576), so 16 rows stream the weight once and compute twice.
+template <int NB>
+void linear_rows(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t M, int64_t K,
+                 int64_t N) {
   at::parallel_for(0, (N + NB - 1) / NB, 16, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
-      const int64_t n0 = blk * NB;
-      if (n0 + NB <= N) {
-        linear_block<M, NB>(x, w, b, y, K, N, n0);
-      } else {
-        for (int64_t n = n0; n < N; ++n) linear_block<M, 1>(x, w, b, y, K, N, n);
-      }
+      for (int64_t m0 = 0; m0 < M; m0 += 8)
+        linear_some<NB>(x + m0 * K, w, b, y + m0 * N, K, N, blk * NB, std::min<int64_t>(8, M - m0));
     }
   });
 }
@@ -342,22 +366,17 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bf16 only");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.is_contiguous() && w.is_contiguous(), "x [M, K], w [N, K] contiguous");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(w.size(1) == K && K % 32 == 0 && M >= 1 && M <= 8, "K a multiple of 32, 1 to 8 rows");
+  TORCH_CHECK(w.size(1) == K && K % 32 == 0 && M >= 1, "K a multiple of 32, one row or more");
   TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kBFloat16 && b.numel() == N && b.is_contiguous()), "bias");
   auto y = torch::empty({M, N}, x.options());
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   const auto* bp = b.numel() ? reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>()) : nullptr;
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
-  switch (M) {
-    case 1: linear_rows<1>(xp, wp, bp, yp, K, N); break;
-    case 2: linear_rows<2>(xp, wp, bp, yp, K, N); break;
-    case 3: linear_rows<3>(xp, wp, bp, yp, K, N); break;
-    case 4: linear_rows<4>(xp, wp, bp, yp, K, N); break;
-    case 5: linear_rows<5>(xp, wp, bp, yp, K, N); break;
-    case 6: linear_rows<6>(xp, wp, bp, yp, K, N); break;
-    case 7: linear_rows<7>(xp, wp, bp, yp, K, N); break;
-    default: linear_rows<8>(xp, wp, bp, yp, K, N); break;
+  if (M <= 2) {
+    linear_rows<8>(xp, wp, bp, yp, M, K, N);  // M * NB sums and NB weight vectors within 32 registers
+  } else {
+    linear_rows<2>(xp, wp, bp, yp, M, K, N);
   }
   return y;
 }

@@ -1,0 +1,82 @@
+"""A load level's work through the engine core alone (issue 66): ``n`` cold prompts at ``c`` in flight, each kept
+full as requests finish (a closed loop, as ``engines load`` sends them), every prompt new to the scheduler, with
+no HTTP, tokenizer or recorder in the way; the wall time, output tok/s, and where the steps' time went (decode
+passes against the rest). ``--budget 512,2048`` alternates the step's token budgets wave by wave; run it on a quiet
+machine (with the allocator the server runs with: LD_PRELOAD of tcmalloc), and compare two commits interleaved (a
+worktree each).
+
+    PYTHONPATH=. python -m benchmarks.profile_wave [--target smollm2] [--concurrency 16] [--n 16] [--tokens 64]
+        [--prompt-tokens 140-180] [--repeat 3] [--max-batch 16] [--budget 512,2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import torch
+
+import engine  # noqa: F401
+from engine.decode.config import BUDGET
+from engine.decode.decoder import Decoder
+from engine.decode.loading import load_pair, prepare
+from engine.decode.scheduler import Scheduler
+from engine.decode.sequence import Request
+
+
+def wave(dec: Decoder, args, seed: int, budget: int) -> tuple[float, int, float]:
+    """One level: (wall seconds, output tokens, seconds in decode passes)."""
+    rng = random.Random(seed)
+    lo, hi = map(int, args.prompt_tokens.split("-"))
+    vocab = dec.pair.target.config.vocab_size
+    prompts = [[rng.randrange(100, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(args.n)]
+    sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, None, max_batch=args.max_batch, budget=budget)
+    done: list[object] = []
+    queue = [Request(p, args.tokens, "none", k=0, ignore_eos=True, id=str(j)) for j, p in enumerate(prompts)]
+    for r in queue:
+        r.on_done = done.append
+    sent = 0
+    start = time.perf_counter()
+    while len(done) < args.n:
+        while sent < args.n and sent - len(done) < args.concurrency:
+            sched.submit(queue[sent])
+            sent += 1
+        sched.step()
+    wall = time.perf_counter() - start
+    decode_s = sum(s.verify_s + s.draft_s for s in sched.steps)
+    return wall, sum(f.stats.output_tokens for f in done), decode_s  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="smollm2")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompt-tokens", default="140-180")
+    ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--budget", default=str(BUDGET), help="the step's token budgets to alternate, e.g. 512,2048")
+    args = ap.parse_args()
+    dec = Decoder(prepare(load_pair(args.target, None, "cpu", args.dtype)))
+    budgets = [int(b) for b in args.budget.split(",")]
+    with torch.inference_mode():
+        for budget in budgets:
+            wave(dec, args, 99, budget)  # builds every GEMM shape once
+        rates: dict[int, list[float]] = {b: [] for b in budgets}
+        for i in range(args.repeat):
+            for budget in budgets:  # interleaved: a machine's drift reaches every budget alike
+                wall, tokens, decode_s = wave(dec, args, i, budget)
+                rates[budget].append(tokens / wall)
+                print(f"wave {i}, budget {budget}: {wall:.2f} s, {tokens / wall:.1f} output tok/s, "
+                      f"decode passes {decode_s / wall:.0%} of it", flush=True)  # fmt: skip
+    for budget, r in rates.items():
+        print(f"budget {budget}: median {statistics.median(r):.1f} tok/s ({min(r):.1f}-{max(r):.1f}), "
+              f"c={args.concurrency}, n={args.n}, {args.tokens} tokens, {args.dtype}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
