@@ -224,3 +224,32 @@ def test_a_fleet_measured_twice_is_set_side_by_side_and_unpaired_runs_are_refuse
         published.BLOCKS["fleet-repeat"](fig, "554-556=558-559")
     with pytest.raises(Exception, match="not one rate measured twice"):
         published.BLOCKS["fleet-repeat"](fig, "554=559")
+
+
+def test_a_heads_stage_table_and_vocabulary_come_from_its_card(tmp_path):
+    """docs/engine.md's stage table and coverage sentence are read from the head's card, so a changed card changes
+    them (and the docs check then fails until they are rewritten); a folder without a card is one line."""
+    import json
+
+    from engine.errors import PhoenixError
+    from engine.export.published_head import head_stages, head_vocab
+
+    card = {
+        "stages": [
+            {"stage": 1, "steps": 9, "stopped": "epochs done", "seconds": {"answers": 60, "training": 120},
+             "held_out": {"a": {"before": [0.0, 0.0], "after": [0.5, 0.25]}}},
+            {"stage": 2, "finished": "2026-12-06T01:00:00+00:00", "steps": 4, "stopped": "time budget",
+             "seconds": {"fixed_text": 30}, "held_out": {"a": {"before": [0.5], "after": [0.625]}, "b": {}}},
+        ],
+        "draft_vocab": {"size": 8, "answer_tokens": 1000, "distinct": 6, "coverage": {"8": 0.95}},
+    }  # fmt: skip
+    (tmp_path / "phoenix_card.json").write_text(json.dumps(card))
+    table = head_stages(None, str(tmp_path)).strip().splitlines()
+    assert table[2] == "| 1 | not recorded | 9 (epochs done) | 1.0 / 0.0 / 2.0 | a | 0.000 / 0.000 | 0.500 / 0.250 |"
+    assert table[3].startswith("| 2 | 2026-12-06 | 4 (time budget) | 0.0 / 0.5 / 0.0 | a | 0.500 | 0.625 |")
+    assert table[4] == "| | | | | b | not recorded | not recorded |"
+    assert head_vocab(None, str(tmp_path)) == (
+        "the last stage's 1,000 answer tokens use 6 distinct ids; the head's 8 rows cover 95.0% of those tokens"
+    )
+    with pytest.raises(PhoenixError, match="no card"):
+        head_stages(None, str(tmp_path / "missing"))

@@ -15,6 +15,8 @@ Blocks (ARGS in the marker):
 - ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
 - ``levels RUNS``, ``rates RUNS``, ``best-setting NAME=RUNS ...``, ``history VARIANT LABEL=RUNS ...``: load tables
   (engine.export.published_levels).
+- ``head-stages FOLDER``, ``head-vocab FOLDER``: a head's build stages and its draft vocabulary's coverage, from
+  its card (engine.export.published_head).
 - ``terms RUNS``: the terms of an engine comparison: per engine its cache scenario, the share of prompt tokens
   its prefix cache served, its cores and weights, and what makes the comparison unequal.
 """
@@ -40,6 +42,7 @@ from engine.export.published_cells import anchor, cell
 from engine.export.published_files import limits, limits_goals
 from engine.export.published_fleet import fleet_passes, fleet_plan, fleet_repeat
 from engine.export.published_gain import position_gain
+from engine.export.published_head import head_stages, head_vocab
 from engine.export.published_levels import best_setting, history, levels, load_frame, prefix_cache, rates
 from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost, position_pairs
 from engine.export.published_oracle import columns, oracle, value
@@ -47,7 +50,7 @@ from engine.export.published_quality import quality
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
 
-DOCS = (ROOT / "README.md", ROOT / "docs" / "findings.md", ROOT / "docs" / "serving.md")
+DOCS = (ROOT / "README.md", ROOT / "docs" / "findings.md", ROOT / "docs" / "serving.md", ROOT / "docs" / "engine.md")
 BLOCK = re.compile(r"<!-- generated: (?P<name>[a-z0-9-]+)(?P<args>[^>]*?) -->(?P<body>.*?)<!-- /generated -->", re.S)
 WITHIN = 0.10  # the break-even model's error a check allows
 
@@ -335,6 +338,8 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "leaderboard": leaderboard,
     "rounds": rounds,
     "tuner": tuner,
+    "head-stages": head_stages,
+    "head-vocab": head_vocab,
     "crosscheck": crosscheck,
     "sitting": sitting,
     "lab-table": lab_table,
