@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One sitting of the server comparison on equal terms (issue 65): Phoenix's server, compiled vLLM on every core,
-# llama.cpp on its GGUF (phase llamacpp), Phoenix's server again (A-B-A: the drift between its two sweeps bounds the
-# sitting's noise), Poisson arrivals on Phoenix and vLLM (phase rates, RATES req/s), then vLLM's own client against
-# Phoenix's server (the cross-check, both clients sending the same requests). Every sweep is cold
+# llama.cpp on its GGUF (phase llamacpp), Phoenix's server again (the drift between its two sweeps bounds the
+# sitting's noise), Poisson arrivals on Phoenix and vLLM (phase rates, RATES req/s), vLLM's own client against
+# Phoenix's server (the cross-check, both clients sending the same requests), then vLLM's second pass (phase vllm2):
+# each engine's two passes alternate (Phoenix, vLLM, Phoenix, vLLM), and the findings' `sitting` block pools them. Every sweep is cold
 # (engines load's default: a cache_salt per request, so no prompt is one its server has seen), and every row
 # records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
 #
@@ -34,7 +35,7 @@ CPU=${CPU:-$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)}
 SITTING=${SITTING:-}  # names a later sitting on the same day (its runs apart from the first's)
 TAG="${MODEL} cold protocol${SITTING:+, $SITTING} ($(date -u +%F), ${CPU})"
 URL="http://127.0.0.1:${PORT}"
-PHASES=${PHASES:-A,vllm,llamacpp,B,rates,cross}  # a sitting cut short resumes with the phases it still lacks
+PHASES=${PHASES:-A,vllm,llamacpp,B,rates,cross,vllm2}  # a sitting cut short resumes with the phases it still lacks
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 serve_phoenix() {
@@ -55,10 +56,10 @@ phoenix_sweep() {  # $1 names the pass; the rest picks the load
     --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" --name "phoenix $name, $TAG"
 }
 
-vllm_sweep() {
+vllm_sweep() {  # VLLM_PASS names a later pass
   "$PY" -m engine engines load --engine vllm --spec-types "$SPEC_TYPES" --target "$MODEL" ${HEAD:+--head "$HEAD"} \
     "$@" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
-    --name "vllm compiled, every core, $TAG"
+    --name "vllm compiled, every core, ${VLLM_PASS:+$VLLM_PASS, }$TAG"
 }
 
 if has A; then
@@ -83,4 +84,5 @@ if has B || has rates || has cross; then
   fi
   kill -TERM "$SERVER"; wait "$SERVER" || true
 fi
+if has vllm2; then VLLM_PASS="pass 2" vllm_sweep --concurrency "$LEVELS"; fi
 echo "sitting done: $TAG"

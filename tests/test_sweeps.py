@@ -209,3 +209,23 @@ def test_the_page_opens_on_the_newest_steady_sitting_not_one_tagged_disturbed():
     }
     assert sitting(found) == ["vllm-5", "phoenix-5"]
     assert sitting({k: v for k, v in found.items() if k.endswith("6")}) == ["vllm-6", "phoenix-6"]  # nothing else
+
+
+def test_a_sitting_pools_each_engines_two_passes_so_a_one_block_level_gets_an_interval():
+    """Phoenix, vLLM, Phoenix, vLLM in one sitting, one block a pass at c=16: each setting's figures are the mean of
+    its passes and the ratio's interval a bootstrap over both passes' blocks (one pass each had no interval)."""
+    from engine.export.published_sitting import sitting
+
+    def run(run_id, engine, tps):
+        blocks = {"none": [[1.0, tps]]}
+        return level_run(run_id, f"{engine} pass {run_id}", 16, {"none": fig(tps, 900)}, f"s{run_id}", blocks, engine)
+
+    passes = ((1, "phoenix", 200.0), (2, "vllm", 240.0), (3, "phoenix", 210.0), (4, "vllm", 250.0))
+    runs = {i: run(i, engine, tps) for i, engine, tps in passes}
+    store = SimpleNamespace(get_run=runs.get)
+    figs = SimpleNamespace(store=store, run=runs.__getitem__, results="results.md")
+    pooled = sitting(figs, "1-4").strip().splitlines()[-1]
+    assert "none 205.0 (20, n/a, 2 passes)" in pooled and "none 245.0 (20, n/a, 2 passes)" in pooled
+    assert "vllm 1.2" in pooled and "by totals" not in pooled and ("vllm best" in pooled or S.TIE in pooled)
+    alone = sitting(figs, "1-2").strip().splitlines()[-1]  # one pass each: no interval
+    assert "by totals (one block each)" in alone and S.NO_INTERVAL in alone

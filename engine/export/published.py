@@ -43,10 +43,11 @@ from engine.export.published_files import limits, limits_goals
 from engine.export.published_fleet import fleet_passes, fleet_plan, fleet_repeat
 from engine.export.published_gain import position_gain
 from engine.export.published_head import head_stages, head_vocab
-from engine.export.published_levels import best_setting, history, levels, load_frame, prefix_cache, rates
+from engine.export.published_levels import best_setting, history, levels, prefix_cache, rates
 from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost, position_pairs
 from engine.export.published_oracle import columns, oracle, value
 from engine.export.published_quality import quality
+from engine.export.published_sitting import sitting
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
 
@@ -234,45 +235,6 @@ def terms(fig: Figures, runs: str) -> str:
             else "."
         )
     return "\n\n*Terms of this comparison (generated from the runs)*: " + "; ".join(lines) + ". " + verdict + "\n\n"
-
-
-def sitting(fig: Figures, runs: str) -> str:
-    """A server comparison of one sitting, level by level: each engine's settings' output tok/s, TPOT p50 and cached
-    share, and each engine's best against the other's with the interval of their ratio (paired block by block where
-    both sent the same prompts in the same blocks, else a bootstrap over their blocks) and its verdict
-    (engine.analysis.sweeps: best only where the interval excludes 1)."""
-    frame = load_frame(fig, runs)  # concurrency levels only: a rate's verdict is latency (the rates block)
-    by_id = {i: fig.run(i) for i in {int(r) for r in frame["run_id"]}}
-    engines = sorted(frame["engine"].unique())
-    head = "| load | " + " | ".join(f"{e}: tok/s (TPOT p50 ms, cached) per setting" for e in engines)
-    lines = [head + " | best of each: ratio (95% CI) | verdict | runs |", "|---|" + "---|" * (len(engines) + 3)]
-    for load, g in frame.groupby("load", sort=True):
-        cells, bests = [], {}
-        for e in engines:
-            mine = g[(g["engine"] == e) & ~g["failed"]].sort_values("throughput_tok_s", ascending=False)
-            cells.append("; ".join(
-                f"{r.variant} {r.throughput_tok_s:.1f} ({r.tpot_p50_s * 1000:.0f}, "
-                f"{'n/a' if r.cached_share != r.cached_share or r.cached_share is None else f'{r.cached_share:.0%}'})"
-                for r in mine.itertuples()
-            ) or "failed")  # fmt: skip
-            if not mine.empty:
-                bests[e] = mine.iloc[0]
-        verdict, ratio = "", ""
-        if len(bests) == 2:
-            a, b = sorted(bests.values(), key=lambda r: -r["throughput_tok_s"])
-            found, _ = S.between_runs(by_id, (int(a["run_id"]), a["variant"]), (int(b["run_id"]), b["variant"]))
-            if found:
-                found, swapped = S.oriented(found)
-                a, b = (b, a) if swapped else (a, b)
-                ratio = f"{a['engine']} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})"
-                verdict = f"{a['engine']} best" if S.verdict(found) == "best" else S.TIE
-            else:
-                total = a["throughput_tok_s"] / b["throughput_tok_s"]
-                ratio, verdict = f"{a['engine']} {total:.2f}x by totals (one block each)", S.NO_INTERVAL
-        ids = sorted({int(r) for r in g["run_id"]})
-        cited = " ".join(f"[#{r}]({fig.results}#{anchor(by_id[r].name)})" for r in ids)
-        lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} | {cited} |")
-    return "\n" + "\n".join(lines) + "\n"
 
 
 def crosscheck(fig: Figures, run: str) -> str:
