@@ -26,7 +26,7 @@ from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Request
 
 
-def wave(dec: Decoder, args, seed: int, budget: int) -> tuple[float, int, float]:
+def wave(dec: Decoder, args, seed: int, budget: int, drafter: str) -> tuple[float, int, float]:
     """One level: (wall seconds, output tokens, seconds in decode passes)."""
     rng = random.Random(seed)
     lo, hi = map(int, args.prompt_tokens.split("-"))
@@ -34,7 +34,8 @@ def wave(dec: Decoder, args, seed: int, budget: int) -> tuple[float, int, float]
     prompts = [[rng.randrange(100, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(args.n)]
     sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, None, max_batch=args.max_batch, budget=budget)
     done: list[object] = []
-    queue = [Request(p, args.tokens, "none", k=0, ignore_eos=True, id=str(j)) for j, p in enumerate(prompts)]
+    k = None if args.k == "auto" else int(args.k)  # auto: no tuner here, so the row's drafter runs at k_max
+    queue = [Request(p, args.tokens, drafter, k=k, ignore_eos=True, id=str(j)) for j, p in enumerate(prompts)]
     for r in queue:
         r.on_done = done.append
     sent = 0
@@ -60,21 +61,24 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--budget", default=str(BUDGET), help="the step's token budgets to alternate, e.g. 512,2048")
+    ap.add_argument("--draft", default=None, help="a draft model or head for --drafters (e.g. smollm2-eagle3)")
+    ap.add_argument("--drafters", default="none", help="the rows' drafters to alternate, e.g. none,eagle3")
+    ap.add_argument("--k", default="0", help="the drafting rows' k (0: rows that could draft and do not)")
     args = ap.parse_args()
-    dec = Decoder(prepare(load_pair(args.target, None, "cpu", args.dtype)))
-    budgets = [int(b) for b in args.budget.split(",")]
+    dec = Decoder(prepare(load_pair(args.target, args.draft, "cpu", args.dtype)))
+    settings = [(int(b), d) for b in args.budget.split(",") for d in args.drafters.split(",")]
     with torch.inference_mode():
-        for budget in budgets:
-            wave(dec, args, 99, budget)  # builds every GEMM shape once
-        rates: dict[int, list[float]] = {b: [] for b in budgets}
+        for budget, drafter in settings:
+            wave(dec, args, 99, budget, drafter)  # builds every GEMM shape once
+        rates: dict[tuple[int, str], list[float]] = {s: [] for s in settings}
         for i in range(args.repeat):
-            for budget in budgets:  # interleaved: a machine's drift reaches every budget alike
-                wall, tokens, decode_s = wave(dec, args, i, budget)
-                rates[budget].append(tokens / wall)
-                print(f"wave {i}, budget {budget}: {wall:.2f} s, {tokens / wall:.1f} output tok/s, "
+            for budget, drafter in settings:  # interleaved: a machine's drift reaches every setting alike
+                wall, tokens, decode_s = wave(dec, args, i, budget, drafter)
+                rates[(budget, drafter)].append(tokens / wall)
+                print(f"wave {i}, budget {budget}, {drafter}: {wall:.2f} s, {tokens / wall:.1f} output tok/s, "
                       f"decode passes {decode_s / wall:.0%} of it", flush=True)  # fmt: skip
-    for budget, r in rates.items():
-        print(f"budget {budget}: median {statistics.median(r):.1f} tok/s ({min(r):.1f}-{max(r):.1f}), "
+    for (budget, drafter), r in rates.items():
+        print(f"budget {budget}, {drafter}: median {statistics.median(r):.1f} tok/s ({min(r):.1f}-{max(r):.1f}), "
               f"c={args.concurrency}, n={args.n}, {args.tokens} tokens, {args.dtype}")  # fmt: skip
 
 

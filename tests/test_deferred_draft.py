@@ -164,3 +164,32 @@ def test_the_first_row_of_a_burst_does_not_prime_its_draft_for_the_steps_before_
     assert primed == [] and all(f.stats.output_ids == reference for f in done)  # the batch was about to be 3
     done = serve(1)
     assert primed == [len(prompt)] and done[0].stats.output_ids == reference and done[0].stats.proposed > 0
+
+
+class ExploresFromOff(Off):
+    """A tuner whose best is speculation off and that explores one position deeper on every step."""
+
+    def choose(self, drafter, batch):
+        from engine.decode.steps import Choice
+
+        return Choice(1, True, 0.9, 1.0)
+
+
+def test_exploring_past_k_0_never_pays_a_rows_first_prompt_pass(tiny_dirs, monkeypatch):
+    """Exploring from k = 0 measures acceptance; a row that never drafted would first pay its drafter's pass over
+    its whole context (an EAGLE-3 head's catch-up at 8 rows made such steps 51 ms against 24, and the tuner
+    0.91-0.93 of speculation off: runs #716, #727). Such a row stays at k = 0 and primes nothing."""
+    from engine.decode.decoder import Decoder
+    from engine.decode.drafters import ModelDrafter
+    from engine.decode.loading import load_pair, prepare
+    from engine.decode.sequence import Request
+
+    d = tiny_dirs["qwen3"]
+    dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32")))
+    prompt = dec.encode("def add(a, b):\n    return a + b\n")
+    reference = dec.run(prompt, 0, 12, timed=False).output_ids
+    primed: list[int] = []
+    reset = ModelDrafter.reset
+    monkeypatch.setattr(ModelDrafter, "reset", lambda self, ids: (primed.append(len(ids)), reset(self, ids))[1])
+    done = _served(dec, [Request(list(prompt), 12, "model", None, id=str(i)) for i in range(3)], ExploresFromOff())
+    assert primed == [] and all(f.stats.output_ids == reference and f.stats.proposed == 0 for f in done.values())
