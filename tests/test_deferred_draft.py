@@ -131,7 +131,7 @@ class AloneOnly(Off):
     def choose(self, drafter, batch):
         from engine.decode.steps import Choice
 
-        return Choice(3 if batch == 1 else 0, False, 1.0, 1.0)
+        return Choice(3, False, 2.0, 1.0) if batch == 1 else Choice(0, False, 1.0, 1.0)
 
 
 def test_the_first_row_of_a_burst_does_not_prime_its_draft_for_the_steps_before_the_rest_join(tiny_dirs, monkeypatch):
@@ -193,3 +193,35 @@ def test_exploring_past_k_0_never_pays_a_rows_first_prompt_pass(tiny_dirs, monke
     monkeypatch.setattr(ModelDrafter, "reset", lambda self, ids: (primed.append(len(ids)), reset(self, ids))[1])
     done = _served(dec, [Request(list(prompt), 12, "model", None, id=str(i)) for i in range(3)], ExploresFromOff())
     assert primed == [] and all(f.stats.output_ids == reference and f.stats.proposed == 0 for f in done.values())
+
+
+class NarrowWin(Off):
+    """A tuner that drafts (k = 2) where it expects 1.07x of speculation off: a lead inside a noisy cost cell."""
+
+    def choose(self, drafter, batch):
+        from engine.decode.steps import Choice
+
+        return Choice(2, False, 1.07, 1.0)
+
+
+def test_a_row_starts_drafting_only_where_the_tuner_expects_a_clear_win(tiny_dirs, monkeypatch):
+    """Starting to draft costs a row its drafter's pass over its context, and its drafter then keeps in step at
+    every pass: under PRIME_ABOVE (at 8 rows, estimates 1.01-1.07 of off did this, runs #736-#752) a row that never
+    drafted stays at k = 0; a clear lead starts it."""
+    from engine.decode.decoder import Decoder
+    from engine.decode.drafters import ModelDrafter
+    from engine.decode.loading import load_pair, prepare
+    from engine.decode.sequence import Request
+    from engine.decode.steps import PRIME_ABOVE
+
+    assert 1.07 < PRIME_ABOVE < 2.0
+    d = tiny_dirs["qwen3"]
+    dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32")))
+    prompt = dec.encode("def add(a, b):\n    return a + b\n")
+    primed: list[int] = []
+    reset = ModelDrafter.reset
+    monkeypatch.setattr(ModelDrafter, "reset", lambda self, ids: (primed.append(len(ids)), reset(self, ids))[1])
+    done = _served(dec, [Request(list(prompt), 12, "model", None, id="0")], NarrowWin())
+    assert primed == [] and done["0"].stats.proposed == 0
+    done = _served(dec, [Request(list(prompt), 12, "model", None, id="1")], AloneOnly())
+    assert primed == [len(prompt)] and done["1"].stats.proposed > 0
