@@ -24,6 +24,7 @@ from engine.decode.decoder import Decoder
 from engine.decode.loading import load_pair, prepare
 from engine.decode.scheduler import Scheduler
 from engine.decode.sequence import Request
+from engine.serve.tuner import LoadTuner
 
 
 def wave(dec: Decoder, args, seed: int, budget: int, drafter: str) -> tuple[float, int, float]:
@@ -32,9 +33,10 @@ def wave(dec: Decoder, args, seed: int, budget: int, drafter: str) -> tuple[floa
     lo, hi = map(int, args.prompt_tokens.split("-"))
     vocab = dec.pair.target.config.vocab_size
     prompts = [[rng.randrange(100, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(args.n)]
-    sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, None, max_batch=args.max_batch, budget=budget)
+    tuner = args.tuners.setdefault(drafter, LoadTuner(args.k_max)) if args.k == "auto" else None  # learns across waves
+    sched = Scheduler(dec.pair.target, dec.row_drafter, dec.eos_id, tuner, max_batch=args.max_batch, budget=budget)
     done: list[object] = []
-    k = None if args.k == "auto" else int(args.k)  # auto: no tuner here, so the row's drafter runs at k_max
+    k = None if args.k == "auto" else int(args.k)  # auto: the server's tuner chooses (its costs learnt online)
     queue = [Request(p, args.tokens, drafter, k=k, ignore_eos=True, id=str(j)) for j, p in enumerate(prompts)]
     for r in queue:
         r.on_done = done.append
@@ -63,8 +65,10 @@ def main() -> None:
     ap.add_argument("--budget", default=str(BUDGET), help="the step's token budgets to alternate, e.g. 512,2048")
     ap.add_argument("--draft", default=None, help="a draft model or head for --drafters (e.g. smollm2-eagle3)")
     ap.add_argument("--drafters", default="none", help="the rows' drafters to alternate, e.g. none,eagle3")
-    ap.add_argument("--k", default="0", help="the drafting rows' k (0: rows that could draft and do not)")
+    ap.add_argument("--k", default="0", help="the drafting rows' k (0: rows that could draft and do not; auto: tuned)")
+    ap.add_argument("--k-max", type=int, default=4, help="the tuner's widest k (with --k auto)")
     args = ap.parse_args()
+    args.tuners = {}
     dec = Decoder(prepare(load_pair(args.target, args.draft, "cpu", args.dtype)))
     settings = [(int(b), d) for b in args.budget.split(",") for d in args.drafters.split(",")]
     with torch.inference_mode():
