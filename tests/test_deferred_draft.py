@@ -134,20 +134,27 @@ class AloneOnly(Off):
         return Choice(3, False, 2.0, 1.0) if batch == 1 else Choice(0, False, 1.0, 1.0)
 
 
-def test_the_first_row_of_a_burst_does_not_prime_its_draft_for_the_steps_before_the_rest_join(tiny_dirs, monkeypatch):
+def _watched(tiny_dirs, monkeypatch):
+    """The tiny qwen3 pair's decoder, a prompt, and the prompt lengths its draft model is primed on (filled as the
+    rows prime)."""
     from engine.decode.decoder import Decoder
     from engine.decode.drafters import ModelDrafter
     from engine.decode.loading import load_pair, prepare
-    from engine.decode.scheduler import Scheduler
-    from engine.decode.sequence import Request
 
     d = tiny_dirs["qwen3"]
     dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32")))
-    prompt = dec.encode("def add(a, b):\n    return a + b\n")
-    reference = dec.run(prompt, 0, 20, timed=False).output_ids
     primed: list[int] = []
     reset = ModelDrafter.reset
     monkeypatch.setattr(ModelDrafter, "reset", lambda self, ids: (primed.append(len(ids)), reset(self, ids))[1])
+    return dec, dec.encode("def add(a, b):\n    return a + b\n"), primed
+
+
+def test_the_first_row_of_a_burst_does_not_prime_its_draft_for_the_steps_before_the_rest_join(tiny_dirs, monkeypatch):
+    from engine.decode.scheduler import Scheduler
+    from engine.decode.sequence import Request
+
+    dec, prompt, primed = _watched(tiny_dirs, monkeypatch)
+    reference = dec.run(prompt, 0, 20, timed=False).output_ids
 
     def serve(n: int) -> list:
         # a budget of one prompt a step: the first row decodes alone while the others still prefill
@@ -179,18 +186,10 @@ def test_exploring_past_k_0_never_pays_a_rows_first_prompt_pass(tiny_dirs, monke
     """Exploring from k = 0 measures acceptance; a row that never drafted would first pay its drafter's pass over
     its whole context (an EAGLE-3 head's catch-up at 8 rows made such steps 51 ms against 24, and the tuner
     0.91-0.93 of speculation off: runs #716, #727). Such a row stays at k = 0 and primes nothing."""
-    from engine.decode.decoder import Decoder
-    from engine.decode.drafters import ModelDrafter
-    from engine.decode.loading import load_pair, prepare
     from engine.decode.sequence import Request
 
-    d = tiny_dirs["qwen3"]
-    dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32")))
-    prompt = dec.encode("def add(a, b):\n    return a + b\n")
+    dec, prompt, primed = _watched(tiny_dirs, monkeypatch)
     reference = dec.run(prompt, 0, 12, timed=False).output_ids
-    primed: list[int] = []
-    reset = ModelDrafter.reset
-    monkeypatch.setattr(ModelDrafter, "reset", lambda self, ids: (primed.append(len(ids)), reset(self, ids))[1])
     done = _served(dec, [Request(list(prompt), 12, "model", None, id=str(i)) for i in range(3)], ExploresFromOff())
     assert primed == [] and all(f.stats.output_ids == reference and f.stats.proposed == 0 for f in done.values())
 
@@ -208,19 +207,11 @@ def test_a_row_starts_drafting_only_where_the_tuner_expects_a_clear_win(tiny_dir
     """Starting to draft costs a row its drafter's pass over its context, and its drafter then keeps in step at
     every pass: under PRIME_ABOVE (at 8 rows, estimates 1.01-1.07 of off did this, runs #736-#752) a row that never
     drafted stays at k = 0; a clear lead starts it."""
-    from engine.decode.decoder import Decoder
-    from engine.decode.drafters import ModelDrafter
-    from engine.decode.loading import load_pair, prepare
     from engine.decode.sequence import Request
     from engine.decode.steps import PRIME_ABOVE
 
     assert 1.07 < PRIME_ABOVE < 2.0
-    d = tiny_dirs["qwen3"]
-    dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32")))
-    prompt = dec.encode("def add(a, b):\n    return a + b\n")
-    primed: list[int] = []
-    reset = ModelDrafter.reset
-    monkeypatch.setattr(ModelDrafter, "reset", lambda self, ids: (primed.append(len(ids)), reset(self, ids))[1])
+    dec, prompt, primed = _watched(tiny_dirs, monkeypatch)
     done = _served(dec, [Request(list(prompt), 12, "model", None, id="0")], NarrowWin())
     assert primed == [] and done["0"].stats.proposed == 0
     done = _served(dec, [Request(list(prompt), 12, "model", None, id="1")], AloneOnly())

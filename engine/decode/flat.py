@@ -1,6 +1,8 @@
 """A forward's tokens flattened: the batch's real tokens as rows of one [N, ...] tensor (what Phoenix's runner's
 linear layers see, never a padding row), and back into [B, n, ...] where attention or a caller needs the batch's
-shape. ``flat`` holds the real tokens' indices in the [B * n] grid, or None where every position is real."""
+shape. ``flat`` holds the real tokens' indices in the [B * n] grid, or None where every position is real. Also which
+columns each row's tokens attend (``causal_mask``), and where a prefill on an empty cache can attend row by row
+without one (``fresh_rows``)."""
 
 from __future__ import annotations
 
@@ -42,3 +44,31 @@ class States(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return pad(self._states[i], *self._shape, self._flat)
+
+
+def fresh_rows(keep: torch.Tensor | None, B: int, n: int) -> list[int] | None:
+    """Each row's token count where a forward on an empty cache holds each row's tokens as its last columns (one
+    prompt, or prompts right-aligned as engine.decode.batch.prefill_together puts them); None where the valid
+    tokens lie otherwise (the mask then says which attend)."""
+    if keep is None:
+        return [n] * B
+    lengths = keep.sum(1)
+    suffix = torch.arange(n, device=keep.device)[None, :] >= (n - lengths)[:, None]
+    return lengths.tolist() if bool((suffix == keep).all()) and bool((lengths > 0).all()) else None
+
+
+def causal_mask(attention_mask: torch.Tensor | None, B: int, n: int, old: int, device) -> torch.Tensor | None:
+    """[B, 1, n, old + n] booleans: a new token sees the valid columns up to its own; None where it sees all
+    (one new token and no mask). A query sees itself whatever the mask says, so a padding query never attends to
+    nothing (its softmax would be NaN, and NaN keys reach the valid rows through later layers)."""
+    if attention_mask is None and n == 1:
+        return None
+    cols = torch.arange(old + n, device=device)
+    own = old + torch.arange(n, device=device)
+    allowed = cols[None, :] <= own[:, None]  # [n, S]
+    if attention_mask is not None:
+        allowed = allowed[None] & attention_mask.bool()[:, None, :]
+    else:
+        allowed = allowed[None].expand(B, n, old + n)
+    allowed = allowed | (cols[None, None, :] == own[None, :, None])
+    return allowed[:, None]

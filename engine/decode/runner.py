@@ -10,9 +10,10 @@ What it does that transformers' modeling does not, for a decode step or a batche
 - RMSNorm, rotary and SiLU-gated MLP as small functions that ``compile_ops`` fuses with torch.compile (inductor);
 - the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are (a
   bf16 forward of up to sixteen tokens takes the decode extension's GEMM instead: engine.decode.fast_attention.linear);
-- the token count the linear layers see is rounded up to a bucket (``bucket``: 1-8, steps of about 1.5x, then of 16), so
-  a server meets a few dozen GEMM shapes instead of hundreds: oneDNN builds a kernel per shape (0.7-0.9 ms each, per
-  layer shape, the first time) and keeps 1,024, and ``warm`` runs every bucket before the server says ready. The
+- the token count the linear layers see is rounded up to a bucket (``bucket``: itself up to 8, or up to 16 where the
+  extension's GEMM takes them, then steps of about 1.5x, then of 16), so a server meets a few dozen GEMM shapes
+  instead of hundreds: oneDNN builds a kernel per shape (0.7-0.9 ms each, per layer shape, the first time) and keeps
+  1,024, and ``warm`` runs every bucket before the server says ready. The
   extra rows are zeros whose results are dropped; a packed GEMM's rows do not depend on the batch, so the real
   tokens' results are the same to the bit.
 Attention runs through SDPA over the cache transformers' ``DynamicCache`` holds, so every caller (the single-stream
@@ -35,7 +36,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from engine.decode import fast_attention
-from engine.decode.flat import States, grow, pad, take
+from engine.decode.flat import States, causal_mask, fresh_rows, grow, pad, take
 from engine.decode.packed import project, project_all
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
@@ -192,8 +193,8 @@ class Runner(nn.Module):
             x = x * self.shape.embedding_multiplier
         cos, sin = model.rotary_emb(x, grow(take(position_ids.reshape(-1), flat), len(x))[None, :])
         cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
-        fresh = _fresh(keep, B, n) if old == 0 and n > 1 else None
-        mask = _mask(attention_mask, B, n, old, device) if fresh is None else None
+        fresh = fresh_rows(keep, B, n) if old == 0 and n > 1 else None
+        mask = causal_mask(attention_mask, B, n, old, device) if fresh is None else None
         hidden: list[torch.Tensor] = []
         for i, layer in enumerate(model.layers):
             if output_hidden_states:
@@ -363,34 +364,6 @@ def _cached(cache) -> int:
     layer = cache.layers[0] if getattr(cache, "layers", None) else None
     keys = getattr(layer, "keys", None)
     return int(keys.shape[-2]) if keys is not None and keys.dim() == 4 else 0
-
-
-def _fresh(keep: torch.Tensor | None, B: int, n: int) -> list[int] | None:
-    """Each row's token count where a forward on an empty cache holds each row's tokens as its last columns (one
-    prompt, or prompts right-aligned as engine.decode.batch.prefill_together puts them); None where the valid
-    tokens lie otherwise (the mask then says which attend)."""
-    if keep is None:
-        return [n] * B
-    lengths = keep.sum(1)
-    suffix = torch.arange(n, device=keep.device)[None, :] >= (n - lengths)[:, None]
-    return lengths.tolist() if bool((suffix == keep).all()) and bool((lengths > 0).all()) else None
-
-
-def _mask(attention_mask: torch.Tensor | None, B: int, n: int, old: int, device) -> torch.Tensor | None:
-    """[B, 1, n, old + n] booleans: a new token sees the valid columns up to its own; None where it sees all
-    (one new token and no mask). A query sees itself whatever the mask says, so a padding query never attends to
-    nothing (its softmax would be NaN, and NaN keys reach the valid rows through later layers)."""
-    if attention_mask is None and n == 1:
-        return None
-    cols = torch.arange(old + n, device=device)
-    own = old + torch.arange(n, device=device)
-    allowed = cols[None, :] <= own[:, None]  # [n, S]
-    if attention_mask is not None:
-        allowed = allowed[None] & attention_mask.bool()[:, None, :]
-    else:
-        allowed = allowed[None].expand(B, n, old + n)
-    allowed = allowed | (cols[None, None, :] == own[None, :, None])
-    return allowed[:, None]
 
 
 def use_runner(pair, choice: str = "auto") -> str:
