@@ -2,8 +2,9 @@
 # One sitting of the server comparison on equal terms (issue 65): Phoenix's server, compiled vLLM on every core,
 # llama.cpp on its GGUF (phase llamacpp), Phoenix's server again (the drift between its two sweeps bounds the
 # sitting's noise), Poisson arrivals on Phoenix and vLLM (phase rates, RATES req/s), vLLM's own client against
-# Phoenix's server (the cross-check, both clients sending the same requests), then vLLM's second pass (phase vllm2):
-# each engine's two passes alternate (Phoenix, vLLM, Phoenix, vLLM), and the findings' `sitting` block pools them. Every sweep is cold
+# Phoenix's server (the cross-check, both clients sending the same requests), then vLLM's second pass (phase
+# vllm2): each engine's two passes alternate (Phoenix, vLLM, Phoenix, vLLM), and the findings' `sitting` block
+# pools them. Every sweep is cold
 # (engines load's default: a cache_salt per request, so no prompt is one its server has seen), and every row
 # records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
 #

@@ -144,7 +144,6 @@ class Runner(nn.Module):
         # eager bf16 steps take the extension's one-call norm and RoPE (engine.decode.fast_attention)
         self.norm = fast_attention.rms_norm(norm) if norm is rms_norm else norm
         self.rope, self.mlp_act = fast_attention.rotate(rotate), gated
-        self.exact = 8  # tokens up to which the linear layers run unpadded: set per forward from the weights' dtype
         if compile_ops:
             self.norm, self.rope, self.mlp_act = (
                 torch.compile(f, dynamic=True, fullgraph=True) for f in (norm, rotate, gated)
@@ -187,8 +186,8 @@ class Runner(nn.Module):
         flat = None if keep is None or bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
         model = self.hf.model
         real = B * n if flat is None else len(flat)
-        self.exact = fast_attention.exact_rows(model.embed_tokens.weight)
-        x = grow(model.embed_tokens(take(input_ids.reshape(-1), flat)), bucket(real, self.exact))
+        exact = fast_attention.exact_rows(model.embed_tokens.weight)  # 16 where the extension's GEMM runs, else 8
+        x = grow(model.embed_tokens(take(input_ids.reshape(-1), flat)), bucket(real, exact))
         if self.shape.embedding_multiplier != 1.0:
             x = x * self.shape.embedding_multiplier
         cos, sin = model.rotary_emb(x, grow(take(position_ids.reshape(-1), flat), len(x))[None, :])
@@ -309,7 +308,8 @@ class Runner(nn.Module):
         return pad(self._head(x[kept]), B, keep, slots)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
-        logits = project(self.hf.lm_head, grow(x, bucket(len(x), self.exact)))[: len(x)]
+        weight = self.hf.lm_head.weight
+        logits = project(self.hf.lm_head, grow(x, bucket(len(x), fast_attention.exact_rows(weight))))[: len(x)]
         return logits / self.shape.logits_scaling if self.shape.logits_scaling != 1.0 else logits
 
 

@@ -48,8 +48,9 @@ ROW_PRIOR = 8  # passes' worth of the drafter's pooled acceptance a row's own es
 # of one row are noisy, and the pooled figure is what chose this k
 REPROBE_PASSES = 32  # passes a row held off drafts nothing before it drafts again to measure itself anew
 PRIME_ABOVE = 1.15  # a row whose drafter has not seen its prompt starts drafting only where the tuner expects this
-# much over speculation off: at 8 rows estimates 1.01-1.07 of off primed rows whose head then cost about 3 ms at
-# every later step, at k = 0 too, and the tuner made 0.90-0.96 of off (runs #736-#752)
+# much over speculation off: at 8 rows, steps chosen on estimates of 1.01-1.07x of off (a noisy cost cell) started
+# rows drafting, each paying its head's pass over its whole context, where the tuner then stayed at k = 0, and it
+# made 0.90-0.96x of off (runs #736-#752); exploring steps from k = 0 had started rows the same way (#716, #727)
 
 
 @dataclass
@@ -144,12 +145,8 @@ def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], 
         if t and not r.seq.primed and soon.get(r.req.drafter) == 0:
             k = 0  # the batch is about to grow to where the tuner would not draft: no prompt pass for a step or two
         if t and c is not None and not r.seq.primed and c.estimate < PRIME_ABOVE * c.estimate_off:
-            k = 0  # a row's first draft pays its drafter's pass over the whole context, and a primed row's drafter
-            # keeps in step at every later pass: it starts only where speculation is expected to win clearly
-        if t and c is not None and c.explored and c.k == 1 and not r.seq.primed:
-            k = 0  # exploring past k = 0 measures acceptance, which rows already drafting measure for one wider
-            # step; a row that never drafted would pay its head's catch-up on its whole context first (at 8 rows
-            # such steps cost 51 ms against 24: the tuner made 0.91-0.93 of off there, runs #716 and #727)
+            k = 0  # a row's first draft pays its drafter's pass over the whole context: it starts only where
+            # speculation is expected to win clearly (an exploring step from k = 0 never does)
         kind = c.drafter if c and c.drafter else r.req.drafter
         k = r.seq.cap(k)
         if t and tuner is not None and k > 0 and _held(r, tuner, kind, b, k):
