@@ -82,13 +82,28 @@ def matmul(dtype, reps: int, n: int = 1024) -> dict:
 
 
 def weight_bytes(model) -> int:
-    """Every distinct parameter once: tied embeddings are read once per step (by the output layer)."""
+    """The bytes a one-token step reads: every distinct parameter once (tied embeddings are read once, by the
+    output layer), less an untied input embedding, of which a step reads one row (Qwen2.5-Coder-1.5B's is 467 MB
+    in bf16, an eighth of its weights)."""
     seen, total = set(), 0
     for p in model.parameters():
         if p.data_ptr() not in seen:
             seen.add(p.data_ptr())
             total += p.numel() * p.element_size()
+    embed, out = model.get_input_embeddings(), model.get_output_embeddings()
+    if embed is not None and (out is None or out.weight.data_ptr() != embed.weight.data_ptr()):
+        rows, size = embed.weight.shape[0], embed.weight[0].numel() * embed.weight.element_size()
+        total -= (rows - 1) * size
     return total
+
+
+def read_rate(reps: int, stream_bytes: int = STREAM_BYTES) -> float:
+    """The memory's streaming read, GB/s (the median of ``reps`` fp32 sums): taken again beside each path's steps,
+    since a shared host's bandwidth drifts within minutes (27.5 against 38.5 GB/s on one 2-core AMD EPYC)."""
+    import torch
+
+    flat = torch.randn(stream_bytes // 4)
+    return spread([flat.numel() * 4 / s / 1e9 for s in timed(lambda: flat.sum(), reps)])["median"]
 
 
 def forward_costs(model, cache_factory, context: int, widths, rows: int, reps: int) -> dict:
@@ -121,12 +136,15 @@ def forward_costs(model, cache_factory, context: int, widths, rows: int, reps: i
 
 def measure_path(model, cache_factory, floor: float, args, batch_widths, batches, single_cache=None) -> dict:
     """One path: V(n) at one row for every width, then the batched grid, in the path's own single steps; with the
-    graphs each part added (0 on an eager path; at one row after the warm-up, a recompile)."""
+    graphs each part added (0 on an eager path; at one row after the warm-up, a recompile). The step's floor is
+    the path's own: its weight bytes over the read rate measured just before and just after its single steps."""
     from engine.decode.compiled import graph_count
 
-    before = graph_count()
+    before, rate = graph_count(), read_rate(args.reps, args.stream_mb * 2**20)
     single = forward_costs(model, single_cache or cache_factory, args.context, range(1, args.k_max + 2), 1, args.reps)
     step, at_one_row = single[1]["median"], graph_count() - before
+    rate = (rate + read_rate(args.reps, args.stream_mb * 2**20)) / 2
+    floor = weight_bytes(model) / (rate * 1e9)
     grid, start = {}, time.perf_counter()
     for rows in batches:
         costs = single
@@ -135,6 +153,8 @@ def measure_path(model, cache_factory, floor: float, args, batch_widths, batches
         grid[rows] = {n: {"seconds": costs[n], "over_step": costs[n]["median"] / step} for n in batch_widths}
     return {
         "step_s": single[1],
+        "read_gb_per_s": rate,
+        "floor_step_s": floor,
         "step_over_floor": step / floor,
         "verify_over_step": {n: c["median"] / step for n, c in single.items()},
         "batched": grid,
@@ -184,6 +204,7 @@ def measure_dtype(target: str, dtype_name: str, args) -> dict:
         "eager": lambda rows: DynamicCache(config=model.config),
         "static": lambda rows: StaticCache(config=model.config, max_cache_len=positions),
     }
+    factories = {name: make for name, make in factories.items() if name in args.plain}
     result = {
         "dtype": dtype_name,
         "bandwidth": bw,
@@ -192,6 +213,14 @@ def measure_dtype(target: str, dtype_name: str, args) -> dict:
         "floor_step_s": floor,
         **{name: measure_path(model, make, floor, args, batch_widths, batches) for name, make in factories.items()},
     }
+    if "served" in args.plain:  # the server's own forward: Phoenix's runner, its fused and packed layers
+        from engine.decode.batch import roomy_cache
+        from engine.decode.loading import prepare
+
+        del model
+        served = prepare(load_pair(target, None, "cpu", dtype_name)).target
+        make = lambda rows: roomy_cache(served.config)  # noqa: E731
+        result["served"] = measure_path(served, make, floor, args, batch_widths, batches)
     if args.compile:
         for name, freeze in (("compiled", False), ("frozen", True)):
             if name in args.paths:
@@ -202,7 +231,7 @@ def measure_dtype(target: str, dtype_name: str, args) -> dict:
     return result
 
 
-PATH_NAMES = ("eager", "static", "compiled", "frozen")
+PATH_NAMES = ("eager", "static", "served", "compiled", "frozen")
 
 
 def _v(v: dict, n: int) -> float:
@@ -276,12 +305,12 @@ def markdown(result: dict) -> str:
     ]
     for r, name, e in _entries(result):
         compile_s = f"{e['compile']['warmup_s']:.0f}" if e.get("compile") else ""
-        read = (r["bandwidth"].get("read_gb_per_s") or {}).get("median")
+        read = e.get("read_gb_per_s") or (r["bandwidth"].get("read_gb_per_s") or {}).get("median")  # the path's own
         steps.append(
             f"| {r['dtype']} | {r['bandwidth']['gb_per_s']['median']:.1f} | "
             f"{f'{read:.1f}' if read else ''} | "
             f"{r['matmul']['gflop_per_s']['median']:.0f} | {r['weight_bytes'] / 1e6:.0f} | "
-            f"{r['floor_step_s'] * 1e3:.1f} | {name} | {e['step_s']['median'] * 1e3:.1f} | "
+            f"{e.get('floor_step_s', r['floor_step_s']) * 1e3:.1f} | {name} | {e['step_s']['median'] * 1e3:.1f} | "
             f"{e['step_over_floor']:.2f} | {compile_s} |"
         )
         v = e["verify_over_step"]
@@ -305,6 +334,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--k-max", type=int, default=8)
     ap.add_argument("--context", type=int, default=200, help="tokens already in the cache when a step is timed")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument(
+        "--plain",
+        default="eager,static,served",
+        help="uncompiled paths: transformers' forward on a "
+        "growing (eager) or preallocated (static) cache, and the server's (served: Phoenix's runner)",
+    )
     ap.add_argument("--compile", action="store_true", help="also time the compiled paths (minutes of compiling)")
     ap.add_argument("--paths", default="compiled,frozen", help="with --compile: which compiled paths")
     ap.add_argument("--batches", default=BATCHES, help="rows of the batched grid")
@@ -313,8 +348,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     args.paths = {p.strip() for p in args.paths.split(",") if p.strip()}
+    args.plain = {p.strip() for p in args.plain.split(",") if p.strip()}
     dtypes = [measure_dtype(args.target, d.strip(), args) for d in args.dtypes.split(",") if d.strip()]
-    settings = {**vars(args), "paths": sorted(args.paths)}
+    settings = {**vars(args), "paths": sorted(args.paths), "plain": sorted(args.plain)}
     path = write("limits", {"settings": settings, "dtypes": dtypes}, Path(args.out))
     from benchmarks.common import latest
 

@@ -205,10 +205,13 @@ def test_the_limits_benchmark_measures_floor_step_and_verify_cost_in_one_process
     assert bw["gb_per_s"]["median"] > 0 and bw["read_gb_per_s"]["median"] > 0 and r["weight_bytes"] > 0
     fastest = max(bw["gb_per_s"]["median"], bw["read_gb_per_s"]["median"])  # the floor takes the faster read
     assert r["floor_step_s"] == pytest.approx(r["weight_bytes"] / (fastest * 1e9))
-    for engine_name in ("eager", "static"):
+    for engine_name in ("eager", "static", "served"):  # served: the server's forward (Phoenix's runner)
         e = r[engine_name]
         assert set(e["verify_over_step"]) == {1, 2, 3}  # every width 1 .. k_max + 1
         assert e["verify_over_step"][1] == 1.0 and e["step_over_floor"] > 0
+        # each path's floor is its own: the weight bytes over the read rate taken beside its steps
+        assert e["floor_step_s"] == pytest.approx(r["weight_bytes"] / (e["read_gb_per_s"] * 1e9))
+        assert e["step_over_floor"] == pytest.approx(e["step_s"]["median"] / e["floor_step_s"])
         assert set(e["batched"]) == {1, 2} and set(e["batched"][2]) == {1, 3}  # rows x tokens, 3 = k_max + 1
         assert e["batched"][1][3]["over_step"] == e["verify_over_step"][3] and e["batched"][2][3]["over_step"] > 0
         assert e["graphs"] == {"one_row": 0, "batched": 0}  # eager paths compile nothing
@@ -217,6 +220,23 @@ def test_the_limits_benchmark_measures_floor_step_and_verify_cost_in_one_process
     text = limits.markdown(stored)
     assert "| float32 |" in text and text.startswith(f"CPU: {stored['provenance']['cpu']}")
     assert "| float32 | eager | 2 |" in text  # the batched grid's row
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_step_reads_one_row_of_an_untied_input_embedding(tied):
+    """The floor's bytes are what a one-token step reads: a tied embedding once (the output layer reads it whole),
+    an untied input embedding one row (Qwen2.5-Coder-1.5B's is an eighth of its weights)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchmarks.limits import weight_bytes
+
+    config = LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, tie_word_embeddings=tied)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    every = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() lists a tied weight once
+    embed = model.get_input_embeddings().weight
+    read = every if tied else every - (embed.shape[0] - 1) * embed.shape[1] * embed.element_size()
+    assert weight_bytes(model) == read
 
 
 def _slug(heading: str) -> str:
