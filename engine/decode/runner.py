@@ -9,15 +9,14 @@ What it does that transformers' modeling does not, for a decode step or a batche
 - one mask and one rotary table per forward, shared by every layer, instead of one per layer;
 - RMSNorm, rotary and SiLU-gated MLP as small functions that ``compile_ops`` fuses with torch.compile (inductor);
 - the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are (a
-  bf16 forward of up to sixteen tokens takes the decode extension's GEMM instead: engine.decode.fast_attention.linear);
+  bf16 forward of up to sixteen tokens takes the decode extension's GEMM instead, each layer's two halves one call
+  each: engine.decode.fast_attention.linear, engine.decode.blocks);
 - the token count the linear layers see is rounded up to a bucket (``bucket``: itself up to 8, or up to 16 where the
-  extension's GEMM takes them, then steps of about 1.5x, then of 16), so a server meets a few dozen GEMM shapes
-  instead of hundreds: oneDNN builds a kernel per shape (0.7-0.9 ms each, per layer shape, the first time) and keeps
-  1,024, and ``warm`` runs every bucket before the server says ready. The
-  extra rows are zeros whose results are dropped; a packed GEMM's rows do not depend on the batch, so the real
-  tokens' results are the same to the bit.
-Attention runs through SDPA over the cache transformers' ``DynamicCache`` holds, so every caller (the single-stream
-loop, the batched rows of engine.decode.batch with their valid columns, the prefix cache) keeps its cache as is.
+  extension's GEMM takes them, then steps of about 1.5x, then of 16): oneDNN builds a kernel per shape (0.7-0.9 ms
+  each, the first time), and ``warm`` runs every bucket before the server says ready. The extra rows are zeros
+  whose results are dropped; a packed GEMM's rows do not depend on the batch, so real tokens' results keep their bits.
+Attention reads the cache transformers' ``DynamicCache`` holds, so every caller (the single-stream loop, the batched
+rows of engine.decode.batch with their valid columns, the prefix cache) keeps its cache as is.
 
 ``Runner`` stands where the model stood: it answers the same call (``input_ids``, ``cache``, ``attention_mask``,
 ``position_ids``, ``logits_to_keep``, ``output_hidden_states``) and hands every other attribute to the model.
@@ -33,9 +32,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from engine.decode import fast_attention
+from engine.decode.blocks import Block, blocks
 from engine.decode.flat import States, causal_mask, fresh_rows, grow, pad, take
 from engine.decode.packed import project, project_all
 
@@ -195,10 +195,11 @@ class Runner(nn.Module):
         fresh = fresh_rows(keep, B, n) if old == 0 and n > 1 else None
         mask = causal_mask(attention_mask, B, n, old, device) if fresh is None else None
         hidden: list[torch.Tensor] = []
+        whole = blocks(self, x, cos)  # a layer's halves as one call each where the extension runs them
         for i, layer in enumerate(model.layers):
             if output_hidden_states:
                 hidden.append(x[:real])
-            x = self._layer(layer, i, x, (cos, sin, cache, mask, B, n, flat, fresh))
+            x = self._layer(layer, i, x, (cos, sin, cache, mask, B, n, flat, fresh), whole[i] if whole else None)
         x = self.norm(x, model.norm.weight, self.eps)[:real]
         if output_hidden_states:
             hidden.append(x)
@@ -206,21 +207,25 @@ class Runner(nn.Module):
         states = States(hidden, B, n, flat) if output_hidden_states else None
         return Output(logits, states, cache)
 
-    def _layer(self, layer, i: int, x: torch.Tensor, attending: tuple) -> torch.Tensor:
+    def _layer(self, layer, i: int, x: torch.Tensor, attending: tuple, block: Block | None) -> torch.Tensor:
         """One decoder layer: attention then MLP, each a residual block with its norm where the family puts it."""
+        cos, sin = attending[0], attending[1]
         if self.shape.post_norm:  # OLMo2: each block sees the stream as it is and its output is normed
-            x = x + self.norm(self._attention(layer, i, x, *attending), layer.post_attention_layernorm.weight, self.eps)
+            out = self._attention(layer, i, *self._qkv(layer.self_attn, x, cos, sin), *attending)
+            x = x + self.norm(out, layer.post_attention_layernorm.weight, self.eps)
             return x + self.norm(self._mlp(layer, x), layer.post_feedforward_layernorm.weight, self.eps)
-        x = x + self._residual(
-            self._attention(layer, i, self.norm(x, layer.input_layernorm.weight, self.eps), *attending)
-        )
+        if block is not None:
+            x = x + self._attention(layer, i, *block.qkv(x, cos, sin), *attending)
+            return block.mlp(x)
+        h = self.norm(x, layer.input_layernorm.weight, self.eps)
+        x = x + self._residual(self._attention(layer, i, *self._qkv(layer.self_attn, h, cos, sin), *attending))
         return x + self._residual(self._mlp(layer, self.norm(x, layer.post_attention_layernorm.weight, self.eps)))
 
     def _residual(self, out: torch.Tensor) -> torch.Tensor:
         m = self.shape.residual_multiplier  # Granite scales each block's output before it joins the stream
         return out * m if m != 1.0 else out
 
-    def _qkv(self, attn, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, attn, h: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.shape.fused:  # Phi3: queries, keys and values from one projection, in that order
             q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
             qkv = project(attn.qkv_proj, h)
@@ -232,12 +237,11 @@ class Runner(nn.Module):
         q, k = q.view(-1, self.heads, self.head_dim), k.view(-1, self.kv_heads, self.head_dim)
         if self.shape.qk_norm == "head":  # Qwen3: per head
             q, k = self.norm(q, attn.q_norm.weight, self.eps), self.norm(k, attn.k_norm.weight, self.eps)
-        return q, k, v.reshape(-1, self.kv_heads, self.head_dim)
+        return self.rope(q, cos, sin), self.rope(k, cos, sin), v.reshape(-1, self.kv_heads, self.head_dim)
 
-    def _attention(self, layer, i: int, h, cos, sin, cache, mask, B: int, n: int, flat, fresh) -> torch.Tensor:
-        attn = layer.self_attn
-        q, k, v = self._qkv(attn, h)
-        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+    def _attention(self, layer, i: int, q, k, v, cos, sin, cache, mask, B: int, n: int, flat, fresh) -> torch.Tensor:
+        """The attention block's output (before the residual) for the rotated q, k and v of the forward's rows."""
+        rows = len(q)
         real = B * n if flat is None else len(flat)
         q, k, v = (pad(t[:real].reshape(real, -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
         keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
@@ -246,7 +250,7 @@ class Runner(nn.Module):
         else:
             out = self._sdpa(q.transpose(1, 2), keys, values, mask)
         out = take(out.transpose(1, 2).reshape(B * n, -1), flat)
-        return project(attn.o_proj, grow(out, len(h)))
+        return project(layer.self_attn.o_proj, grow(out, rows))
 
     def _sdpa(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
         """Attention of q [B, H, n, d] over the cache's [B, KV, S, d]. In bf16 and fp16 the query heads that share a
@@ -332,8 +336,6 @@ def bucket(n: int, exact: int = 8) -> int:
 def warm(model, tokens: int) -> list[int]:
     """Run every bucket up to ``tokens`` once through ``model`` (a Runner), on a throwaway cache, so no request pays
     for building a GEMM kernel; the buckets run."""
-    from transformers import DynamicCache
-
     sizes = sorted({bucket(n) for n in range(1, tokens + 1)})
     device = device_of(model)  # the input on the model's device: on a GPU a CPU tensor failed the start
     with torch.inference_mode():
@@ -359,9 +361,7 @@ def _growing(cache) -> bool:
 
 def _cached(cache) -> int:
     """Columns the cache holds now: the new tokens' first column."""
-    if cache is None:
-        return 0
-    layer = cache.layers[0] if getattr(cache, "layers", None) else None
+    layer = cache.layers[0] if cache is not None and getattr(cache, "layers", None) else None
     keys = getattr(layer, "keys", None)
     return int(keys.shape[-2]) if keys is not None and keys.dim() == 4 else 0
 

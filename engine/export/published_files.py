@@ -47,12 +47,16 @@ def limits(fig, path: str) -> str:
         compile_s = f"{e['compile']['warmup_s']:.0f}" if e.get("compile") else ""
         lines.append(
             f"| {r['dtype']} | {name} | {shown} | {e['step_over_floor']:.2f} | "
-            + " | ".join(f"{_v(e['verify_over_step'], n):.2f}" for n in (2, 5, 9))
+            + " | ".join(_shown(_v(e["verify_over_step"], n)) for n in (2, 5, 9))
             + " | "
             + " | ".join("" if g is None else f"{g:.2f}" for g in grid)
             + f" | {compile_s} |"
         )
     return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def _shown(value: float) -> str:
+    return "" if value != value else f"{value:.2f}"  # a width the file did not measure (NaN) is an empty cell
 
 
 def limits_goals(fig, path: str) -> str:

@@ -381,7 +381,35 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
   return y;
 }
 
+// A decoder layer's two halves for a step of a few tokens, each one call: the same ops in the same order as
+// Phoenix's runner calls them one by one from Python (rms_norm, linear, rotate above; ATen's silu, product and sum),
+// so the same bits. What they save is the interpreter: a layer was about twenty Python-level calls, 4 of a SmolLM2
+// one-row step's 16.5 ms went to them and to the small ops between the GEMMs (AMD EPYC Zen 4, 2026-12-06).
+// qkv_block: rms_norm(x), its fused q/k/v projection (bias or empty), and the rotary embedding on q and k.
+std::vector<torch::Tensor> qkv_block(torch::Tensor x, torch::Tensor norm, double eps, torch::Tensor w, torch::Tensor b,
+                                     torch::Tensor cos, torch::Tensor sin, int64_t heads, int64_t kv_heads) {
+  const int64_t d = cos.size(-1), qs = heads * d, ks = kv_heads * d;
+  TORCH_CHECK(w.size(0) == qs + 2 * ks, "the fused projection is q, k, v");
+  auto qkv = linear(rms_norm(x, norm, eps), w, b);
+  auto q = qkv.narrow(1, 0, qs).view({-1, heads, d});
+  auto k = qkv.narrow(1, qs, ks).view({-1, kv_heads, d});
+  auto v = qkv.narrow(1, qs + ks, ks).view({-1, kv_heads, d});
+  return {rotate(q, cos, sin), rotate(k, cos, sin), v};
+}
+
+// mlp_block: x + down(silu(gate) * up), gate and up the halves of the fused projection of rms_norm(x).
+torch::Tensor mlp_block(torch::Tensor x, torch::Tensor norm, double eps, torch::Tensor gate_up, torch::Tensor down,
+                        torch::Tensor none) {
+  const int64_t inner = gate_up.size(0) / 2;
+  TORCH_CHECK(down.size(1) == inner, "gate and up as wide as the down projection's input");
+  auto gu = linear(rms_norm(x, norm, eps), gate_up, none);
+  auto act = at::silu(gu.narrow(1, 0, inner)) * gu.narrow(1, inner, inner);
+  return x + linear(act, down, none);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("qkv_block", &qkv_block);
+  m.def("mlp_block", &mlp_block);
   m.def("decode_attention", &decode_attention);
   m.def("rms_norm", &rms_norm);
   m.def("rotate", &rotate);
