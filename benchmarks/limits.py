@@ -134,7 +134,7 @@ def forward_costs(model, cache_factory, context: int, widths, rows: int, reps: i
     return {n: spread(times) for n, times in out.items()}
 
 
-def measure_path(model, cache_factory, floor: float, args, batch_widths, batches, single_cache=None) -> dict:
+def measure_path(model, cache_factory, args, batch_widths, batches, single_cache=None) -> dict:
     """One path: V(n) at one row for every width, then the batched grid, in the path's own single steps; with the
     graphs each part added (0 on an eager path; at one row after the warm-up, a recompile). The step's floor is
     the path's own: its weight bytes over the read rate measured just before and just after its single steps."""
@@ -163,7 +163,7 @@ def measure_path(model, cache_factory, floor: float, args, batch_widths, batches
     }
 
 
-def compiled_path(model, floor: float, args, batch_widths, batches, freeze: bool) -> dict:
+def compiled_path(model, args, batch_widths, batches, freeze: bool) -> dict:
     """The compiled forward (frozen weights or not): compiled and warmed for every width first (the time a run
     spends before its clock), then timed; a graph the one-row timing adds is a recompile, the batched grid's new
     row counts compile theirs in the warm-up of each cell."""
@@ -180,7 +180,7 @@ def compiled_path(model, floor: float, args, batch_widths, batches, freeze: bool
         return StaticCache(config=model.config, max_cache_len=positions)
 
     result = measure_path(
-        wrapped, batched_cache, floor, args, batch_widths, batches, lambda rows: caches.get(wrapped, positions)
+        wrapped, batched_cache, args, batch_widths, batches, lambda rows: caches.get(wrapped, positions)
     )
     return {**result, "compile": {**vars(stats), "recompiles": result["graphs"]["one_row"]}}
 
@@ -211,20 +211,19 @@ def measure_dtype(target: str, dtype_name: str, args) -> dict:
         "matmul": matmul(dtype, args.reps),
         "weight_bytes": nbytes,
         "floor_step_s": floor,
-        **{name: measure_path(model, make, floor, args, batch_widths, batches) for name, make in factories.items()},
+        **{name: measure_path(model, make, args, batch_widths, batches) for name, make in factories.items()},
     }
     if "served" in args.plain:  # the server's own forward: Phoenix's runner, its fused and packed layers
         from engine.decode.batch import roomy_cache
         from engine.decode.loading import prepare
 
-        del model
         served = prepare(load_pair(target, None, "cpu", dtype_name)).target
         make = lambda rows: roomy_cache(served.config)  # noqa: E731
-        result["served"] = measure_path(served, make, floor, args, batch_widths, batches)
+        result["served"] = measure_path(served, make, args, batch_widths, batches)
     if args.compile:
         for name, freeze in (("compiled", False), ("frozen", True)):
             if name in args.paths:
-                result[name] = compiled_path(model, floor, args, batch_widths, batches, freeze)
+                result[name] = compiled_path(model, args, batch_widths, batches, freeze)
                 torch._dynamo.reset()  # each path compiles from nothing: no graph of one serves the other
         if "frozen" in result and result["frozen"].get("step_s"):
             result["frozen_over_eager"] = result["eager"]["step_s"]["median"] / result["frozen"]["step_s"]["median"]

@@ -1,6 +1,6 @@
 """A decoder layer's two halves as one extension call each (engine.decode.blocks): the same bits as the runner's
 per-op path for every token of a bf16 step of up to LINEAR_ROWS tokens, biases (Qwen2) included, and every forward
-they cannot take (more tokens, fp32, a family with q/k norms, a gradient, unfused layers) left to that path."""
+they cannot take (more tokens, fp32, partial rotary, a gradient, unfused layers) left to that path."""
 
 from __future__ import annotations
 
