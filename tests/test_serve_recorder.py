@@ -40,6 +40,11 @@ def serve(decoder, tmp_path):  # noqa: F811
     return TestClient(make_app(service)), service, store
 
 
+def spilled_requests(path) -> int:
+    """How many requests the spill file holds now (it is replaced whole, so a read sees one version)."""
+    return sum("request" in json.loads(line) for line in path.read_text().splitlines()) if path.exists() else 0
+
+
 def test_a_store_that_fails_for_a_while_loses_nothing_and_writes_each_row_once(decoder, tmp_path):  # noqa: F811
     client, service, store = serve(decoder, tmp_path)
     with client as c:
@@ -48,12 +53,12 @@ def test_a_store_that_fails_for_a_while_loses_nothing_and_writes_each_row_once(d
         service.recorder.retry_s = (0.0, 0.0)
         for p in PROMPTS:
             assert c.post("/v1/completions", json={"prompt": p, "max_tokens": 4}).status_code == 200
-        wait_for(lambda: service.recorder.health()["pending"] >= 3, 20, "the rows to be held")
+        # a crash once the third write has failed would still leave every row on disk: the spill follows the
+        # failed write (its retries first), so it is waited for, not read the moment the rows are held
+        wait_for(lambda: spilled_requests(service.recorder.spill) == 3, 20, "the rows to be held and spilled")
         health = c.get("/health").json()["recorder"]
         assert not health["ok"] and health["error"].startswith("OperationalError") and health["pending"] >= 3
         assert str(tmp_path) not in json.dumps(health)  # /health is unauthenticated: no path, no database URL
-        spilled = [json.loads(line) for line in service.recorder.spill.read_text().splitlines()]
-        assert sum("request" in x for x in spilled) == 3  # a crash now would still leave every row on disk
         flaky.failures = 0  # the store answers again
         wait_for(lambda: service.recorder.health()["ok"], 20, "the held rows to be written")
         assert not service.recorder.spill.exists()
