@@ -3,12 +3,19 @@ contexts of the lengths a cold sitting gives (rows of unequal length pad the bat
 torch.profiler; the top operators by self time, and the step's median against rows of equal length.
 
     python -m benchmarks.profile_step [--target smollm2] [--rows 1,4,8,16] [--context 450-800] [--dtype bfloat16]
-        [--runner compiled]
+        [--runner compiled] [--compare served,per-op,onednn --rounds 6]
+
+``--compare`` times the same ragged step under each named path instead, interleaved round by round (each round in
+another order, so a host whose read rate drifts charges every path alike): ``served`` the server's (the layer
+blocks and the extension's GEMM where they take the call), ``per-op`` the blocks off, ``onednn`` the extension's
+GEMM off too (oneDNN takes every linear layer; attention stays the kernel's). A change to the step, or a CPU the
+cut-offs were not measured on (they were measured on a Zen 4), is judged by these medians side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import random
 import statistics
@@ -18,6 +25,7 @@ import torch
 from transformers import DynamicCache
 
 import engine  # noqa: F401
+from engine.decode import fast_attention
 from engine.decode.batch import BatchCache, roomy_cache, verify_batch
 from engine.decode.loading import load_pair, prepare
 
@@ -48,6 +56,41 @@ def step_s(target, batch: BatchCache, repeat: int) -> list[float]:
     return out
 
 
+PATHS = ("served", "per-op", "onednn")
+
+
+@contextlib.contextmanager
+def path(target, name: str):
+    """The step under one of PATHS for the duration (module settings restored after, whatever happened)."""
+    if name not in PATHS:
+        raise SystemExit(f"--compare: unknown path {name!r}; choose from {', '.join(PATHS)}")
+    had, rows = "_blocks" in target.__dict__, fast_attention.LINEAR_ROWS
+    kept = target.__dict__.get("_blocks")
+    if name != "served":
+        target.__dict__["_blocks"] = []  # blocks() reads [] as "none here": every layer per op
+    if name == "onednn":
+        fast_attention.LINEAR_ROWS = 0  # linear() and blocks() take no call; buckets as without the extension
+    try:
+        yield
+    finally:
+        fast_attention.LINEAR_ROWS = rows
+        if had:
+            target.__dict__["_blocks"] = kept
+        else:
+            target.__dict__.pop("_blocks", None)
+
+
+def compare(target, batch: BatchCache, names: list[str], rounds: int, repeat: int) -> dict[str, list[float]]:
+    """Each path's median step, one per round, the paths taken in a rotated order each round."""
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            with path(target, name):
+                step_s(target, batch, 2)  # the first steps of a path build what it builds
+                out[name].append(statistics.median(step_s(target, batch, repeat)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="smollm2")
@@ -57,6 +100,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--runner", default="auto")  # auto | phoenix | compiled | transformers
+    ap.add_argument("--compare", default="")  # paths of PATHS, comma-separated: timed side by side, no profile
+    ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
     pair = prepare(load_pair(args.target, None, "cpu", args.dtype), runner=args.runner)
     target = pair.target
@@ -64,7 +109,14 @@ def main() -> None:
     rng = random.Random(0)
     for b in map(int, args.rows.split(",")):
         lengths = sorted(rng.randint(lo, hi) for _ in range(b))
-        ragged, even = rows_cache(target, lengths), rows_cache(target, [max(lengths)] * b)
+        ragged = rows_cache(target, lengths)
+        if args.compare:
+            times = compare(target, ragged, args.compare.split(","), args.rounds, args.repeat)
+            said = ", ".join(f"{n} {1000 * statistics.median(t):.1f} ms ({1000 * min(t):.1f}-{1000 * max(t):.1f})"
+                             for n, t in times.items())  # fmt: skip
+            print(f"{b} rows, contexts {lengths[0]}-{lengths[-1]}, median of {args.rounds} rounds: {said}", flush=True)
+            continue
+        even = rows_cache(target, [max(lengths)] * b)
         step_s(target, ragged, 3)
         t_ragged, t_even = statistics.median(step_s(target, ragged, args.repeat)), 0.0
         t_even = statistics.median(step_s(target, even, args.repeat))

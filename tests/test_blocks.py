@@ -75,3 +75,29 @@ def test_what_the_two_calls_cannot_take_runs_per_op():
     unfused = Runner(LlamaForCausalLM(LlamaConfig(**SHAPE)).eval().to(torch.bfloat16))  # not packed, not fused
     with torch.inference_mode():
         assert B.blocks(unfused, x, cos) is None
+
+
+@needs_kernel
+def test_profile_step_compares_the_served_step_with_the_blocks_off_and_with_onednns_gemm():
+    """``benchmarks.profile_step --compare``: each path is what it says while it runs (blocks built, none, none and
+    the extension's GEMM taking no call), the module's settings come back after, and every path gets its rounds."""
+    from benchmarks import profile_step as P
+
+    runner = fused_runner(LlamaForCausalLM(LlamaConfig(**SHAPE)))
+    x, w = torch.randn(4, 256, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16)
+    cos = torch.ones(4, 1, 32, dtype=torch.bfloat16)
+    seen = {}
+    with torch.inference_mode():
+        for name in P.PATHS:
+            with P.path(runner, name):
+                seen[name] = (B.blocks(runner, x, cos) is not None, FA.linear(x, w, None) is not None)
+        after = B.blocks(runner, x, cos) is not None
+    assert seen == {"served": (True, True), "per-op": (False, True), "onednn": (False, False)}
+    assert FA.LINEAR_ROWS == 16 and after  # restored
+    with pytest.raises(SystemExit, match="unknown path"), P.path(runner, "fastest"):
+        pass
+    batch = P.rows_cache(runner, [20, 30])
+    times = P.compare(runner, batch, list(P.PATHS), rounds=2, repeat=1)
+    assert {n: len(t) for n, t in times.items()} == dict.fromkeys(P.PATHS, 2) and all(
+        t > 0 for ts in times.values() for t in ts
+    )

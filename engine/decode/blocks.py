@@ -21,14 +21,14 @@ class Block:
     """One layer's weights for the two calls; the fused groups are read at each call, as the runner reads them."""
 
     def __init__(self, layer, qkv: Fused, gate_up: Fused, runner):
-        self.module = fast_attention._module()
+        self.module = fast_attention.extension()
         self.layer, self.qkv_group, self.gate_up = layer, qkv, gate_up
         self.eps, self.heads, self.kv_heads, self.head_dim = runner.eps, runner.heads, runner.kv_heads, runner.head_dim
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """q and k rotated, and v, for ``x`` [N, H] (q [N, heads, d], k and v [N, KV heads, d])."""
         group = self.qkv_group
-        bias = fast_attention._NO_BIAS if group.bias is None else group.bias
+        bias = fast_attention.NO_BIAS if group.bias is None else group.bias
         norm = self.layer.input_layernorm.weight
         return self.module.qkv_block(x, norm, self.eps, group.weight, bias, cos, sin, self.heads, self.kv_heads)
 
@@ -36,13 +36,13 @@ class Block:
         """``x`` plus its MLP's output."""
         norm = self.layer.post_attention_layernorm.weight
         down = self.layer.mlp.down_proj.weight
-        return self.module.mlp_block(x, norm, self.eps, self.gate_up.weight, down, fast_attention._NO_BIAS)
+        return self.module.mlp_block(x, norm, self.eps, self.gate_up.weight, down, fast_attention.NO_BIAS)
 
 
 def blocks(runner, x: torch.Tensor, cos: torch.Tensor) -> list[Block | None] | None:
     """Each layer's ``Block`` for this forward, or None where the runner's per-op path runs it (built once per
     runner, on its first forward that can use them: the groups are fused after the runner is made)."""
-    if len(x) > fast_attention.LINEAR_ROWS or not fast_attention._cpu_bf16(x) or torch.is_grad_enabled():
+    if len(x) > fast_attention.LINEAR_ROWS or not fast_attention.cpu_bf16(x) or torch.is_grad_enabled():
         return None
     if cos.shape[-1] != runner.head_dim or cos.dtype != torch.bfloat16 or not x.is_contiguous():
         return None
@@ -55,7 +55,7 @@ def blocks(runner, x: torch.Tensor, cos: torch.Tensor) -> list[Block | None] | N
 def _build(runner) -> list[Block | None]:
     """A block for every layer the extension can run whole; [] where it runs none."""
     s = runner.shape
-    if fast_attention._module() is None or s.post_norm or s.qk_norm or s.fused or s.residual_multiplier != 1.0:
+    if fast_attention.extension() is None or s.post_norm or s.qk_norm or s.fused or s.residual_multiplier != 1.0:
         return []
     if runner.compiled or runner.head_dim % 32 or runner.hf.config.hidden_size % 32:
         return []
@@ -68,7 +68,7 @@ def _build(runner) -> list[Block | None]:
             out.append(None)
             continue
         ok = mlp.down_proj.weight.shape[1] % 32 == 0 and _plain(qkv) and _plain(gate_up)
-        ok = ok and all(fast_attention._cpu_bf16(w) and w.is_contiguous() for w in weights)
+        ok = ok and all(fast_attention.cpu_bf16(w) and w.is_contiguous() for w in weights)
         out.append(Block(layer, qkv, gate_up, runner) if ok else None)
     return out if any(b is not None for b in out) else []
 
@@ -76,4 +76,4 @@ def _build(runner) -> list[Block | None]:
 def _plain(group: Fused) -> bool:
     w, b = group.weight, group.bias
     bias_ok = b is None or (b.dtype == w.dtype and b.is_contiguous())
-    return fast_attention._cpu_bf16(w) and w.is_contiguous() and bias_ok
+    return fast_attention.cpu_bf16(w) and w.is_contiguous() and bias_ok

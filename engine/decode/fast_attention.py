@@ -35,7 +35,7 @@ def _cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
-def _cpu_bf16(x: torch.Tensor) -> bool:
+def cpu_bf16(x: torch.Tensor) -> bool:
     """The extension's ops read bf16 tensors in the host's memory: a GPU's tensors never reach them."""
     return x.dtype == torch.bfloat16 and x.device.type == "cpu"
 
@@ -59,7 +59,7 @@ def _build():
     return module, None
 
 
-def _module():
+def extension():
     """The built extension, built on first call; None where it cannot run. Every layer of every step asks: once
     built, the answer is read without the lock."""
     if "module" not in _state:
@@ -73,7 +73,7 @@ def _module():
 
 def kernel():
     """The attention op (``op(q, k, v, mask, scale)``); None where the extension cannot run."""
-    module = _module()
+    module = extension()
     return None if module is None else module.decode_attention
 
 
@@ -93,7 +93,7 @@ def describe(dtype: str = "bfloat16") -> str:
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask, scale: float) -> torch.Tensor | None:
     """Attention of q [B, KV, R, d] (row r: token r % n) over [B, KV, S, d] by the kernel, with mask [B, 1, n, S]
     (None: every column); None where the kernel does not take this call (SDPA does)."""
-    if not _cpu_bf16(q) or q.shape[2] > ROWS or q.shape[-1] % 32 or keys.stride(-1) != 1:
+    if not cpu_bf16(q) or q.shape[2] > ROWS or q.shape[-1] % 32 or keys.stride(-1) != 1:
         return None
     op = kernel()
     if op is None:
@@ -103,14 +103,14 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask, scal
 
 
 _EMPTY = torch.empty(0, dtype=torch.bool)
-_NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
+NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
 
 
 def exact_rows(weight: torch.Tensor) -> int:
     """Tokens up to which a forward's linear layers run at the forward's own token count (engine.decode.runner's
     ``bucket``): the extension's GEMM builds nothing per shape (LINEAR_ROWS where it takes the calls); oneDNN builds
     a kernel per shape, so beyond 8 it meets a few buckets."""
-    return LINEAR_ROWS if _cpu_bf16(weight) and _module() is not None else 8
+    return LINEAR_ROWS if cpu_bf16(weight) and extension() is not None else 8
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -126,7 +126,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16 a token computed in a forward of
     more than LINEAR_ROWS tokens can differ in its last bit from the same token
     computed alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
-    if not _cpu_bf16(x) or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
+    if not cpu_bf16(x) or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
         return None
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # training: the op has no backward
         return None
@@ -134,10 +134,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
         return None
     if bias is not None and (bias.dtype != torch.bfloat16 or not bias.is_contiguous()):
         return None
-    module = _module()
+    module = extension()
     if module is None:
         return None
-    return module.linear(x.contiguous(), weight, _NO_BIAS if bias is None else bias)
+    return module.linear(x.contiguous(), weight, NO_BIAS if bias is None else bias)
 
 
 def rms_norm(pure):
@@ -147,7 +147,7 @@ def rms_norm(pure):
     can differ from torch's in its last bf16 bit; fp32 never takes it."""
 
     def norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        module = _module() if _cpu_bf16(x) else None
+        module = extension() if cpu_bf16(x) else None
         wide = x.shape[-1]
         if module is None or weight.dtype != torch.bfloat16 or weight.numel() != wide or not x.is_contiguous():
             return pure(x, weight, eps)
@@ -163,7 +163,7 @@ def rotate(pure):
     head of a multiple of 32, unit stride in it): the same bits as torch's ops, in one call instead of six."""
 
     def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        module = _module() if _cpu_bf16(x) else None
+        module = extension() if cpu_bf16(x) else None
         if (
             module is None
             or x.dim() != 3
