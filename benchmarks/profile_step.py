@@ -7,8 +7,9 @@ torch.profiler; the top operators by self time, and the step's median against ro
 
 ``--compare`` times the same ragged step under each named path instead, interleaved round by round (each round in
 another order, so a host whose read rate drifts charges every path alike): ``served`` the server's (the layer
-blocks and the extension's GEMM where they take the call), ``per-op`` the blocks off, ``onednn`` the extension's
-GEMM off too (oneDNN takes every linear layer; attention stays the kernel's). A change to the step, or a CPU the
+blocks and the extension's GEMM up to each weight's cut measured on this CPU), ``extension`` both up to
+LINEAR_ROWS whatever was measured, ``per-op`` the blocks off, ``onednn`` the extension's GEMM off too (oneDNN takes
+every linear layer; attention stays the kernel's). A change to the step, or a CPU the
 cut-offs were not measured on (they were measured on a Zen 4), is judged by these medians side by side.
 """
 
@@ -56,7 +57,7 @@ def step_s(target, batch: BatchCache, repeat: int) -> list[float]:
     return out
 
 
-PATHS = ("served", "per-op", "onednn")
+PATHS = ("served", "extension", "per-op", "onednn")
 
 
 @contextlib.contextmanager
@@ -64,16 +65,18 @@ def path(target, name: str):
     """The step under one of PATHS for the duration (module settings restored after, whatever happened)."""
     if name not in PATHS:
         raise SystemExit(f"--compare: unknown path {name!r}; choose from {', '.join(PATHS)}")
-    had, rows = "_blocks" in target.__dict__, fast_attention.LINEAR_ROWS
+    had, rows, cuts = "_blocks" in target.__dict__, fast_attention.LINEAR_ROWS, fast_attention._cuts
     kept = target.__dict__.get("_blocks")
-    if name != "served":
+    if name in ("per-op", "onednn"):
         target.__dict__["_blocks"] = []  # blocks() reads [] as "none here": every layer per op
+    if name == "extension":
+        fast_attention._cuts = {}  # none measured: the extension's GEMM and the blocks up to LINEAR_ROWS
     if name == "onednn":
         fast_attention.LINEAR_ROWS = 0  # linear() and blocks() take no call; buckets as without the extension
     try:
         yield
     finally:
-        fast_attention.LINEAR_ROWS = rows
+        fast_attention.LINEAR_ROWS, fast_attention._cuts = rows, cuts
         if had:
             target.__dict__["_blocks"] = kept
         else:

@@ -22,6 +22,17 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _default_gemm_cuts(monkeypatch):
+    """Each test starts from the extension's default GEMM cuts: a cut that another test measured (on a host busy
+    with the other worker) must not change which GEMM this test's forwards take."""
+    import sys
+
+    fast_attention = sys.modules.get("engine.decode.fast_attention")  # not imported yet: nothing measured
+    if fast_attention is not None:
+        monkeypatch.setattr(fast_attention, "_cuts", {})
+
+
 def _tiny_config(arch: str, vocab: int, eos: int, hidden: int = 64, layers: int = 2, tied: bool = False):
     from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 

@@ -92,7 +92,8 @@ def test_profile_step_compares_the_served_step_with_the_blocks_off_and_with_oned
             with P.path(runner, name):
                 seen[name] = (B.blocks(runner, x, cos) is not None, FA.linear(x, w, None) is not None)
         after = B.blocks(runner, x, cos) is not None
-    assert seen == {"served": (True, True), "per-op": (False, True), "onednn": (False, False)}
+    want = {"served": (True, True), "extension": (True, True), "per-op": (False, True), "onednn": (False, False)}
+    assert seen == want
     assert FA.LINEAR_ROWS == 16 and after  # restored
     with pytest.raises(SystemExit, match="unknown path"), P.path(runner, "fastest"):
         pass

@@ -7,7 +7,8 @@ Python-level calls a layer (AMD EPYC Zen 4, 2 threads, 2026-12-06).
 
 Only where the runner's own path is that sequence: a family with pre-norms, no q/k norm, no Granite multipliers, the
 rotary over the whole head, q/k/v and gate/up fused (engine.decode.packed), the extension built, no gradient. Every
-other forward, and any forward of more than ``LINEAR_ROWS`` tokens, runs the runner's per-op path."""
+other forward, and any forward of more tokens than its weights' cuts (``fast_attention.rows_for``: up to LINEAR_ROWS,
+less where oneDNN's GEMM measured faster on this CPU), runs the runner's per-op path."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ class Block:
         norm = self.layer.input_layernorm.weight
         return self.module.qkv_block(x, norm, self.eps, group.weight, bias, cos, sin, self.heads, self.kv_heads)
 
+    def rows(self) -> int:
+        """Tokens up to which the extension's GEMM takes each of this layer's weights (their measured cuts)."""
+        weights = (self.qkv_group.weight, self.gate_up.weight, self.layer.mlp.down_proj.weight)
+        return min(fast_attention.rows_for(w) for w in weights)
+
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` plus its MLP's output."""
         norm = self.layer.post_attention_layernorm.weight
@@ -49,7 +55,10 @@ def blocks(runner, x: torch.Tensor, cos: torch.Tensor) -> list[Block | None] | N
     built = runner.__dict__.get("_blocks")
     if built is None:
         built = runner.__dict__["_blocks"] = _build(runner)
-    return built or None
+    first = next((b for b in built if b is not None), None)
+    if first is None or len(x) > first.rows():  # beyond a weight's cut oneDNN's GEMM is faster: per op
+        return None
+    return built
 
 
 def _build(runner) -> list[Block | None]:

@@ -20,7 +20,8 @@ import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "decode_attention.cpp"
 ROWS = 8  # query rows a KV head up to which the kernel beat SDPA (12 and 24 rows: SDPA's tiles won)
-LINEAR_ROWS = 16  # tokens a forward up to which the extension's GEMM takes the call (beyond, oneDNN's was as fast)
+LINEAR_ROWS = 16  # tokens a forward up to which the extension's GEMM can take the call (beyond, oneDNN's was as fast)
+_cuts: dict[tuple[int, int], int] = {}  # a weight's [out, in] -> tokens up to which its GEMM is the extension's here
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp")  # -fopenmp: ATen's parallel_for is inline OpenMP
 _lock = threading.Lock()
 _state: dict = {}
@@ -83,9 +84,12 @@ def describe(dtype: str = "bfloat16") -> str:
     if "bfloat16" not in str(dtype):
         return f"SDPA ({dtype}: the kernel is bf16's)"
     if kernel() is not None:
+        cuts = sorted(set(_cuts.values()))
+        gemm = f"up to {LINEAR_ROWS} tokens" if not cuts else f"up to {'/'.join(map(str, cuts))} tokens by weight"
+        measured = ", as measured against oneDNN's on this CPU" if cuts else ""
         return (
             f"Phoenix's AVX-512 BF16 decode kernel up to {ROWS} query rows a KV head, SDPA beyond; its one-call "
-            f"RMSNorm and RoPE; its GEMM for steps of up to {LINEAR_ROWS} tokens, oneDNN beyond"
+            f"RMSNorm and RoPE; its GEMM for steps of {gemm}{measured}, oneDNN beyond"
         )
     return f"SDPA ({_state['why']})"
 
@@ -108,25 +112,40 @@ NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
 
 def exact_rows(weight: torch.Tensor) -> int:
     """Tokens up to which a forward's linear layers run at the forward's own token count (engine.decode.runner's
-    ``bucket``): the extension's GEMM builds nothing per shape (LINEAR_ROWS where it takes the calls); oneDNN builds
-    a kernel per shape, so beyond 8 it meets a few buckets."""
-    return LINEAR_ROWS if cpu_bf16(weight) and extension() is not None else 8
+    ``bucket``): the extension's GEMM builds nothing per shape (LINEAR_ROWS where it takes the calls, or the widest
+    cut measured here); oneDNN builds a kernel per shape, so beyond 8 it meets a few buckets."""
+    if not cpu_bf16(weight) or extension() is None:
+        return 8
+    return min(LINEAR_ROWS, max(_cuts.values(), default=LINEAR_ROWS))
+
+
+def rows_for(weight: torch.Tensor) -> int:
+    """Tokens up to which this weight's GEMM is the extension's: the cut ``engine.decode.cuts.measure_cut``
+    measured for its model's forwards on this CPU, else LINEAR_ROWS (where the extension's beat oneDNN's on an AMD
+    Zen 4 without AMX). With AMX, oneDNN's cost hardly grows from 1 to 16 rows while the extension's does, so where
+    weights stream from DRAM oneDNN's wins from 2 rows (``measure_cut`` has the figures)."""
+    return min(LINEAR_ROWS, _cuts.get((weight.shape[0], weight.shape[-1]), LINEAR_ROWS))
+
+
+def set_cut(shape: tuple[int, int], rows: int) -> None:
+    """Record a measured cut (``rows_for``): 0 where oneDNN's GEMM was faster even at one row."""
+    _cuts[shape] = rows
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """``x @ weight.T + bias`` by the extension for a forward of 1 to LINEAR_ROWS tokens (x [M, K] bf16, K a multiple of
-    32); None where it does not take the call (oneDNN does). A step's linear layers are a few rows against a whole
-    weight, so their cost is the weight's stream and the call: oneDNN's packed GEMM streamed SmolLM2's weights at
-    about 19 GB/s at one row, the extension's at about 25, each weight block read once for every row. A SmolLM2 bf16
-    step (``benchmarks.profile_step``, AMD EPYC Zen 4, 2 threads, 2026-12-06, interleaved with oneDNN's): one row
-    20.5-20.8 ms -> 13.9-14.2, two rows 22.2-22.9 -> 15.5-16.5, four 20.8-23.2 -> 20.4-21.0, eight 25.6-27.0 ->
-    23.6-23.8. Beyond eight rows each weight block, read once, serves every further eight rows from L1 (medians of
-    ten steps, three times interleaved with oneDNN's taking them, same machine): nine rows 31.2 -> 26.6 ms, twelve
-    32.3 -> 29.4, sixteen 35.9 -> 34.2; at 24 rows oneDNN's was faster (46.3 against 48.2 ms). Each output is one
-    fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16 a token computed in a forward of
-    more than LINEAR_ROWS tokens can differ in its last bit from the same token
-    computed alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
-    if not cpu_bf16(x) or x.dim() != 2 or not 1 <= x.shape[0] <= LINEAR_ROWS or x.shape[1] % 32:
+    """``x @ weight.T + bias`` by the extension for a forward of 1 to ``rows_for(weight)`` tokens (x [M, K] bf16, K
+    a multiple of 32); None where it does not take the call (oneDNN does). A step's linear layers are a few rows
+    against a whole weight, so their cost is the weight's stream and the call: oneDNN's packed GEMM streamed
+    SmolLM2's weights at about 19 GB/s at one row, the extension's at about 25, each weight block read once for
+    every row. A SmolLM2 bf16 step (``benchmarks.profile_step``, AMD EPYC Zen 4, 2 threads, 2026-12-06, interleaved
+    with oneDNN's): one row 20.5-20.8 ms -> 13.9-14.2, two rows 22.2-22.9 -> 15.5-16.5, four 20.8-23.2 -> 20.4-21.0,
+    eight 25.6-27.0 -> 23.6-23.8. Beyond eight rows each weight block, read once, serves every further eight rows
+    from L1 (medians of ten steps, three times interleaved with oneDNN's taking them, same machine): nine rows 31.2
+    -> 26.6 ms, twelve 32.3 -> 29.4, sixteen 35.9 -> 34.2; at 24 rows oneDNN's was faster (46.3 against 48.2 ms).
+    Each output is one fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16 a token
+    computed in a forward of more tokens than its cut can differ in its last bit from the same token computed
+    alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
+    if not cpu_bf16(x) or x.dim() != 2 or not 1 <= x.shape[0] <= rows_for(weight) or x.shape[1] % 32:
         return None
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # training: the op has no backward
         return None

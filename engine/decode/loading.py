@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.catalog import EMBEDDED, NAMED, lookup, named_dir
 from engine.decode.card import card_of
+from engine.decode.cuts import calibrate_pair
 from engine.decode.eagle3 import default_taps, is_head_dir, load_head
 from engine.decode.own import check_model_dir, gguf_folder, is_gguf
 from engine.decode.packed import fuse_pair, pack_pair
@@ -275,6 +276,7 @@ def prepare(pair: LoadedPair, pack: str = "auto", runner: str = "auto") -> Loade
     except ValueError as exc:
         raise PhoenixError(str(exc), field="runner") from None
     fuse_pair(pair)  # on the runner's layers: q, k, v and gate, up as one GEMM each
+    calibrate_pair(pair)  # which GEMM takes a few-token forward of each weight, as measured on this CPU
     return pair
 
 
