@@ -9,8 +9,8 @@ torch.profiler; the top operators by self time, and the step's median against ro
 another order, so a host whose read rate drifts charges every path alike): ``served`` the server's (the layer
 blocks and the extension's GEMM up to each weight's cut measured on this CPU), ``extension`` both up to
 LINEAR_ROWS whatever was measured, ``per-op`` the blocks off, ``onednn`` the extension's GEMM off too (oneDNN takes
-every linear layer; attention stays the kernel's). A change to the step, or a CPU the
-cut-offs were not measured on (they were measured on a Zen 4), is judged by these medians side by side.
+every linear layer; attention stays the kernel's). A change to the step, or the cut a CPU measured
+(engine.decode.cuts), is judged by these medians side by side.
 """
 
 from __future__ import annotations

@@ -55,13 +55,15 @@ def test_fused_groups_compute_what_their_layers_did_and_keep_the_models_paramete
     state dict keeps its names, transformers' modeling through the parts gives the runner's logits, each part's
     output is its layer's, and fp32 speculation through the fused runner stays exact."""
     from engine.decode.loading import prepare
-    from engine.decode.packed import Part, group_of
+    from engine.decode.packed import Part, group_of, pack_pair
 
     d = tiny_dirs["qwen2"]
     plain = load_pair(d["target"], None, "cpu", "float32").target
     keys = set(plain.state_dict())
     pair = prepare(load_pair(d["target"], d["near"], "cpu", "float32"), "on", "auto")
     assert "groups fused" in pair.packed, pair.packed
+    said = pair.packed
+    assert pack_pair(pair, "on") == said == pair.packed  # the server packs again: the run still says it fused
     hf = pair.target.hf
     attn, mlp = hf.model.layers[0].self_attn, hf.model.layers[0].mlp
     assert isinstance(attn.q_proj, Part) and group_of(attn.q_proj, attn.k_proj, attn.v_proj) is not None

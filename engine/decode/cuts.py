@@ -49,8 +49,8 @@ def measure_cut(model, reps: int = 3) -> int:
     where it loses ends the range (0: it lost at one row). Whole forwards, not a GEMM alone: one weight timed again
     and again sits in the cache, where a step streams every layer's. On a 2-core Xeon with AMX (480 MB L3,
     2026-12-07) SmolLM2 bf16 fits in the cache and the extension won to 8 rows (4 rows 23.2 against 29.5 ms), lost
-    at 16 (53.8 against 49.0); the 1.5B streams from DRAM and it won at one row only (2 rows 147.8 against 134.1 ms,
-    16 rows 320 against 172); on a Zen 4 it won to 16 rows on both."""
+    at 16 (53.8 against 49.0); the 1.5B streams from DRAM and it won at one row, lost from 2 or 4 (2 rows 147.8 against
+    134.1 ms, 16 rows 320 against 172); on a Zen 4 it won to 16 rows on both."""
     shapes = _gemms(model)
     vocab, seed = int(model.config.vocab_size), torch.Generator().manual_seed(0)
     cut, cache = 0, roomy_cache(model.config)

@@ -235,8 +235,11 @@ def pack(model, choice: str = "auto") -> str:
 
 def pack_pair(pair, choice: str) -> str:
     """The target's and the draft's (a draft model or an EAGLE-3 head) linear layers, each measured on its own;
-    the target's line, kept on the pair (``LoadedPair.packed``) for the run's config."""
-    pair.packed = pack(pair.target, choice)
+    the target's line, kept on the pair (``LoadedPair.packed``) for the run's config. A prepared pair keeps its
+    line, which goes on with its fusing and its GEMM cut (the server packs again what ``prepare`` packed)."""
+    line = pack(pair.target, choice)
+    if not pair.packed.startswith(line):
+        pair.packed = line
     if pair.draft is not None:
         pack(pair.draft, choice)
     return pair.packed
