@@ -4,7 +4,7 @@
 # sitting's noise), Poisson arrivals on Phoenix and vLLM (phase rates, RATES req/s), vLLM's own client against
 # Phoenix's server (the cross-check, both clients sending the same requests), then vLLM's second pass (phase
 # vllm2): each engine's two passes alternate (Phoenix, vLLM, Phoenix, vLLM), and the findings' `sitting` block
-# pools them. Every sweep is cold
+# pools them; phase A2 sweeps server A a second time (its first sweep against its second). Every sweep is cold
 # (engines load's default: a cache_salt per request, so no prompt is one its server has seen), and every row
 # records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
 #
@@ -66,6 +66,8 @@ vllm_sweep() {  # VLLM_PASS names a later pass
 if has A; then
   serve_phoenix
   phoenix_sweep "pass A" --concurrency "$LEVELS"
+  # phase A2: a second sweep on the same server, its prompts cold too (the findings' first-sweep block: issue 66)
+  if has A2; then phoenix_sweep "pass A, second sweep" --concurrency "$LEVELS"; fi
   kill -TERM "$SERVER"; wait "$SERVER" || true
 fi
 if has vllm; then vllm_sweep --concurrency "$LEVELS"; fi

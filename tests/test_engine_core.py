@@ -371,3 +371,21 @@ def test_the_server_records_a_request_before_its_stream_hears_the_end(tiny_dirs)
     )
     kinds = [type(s) for s in service.scheduler.subscribers]
     assert kinds == [Ended, EngineClient, Callbacks]
+
+
+def test_from_k_0_only_a_one_row_step_explores():
+    """While no row drafts, the rows' drafters fall behind; a step exploring from k = 0 pays every row's catch-up,
+    which the estimate leaves out (the head at 16 rows: runs #856, #867). A cheap wider forward does not change
+    that: at 16 rows the tuner stays at k = 0; at one row it still explores, so acceptance stays measured."""
+    cost = CostModel()
+    for b, base in ((1, 0.030), (16, 0.040)):
+        for n in range(1, 6):
+            cost.cells[(b, n)] = base * (1.0 + 0.05 * (n - 1))
+    tuner = LoadTuner(4, cost, epsilon=1.0)
+    for _ in range(50):
+        tuner.observe_pass("eagle3", 3, 3, 0, 0.00015)  # nothing accepted: off is the best at every batch
+    assert tuner.throughput("eagle3", 16, 1) >= 0.9 * tuner.throughput("eagle3", 16, 0)  # exploring looks cheap
+    busy = [tuner.choose("eagle3", 16) for _ in range(30)]
+    assert all(c.k == 0 and not c.explored for c in busy)
+    alone = [tuner.choose("eagle3", 1) for _ in range(30)]
+    assert all(c.k == 1 and c.explored for c in alone)

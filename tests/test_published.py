@@ -92,6 +92,21 @@ def test_two_settings_in_alternating_rounds_get_a_verdict_only_where_every_round
     assert same.count("mixed: no verdict") == 3  # a setting against itself is never faster
 
 
+def test_a_first_sweep_is_judged_against_the_second_by_the_interval_of_their_ratio(store):
+    from engine.errors import PhoenixError
+    from engine.export.published_ab import first_sweep
+
+    fig = published.Figures(store)
+    text = first_sweep(fig, "857-861 868-872")  # SmolLM2 on the Xeon: two servers' sweeps, the tuner and off
+    rows = [line for line in text.splitlines() if line.startswith("| c=")]
+    assert len(rows) == 10 and [r.split("|")[1].strip() for r in rows[::2]] == ["c=1", "c=2", "c=4", "c=8", "c=16"]
+    assert all(any(v in r for v in ("| met |", "| missed |", "| inside its noise |", "| cannot tell |")) for r in rows)
+    same = first_sweep(fig, "857-861 857-861")  # a sweep against itself: ratio 1 at every level, inside 5%
+    assert all("1.00x (1.00-1.00) | met |" in r or "| cannot tell |" in r for r in same.splitlines() if "| c=" in r)
+    with pytest.raises(PhoenixError, match="each level once"):
+        first_sweep(fig, "857-861 868-871")
+
+
 def test_a_generated_mode_table_gives_per_position_acceptance_in_vllms_meaning(store):
     # suffix trees draft a varying length: over the passes that drafted at all, deeper positions fall (vLLM's
     # figure, and what findings typed by hand); over the passes that drafted that deep they would not

@@ -11,7 +11,8 @@ Blocks (ARGS in the marker):
   prediction against the measured speedup, arm by arm, and whether every arm lands within 10%.
 - ``goal RUN MODE THRESHOLD``: a speedup goal judged by its interval; ``position0 RUN MODE``: position 0's rate.
 - ``rounds VARIANT A_RUNS B_RUNS NAME_A NAME_B``: two settings of one server in alternating rounds, level by level
-  (engine.export.published_ab).
+  (engine.export.published_ab); ``first-sweep FIRST_RUNS SECOND_RUNS``: a server's first sweep against its second,
+  level by level, judged against issue 66's 5% by the ratio's interval (the same module).
 - ``fleet-plan RUNS``: the fleet plan against the fleets measured in those load runs (engine.export.published_fleet).
 - ``levels RUNS``, ``rates RUNS``, ``best-setting NAME=RUNS ...``, ``history VARIANT LABEL=RUNS ...``: load tables
   (engine.export.published_levels).
@@ -37,7 +38,7 @@ from engine.analysis.position_gain import rate as gain_rate
 from engine.analysis.stats import against_goal
 from engine.bench.report import summaries
 from engine.errors import PhoenixError
-from engine.export.published_ab import rounds
+from engine.export.published_ab import first_sweep, rounds
 from engine.export.published_cells import anchor, cell
 from engine.export.published_files import limits, limits_goals
 from engine.export.published_fleet import fleet_passes, fleet_plan, fleet_repeat
@@ -299,6 +300,7 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "modes": modes,
     "leaderboard": leaderboard,
     "rounds": rounds,
+    "first-sweep": first_sweep,
     "tuner": tuner,
     "head-stages": head_stages,
     "head-vocab": head_vocab,

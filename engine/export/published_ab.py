@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from engine.analysis import sweeps as S
 from engine.errors import PhoenixError
 from engine.export.run_ids import run_ids
 
@@ -49,4 +50,42 @@ def rounds(fig, args: str) -> str:
             f"| {level} | {', '.join(f'{x:.1f}' for x in per_a)} | {', '.join(f'{y:.1f}' for y in per_b)} | "
             f"{total:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | {verdict} | {cited} |"
         )
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+FIRST_SWEEP_GOAL = 0.05  # issue 66: a server's first sweep within 5% of its second, at every level
+
+
+def first_sweep(fig, args: str) -> str:
+    """ARGS: ``FIRST_RUNS SECOND_RUNS``, the level runs of a server's first sweep and of its second (same levels,
+    same variants, the second's prompts cold too): per level and setting, the first's throughput over the second's
+    with its interval (paired where the blocks sent the same prompts), and the goal's verdict: met where the
+    interval lies within 5% of 1, missed where it lies wholly outside, else inside its noise."""
+    first, second = args.split()
+    by_level: dict[object, list[int]] = defaultdict(list)
+    for run_id in run_ids(first) + run_ids(second):
+        by_level[(fig.run(run_id).config or {}).get("level")].append(run_id)
+    if any(len(pair) != 2 for pair in by_level.values()):
+        raise PhoenixError(f"first-sweep: {first} and {second} must hold each level once")
+    lines = [
+        "| load | setting | first sweep tok/s | second tok/s | first / second (95% CI) | goal: within 5% | runs |",
+        "|---|---|---:|---:|---|---|---|",
+    ]
+    for level, (a, b) in sorted(by_level.items(), key=lambda item: float(str(item[0] or 0))):
+        runs = {a: fig.run(a), b: fig.run(b)}
+        figs_a, figs_b = ((runs[r].config or {}).get("figures") or {} for r in (a, b))
+        for variant in [v for v in figs_a if v in figs_b]:
+            x, y = figs_a[variant]["output_throughput"], figs_b[variant]["output_throughput"]
+            found, _ = S.between_runs(runs, (a, variant), (b, variant))
+            lo, hi = 1 - FIRST_SWEEP_GOAL, 1 + FIRST_SWEEP_GOAL
+            if found is None:
+                interval, verdict = "no interval", "cannot tell"
+            else:
+                interval = f"{found[1]:.2f}-{found[2]:.2f}"
+                inside, outside = lo <= found[1] and found[2] <= hi, found[2] < lo or found[1] > hi
+                verdict = "met" if inside else "missed" if outside else "inside its noise"
+            ratio = x / y if y else float("nan")
+            lines.append(
+                f"| c={level} | {variant} | {x:.1f} | {y:.1f} | {ratio:.2f}x ({interval}) | {verdict} | #{a}, #{b} |"
+            )
     return "\n\n" + "\n".join(lines) + "\n\n"

@@ -180,9 +180,16 @@ class LoadTuner:
         # and an exploring step never costs the widest forward under load. Acceptance does not depend on the
         # batch, so what a cheap step at a small batch teaches serves every batch: a step explores only where it
         # is expected to keep EXPLORE_WITHIN of the best's throughput (at 16 rows a forward 2 wide cost 1.6x one 1
-        # wide, and exploring there cost the tuner a tenth of its throughput: runs #148-#153)
+        # wide, and exploring there cost the tuner a tenth of its throughput: runs #148-#153). From k = 0 a step
+        # explores only at one row: the rows' drafters have not kept in step while none drafted, and the step pays
+        # each row's catch-up over every token since, which the estimate leaves out (at 16 rows of SmolLM2 the
+        # head's k = 1 steps drafted for 41-45 ms beside a 41 ms forward, and the tuner made 0.94-0.95 of off:
+        # runs #856, #867)
         explored = (
-            best < top and self._rng.random() < self.epsilon and scores[best + 1] >= EXPLORE_WITHIN * scores[best]
+            best < top
+            and (best > 0 or batch == 1)
+            and self._rng.random() < self.epsilon
+            and scores[best + 1] >= EXPLORE_WITHIN * scores[best]
         )
         k = best + 1 if explored else best
         return Choice(k, explored, scores[k], scores[0])
