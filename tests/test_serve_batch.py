@@ -200,6 +200,40 @@ def test_speculation_turns_off_where_a_wider_forward_costs_more_than_it_adds_and
     assert tuner.choose("ngram", 1).k > 0  # the load fell: speculation is back
 
 
+def test_a_pass_at_k_is_priced_from_the_passes_at_k_a_fixed_part_and_one_per_position():
+    """A row's drafting costs a fixed part (its drafter's catch-up, the call) and a part per position: priced at k
+    from the passes at k, between and beyond from a line through the ks measured, not k times a mean per token."""
+    acc = Acceptance()
+    for _ in range(5):
+        acc.observe(asked=1, proposed=1, accepted=1, seconds=0.0020)
+        acc.observe(asked=3, proposed=3, accepted=1, seconds=0.0035)
+    assert acc.draft_seconds(1) == pytest.approx(0.0020) and acc.draft_seconds(3) == pytest.approx(0.0035)
+    assert acc.draft_seconds(2) == pytest.approx(0.00275) and acc.draft_seconds(4) == pytest.approx(0.00425)
+    assert acc.draft_seconds(0) == 0.0
+    alone = Acceptance()
+    for _ in range(2):  # under DRAFT_PASSES passes: the mean per token, as before any k had its own
+        alone.observe(asked=1, proposed=1, accepted=1, seconds=0.004)
+    assert alone.draft_seconds(2) == pytest.approx(0.008)
+
+
+def test_at_16_rows_a_k_whose_drafting_has_a_fixed_part_is_not_chosen_on_the_mean_per_token():
+    """The head at 16 rows (run #880): k = 3 passes at small batches made the mean per token low, a k = 1 pass costs
+    far more than a third of a k = 3 pass, and priced per token k = 1 looked 1.06x of off where it made 0.86."""
+    cost = CostModel()
+    for n in range(1, 6):
+        cost.cells[(1, n)] = 0.020 + 0.001 * (n - 1)
+        cost.cells[(16, n)] = 0.042 + 0.007 * (n - 1)
+    tuner = LoadTuner(4, cost, epsilon=0.0)
+    for i in range(40):
+        tuner.observe_pass("eagle3", 3, 3, 1, 0.0030)  # 1 ms a token at k = 3
+        tuner.observe_pass("eagle3", 1, 1, int(i % 3 != 0), 0.0019)  # 1.9 ms at k = 1: most of it the fixed part
+    assert tuner.choose("eagle3", 1).k > 0  # alone the head still pays
+    assert tuner.choose("eagle3", 16).k == 0
+    acc = tuner.of("eagle3")
+    per_token = 16 * (1 + acc.expected_accepted(1)) / (cost.seconds(16, 2) + 16 * acc.draft_s_per_token())
+    assert per_token > 1.05 * tuner.throughput("eagle3", 16, 0)  # what the old pricing would have chosen
+
+
 def test_the_cost_model_interpolates_between_measured_cells_and_refines_online():
     cost = CostModel({(1, 1): 0.01, (1, 5): 0.02, (4, 1): 0.02, (4, 5): 0.06})
     assert cost.seconds(1, 3) == pytest.approx(0.015)

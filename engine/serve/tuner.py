@@ -13,7 +13,7 @@ Two models, both measured here, both updated after every step:
   shows what every smaller k would have done, so one pass updates every arm at once.
 
 For a batch of B rows drafting with one drafter, k's expected throughput is
-  B · (1 + E[accepted | k]) / (cost(B, 1 + k) + B · k · draft_s_per_token)
+  B · (1 + E[accepted | k]) / (cost(B, 1 + k) + B · draft_s(k))
 and the tuner takes the k that maximizes it, k = 0 included: under load, where a wider forward costs more than the
 tokens it adds, speculation turns itself off, and back on when the load falls. A small share of steps explore one
 position deeper than the best k, so the deeper positions' acceptance stays measured.
@@ -37,6 +37,7 @@ PRIOR_RATE = 0.5  # the acceptance a position starts from before any pass asked 
 SPECULATE_ABOVE = 1.05  # speculate only where it is expected to beat speculation off by this much (at 8 rows the
 # tuner drafted in half the steps on estimates 0.5% above off and ran 0.88x of off: runs #154-#159)
 EXPLORE_WITHIN = 0.9  # an exploring step is expected to keep at least this share of the best choice's throughput
+DRAFT_PASSES = 3  # passes at a k before their mean drafting time prices that k
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Acceptance:
     accepted: list[int] = field(default_factory=list)  # ... in which positions 0..i were all accepted
     draft_s: float = 0.0  # drafting seconds, over
     draft_tokens: int = 0  # the tokens asked for
+    by_k: dict[int, list[float]] = field(default_factory=dict)  # k -> [a row's drafting seconds, passes] at that k
 
     def observe(self, asked: int, proposed: int, accepted: int, seconds: float) -> None:
         grow = asked - len(self.asked)
@@ -109,6 +111,9 @@ class Acceptance:
             self.accepted[i] += int(accepted > i)
         self.draft_s += seconds
         self.draft_tokens += asked
+        cell = self.by_k.setdefault(asked, [0.0, 0])
+        cell[0] += seconds
+        cell[1] += 1
 
     def _rate(self, counts: list[int], i: int, prior: float) -> float:
         asked = self.asked[i] if i < len(self.asked) else 0
@@ -126,6 +131,25 @@ class Acceptance:
 
     def draft_s_per_token(self) -> float:
         return self.draft_s / self.draft_tokens if self.draft_tokens else 0.0
+
+    def draft_seconds(self, k: int) -> float:
+        """A row's drafting seconds in a pass at k: a fixed part (the drafter's catch-up on the tokens the last pass
+        accepted, its call) and a part per position, so the passes measured at k where there are DRAFT_PASSES of
+        them, else a line fitted through the ks measured (two or more), else k times the mean per token. k times
+        the mean alone priced the head's k = 1 passes at 16 rows at about half their cost (1.5-1.9 ms a row against
+        1.2 + 0.75 k ms measured per k on the Xeon: run #880), and the tuner chose k = 1 where it made 0.86 of off."""
+        if k <= 0:
+            return 0.0
+        means = {j: s / n for j, (s, n) in self.by_k.items() if n >= DRAFT_PASSES}
+        if k in means:
+            return means[k]
+        if len(means) < 2:
+            return k * self.draft_s_per_token()
+        ks = sorted(means)
+        mean_k = sum(ks) / len(ks)
+        mean_s = sum(means[j] for j in ks) / len(ks)
+        slope = sum((j - mean_k) * (means[j] - mean_s) for j in ks) / sum((j - mean_k) ** 2 for j in ks)
+        return max(0.0, mean_s + slope * (k - mean_k))
 
     def per_position(self) -> list[dict]:
         return [
@@ -152,7 +176,7 @@ class LoadTuner:
         """Expected tokens/s of a step of ``batch`` rows at ``k`` (k = 0: one token a row, the narrowest forward)."""
         acc = self.of(drafter)
         tokens = batch * (1.0 + acc.expected_accepted(k))
-        seconds = self.cost.seconds(batch, 1 + k) + batch * k * acc.draft_s_per_token()
+        seconds = self.cost.seconds(batch, 1 + k) + batch * acc.draft_seconds(k)
         return tokens / seconds if seconds > 0 else 0.0
 
     def break_even(self, drafter: str, batch: int, k: int) -> float:
@@ -162,7 +186,7 @@ class LoadTuner:
         ``hold_rows`` off: no row is held."""
         if not self.hold_rows:
             return float("-inf")
-        per_row = self.cost.seconds(batch, 1 + k) / batch + k * self.of(drafter).draft_s_per_token()
+        per_row = self.cost.seconds(batch, 1 + k) / batch + self.of(drafter).draft_seconds(k)
         alone = self.cost.seconds(batch, 1) / batch
         return SPECULATE_ABOVE * per_row / alone - 1.0 if alone > 0 else 0.0
 
