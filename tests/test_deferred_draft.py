@@ -216,3 +216,23 @@ def test_a_row_starts_drafting_only_where_the_tuner_expects_a_clear_win(tiny_dir
     assert primed == [] and done["0"].stats.proposed == 0
     done = _served(dec, [Request(list(prompt), 12, "model", None, id="1")], AloneOnly())
     assert primed == [len(prompt)] and done["1"].stats.proposed > 0
+
+
+class Probes(Off):
+    """A tuner whose best is speculation off and whose every one-row step is a probe (REPROBE_STEPS)."""
+
+    def choose(self, drafter, batch):
+        from engine.decode.steps import Choice
+
+        return Choice(1, True, 0.9, 1.0, probe=batch == 1)
+
+
+def test_a_one_row_probe_drafts_even_a_row_not_yet_primed(tiny_dirs, monkeypatch):
+    """A probe is how a tuner that concluded "off" at one row measures its drafter again: an exploring step from
+    k = 0 never primes a row (above), a probe does, at the row's first pass, and the output stays exact."""
+    from engine.decode.sequence import Request
+
+    dec, prompt, primed = _watched(tiny_dirs, monkeypatch)
+    reference = dec.run(prompt, 0, 12, timed=False).output_ids
+    done = _served(dec, [Request(list(prompt), 12, "model", None, id="0")], Probes())
+    assert primed == [len(prompt)] and done["0"].stats.output_ids == reference and done["0"].stats.proposed > 0

@@ -234,6 +234,42 @@ def test_at_16_rows_a_k_whose_drafting_has_a_fixed_part_is_not_chosen_on_the_mea
     assert per_token > 1.05 * tuner.throughput("eagle3", 16, 0)  # what the old pricing would have chosen
 
 
+def test_a_width_measured_no_more_moves_with_its_batchs_one_token_cell():
+    """The server's first forwards were slow (run #909): widths the tuner then stopped choosing kept their early
+    means. Each cell is read moved by as much as its batch's one-token cell has moved since it was measured."""
+    cost = CostModel()
+    for _ in range(15):
+        cost.observe(1, 1, 0.0235)
+    for _ in range(15):
+        cost.observe(1, 2, 0.0337)
+    assert cost.seconds(1, 2) == pytest.approx(0.0337)
+    for _ in range(15):
+        cost.observe(1, 1, 0.0167)  # the machine settled; width 2 not run since
+    assert cost.seconds(1, 1) == pytest.approx(0.0167)
+    assert cost.seconds(1, 2) == pytest.approx(0.0337 * 0.0167 / 0.0235)
+    assert cost.as_rows()[1]["seconds"] == pytest.approx(0.0337)  # the record keeps what was measured
+    profiled = CostModel({(1, 1): 0.01, (1, 2): 0.012})  # cells given, never observed: read as they are
+    assert profiled.seconds(1, 2) == pytest.approx(0.012)
+
+
+def test_at_one_row_a_tuner_that_concluded_off_drafts_again_every_reprobe_steps():
+    """One poor request (the load client's warm-up, run #909) left the tuner at k = 0 at one row for every request
+    after it; a one-row probe every REPROBE_STEPS steps at k = 0 measures the drafter again. Under load, never."""
+    from engine.serve.tuner import REPROBE_STEPS
+
+    cost = CostModel({(1, n): 0.017 * (1.0 + 0.6 * (n - 1)) for n in range(1, 6)})
+    cost.cells.update({(16, n): 0.042 * (1.0 + 0.5 * (n - 1)) for n in range(1, 6)})
+    tuner = LoadTuner(4, cost, epsilon=0.0)
+    for _ in range(70):
+        tuner.observe_pass("eagle3", 1, 1, 0, 0.0025)  # nothing accepted: off is the best
+    alone = [tuner.choose("eagle3", 1) for _ in range(3 * REPROBE_STEPS)]
+    probes = [i for i, c in enumerate(alone) if c.probe]
+    assert probes == [REPROBE_STEPS - 1, 2 * REPROBE_STEPS - 1, 3 * REPROBE_STEPS - 1]
+    assert all(c.k == 1 and c.explored for c in alone if c.probe)
+    assert all(c.k == 0 and not c.explored for c in alone if not c.probe)
+    assert not any(tuner.choose("eagle3", 16).probe for _ in range(3 * REPROBE_STEPS))
+
+
 def test_the_cost_model_interpolates_between_measured_cells_and_refines_online():
     cost = CostModel({(1, 1): 0.01, (1, 5): 0.02, (4, 1): 0.02, (4, 5): 0.06})
     assert cost.seconds(1, 3) == pytest.approx(0.015)

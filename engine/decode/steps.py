@@ -21,6 +21,7 @@ class Choice:
     estimate: float  # expected tokens/s of the batch at k
     estimate_off: float  # ... at k = 0 (speculation off)
     drafter: str | None = None  # the drafter chosen, where the rows let the tuner choose it too
+    probe: bool = False  # a one-row probe (engine.serve.tuner.REPROBE_STEPS): it drafts even a row not yet primed
 
 
 class Tuner(Protocol):
@@ -144,7 +145,7 @@ def plan(rows: list, tuner: Tuner | None, joining: int = 0) -> tuple[list[int], 
         k = c.k if c else (r.req.k or 0)
         if t and not r.seq.primed and soon.get(r.req.drafter) == 0:
             k = 0  # the batch is about to grow to where the tuner would not draft: no prompt pass for a step or two
-        if t and c is not None and not r.seq.primed and c.estimate < PRIME_ABOVE * c.estimate_off:
+        if t and c is not None and not r.seq.primed and not c.probe and c.estimate < PRIME_ABOVE * c.estimate_off:
             k = 0  # a row's first draft pays its drafter's pass over the whole context: it starts only where
             # speculation is expected to win clearly (an exploring step from k = 0 never does)
         kind = c.drafter if c and c.drafter else r.req.drafter

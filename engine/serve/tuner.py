@@ -16,7 +16,10 @@ For a batch of B rows drafting with one drafter, k's expected throughput is
   B · (1 + E[accepted | k]) / (cost(B, 1 + k) + B · draft_s(k))
 and the tuner takes the k that maximizes it, k = 0 included: under load, where a wider forward costs more than the
 tokens it adds, speculation turns itself off, and back on when the load falls. A small share of steps explore one
-position deeper than the best k, so the deeper positions' acceptance stays measured.
+position deeper than the best k, so the deeper positions' acceptance stays measured; at one row, a tuner that has
+chosen k = 0 for REPROBE_STEPS steps in a row drafts once at k = 1 whatever its estimate (a probe), so a drafter
+judged on a few poor requests is measured again. draft_s(k) is measured per k (a pass costs a fixed part and a part
+per position), and a cell of the cost grid no step has run lately moves with its batch's one-token cell.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ SPECULATE_ABOVE = 1.05  # speculate only where it is expected to beat speculatio
 # tuner drafted in half the steps on estimates 0.5% above off and ran 0.88x of off: runs #154-#159)
 EXPLORE_WITHIN = 0.9  # an exploring step is expected to keep at least this share of the best choice's throughput
 DRAFT_PASSES = 3  # passes at a k before their mean drafting time prices that k
+REPROBE_STEPS = 16  # one-row steps in a row at k = 0, after which one drafts at k = 1 whatever the estimate
 
 
 @dataclass
@@ -46,6 +50,7 @@ class CostModel:
 
     cells: dict[tuple[int, int], float] = field(default_factory=dict)  # each cell's estimate: its recent mean
     recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+    anchors: dict[tuple[int, int], float] = field(default_factory=dict)  # (b, 1)'s estimate when (b, n) was measured
 
     def observe(self, b: int, n: int, seconds: float) -> None:
         window = self.recent.get((b, n))
@@ -53,10 +58,27 @@ class CostModel:
             window = self.recent[(b, n)] = deque([self.cells[(b, n)]] if (b, n) in self.cells else [], WINDOW)
         window.append(seconds)
         self.cells[(b, n)] = statistics.fmean(window)
+        self.anchor(b, n)
+
+    def anchor(self, b: int, n: int) -> None:
+        """Remember the one-token cell of batch b as (b, n) is measured (``now``)."""
+        if n > 1 and (b, 1) in self.cells:
+            self.anchors[(b, n)] = self.cells[(b, 1)]
+
+    def now(self, b: int, n: int) -> float:
+        """A measured cell's estimate, moved as far as its batch's one-token cell has moved since the cell was last
+        measured. A width the tuner stops choosing is measured no more: the server's first forwards ran 1.4x
+        their later cost (SmolLM2 at one row, run #909: 23.5 against 16.7 ms a token), widths 2-5 kept their
+        early means, and the tuner never drafted at one row again (pass A's tuner made what off made at c = 1).
+        The one-token cell runs at almost every step, so it carries the machine's drift to every width."""
+        seconds, anchor = self.cells[(b, n)], self.anchors.get((b, n))
+        if n > 1 and anchor and (b, 1) in self.cells:
+            return seconds * self.cells[(b, 1)] / anchor
+        return seconds
 
     def seconds(self, b: int, n: int) -> float:
         if (b, n) in self.cells:
-            return self.cells[(b, n)]
+            return self.now(b, n)
         if not self.cells:
             return 1.0
         bs = sorted({cb for cb, _ in self.cells})
@@ -64,7 +86,7 @@ class CostModel:
 
     def _at_n(self, b: int, n: int) -> float:
         ns = sorted(cn for cb, cn in self.cells if cb == b)
-        return _interp(ns, n, lambda cn: self.cells[(b, cn)])
+        return _interp(ns, n, lambda cn: self.now(b, cn))
 
     def as_rows(self) -> list[dict]:
         return [{"batch": b, "tokens": n, "seconds": s} for (b, n), s in sorted(self.cells.items())]
@@ -168,6 +190,7 @@ class LoadTuner:
         self.epsilon = epsilon
         self.acceptance: dict[str, Acceptance] = {}
         self._rng = random.Random(seed)
+        self._undrafted: dict[str, int] = {}  # per drafter, one-row steps in a row at k = 0 (REPROBE_STEPS)
 
     def of(self, drafter: str) -> Acceptance:
         return self.acceptance.setdefault(drafter, Acceptance())
@@ -215,8 +238,20 @@ class LoadTuner:
             and self._rng.random() < self.epsilon
             and scores[best + 1] >= EXPLORE_WITHIN * scores[best]
         )
-        k = best + 1 if explored else best
-        return Choice(k, explored, scores[k], scores[0])
+        probe = self._reprobe(drafter, batch, best > 0 or explored or top == 0)
+        k = best + 1 if explored or probe else best
+        return Choice(k, explored or probe, scores[k], scores[0], probe=probe)
+
+    def _reprobe(self, drafter: str, batch: int, drafting: bool) -> bool:
+        """Whether this one-row step drafts at k = 1 as a probe, whatever the estimate: every REPROBE_STEPS-th of
+        one-row steps in a row at k = 0. A drafter judged on a few requests (the load client's warm-up, a prompt
+        unlike the rest) is measured again, where a step costs one row's catch-up at most; without it the tuner
+        that had concluded "off" at one row never drafted there again (run #909)."""
+        if batch != 1:
+            return False
+        count = 0 if drafting else self._undrafted.get(drafter, 0) + 1
+        self._undrafted[drafter] = 0 if count >= REPROBE_STEPS else count
+        return count >= REPROBE_STEPS
 
     def choose_drafter(self, drafters: tuple[str, ...], batch: int) -> Choice:
         """The drafter as well as k: the (drafter, k) with the most expected throughput at this batch, from each
@@ -230,7 +265,7 @@ class LoadTuner:
         if near and self._rng.random() < self.epsilon:  # as for k: only where exploring is expected to cost little
             pick = self._rng.choice(near)
         c = best[pick]
-        return Choice(c.k, c.explored or pick != top, c.estimate, c.estimate_off, pick)
+        return Choice(c.k, c.explored or pick != top, c.estimate, c.estimate_off, pick, c.probe)
 
     def observe_pass(self, drafter: str, asked: int, proposed: int, accepted: int, draft_s: float) -> None:
         if asked > 0:
@@ -283,6 +318,7 @@ def _time_cell(model: CostModel, forward: Callable[[int, int], float], b: int, n
     times = [forward(b, n) for _ in range(repeats)]
     model.recent[(b, n)] = deque(times, WINDOW)
     model.cells[(b, n)] = statistics.median(times)
+    model.anchor(b, n)
 
 
 def _disturbed(model: CostModel, batches: list[int], widths: list[int]) -> list[tuple[int, int]]:
