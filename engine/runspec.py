@@ -32,6 +32,7 @@ from engine.modes import Mode
 AUTO = None  # k chosen as it runs (the tuner, a bandit)
 # engines' own names for Phoenix's drafters: vLLM's draft_model, llama.cpp's draft-simple and draft-eagle3
 ALIASES = {"draft-model": "model", "draft_model": "model", "draft-simple": "model", "draft-eagle3": "eagle3"}
+DRAFTED = ("model", "eagle3", "hybrid", "bandit")  # the drafters that run a draft model or head: a spec names it
 _VARIANT = re.compile(
     r"^(?P<drafter>[a-z0-9]+(?:-(?!k\d|n\d|m\d|auto\b|table\b|eager\b)[a-z0-9]+)*)"
     r"(?P<opts>(?:-(?:k\d+|n\d+|m\d+|auto|table|eager))*)$"
@@ -223,9 +224,7 @@ def of(run, mode: str) -> RunSpec:
         spec = Speculation.parse(mode, getattr(bench, "drafter", None))
         return RunSpec(
             ModelCard(model_name(run.target), dtype),
-            ModelCard(model_name(run.draft), dtype)
-            if run.draft and spec.drafter in ("model", "eagle3", "hybrid", "bandit")
-            else None,
+            ModelCard(model_name(run.draft), dtype) if run.draft and spec.drafter in DRAFTED else None,
             spec,
             float(getattr(bench, "temperature", 0.0) or 0.0),
             "lab" if int(getattr(bench, "concurrency", 1) or 1) == 1 else f"c={bench.concurrency}",
@@ -305,9 +304,10 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
     if "-table" in spec.options and load.get("table"):
         spec = Speculation(spec.drafter, spec.k, f"{spec.options} {load['table']}")
     extra = ", system prompt" if load.get("system_prompt") else ""
+    draft = _load_draft(engine, server, phoenix) if spec.drafter in DRAFTED else None
     return RunSpec(
         ModelCard(model_name(run.target), quant),
-        None,
+        ModelCard(model_name(draft), gguf_quant(draft) if engine == "llamacpp" else "") if draft else None,
         spec,
         float(load.get("temperature") or 0.0),
         level,
@@ -323,6 +323,18 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
         command=str(server.get("command") or ""),
         preload=str(server.get("preload") or phoenix.get("preload") or ""),
     )
+
+
+def _load_draft(engine: str, server: dict, phoenix: dict) -> str | None:
+    """The draft model or head a load run's server drafted with: Phoenix's /health (or, for a run from before it
+    said, its own server run's draft, filled in by migration 0029), vLLM's speculative config, llama.cpp's -md."""
+    if engine == "phoenix":
+        return str(phoenix.get("draft") or "") or None
+    if engine == "vllm":
+        config = server.get("speculative_config")
+        return str(config.get("model") or "") or None if isinstance(config, dict) else None
+    command = str(server.get("command") or "")
+    return _flag(command, "-md") or _flag(command, "--model-draft")
 
 
 def _of_side_by_side(run, cfg: dict, mode: str, cpu: str) -> RunSpec:

@@ -3,6 +3,7 @@ one grammar, two runs compare only where they measured the same work, and a run 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -145,3 +146,57 @@ def test_a_side_by_side_run_is_its_engines_own_setting_not_phoenixs_served_traff
     vllm["servers"] = [{"variant": "none", "command": "python -m vllm.entrypoints.openai.api_server --enforce-eager"}]
     spec = runspec.of(SimpleNamespace(**{**vars(run), "config": vllm}), "vllm-none_c1")
     assert (spec.engine, spec.target.quantization, spec.runner, spec.draft) == ("vllm", "bfloat16", "eager", None)
+
+
+def test_a_load_runs_spec_names_the_draft_each_engine_drafted_with():
+    head = "/m/models/smollm2-eagle3"
+    vllm = _load_run(
+        1,
+        engine="vllm",
+        servers=[
+            {"variant": "none", "speculative_config": None},
+            {"variant": "eagle3-k3", "speculative_config": {"method": "eagle3", "model": head}},
+        ],
+    )
+    assert runspec.of(vllm, "none").draft is None
+    assert runspec.of(vllm, "eagle3-k3").draft == runspec.ModelCard("smollm2-eagle3")
+    command = "llama-server -m t.gguf -md d.Q8_0.gguf"
+    llama = _load_run(2, engine="llamacpp", servers=[{"variant": "draft-model-k3", "command": command}])
+    assert runspec.of(llama, "draft-model-k3").draft == runspec.ModelCard("d.Q8_0.gguf", "Q8_0")
+    phoenix = _load_run(3, server={"drafter": "eagle3", "draft": "smollm2-eagle3"})
+    assert runspec.of(phoenix, "eagle3-auto").draft == runspec.ModelCard("smollm2-eagle3")
+    assert runspec.of(phoenix, "ngram-k3").draft is None  # a model-free drafter drafts with no draft
+    other = _load_run(4, server={"drafter": "eagle3", "draft": "another-head"})
+    assert runspec.of(phoenix, "eagle3-auto").key() != runspec.of(other, "eagle3-auto").key()  # two heads, two series
+
+
+def test_migration_0029_names_the_draft_in_a_load_runs_stored_spec(tmp_path):
+    """A Phoenix load run stored before /health named the draft: its spec takes its server run's draft, and a
+    stored spec then reads the same as one derived anew (one series, not two)."""
+    import sqlalchemy as sa
+
+    from db import migrate
+    from db.store import Store
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    migrate.upgrade(url, "0028")
+    load = _load_run(1, server={"run_id": 1, "drafter": "eagle3"})
+    load.config |= runspec.recorded(load, ["none", "eagle3-auto"])
+    assert load.config["run_spec"]["eagle3-auto"]["draft"] is None
+    with sa.create_engine(url).begin() as conn:  # a server run and its load run, as 0028's Phoenix wrote them
+        for rid, cfg, draft in ((1, {"phoenix_serve": {}}, "smollm2-eagle3"), (2, load.config, None)):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO runs (id, name, status, created_at, config, target, draft, progress_done, "
+                    "progress_total, cancel_requested, archived) VALUES (:i, 'r c=4', 'done', '2026-12-01', :c, "
+                    "'smollm2', :d, 0, 0, false, false)"
+                ),
+                {"i": rid, "c": json.dumps(cfg), "d": draft},
+            )
+    assert migrate.upgrade(url) == migrate.head()
+    run = Store(url).get_run(2)
+    stored = runspec.of(run, "eagle3-auto")
+    assert stored.draft == runspec.ModelCard("smollm2-eagle3") and runspec.of(run, "none").draft is None
+    derived = {k: v for k, v in run.config.items() if k != "run_spec"}
+    fresh = SimpleNamespace(**{**vars(_load_run(2)), "config": derived})
+    assert stored.key() == runspec.of(fresh, "eagle3-auto").key()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import http_server, wait_for
@@ -419,7 +420,10 @@ def test_a_server_on_phoenixs_runner_warms_every_forward_shape_before_it_is_read
     dec = Decoder(prepare(load_pair(d["target"], d["near"], "cpu", "float32"), "off", "phoenix"))
     service, store = make_service(dec, tmp_path, max_num_batched_tokens=40)
     with TestClient(make_app(service)) as c:
-        assert c.get("/health").status_code == 200
+        health = c.get("/health")
+        assert health.status_code == 200
+    # the draft by name, as a load run's spec keeps it: the folder's last part, never this machine's path
+    assert health.json()["draft"] == Path(d["near"]).name and "/" not in health.json()["draft"]
     assert service.warmed == sorted({bucket(n) for n in range(1, 41)}) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48]
     config = store.get_run(service.run_id).config
     assert config["warmed"] == service.warmed and set(config["startup_s"]) == {"warm", "profile"}

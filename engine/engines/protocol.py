@@ -44,9 +44,9 @@ def server_health(url: str, timeout_s: float) -> dict:
 
 def server_of(url: str, timeout_s: float) -> dict:
     """What a load run keeps of the Phoenix server it measured: its own live run (the link to the server's side of
-    the same requests), its dtype, threads, default drafter and version."""
+    the same requests), its dtype, threads, default drafter, draft and version."""
     health = server_health(url, timeout_s)
-    keep = ("run_id", "dtype", "threads", "drafter", "k_max", "version", "preload")
+    keep = ("run_id", "dtype", "threads", "drafter", "draft", "k_max", "version", "preload")
     out = {k: health[k] for k in keep if isinstance(health.get(k), (str, int)) and not isinstance(health[k], bool)}
     settings = health.get("settings")
     if isinstance(settings, dict):

@@ -106,6 +106,7 @@ def make_app(service: Service, manage: bool = True) -> FastAPI:
             "status": "ok",
             "engine": "phoenix",
             "drafter": service.drafter,
+            "draft": service.draft,  # the draft model or head it loaded, by name (no path): part of a load run's spec
             "k_max": service.cfg.k_max,
             "version": git_sha() or "unknown",
             "rows": rows,

@@ -23,6 +23,7 @@ from transformers import DynamicCache
 from db.entities import RequestRecord
 from db.store import HEARTBEAT_S, Store
 from engine import runspec
+from engine.catalog import model_name
 from engine.decode import fast_attention
 from engine.decode.batch import BatchCache, verify_batch
 from engine.decode.client import EngineClient, RequestStream
@@ -75,6 +76,7 @@ class Service:
         self.telemetry = telemetry or Telemetry.off()
         self.model_name = cfg.served_model_name or decoder.pair.target_name
         self.drafter = default_drafter(cfg, decoder)
+        self.draft = model_name(decoder.pair.draft_name) if decoder.pair.draft_name else None  # by name, never a path
         self.tuner = LoadTuner(cfg.k_max, epsilon=cfg.epsilon, seed=cfg.seed, hold_rows=cfg.hold_rows)
         self.scheduler = Scheduler(
             decoder.pair.target,
