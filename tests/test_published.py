@@ -155,9 +155,27 @@ def test_settings_at_fixed_rates_are_read_by_latency_and_goodput_with_their_slo(
     assert "| unbounded (all at once) (#125) |" in text and "TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in text
 
 
-def test_a_sitting_at_fixed_rates_is_refused_its_verdict_is_latency_not_throughput(store):
-    with pytest.raises(Exception, match="rates block"):
-        published.sitting(published.Figures(store), "516-518,525-527")
+def test_engines_at_fixed_rates_are_compared_by_latency_with_an_interval_over_requests(store):
+    fig = published.Figures(store)
+    text = published.BLOCKS["rates-sitting"](fig, "516-518,525-527")  # the EPYC's fourth sitting: one pass each
+    one = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    assert "tok/s" not in text  # never throughput at a rate
+    assert "eagle3-k3 0.99 (13, 1.04, 0%)" in one and "eagle3-auto 2.00 (27, 1.00, 0%)" in one  # each engine's fastest
+    assert "| vllm 2.02x (1.67-2.51) | vllm best |" in one  # the slower's E2EL p50 over the faster's, bootstrapped
+    pooled = published.BLOCKS["rates-sitting"](fig, "974-976,978-983,985-987")  # the Xeon's: two passes each
+    assert "#974 #978 #981 #985" in pooled and pooled.count("2 passes") == 12  # 2 engines x 2 settings x 3 rates
+    with pytest.raises(Exception, match="rates-sitting"):
+        published.sitting(fig, "516-518,525-527")  # a rate's verdict is latency: the refusal names the block
+
+
+def test_the_tuner_is_judged_against_the_best_of_off_and_every_fixed_k_in_its_blocks(store):
+    text = published.BLOCKS["tuner-best"](published.Figures(store), "989-993")
+    rows = [line for line in text.splitlines() if line.startswith("| c=")]
+    assert len(rows) == 5 and all("none " in r and "eagle3-k1 " in r and "eagle3-k3 " in r for r in rows)
+    assert rows[0].split(" | ")[2] == "eagle3-k3" and rows[4].split(" | ")[2] == "none"  # the best differs by load
+    assert all(r.split(" | ")[5] in ("met", "missed", "inside its noise") for r in rows)
+    with pytest.raises(Exception, match="no level with the tuner beside off and a fixed setting"):
+        published.BLOCKS["tuner-best"](published.Figures(store), "959-963")  # off and the tuner only
 
 
 def test_only_the_rates_block_takes_request_rates_and_it_takes_nothing_else(store):

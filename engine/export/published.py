@@ -31,7 +31,6 @@ from pathlib import Path
 from db.store import Store
 from engine import runspec
 from engine.analysis import prefix
-from engine.analysis import sweeps as S
 from engine.analysis.fit import fit_run, predictions
 from engine.analysis.position_gain import counts as gain_counts
 from engine.analysis.position_gain import rate as gain_rate
@@ -48,7 +47,8 @@ from engine.export.published_levels import best_setting, history, levels, prefix
 from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cost, position_pairs
 from engine.export.published_oracle import columns, oracle, value
 from engine.export.published_quality import quality
-from engine.export.published_sitting import sitting
+from engine.export.published_sitting import rates_sitting, sitting
+from engine.export.published_tuner import tuner, tuner_best
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
 
@@ -257,40 +257,6 @@ def crosscheck(fig: Figures, run: str) -> str:
     return "; ".join(parts)
 
 
-TUNER_GOAL = 0.97  # issue 66: the tuner makes at least this share of speculation off's throughput at every level
-
-
-def tuner(fig: Figures, runs: str) -> str:
-    """Phoenix's tuner against its own speculation off, level by level, on one server in paired blocks (each block
-    the same prompts, the two settings in turn): the ratio of totals, the interval of the per-block ratios, and
-    whether it meets the goal (its interval above TUNER_GOAL), misses it (below) or cannot tell."""
-    lines = ["| level | off tok/s | tuner tok/s | tuner / off (95% CI over blocks) | goal: tuner ≥ 0.97 of off | run |",
-             "|---|---:|---:|---|---|---|"]  # fmt: skip
-    for run_id in run_ids(runs):
-        run = fig.store.get_run(run_id)
-        cfg = (run.config or {}) if run is not None else {}
-        f = cfg.get("figures") or {}
-        auto = next((v for v in cfg.get("variants") or [] if v == "auto" or str(v).endswith("-auto")), None)
-        if run is None or auto is None or "none" not in f or auto not in f:
-            continue
-        if cfg.get("request_rate") is not None:  # the arrivals set a rate's throughput: its verdict is latency
-            raise PhoenixError(f"run #{run_id} is a request rate: the tuner block judges throughput at concurrency")
-        off, tuned = f["none"]["output_throughput"], f[auto]["output_throughput"]
-        found = S.block_ratio({run_id: run}, run_id, auto, "none")
-        if found is None:
-            interval, verdict = "one block: no interval", "cannot tell"
-        else:
-            interval = f"{found[1]:.2f}-{found[2]:.2f}"
-            met = found[1] >= TUNER_GOAL
-            verdict = "met" if met else "missed" if found[2] < TUNER_GOAL else "inside its noise"
-        level = f"c={cfg.get('level')}"
-        lines.append(f"| {level} | {off:.1f} | {tuned:.1f} ({auto}) | {tuned / off:.2f}x ({interval}) | {verdict} | "
-                     f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
-    if len(lines) == 2:
-        raise PhoenixError(f"runs {runs} hold no level with the tuner and speculation off")
-    return "\n" + "\n".join(lines) + "\n"
-
-
 BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "fleet-plan": fleet_plan,
     "fleet-repeat": fleet_repeat,
@@ -302,10 +268,12 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "rounds": rounds,
     "first-sweep": first_sweep,
     "tuner": tuner,
+    "tuner-best": tuner_best,
     "head-stages": head_stages,
     "head-vocab": head_vocab,
     "crosscheck": crosscheck,
     "sitting": sitting,
+    "rates-sitting": rates_sitting,
     "lab-table": lab_table,
     "fit": fit_text,
     "fit-check": fit_check,

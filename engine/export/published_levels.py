@@ -23,7 +23,9 @@ def load_frame(fig, runs: str, rates: bool = False) -> pd.DataFrame:
     if rates and (found["load_kind"] == "concurrency").any():
         raise PhoenixError(f"runs {runs} hold concurrency levels: the rates block reads request rates only")
     if not rates and (found["load_kind"] != "concurrency").any():  # at a fixed rate the arrivals set throughput
-        raise PhoenixError(f"runs {runs} hold request rates: their verdict is latency and goodput (the rates block)")
+        raise PhoenixError(
+            f"runs {runs} hold request rates: their verdict is latency and goodput (the rates and rates-sitting blocks)"
+        )
     return found
 
 

@@ -7,6 +7,9 @@ block a pass still gets an interval and neither engine is measured only early or
 
 from __future__ import annotations
 
+import re
+import statistics
+
 import pandas as pd
 
 from engine.analysis import sweeps as S
@@ -45,7 +48,7 @@ def _ratio(by_id: dict, a: tuple[str, list[int]], b: tuple[str, list[int]]):
 
 
 def sitting(fig, runs: str) -> str:
-    frame = load_frame(fig, runs)  # concurrency levels only: a rate's verdict is latency (the rates block)
+    frame = load_frame(fig, runs)  # concurrency levels only: a rate's verdict is latency (the rates-sitting block)
     by_id = {i: fig.run(i) for i in {int(r) for r in frame["run_id"]}}
     engines = sorted(frame["engine"].unique())
     head = "| load | " + " | ".join(f"{e}: tok/s (TPOT p50 ms, cached) per setting" for e in engines)
@@ -72,3 +75,69 @@ def sitting(fig, runs: str) -> str:
         cited = " ".join(f"[#{r}]({fig.results}#{anchor(by_id[r].name)})" for r in ids)
         lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} | {cited} |")
     return "\n" + "\n".join(lines) + "\n"
+
+
+def _latencies(fig, run_id: int, variant: str) -> list[float]:
+    """One setting's answered requests' end-to-end latencies in a load run (its rows' mode: <engine>-<variant>_c<N>)."""
+    mode = re.compile(rf"^(?:vllm|sglang|llamacpp|phoenix)-{re.escape(variant)}_c\d+$")
+    return [r.latency_s for r in fig.store.requests(run_id) if mode.match(r.mode) and not r.error and not r.warmup]
+
+
+def rates_sitting(fig, runs: str) -> str:
+    """A server comparison at fixed arrival rates (Poisson): there every setting that keeps up delivers the offered
+    load, so throughput is no verdict. Each engine's settings by median end-to-end latency (E2EL p50 over the requests
+    of all its passes), with TPOT p50, goodput and cached share (means over passes); each engine's fastest against
+    the other's by the ratio of their E2EL p50 (the slower's over the faster's), its 95% interval a bootstrap over
+    their requests: best only where it excludes 1."""
+    frame = load_frame(fig, runs, rates=True)
+    engines = sorted(frame["engine"].unique())
+    head = "| rate (req/s) | " + " | ".join(f"{e}: E2EL p50 s (TPOT p50 ms, goodput req/s, cached)" for e in engines)
+    head += " | fastest of each: ratio (95% CI) | verdict | SLO | runs |"
+    lines = [head, "|---|" + "---|" * (len(engines) + 4)]
+    for _, g in frame.groupby("load", sort=True):
+        cells, bests = [], {}
+        for e in engines:
+            mine = _pooled(fig, g[(g["engine"] == e) & ~g["failed"]])
+            cells.append("; ".join(_rate_cell(*setting) for setting in mine) or "failed")
+            if mine:
+                bests[e] = mine[0]
+        ratio, verdict = "", ""
+        if len(bests) == 2:
+            (ea, a), (eb, b) = sorted(bests.items(), key=lambda kv: kv[1][0])
+            found = S.unpaired_ratio(a[3], b[3], lower_is_better=True)
+            if found:
+                found, swapped = S.oriented(found)
+                lead = eb if swapped else ea
+                ratio = f"{lead} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})"
+                verdict = f"{lead} best" if S.verdict(found) == "best" else S.TIE
+            else:
+                ratio, verdict = "too few requests for an interval", S.NO_INTERVAL
+        cited = " ".join(f"#{r}" for r in sorted({int(r) for r in g["run_id"]}))
+        slo = g.iloc[0]["goodput_slo"] or "none named"
+        rate = g.iloc[0]["load_label"]
+        lines.append(f"| {rate} | " + " | ".join(cells) + f" | {ratio} | {verdict} | {slo} | {cited} |")
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def _pooled(fig, rows: pd.DataFrame) -> list[tuple[float, str, pd.DataFrame, list[float]]]:
+    """One engine's settings at one rate, fastest first: (E2EL p50 over every pass's requests, the variant, its
+    passes' rows, those latencies)."""
+    out = []
+    for variant, passes in rows.groupby("variant", sort=False):
+        latencies = [x for r in passes["run_id"] for x in _latencies(fig, int(r), str(variant))]
+        if latencies:
+            out.append((statistics.median(latencies), str(variant), passes, latencies))
+    return sorted(out, key=lambda setting: setting[0])
+
+
+def _rate_cell(e2el: float, variant: str, passes: pd.DataFrame, _latencies: list[float]) -> str:
+    cached = passes["cached_share"].dropna()
+    good = passes["goodput_req_s"].dropna()
+    more = f", {len(passes)} passes" if len(passes) > 1 else ""
+    return (
+        f"{variant} {e2el:.2f} ({passes['tpot_p50_s'].mean() * 1000:.0f}, "
+        + ("n/a" if good.empty else f"{good.mean():.2f}")
+        + ", "
+        + ("n/a" if cached.empty else f"{cached.mean():.0%}")
+        + f"{more})"
+    )

@@ -1,0 +1,77 @@
+"""Phoenix's tuner judged on one server in paired blocks (each block the same prompts, every setting in turn): against
+its own speculation off (the ``tuner`` block) and against the best of off and every fixed drafter and k the run
+measured beside it (``tuner-best``). Issue 66's goal: at least TUNER_GOAL of either at every level."""
+
+from __future__ import annotations
+
+from engine.analysis import sweeps as S
+from engine.errors import PhoenixError
+from engine.export.published_cells import anchor
+from engine.export.run_ids import run_ids
+
+TUNER_GOAL = 0.97  # issue 66: the tuner makes at least this share of speculation off's throughput at every level
+
+
+def tuner(fig, runs: str) -> str:
+    """Phoenix's tuner against its own speculation off, level by level, on one server in paired blocks (each block
+    the same prompts, the two settings in turn): the ratio of totals, the interval of the per-block ratios, and
+    whether it meets the goal (its interval above TUNER_GOAL), misses it (below) or cannot tell."""
+    lines = ["| level | off tok/s | tuner tok/s | tuner / off (95% CI over blocks) | goal: tuner ≥ 0.97 of off | run |",
+             "|---|---:|---:|---|---|---|"]  # fmt: skip
+    for run_id in run_ids(runs):
+        run = fig.store.get_run(run_id)
+        cfg = (run.config or {}) if run is not None else {}
+        f = cfg.get("figures") or {}
+        auto = _auto(cfg)
+        if run is None or auto is None or "none" not in f or auto not in f:
+            continue
+        if cfg.get("request_rate") is not None:  # the arrivals set a rate's throughput: its verdict is latency
+            raise PhoenixError(f"run #{run_id} is a request rate: the tuner block judges throughput at concurrency")
+        off, tuned = f["none"]["output_throughput"], f[auto]["output_throughput"]
+        interval, verdict = _judge(S.block_ratio({run_id: run}, run_id, auto, "none"))
+        level = f"c={cfg.get('level')}"
+        lines.append(f"| {level} | {off:.1f} | {tuned:.1f} ({auto}) | {tuned / off:.2f}x ({interval}) | {verdict} | "
+                     f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
+    if len(lines) == 2:
+        raise PhoenixError(f"runs {runs} hold no level with the tuner and speculation off")
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def _judge(found) -> tuple[str, str]:
+    """A ratio's interval in words and the goal's verdict: met where the interval lies at or above TUNER_GOAL,
+    missed where it lies wholly below, else inside its noise."""
+    if found is None:
+        return "one block: no interval", "cannot tell"
+    verdict = "met" if found[1] >= TUNER_GOAL else "missed" if found[2] < TUNER_GOAL else "inside its noise"
+    return f"{found[1]:.2f}-{found[2]:.2f}", verdict
+
+
+def _auto(cfg: dict) -> str | None:
+    return next((v for v in cfg.get("variants") or [] if v == "auto" or str(v).endswith("-auto")), None)
+
+
+def tuner_best(fig, runs: str) -> str:
+    """The tuner against the best of every other setting its run measured in the same blocks (speculation off and
+    each fixed drafter and k): each setting's tok/s, the best fixed one, the tuner over it with the interval of the
+    per-block ratios, and the goal (the tuner at least TUNER_GOAL of the best)."""
+    lines = ["| level | every other setting, tok/s | best of them | tuner tok/s | tuner / best (95% CI over blocks) "
+             "| goal: tuner ≥ 0.97 of the best | run |", "|---|---|---|---:|---|---|---|"]  # fmt: skip
+    for run_id in run_ids(runs):
+        run = fig.store.get_run(run_id)
+        cfg = (run.config or {}) if run is not None else {}
+        f, auto = cfg.get("figures") or {}, _auto(cfg)
+        others = {v: f[v]["output_throughput"] for v in cfg.get("variants") or [] if v != auto and v in f}
+        if run is None or auto is None or auto not in f or len(others) < 2:
+            continue
+        if cfg.get("request_rate") is not None:  # the arrivals set a rate's throughput: its verdict is latency
+            raise PhoenixError(f"run #{run_id} is a request rate: the tuner-best block judges throughput")
+        best = max(others, key=lambda v: others[v])
+        tuned = f[auto]["output_throughput"]
+        interval, verdict = _judge(S.block_ratio({run_id: run}, run_id, auto, best))
+        every = ", ".join(f"{v} {x:.1f}" for v, x in others.items())
+        lines.append(f"| c={cfg.get('level')} | {every} | {best} | {tuned:.1f} ({auto}) | "
+                     f"{tuned / others[best]:.2f}x ({interval}) | {verdict} | "
+                     f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
+    if len(lines) == 2:
+        raise PhoenixError(f"runs {runs} hold no level with the tuner beside off and a fixed setting")
+    return "\n" + "\n".join(lines) + "\n"
