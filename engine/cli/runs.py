@@ -127,7 +127,7 @@ def _compile_state(compiled: dict) -> str:
 
 
 def cmd_runs(args) -> int:
-    for r in open_store(args.db).list_runs():
+    for r in open_store(args.db).list_runs(limit=100_000):
         if (r.archived and not args.archived) or (args.tag and args.tag not in r.tags):
             continue
         # a served run has no total: "16 req", not "16/0"; no draft is "none", not None
