@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import BREAKOUT, XSS, build_db
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -179,9 +180,16 @@ def test_tag_archive_find_under_show_archived_and_open_a_comparison_from_its_lin
     page.goto(f"{server}/run?run=1")
     page.get_by_text("Tags, note, archive, baseline").click()
     tags = page.locator('[data-testid="stMultiSelect"]', has_text="Tags (pick, or type a new one)").locator("input")
-    tags.click()
-    tags.press_sequentially("draft-v2", delay=30)  # a new tag: typed, then taken with Enter
-    page.get_by_role("option", name=re.compile("draft-v2")).wait_for(timeout=30000)
+    for attempt in range(2):  # a new tag: typed, then taken with Enter
+        tags.click()
+        tags.fill("")
+        tags.press_sequentially("draft-v2", delay=30)
+        try:
+            page.get_by_role("option", name=re.compile("draft-v2")).wait_for(timeout=20000)
+            break
+        except PlaywrightTimeout:  # once in six CI runs on two busy cores the typed text had gone: type it again
+            if attempt:
+                raise
     tags.press("Enter")
     chosen = page.locator('[data-testid="stMultiSelect"]', has_text="Tags (pick, or type a new one)")
     chosen.locator('[title="draft-v2"]').wait_for(timeout=30000)  # its chip

@@ -65,16 +65,22 @@ def sitting(fig, runs: str) -> str:
             (ea, (va, ra)), (eb, (vb, rb)) = sorted(bests.items(), key=lambda kv: -kv[1][1]["tok"])
             found = _ratio(by_id, (va, ra["runs"]), (vb, rb["runs"]))
             if found:
-                found, swapped = S.oriented(found)
-                lead = eb if swapped else ea
-                ratio = f"{lead} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})"
-                verdict = f"{lead} best" if S.verdict(found) == "best" else S.TIE
+                ratio, verdict = _lead(found, ea, eb)
             else:
                 ratio, verdict = f"{ea} {ra['tok'] / rb['tok']:.2f}x by totals (one block each)", S.NO_INTERVAL
         ids = sorted({int(r) for r in g["run_id"]})
         cited = " ".join(f"[#{r}]({fig.results}#{anchor(by_id[r].name)})" for r in ids)
         lines.append(f"| c={load:g} | " + " | ".join(cells) + f" | {ratio} | {verdict} | {cited} |")
     return "\n" + "\n".join(lines) + "\n"
+
+
+def _lead(found: tuple[float, float, float], first: str, second: str) -> tuple[str, str]:
+    """The ratio of two engines' best settings in words, led by whichever its centre favours, and the verdict:
+    best only where its interval excludes 1."""
+    found, swapped = S.oriented(found)
+    lead = second if swapped else first
+    verdict = f"{lead} best" if S.verdict(found) == "best" else S.TIE
+    return f"{lead} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})", verdict
 
 
 def _latencies(fig, run_id: int, variant: str) -> list[float]:
@@ -106,10 +112,7 @@ def rates_sitting(fig, runs: str) -> str:
             (ea, a), (eb, b) = sorted(bests.items(), key=lambda kv: kv[1][0])
             found = S.unpaired_ratio(a[3], b[3], lower_is_better=True)
             if found:
-                found, swapped = S.oriented(found)
-                lead = eb if swapped else ea
-                ratio = f"{lead} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})"
-                verdict = f"{lead} best" if S.verdict(found) == "best" else S.TIE
+                ratio, verdict = _lead(found, ea, eb)
             else:
                 ratio, verdict = "too few requests for an interval", S.NO_INTERVAL
         cited = " ".join(f"#{r}" for r in sorted({int(r) for r in g["run_id"]}))
