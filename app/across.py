@@ -3,8 +3,6 @@ opens on, a level's latencies, and every regression series judged. SQL stays in 
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 import streamlit as st
 
@@ -67,11 +65,5 @@ def sweep_sitting(url: str) -> list[str]:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def variant_latencies(url: str, run_id: int, variant: str) -> list[float]:
-    """A load level's answered requests' end-to-end latencies for one variant (its rows' mode is
-    <engine>-<variant>_c<level>)."""
-    frame = _store(url).served_requests(run_id)
-    if frame.empty:
-        return []
-    mode = re.compile(rf"^(?:vllm|sglang|llamacpp|phoenix)-{re.escape(variant)}_c\d+$")
-    mine = frame[frame["mode"].map(lambda m: bool(mode.match(str(m)))) & frame["error"].isna()]
-    return [float(x) for x in mine["latency_s"].dropna()]
+    """A load level's answered requests' end-to-end latencies for one variant (engine.analysis.sweeps)."""
+    return sweep_analysis.variant_latencies(_store(url), run_id, variant)

@@ -333,8 +333,10 @@ def _load_draft(engine: str, server: dict, phoenix: dict) -> str | None:
     if engine == "vllm":
         config = server.get("speculative_config")
         return str(config.get("model") or "") or None if isinstance(config, dict) else None
-    command = str(server.get("command") or "")
-    return _flag(command, "-md") or _flag(command, "--model-draft")
+    if engine == "llamacpp":
+        command = str(server.get("command") or "")
+        return _flag(command, "-md") or _flag(command, "--model-draft")
+    return None  # another engine's draft flags are not read: its spec says none rather than guess
 
 
 def _of_side_by_side(run, cfg: dict, mode: str, cpu: str) -> RunSpec:

@@ -311,6 +311,17 @@ def _interval(top, second, runs_by_id: dict, latencies, by_latency: bool):
     return between_runs(runs_by_id, (int(top["run_id"]), top["variant"]), (int(second["run_id"]), second["variant"]))
 
 
+def variant_latencies(store, run_id: int, variant: str) -> list[float]:
+    """A load level's answered requests' end-to-end latencies for one variant (its rows' mode is
+    <engine>-<variant>_c<level>): what a fixed rate's settings are ranked by, on the Sweeps page and in findings."""
+    frame = store.served_requests(run_id)
+    if frame.empty:
+        return []
+    mode = re.compile(rf"^(?:vllm|sglang|llamacpp|phoenix)-{re.escape(variant)}_c\d+$")
+    mine = frame[frame["mode"].map(lambda m: bool(mode.match(str(m)))) & frame["error"].isna()]
+    return [float(x) for x in mine["latency_s"].dropna()]
+
+
 def between_runs(runs_by_id: dict, a: tuple[int, str], b: tuple[int, str]):
     """Setting a's throughput over setting b's, two runs' (run id, variant): paired block by block where they sent
     the same prompts in the same blocks, else a bootstrap over their blocks; with how it was had."""

@@ -7,7 +7,6 @@ block a pass still gets an interval and neither engine is measured only early or
 
 from __future__ import annotations
 
-import re
 import statistics
 
 import pandas as pd
@@ -83,12 +82,6 @@ def _lead(found: tuple[float, float, float], first: str, second: str) -> tuple[s
     return f"{lead} {found[0]:.2f}x ({found[1]:.2f}-{found[2]:.2f})", verdict
 
 
-def _latencies(fig, run_id: int, variant: str) -> list[float]:
-    """One setting's answered requests' end-to-end latencies in a load run (its rows' mode: <engine>-<variant>_c<N>)."""
-    mode = re.compile(rf"^(?:vllm|sglang|llamacpp|phoenix)-{re.escape(variant)}_c\d+$")
-    return [r.latency_s for r in fig.store.requests(run_id) if mode.match(r.mode) and not r.error and not r.warmup]
-
-
 def rates_sitting(fig, runs: str) -> str:
     """A server comparison at fixed arrival rates (Poisson): there every setting that keeps up delivers the offered
     load, so throughput is no verdict. Each engine's settings by median end-to-end latency (E2EL p50 over the requests
@@ -104,7 +97,7 @@ def rates_sitting(fig, runs: str) -> str:
         cells, bests = [], {}
         for e in engines:
             mine = _pooled(fig, g[(g["engine"] == e) & ~g["failed"]])
-            cells.append("; ".join(_rate_cell(*setting) for setting in mine) or "failed")
+            cells.append("; ".join(_rate_cell(setting) for setting in mine) or "failed")
             if mine:
                 bests[e] = mine[0]
         ratio, verdict = "", ""
@@ -127,13 +120,14 @@ def _pooled(fig, rows: pd.DataFrame) -> list[tuple[float, str, pd.DataFrame, lis
     passes' rows, those latencies)."""
     out = []
     for variant, passes in rows.groupby("variant", sort=False):
-        latencies = [x for r in passes["run_id"] for x in _latencies(fig, int(r), str(variant))]
+        latencies = [x for r in passes["run_id"] for x in S.variant_latencies(fig.store, int(r), str(variant))]
         if latencies:
             out.append((statistics.median(latencies), str(variant), passes, latencies))
     return sorted(out, key=lambda setting: setting[0])
 
 
-def _rate_cell(e2el: float, variant: str, passes: pd.DataFrame, _latencies: list[float]) -> str:
+def _rate_cell(setting: tuple[float, str, pd.DataFrame, list[float]]) -> str:
+    e2el, variant, passes, _ = setting
     cached = passes["cached_share"].dropna()
     good = passes["goodput_req_s"].dropna()
     more = f", {len(passes)} passes" if len(passes) > 1 else ""

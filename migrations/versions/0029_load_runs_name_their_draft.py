@@ -51,15 +51,11 @@ def upgrade() -> None:
             derived = {k: v for k, v in config.items() if k != "run_spec"}
             run = SimpleNamespace(id=r.id, name=r.name, config=derived, target=r.target, draft=r.draft, bench=None)
             config["run_spec"] = {
-                mode: {**spec, "draft": _card(runspec.of(run, mode).draft)} if isinstance(spec, dict) else spec
+                mode: {**spec, "draft": runspec.of(run, mode).as_dict()["draft"]} if isinstance(spec, dict) else spec
                 for mode, spec in stored.items()
             }
         if config != r.config:
             conn.execute(_runs.update().where(_runs.c.id == r.id).values(config=config))
-
-
-def _card(card) -> dict | None:
-    return None if card is None else {"name": card.name, "quantization": card.quantization}
 
 
 def downgrade() -> None:
