@@ -102,6 +102,58 @@ def test_a_prompt_prefilled_beside_others_gives_what_it_gives_alone(tiny_dirs, t
         assert close(cache.layers[-1].keys, single[0][2].layers[-1].keys)
 
 
+@pytest.mark.parametrize("arch", ["qwen2", pytest.param("olmo2", marks=pytest.mark.e2e)])
+def test_calls_run_as_one_forward_give_what_each_gives_alone(tiny_dirs, tiny_tokenizer, arch):
+    """``forward_parts``: a batch's verify (rows of different lengths and widths: a mask), a fresh prompt and a
+    prompt's second chunk in one forward give each call's logits, hidden states and keys as its own forward does."""
+    runner = Runner(target_of(tiny_dirs, tiny_tokenizer, arch))
+    config = runner.config
+
+    def calls():
+        batch = BatchCache.empty(torch.device("cpu"))
+        for prompt in ([5, 9, 31, 7], [100, 3]):
+            cache = DynamicCache(config=config)
+            runner(input_ids=torch.tensor([prompt]), cache=cache)
+            batch.add_row(cache, len(prompt))
+        rows = [[11, 12, 13], [4]]
+        n = 3
+        mask = torch.cat([batch.valid, torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)], dim=1).long()
+        positions = torch.tensor(batch.lengths)[:, None] + torch.arange(n)[None, :]
+        ids = torch.tensor([r + [0] * (n - len(r)) for r in rows])
+        later = DynamicCache(config=config)
+        runner(input_ids=torch.tensor([[8, 6, 4]]), cache=later)
+        return [
+            dict(input_ids=ids, cache=batch.cache, attention_mask=mask, position_ids=positions),
+            dict(input_ids=torch.tensor([[40, 41, 42, 43, 44]]), cache=DynamicCache(config=config), logits_to_keep=1),
+            dict(input_ids=torch.tensor([[2, 9]]), cache=later, logits_to_keep=1),
+        ]
+
+    with torch.inference_mode():
+        together = runner.forward_parts(calls(), True)
+        alone = [runner.forward_parts([c], True)[0] for c in calls()]
+    for a, b in zip(together, alone):
+        assert a.logits.shape == b.logits.shape and close(a.logits, b.logits)
+        assert a.hidden_states is not None and b.hidden_states is not None
+        assert all(close(x, y) for x, y in zip(a.hidden_states, b.hidden_states))
+        assert close(a.cache.layers[-1].keys, b.cache.layers[-1].keys)
+
+
+@pytest.mark.parametrize("mix", [True, False])
+def test_prompts_joining_a_running_batch_ride_in_its_verify_and_every_row_stays_exact(tiny_dirs, monkeypatch, mix):
+    """The scheduler's mixed step (engine.decode.mixed): prompts' chunks go into the running rows' verify forward
+    (with ``mix``; without it, forwards of their own), and every row's greedy output is target-only's."""
+    pair = prepare(pair_of(tiny_dirs, "qwen2"), "off", "phoenix")
+    dec = Decoder(pair)
+    refs = references(dec)
+    sizes: list[int] = []
+    runs = Runner.forward_parts
+    monkeypatch.setattr(Runner, "forward_parts", lambda self, c, h=False: sizes.append(len(c)) or runs(self, c, h))
+    reqs, done, _ = decode_all(dec, "model", 3, seed=7, budget=9, long_prefill=5, mix=mix)
+    for j, r in enumerate(reqs):
+        assert done[r.id].stats.output_ids == refs[j % len(PROMPTS)][: r.max_new_tokens], f"request {j}"
+    assert (max(sizes) > 1) == mix
+
+
 @pytest.mark.parametrize("max_batch", [1, 3, pytest.param(8, marks=pytest.mark.e2e)])
 @pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "choice", "none"])
 @pytest.mark.parametrize("arch", ["qwen2", pytest.param("llama", marks=pytest.mark.e2e)])

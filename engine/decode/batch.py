@@ -347,6 +347,12 @@ def verify_batch(
     """One target forward over every row's tokens (its pending token, then its drafts): each row's pick (its own,
     else the argmax) after each of its tokens, and the taps' hidden states at those positions. Every row's columns
     are appended and counted valid; ``accept_batch`` masks what the row rejects."""
+    out = target(**verify_call(batch, rows), use_cache=True, output_hidden_states=bool(taps))
+    return verified(batch, rows, out, taps, picks)
+
+
+def verify_call(batch: BatchCache, rows: list[list[int]]) -> dict:
+    """The forward's arguments for a verify of ``rows`` on ``batch``: right-padded ids, their positions, the mask."""
     n = max(len(r) for r in rows)
     device = batch.valid.device
     ids = torch.full((len(rows), n), PAD_ID, dtype=torch.long, device=device)
@@ -359,15 +365,17 @@ def verify_batch(
     # no hole and no padding (a lone row, or rows in step): no mask, the single-stream path itself
     plain = bool(batch.valid.all()) and all(len(r) == n for r in rows)
     mask = None if plain else torch.cat([batch.valid, new_valid], dim=1).long()
-    out = target(
-        input_ids=ids,
-        cache=batch.cache,
-        use_cache=True,
-        attention_mask=mask,
-        position_ids=positions,
-        output_hidden_states=bool(taps),
-    )
+    return dict(input_ids=ids, cache=batch.cache, attention_mask=mask, position_ids=positions)
+
+
+def verified(
+    batch: BatchCache, rows: list[list[int]], out, taps: tuple[int, ...], picks: list[Pick | None] | None
+) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+    """The verify's picks and taps per row from the forward's output; the rows' new columns counted valid."""
     chosen = picked(out.logits, [len(r) for r in rows], picks)
+    new_valid = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.bool, device=batch.valid.device)
+    for b, r in enumerate(rows):
+        new_valid[b, : len(r)] = True
     batch.valid = torch.cat([batch.valid, new_valid], dim=1)
     batch.lengths = [length + len(r) for length, r in zip(batch.lengths, rows)]
     if not taps:

@@ -7,6 +7,8 @@ without one (``fresh_rows``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -44,6 +46,23 @@ class States(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return pad(self._states[i], *self._shape, self._flat)
+
+
+@dataclass
+class Part:
+    """One call's share of a forward that runs several (engine.decode.runner.Runner.forward_parts): its rows'
+    shape, its own cache, which positions are real (``flat``), how its tokens attend (``fresh``: row by row on an
+    empty cache; else ``mask``), the logits it keeps, and where its real tokens start among the forward's."""
+
+    B: int
+    n: int
+    cache: Any
+    mask: torch.Tensor | None
+    flat: torch.Tensor | None
+    fresh: list[int] | None
+    real: int
+    keep: int
+    start: int
 
 
 def fresh_rows(keep: torch.Tensor | None, B: int, n: int) -> list[int] | None:

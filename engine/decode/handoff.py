@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import torch
 from transformers import DynamicCache
 
 from engine.decode.sampling import TokenLogprob
@@ -45,13 +46,16 @@ class DecodePlan:
 
 @dataclass
 class PassOutput:
-    """``execute``'s answer: each row's drafts and drafting seconds, what the target accepted, the verify's time."""
+    """``execute``'s answer: each row's drafts and drafting seconds, what the target accepted, the verify's time;
+    for prompts' chunks that ran in the verify's forward (engine.decode.mixed), each one's first token (where it
+    was its prompt's last chunk) and taps."""
 
     drafted: list[list[int]]
     draft_s: list[float]
     outcomes: list[PassOutcome]
     started: float  # the clock at the verify's start
-    verify_s: float
+    verify_s: float  # the whole forward's, chunks included: what every row in it waited
+    chunks: list[tuple[int | None, torch.Tensor | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """Phoenix's own forward for the Llama family and its near kin (Llama, SmolLM2, Mistral, Qwen2 / Qwen2.5, Qwen3,
 Granite, OLMo2, Phi3), in gpt-fast's style: a few plain tensor steps over the model's own weights, no per-layer
-plumbing. What differs between them is data (``Shape``): where the norms sit, a norm on the queries and keys (per
-head or over the whole projection), fused projections, partial rotary, and Granite's multipliers.
+plumbing. What differs between them is data (``Shape``, engine.decode.family): where the norms sit, a norm on the
+queries and keys (per head or over the whole projection), fused projections, partial rotary, and Granite's
+multipliers.
 
 What it does that transformers' modeling does not, for a decode step or a batched verify on the CPU:
 - the batch's tokens are flattened: the linear layers see only real tokens ([N, H]), never a padding row (a verify
   of rows with different k pads the short ones; prompts prefilled together are padded too);
 - one mask and one rotary table per forward, shared by every layer, instead of one per layer;
+- several calls in one forward (``forward_parts``: a prompt's chunk beside a batch's verify, vLLM V1's mixed step),
+  the linear layers over all their tokens at once, attention per call over its own cache;
 - RMSNorm, rotary and SiLU-gated MLP as small functions that ``compile_ops`` fuses with torch.compile (inductor);
 - the linear layers are the model's own modules, so prepacked ones (engine.decode.packed) are used as they are (a
   bf16 forward of up to sixteen tokens takes the decode extension's GEMM instead, each layer's two halves one call
@@ -36,86 +39,9 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from engine.decode import fast_attention
 from engine.decode.blocks import Block, blocks
-from engine.decode.flat import States, causal_mask, fresh_rows, grow, pad, take
+from engine.decode.family import gated, rms_norm, rms_norm_weight_first, rotate, shape_of, unsupported
+from engine.decode.flat import Part, States, causal_mask, fresh_rows, grow, pad, take
 from engine.decode.packed import project, project_all
-
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What makes a family's forward its own, read from its config (transformers' modeling of each is the
-    reference: tests/test_runner.py holds the runner to it, logits and hidden states, in fp32)."""
-
-    post_norm: bool = False  # OLMo2: the norm after each block's output, none before it
-    qk_norm: str | None = None  # "head" (Qwen3: per head), "full" (OLMo2: over the whole projection)
-    weight_first: bool = False  # OLMo2's RMSNorm multiplies by its weight before casting back
-    fused: bool = False  # Phi3: one qkv_proj and one gate_up_proj
-    embedding_multiplier: float = 1.0  # Granite's four multipliers
-    residual_multiplier: float = 1.0
-    attention_multiplier: float | None = None  # the attention's scale where it is not head_dim ** -0.5
-    logits_scaling: float = 1.0
-
-
-def shape_of(config) -> Shape:
-    kind = config.model_type
-    if kind == "granite":
-        return Shape(
-            embedding_multiplier=float(config.embedding_multiplier),
-            residual_multiplier=float(config.residual_multiplier),
-            attention_multiplier=float(config.attention_multiplier),
-            logits_scaling=float(config.logits_scaling),
-        )
-    if kind == "olmo2":
-        return Shape(post_norm=True, qk_norm="full", weight_first=True)
-    return Shape(qk_norm="head" if kind == "qwen3" else None, fused=kind == "phi3")
-
-
-def unsupported(model) -> str | None:
-    """None where the runner can run ``model``; else why not, in a few words."""
-    c = model.config
-    if c.model_type not in FAMILIES:
-        return f"{c.model_type} has no Phoenix runner (it runs {', '.join(FAMILIES)})"
-    if getattr(c, "sliding_window", None) and getattr(c, "use_sliding_window", True):
-        return "sliding-window attention"
-    if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])):
-        return "layers that are not full attention"
-    if getattr(c, "hidden_act", "silu") != "silu":
-        return f"activation {c.hidden_act}"
-    if getattr(c, "mlp_bias", False):
-        return "MLP biases"
-    return None
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' LlamaRMSNorm, op for op: in float32, then back."""
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
-
-
-def rms_norm_weight_first(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """OLMo2's RMSNorm: the weight multiplies in float32, then the cast (bf16 rounds once, not twice)."""
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return (weight * x32).to(dtype)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE in transformers' rotate-half layout; ``x`` [N, heads, d], ``cos``/``sin`` [N, 1, r]: the first r of d
-    dimensions turn (partial rotary, Phi3's ``partial_rotary_factor``), the rest pass as they are."""
-    r = cos.shape[-1]
-    if r < x.shape[-1]:
-        return torch.cat((rotate(x[..., :r], cos, sin), x[..., r:]), dim=-1)
-    half = r // 2
-    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x * cos) + (turned * sin)
-
-
-def gated(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return F.silu(gate) * up
 
 
 @dataclass
@@ -177,6 +103,41 @@ class Runner(nn.Module):
                 use_cache=use_cache,
                 **kwargs,
             )
+        call = dict(input_ids=input_ids, cache=cache, attention_mask=attention_mask, position_ids=position_ids)
+        return self.forward_parts([dict(call, logits_to_keep=logits_to_keep)], output_hidden_states)[0]
+
+    def forward_parts(self, calls: list[dict], output_hidden_states: bool = False) -> list[Output]:
+        """Several calls' tokens in one forward, each ``forward``'s arguments on a growing cache of its own: the
+        linear layers read the weights once for all of them (a prompt's chunk beside a batch's decode step, where
+        two forwards read them twice), attention runs per call over its own cache. Each call's ``Output`` is what
+        it would have been alone."""
+        model = self.hf.model
+        parts, ids, positions, real = [], [], [], 0
+        for call in calls:
+            part, tokens, at = self._part(real, **call)
+            parts.append(part)
+            ids.append(tokens)
+            positions.append(at)
+            real += part.real
+        exact = fast_attention.exact_rows(model.embed_tokens.weight)  # 16 where the extension's GEMM runs, else 8
+        x = grow(model.embed_tokens(_joined(ids)), bucket(real, exact))
+        if self.shape.embedding_multiplier != 1.0:
+            x = x * self.shape.embedding_multiplier
+        cos, sin = model.rotary_emb(x, grow(_joined(positions), len(x))[None, :])
+        cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
+        hidden: list[torch.Tensor] = []
+        whole = blocks(self, x, cos)  # a layer's halves as one call each where the extension runs them
+        for i, layer in enumerate(model.layers):
+            if output_hidden_states:
+                hidden.append(x[:real])
+            x = self._layer(layer, i, x, (cos, sin, parts), whole[i] if whole else None)
+        x = self.norm(x, model.norm.weight, self.eps)[:real]
+        if output_hidden_states:
+            hidden.append(x)
+        return [self._output(x, hidden, p, output_hidden_states) for p in parts]
+
+    def _part(self, start: int, input_ids, cache, attention_mask=None, position_ids=None, logits_to_keep=0):
+        """A call's place in a forward: its ``Part``, and its real tokens' ids and positions, flattened."""
         B, n = input_ids.shape
         old = _cached(cache)
         device = input_ids.device
@@ -184,28 +145,15 @@ class Runner(nn.Module):
             position_ids = (old + torch.arange(n, device=device)).expand(B, n)
         keep = attention_mask[:, -n:].bool() if attention_mask is not None else None
         flat = None if keep is None or bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
-        model = self.hf.model
-        real = B * n if flat is None else len(flat)
-        exact = fast_attention.exact_rows(model.embed_tokens.weight)  # 16 where the extension's GEMM runs, else 8
-        x = grow(model.embed_tokens(take(input_ids.reshape(-1), flat)), bucket(real, exact))
-        if self.shape.embedding_multiplier != 1.0:
-            x = x * self.shape.embedding_multiplier
-        cos, sin = model.rotary_emb(x, grow(take(position_ids.reshape(-1), flat), len(x))[None, :])
-        cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, d]
         fresh = fresh_rows(keep, B, n) if old == 0 and n > 1 else None
         mask = causal_mask(attention_mask, B, n, old, device) if fresh is None else None
-        hidden: list[torch.Tensor] = []
-        whole = blocks(self, x, cos)  # a layer's halves as one call each where the extension runs them
-        for i, layer in enumerate(model.layers):
-            if output_hidden_states:
-                hidden.append(x[:real])
-            x = self._layer(layer, i, x, (cos, sin, cache, mask, B, n, flat, fresh), whole[i] if whole else None)
-        x = self.norm(x, model.norm.weight, self.eps)[:real]
-        if output_hidden_states:
-            hidden.append(x)
-        logits = self._logits(x, B, n, flat, logits_to_keep)
-        states = States(hidden, B, n, flat) if output_hidden_states else None
-        return Output(logits, states, cache)
+        part = Part(B, n, cache, mask, flat, fresh, B * n if flat is None else len(flat), logits_to_keep, start)
+        return part, take(input_ids.reshape(-1), flat), take(position_ids.reshape(-1), flat)
+
+    def _output(self, x: torch.Tensor, hidden: list[torch.Tensor], p: Part, states: bool) -> Output:
+        span = slice(p.start, p.start + p.real)
+        logits = self._logits(x[span], p.B, p.n, p.flat, p.keep)
+        return Output(logits, States([h[span] for h in hidden], p.B, p.n, p.flat) if states else None, p.cache)
 
     def _layer(self, layer, i: int, x: torch.Tensor, attending: tuple, block: Block | None) -> torch.Tensor:
         """One decoder layer: attention then MLP, each a residual block with its norm where the family puts it."""
@@ -239,18 +187,22 @@ class Runner(nn.Module):
             q, k = self.norm(q, attn.q_norm.weight, self.eps), self.norm(k, attn.k_norm.weight, self.eps)
         return self.rope(q, cos, sin), self.rope(k, cos, sin), v.reshape(-1, self.kv_heads, self.head_dim)
 
-    def _attention(self, layer, i: int, q, k, v, cos, sin, cache, mask, B: int, n: int, flat, fresh) -> torch.Tensor:
-        """The attention block's output (before the residual) for the rotated q, k and v of the forward's rows."""
-        rows = len(q)
-        real = B * n if flat is None else len(flat)
-        q, k, v = (pad(t[:real].reshape(real, -1), B, n, flat).view(B, n, -1, self.head_dim) for t in (q, k, v))
-        keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
-        if fresh is not None:
-            out = self._causal(q.transpose(1, 2), keys, values, fresh)
+    def _attention(self, layer, i: int, q, k, v, cos, sin, parts: list[Part]) -> torch.Tensor:
+        """The attention block's output (before the residual) for the rotated q, k and v of the forward's rows,
+        each call's over its own cache."""
+        span = [slice(p.start, p.start + p.real) for p in parts]
+        outs = [self._attend(i, q[s], k[s], v[s], p) for s, p in zip(span, parts)]
+        return project(layer.self_attn.o_proj, grow(outs[0] if len(outs) == 1 else torch.cat(outs), len(q)))
+
+    def _attend(self, i: int, q, k, v, p: Part) -> torch.Tensor:
+        """One call's attention: its real tokens' q, k, v [real, heads, d] in, their outputs [real, H] out."""
+        q, k, v = (pad(t.reshape(p.real, -1), p.B, p.n, p.flat).view(p.B, p.n, -1, self.head_dim) for t in (q, k, v))
+        keys, values = p.cache.update(k.transpose(1, 2), v.transpose(1, 2), i)
+        if p.fresh is not None:
+            out = self._causal(q.transpose(1, 2), keys, values, p.fresh)
         else:
-            out = self._sdpa(q.transpose(1, 2), keys, values, mask)
-        out = take(out.transpose(1, 2).reshape(B * n, -1), flat)
-        return project(layer.self_attn.o_proj, grow(out, rows))
+            out = self._sdpa(q.transpose(1, 2), keys, values, p.mask)
+        return take(out.transpose(1, 2).reshape(p.B * p.n, -1), p.flat)
 
     def _sdpa(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
         """Attention of q [B, H, n, d] over the cache's [B, KV, S, d]. In bf16 and fp16 the query heads that share a
@@ -352,6 +304,10 @@ def device_of(model) -> torch.device:
         return next(hf.parameters()).device
     except (StopIteration, AttributeError, TypeError):
         return torch.device("cpu")
+
+
+def _joined(xs: list[torch.Tensor]) -> torch.Tensor:
+    return xs[0] if len(xs) == 1 else torch.cat(xs)
 
 
 def _growing(cache) -> bool:

@@ -4,8 +4,10 @@ vLLM's scheduler has no decoding phase and no prefill phase (``v1/core/sched/``)
 gap between the tokens it has computed and the tokens it wants, under one budget (``max_num_batched_tokens``),
 running requests first. Here too: each step verifies every running row's pending token and drafts in one target
 forward (engine.decode.batch), then spends what is left of the budget on waiting prompts, in order, a long one in
-chunks of at most ``long_prefill`` tokens; a prompt whose last chunk is in joins the batch with its first token.
-So eight prompts that arrive together no longer each wait for all the others' whole prefills before any decodes.
+chunks of at most ``long_prefill`` tokens (engine.decode.intake, the prompt side); a prompt whose last chunk is in
+joins the batch with its first token. So eight prompts that arrive together no longer each wait for all the
+others' whole prefills before any decodes. Where the target runs several calls as one forward (Phoenix's runner),
+the chunks ride in the verify's forward, vLLM V1's mixed step (engine.decode.mixed): the weights are read once.
 
 Every request is a ``Sequence`` (engine.decode.sequence): the per-pass counting and the drafter's calls are
 written once, for ``spec.generate`` and for this step. A pass is vLLM's step: ``_schedule`` plans it as data (a
@@ -25,27 +27,25 @@ from collections import deque
 from collections.abc import Callable
 
 import torch
-from transformers import DynamicCache
 
 from engine.decode.batch import (
     BatchCache,
     accept_batch,
-    prefill_together,
-    roomy_cache,
     unbatchable,
     verify_batch,
 )
 from engine.decode.config import BUDGET, LONG_PREFILL
 from engine.decode.drafters import Drafter
 from engine.decode.handoff import Callbacks, DecodePlan, PassOutput, RequestOutput, Row, Subscriber, step_record
-from engine.decode.prefix import PrefixCache, kv_of, restore
-from engine.decode.sequence import Finished, QueueFull, Request, Sequence, draft_together
-from engine.decode.spec import forward
+from engine.decode.intake import Intake
+from engine.decode.mixed import Chunk, mixes, verify_and_prefill
+from engine.decode.prefix import PrefixCache
+from engine.decode.sequence import Finished, QueueFull, Request, draft_together
 from engine.decode.steps import StepRecord, Tuner, plan
 from engine.modes import DEFAULT_MAX_BATCH
 
 
-class Scheduler:
+class Scheduler(Intake):
     def __init__(
         self,
         target,
@@ -59,11 +59,14 @@ class Scheduler:
         clock=None,
         prefix: PrefixCache | None = None,
         keep_taps: tuple[int, ...] = (),
+        mix: bool = True,
     ):
         """``drafters(kind)``: a drafter of its own for one request (engine.decode.decoder.Decoder.row_drafter).
-        ``prefix``: a prefix cache prompts are looked up in, and their prefills kept in (None: every prompt cold)."""
+        ``prefix``: a prefix cache prompts are looked up in, and their prefills kept in (None: every prompt cold).
+        ``mix``: prompts' chunks go into the verify's forward where the target can (engine.decode.mixed)."""
         self.target, self.drafters, self.eos_id, self.tuner = target, drafters, eos_id, tuner
         self.unbatched = unbatchable(target)  # why rows decode one at a time (None: they batch)
+        self.mixes = mix and mixes(target) and self.unbatched is None
         self.max_batch, self.max_queue = (1 if self.unbatched else max_batch), max_queue
         self.budget, self.long_prefill = max(1, budget), max(1, min(long_prefill, budget))
         self.clock = clock or time.perf_counter
@@ -159,184 +162,64 @@ class Scheduler:
             self._admit()
             if not self.rows and not self.prefilling:
                 return False
-            used, record = 0, None
+            used, prefilled, record = 0, 0, None
             if self.rows:
                 try:
-                    used, record = self._pass()
+                    used, prefilled, record = self._pass()
                 except Exception as exc:  # the requests in this step fail; the loop and the others go on
                     self._fail(self.rows, exc)
                     self.rows, self.batch = [], BatchCache.empty(self.target.device)
-            prefilled = self._prefill(self.budget - used)
+            prefilled = prefilled or self._prefill(self.budget - used)
             if record is not None:  # handed to the recorder only now: it drained records before their prefill
                 record.prefill_tokens = prefilled  # was counted, and most stored 0 prompt tokens
                 self.steps.append(record)
             self._release()
         return True
 
-    def _row(self, req: Request) -> Row:
-        drafter = self.drafters(req.drafter) if req.drafter != "none" else None
-        eos = None if req.ignore_eos else self.eos_id
-        seq = Sequence(
-            list(req.prompt_ids), req.max_new_tokens, eos, drafter, req.k or 0, req.sampling, req.stop, defer=True
-        )
-        seq.stats.prefill_s = seq.stats.draft_prefill_s = 0.0
-        return Row(req, seq)
-
-    def _admit(self) -> None:
-        while len(self.rows) + len(self.prefilling) < self.max_batch:
-            with self._cv:
-                if not self.waiting:
-                    return
-                req = self.waiting.popleft()
-            try:
-                row = self._row(req)
-            except Exception as exc:
-                self._fail([Row(req, Sequence(list(req.prompt_ids), req.max_new_tokens, self.eos_id))], exc)
-                continue
-            if req.cancelled:
-                self._end(row, "cancelled")
-                continue
-            row.queue_s = self.clock() - req.submitted
-            row.cache = self._cached(row)
-            self.prefilling.append(row)
-
-    def _taps(self, seq: Sequence) -> tuple[int, ...]:
-        """The layers a prompt's prefill keeps the hidden states of: its drafter's, else what the cache keeps."""
-        return seq.taps or self.keep_taps
-
-    def _cached(self, row: Row) -> DynamicCache:
-        """The row's cache to prefill on: what the prefix cache holds of its prompt already, or an empty one."""
-        salt = row.req.cache_salt
-        hit = (
-            self.prefix.lookup(row.seq.prompt_ids, bool(self._taps(row.seq)), salt) if self.prefix is not None else None
-        )
-        if hit is None:
-            return roomy_cache(self.target.config)
-        entry, length = hit
-        kept = entry.features[:length] if entry.features is not None and self._taps(row.seq) else None
-        row.seq.prefilled(length, kept)
-        row.seq.stats.cached_tokens = length
-        return restore(entry, length, self.target.config)
-
-    def _prefill(self, budget: int) -> int:
-        """Prompt chunks in arrival order while the budget lasts, at least one chunk a step so prompts always move;
-        the prompt tokens it computed. Prompts that start this step prefill their first chunks in one forward."""
-        moved, fresh = 0, list[tuple[Row, list[int]]]()
-        for row in list(self.prefilling):
-            if budget <= 0 and (moved or fresh):
-                break
-            size = max(1, min(budget, self.long_prefill))
-            if row.seq.computed == 0:
-                fresh.append((row, row.seq.chunk(size)))
-                budget -= len(fresh[-1][1])
-                continue
-            try:
-                n = self._chunk(row, size)
-            except Exception as exc:
-                self.prefilling.remove(row)
-                self._fail([row], exc)
-                continue
-            budget -= n
-            moved += n
-        if fresh:
-            moved += self._first_chunks(fresh)
-        return moved
-
-    def _first_chunks(self, fresh: list[tuple[Row, list[int]]]) -> int:
-        """The first chunks of prompts that start this step: together in one forward where there are several."""
-        start = self.clock()
-        try:
-            together = (
-                prefill_together(
-                    self.target,
-                    [ids for _, ids in fresh],
-                    self._taps(fresh[0][0].seq),
-                    [row.seq.picker if not row.seq.to_prefill - len(ids) else None for row, ids in fresh],
-                )
-                if len(fresh) > 1 and len({self._taps(row.seq) for row, _ in fresh}) == 1
-                else None
-            )
-        except Exception as exc:
-            for row, _ in fresh:
-                self.prefilling.remove(row)
-            self._fail([row for row, _ in fresh], exc)
-            return 0
-        if together is None:
-            moved = 0
-            for row, ids in fresh:
-                try:
-                    moved += self._chunk(row, len(ids))
-                except Exception as exc:
-                    self.prefilling.remove(row)
-                    self._fail([row], exc)
-            return moved
-        share = (self.clock() - start) / len(fresh)
-        for (row, ids), (first, feats, cache) in zip(fresh, together):
-            row.cache = cache
-            self._chunked(row, ids, first, feats, share)
-        return sum(len(ids) for _, ids in fresh)
-
-    def _chunk(self, row: Row, budget: int) -> int:
-        """The row's next chunk in a forward of its own."""
-        start = self.clock()
-        ids = row.seq.chunk(budget)
-        assert row.cache is not None  # a prefilling row holds its own cache until it joins the batch
-        last = len(ids) == row.seq.to_prefill  # only the prompt's last chunk picks the first token
-        picks, feats = forward(self.target, row.cache, ids, 1, self._taps(row.seq), row.seq.picker if last else None)
-        self._chunked(row, ids, picks[-1], feats, self.clock() - start)
-        return len(ids)
-
-    def _chunked(self, row: Row, ids: list[int], greedy: int, feats, seconds: float) -> None:
-        """A chunk is in: count it; after the prompt's last one, the first token, and the row joins the batch."""
-        seq, stats = row.seq, row.seq.stats
-        seq.prefilled(len(ids), feats)
-        stats.prefill_s = (stats.prefill_s or 0.0) + seconds
-        if seq.to_prefill:
-            return
-        if self.prefix is not None and row.cache is not None:
-            feats = torch.cat(seq.features) if seq.features and self._taps(seq) else None
-            self.prefix.store(seq.prompt_ids, *kv_of(row.cache), feats, row.req.cache_salt)
-        stats.ttft_s = self.clock() - row.req.submitted
-        before = self.clock()
-        self._emit(row, seq.start(greedy))
-        if seq.drafter is not None and not seq.finished:
-            stats.draft_prefill_s = self.clock() - before
-        self.prefilling.remove(row)
-        if seq.finished:
-            self._end(row, seq.reason or "length")
-            return
-        assert row.cache is not None
-        self.batch.add_row(row.cache, len(seq.prompt_ids))
-        row.cache = None
-        self.rows.append(row)
-
-    def _pass(self) -> tuple[int, StepRecord]:
-        """One verification pass over every running row: the tokens it computed, and its record."""
+    def _pass(self) -> tuple[int, int, StepRecord]:
+        """One verification pass over every running row, waiting prompts' chunks in its forward where the target
+        mixes them in: the tokens it verified, the prompt tokens it computed, and its record."""
         plan = self._schedule()
-        return self._update(plan, self._execute(plan))
+        chunks = self._chunks(self.budget - sum(1 + k for k in plan.ks)) if self.mixes and self.prefilling else []
+        try:
+            out = self._execute(plan, chunks)
+        except Exception as exc:  # the prompts in the failed forward fail with the rows (the caller's)
+            for row, _ in chunks:
+                self.prefilling.remove(row)
+                self._end(row, "error", f"{type(exc).__name__}: {exc}")
+            raise
+        used, record = self._update(plan, out)
+        for (row, ids), (first, feats) in zip(chunks, out.chunks):  # after the update: a finished prompt joins
+            self._chunked(row, ids, first, feats, out.verify_s)
+        return used, sum(len(ids) for _, ids in chunks), record
 
     def _schedule(self) -> DecodePlan:
         room = self.max_batch - len(self.rows)
         ks, used, choice, main, off = plan(self.rows, self.tuner, min(room, len(self.prefilling) + len(self.waiting)))
         return DecodePlan(list(self.rows), ks, used, choice, main, off)
 
-    def _execute(self, p: DecodePlan) -> PassOutput:
+    def _execute(self, p: DecodePlan, chunks: list[tuple[Row, list[int]]]) -> PassOutput:
         drafted, draft_s = draft_together([r.seq for r in p.rows], p.ks, self.clock)
         taps = next((r.seq.taps for r in p.rows if r.seq.taps), ())
-        start = self.clock()
-        predicted, feats = verify_batch(
-            self.target,
-            self.batch,
-            [[r.seq.pending] + d for r, d in zip(p.rows, drafted)],
-            taps,
-            [r.seq.picker for r in p.rows],
-        )
+        tokens, picks = [[r.seq.pending] + d for r, d in zip(p.rows, drafted)], [r.seq.picker for r in p.rows]
+        start, firsts = self.clock(), list[tuple[int | None, torch.Tensor | None]]()
+        if chunks:
+            predicted, feats, firsts = verify_and_prefill(
+                self.target, self.batch, tokens, taps, picks, [self._chunk_of(row, ids) for row, ids in chunks]
+            )
+        else:
+            predicted, feats = verify_batch(self.target, self.batch, tokens, taps, picks)
         outcomes = accept_batch(self.batch, drafted, predicted, feats)
-        return PassOutput(drafted, draft_s, outcomes, start, self.clock() - start)
+        return PassOutput(drafted, draft_s, outcomes, start, self.clock() - start, firsts)
+
+    def _chunk_of(self, row: Row, ids: list[int]) -> Chunk:
+        last = len(ids) == row.seq.to_prefill  # only the prompt's last chunk picks the first token
+        assert row.cache is not None
+        return Chunk(row.cache, ids, self._taps(row.seq), last, row.seq.picker if last else None)
 
     def _update(self, p: DecodePlan, out: PassOutput) -> tuple[int, StepRecord]:
         b, width = len(p.rows), 1 + max(len(d) for d in out.drafted)
-        if self.tuner is not None:
+        if self.tuner is not None and not out.chunks:  # a pass's cost cell, not a prompt's chunk beside it
             self.tuner.observe_forward(b, width, out.verify_s)
         emitted = 0
         for row, k, kind, outcome, dt in zip(p.rows, p.ks, p.used, out.outcomes, out.draft_s):
