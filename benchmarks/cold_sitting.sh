@@ -77,10 +77,11 @@ if has llamacpp; then
     --name "llama.cpp $GGUF, $TAG"
 fi
 if has rates; then vllm_sweep --request-rate "$RATES" --max-concurrency 16; fi
-if has B || has rates || has cross; then
+if has B || has rates || has prates || has cross; then
   serve_phoenix
   if has B; then phoenix_sweep "${PASS_B:-pass B}" --concurrency "$LEVELS"; fi  # PASS_B names a later pass (a change measured after)
-  if has rates; then phoenix_sweep "rates" --request-rate "$RATES" --max-concurrency 16; fi
+  # phase prates: Phoenix's rates alone (its settings against each other at a rate: the tuner-rates block)
+  if has rates || has prates; then phoenix_sweep "rates" --request-rate "$RATES" --max-concurrency 16; fi
   if has cross; then
     "$PY" -m engine engines crosscheck --url "$URL" --engine phoenix --tokenizer "$MODEL" --concurrency 4 \
       --rounds 2 --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"

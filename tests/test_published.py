@@ -178,6 +178,15 @@ def test_the_tuner_is_judged_against_the_best_of_off_and_every_fixed_k_in_its_bl
         published.BLOCKS["tuner-best"](published.Figures(store), "959-963")  # off and the tuner only
 
 
+def test_the_tuner_at_fixed_rates_is_judged_by_latency_against_the_best_of_the_rest(store):
+    text = published.BLOCKS["tuner-rates"](published.Figures(store), "978-980,989")  # 989: a level, passed over
+    rows = [line for line in text.splitlines() if line.startswith(("| 1 ", "| 2 ", "| 4 "))]
+    assert len(rows) == 3 and "tok/s" not in text  # a rate's verdict is latency
+    assert all(r.split(" | ")[2] == "none" and r.split(" | ")[5] in ("met", "missed", "inside its noise") for r in rows)
+    with pytest.raises(Exception, match="no request rate with the tuner"):
+        published.BLOCKS["tuner-rates"](published.Figures(store), "989-993")
+
+
 def test_only_the_rates_block_takes_request_rates_and_it_takes_nothing_else(store):
     fig = published.Figures(store)
     for name in ("levels", "tuner"):

@@ -48,7 +48,7 @@ from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cos
 from engine.export.published_oracle import columns, oracle, value
 from engine.export.published_quality import quality
 from engine.export.published_sitting import rates_sitting, sitting
-from engine.export.published_tuner import tuner, tuner_best
+from engine.export.published_tuner import tuner, tuner_best, tuner_rates
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
 
@@ -269,6 +269,7 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "first-sweep": first_sweep,
     "tuner": tuner,
     "tuner-best": tuner_best,
+    "tuner-rates": tuner_rates,
     "head-stages": head_stages,
     "head-vocab": head_vocab,
     "crosscheck": crosscheck,

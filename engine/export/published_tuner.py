@@ -1,8 +1,11 @@
 """Phoenix's tuner judged on one server in paired blocks (each block the same prompts, every setting in turn): against
 its own speculation off (the ``tuner`` block) and against the best of off and every fixed drafter and k the run
-measured beside it (``tuner-best``). Issue 66's goal: at least TUNER_GOAL of either at every level."""
+measured beside it (``tuner-best``), and at fixed arrival rates against the best of the rest by latency
+(``tuner-rates``). Issue 66's goal: at least TUNER_GOAL of either at every level and rate."""
 
 from __future__ import annotations
+
+import statistics
 
 from engine.analysis import sweeps as S
 from engine.errors import PhoenixError
@@ -74,4 +77,36 @@ def tuner_best(fig, runs: str) -> str:
                      f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
     if len(lines) == 2:
         raise PhoenixError(f"runs {runs} hold no level with the tuner beside off and a fixed setting")
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def tuner_rates(fig, runs: str) -> str:
+    """The tuner at fixed arrival rates, where throughput is set by the arrivals and latency is the verdict: against
+    the best of every other setting its run sent at the same rate (speculation off, each fixed drafter and k), by
+    median end-to-end latency: the best's E2EL p50 over the tuner's (above 1: the tuner answers sooner), its 95%
+    interval a bootstrap over requests, and the goal (the tuner at least TUNER_GOAL of the best: its interval's low
+    end at or above it)."""
+    lines = ["| rate (req/s) | every other setting, E2EL p50 s | best of them | tuner E2EL p50 s | best / tuner "
+             "(95% CI over requests) | goal: tuner ≥ 0.97 of the best | run |",
+             "|---|---|---|---:|---|---|---|"]  # fmt: skip
+    for run_id in run_ids(runs):
+        run = fig.store.get_run(run_id)
+        cfg = (run.config or {}) if run is not None else {}
+        auto = _auto(cfg)
+        if run is None or auto is None or cfg.get("request_rate") is None:
+            continue
+        latencies = {v: S.variant_latencies(fig.store, run_id, str(v)) for v in cfg.get("variants") or []}
+        medians = {v: statistics.median(x) for v, x in latencies.items() if x}
+        others = {v: m for v, m in medians.items() if v != auto}
+        if auto not in medians or not others:
+            continue
+        best = min(others, key=lambda v: others[v])
+        found = S.unpaired_ratio(latencies[best], latencies[auto], lower_is_better=False)
+        interval, verdict = _judge(found)
+        every = ", ".join(f"{v} {m:.2f}" for v, m in others.items())
+        lines.append(f"| {float(cfg['request_rate']):g} | {every} | {best} | {medians[auto]:.2f} ({auto}) | "
+                     f"{others[best] / medians[auto]:.2f}x ({interval}) | {verdict} | "
+                     f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
+    if len(lines) == 2:
+        raise PhoenixError(f"runs {runs} hold no request rate with the tuner beside another setting")
     return "\n" + "\n".join(lines) + "\n"
