@@ -183,6 +183,9 @@ def test_the_tuner_at_fixed_rates_is_judged_by_latency_against_the_best_of_the_r
     rows = [line for line in text.splitlines() if line.startswith(("| 1 ", "| 2 ", "| 4 "))]
     assert len(rows) == 3 and "tok/s" not in text  # a rate's verdict is latency
     assert all(r.split(" | ")[2] == "none" and r.split(" | ")[5] in ("met", "missed", "inside its noise") for r in rows)
+    pooled = published.BLOCKS["tuner-rates"](published.Figures(store), "1043-1045,1047-1049")  # two orders, pooled
+    two = next(line for line in pooled.splitlines() if line.startswith("| 2 "))
+    assert "#1044" in two and "#1048" in two and "none 2.83, eagle3-k1 3.04" in two and "| missed |" in two
     with pytest.raises(Exception, match="no request rate with the tuner"):
         published.BLOCKS["tuner-rates"](published.Figures(store), "989-993")
 

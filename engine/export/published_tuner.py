@@ -82,31 +82,40 @@ def tuner_best(fig, runs: str) -> str:
 
 def tuner_rates(fig, runs: str) -> str:
     """The tuner at fixed arrival rates, where throughput is set by the arrivals and latency is the verdict: against
-    the best of every other setting its run sent at the same rate (speculation off, each fixed drafter and k), by
-    median end-to-end latency: the best's E2EL p50 over the tuner's (above 1: the tuner answers sooner), its 95%
-    interval a bootstrap over requests, and the goal (the tuner at least TUNER_GOAL of the best: its interval's low
-    end at or above it)."""
+    the best of every other setting its runs sent at the same rate (speculation off, each fixed drafter and k), by
+    median end-to-end latency over every pass's requests (runs at one rate pool: passes in other orders cancel a
+    drift within a pass): the best's E2EL p50 over the tuner's (above 1: the tuner answers sooner), its 95% interval
+    a bootstrap over requests, and the goal (the tuner at least TUNER_GOAL of the best: its interval at or above)."""
     lines = ["| rate (req/s) | every other setting, E2EL p50 s | best of them | tuner E2EL p50 s | best / tuner "
-             "(95% CI over requests) | goal: tuner ≥ 0.97 of the best | run |",
+             "(95% CI over requests) | goal: tuner ≥ 0.97 of the best | runs |",
              "|---|---|---|---:|---|---|---|"]  # fmt: skip
-    for run_id in run_ids(runs):
-        run = fig.store.get_run(run_id)
-        cfg = (run.config or {}) if run is not None else {}
-        auto = _auto(cfg)
-        if run is None or auto is None or cfg.get("request_rate") is None:
-            continue
-        latencies = {v: S.variant_latencies(fig.store, run_id, str(v)) for v in cfg.get("variants") or []}
+    for rate, passes in _by_rate(fig, runs).items():
+        auto = _auto(passes[0][1].config or {})
+        latencies: dict[str, list[float]] = {}
+        for run_id, run in passes:
+            for v in (run.config or {}).get("variants") or []:
+                latencies.setdefault(str(v), []).extend(S.variant_latencies(fig.store, run_id, str(v)))
         medians = {v: statistics.median(x) for v, x in latencies.items() if x}
         others = {v: m for v, m in medians.items() if v != auto}
         if auto not in medians or not others:
             continue
         best = min(others, key=lambda v: others[v])
-        found = S.unpaired_ratio(latencies[best], latencies[auto], lower_is_better=False)
-        interval, verdict = _judge(found)
+        interval, verdict = _judge(S.unpaired_ratio(latencies[best], latencies[auto]))
         every = ", ".join(f"{v} {m:.2f}" for v, m in others.items())
-        lines.append(f"| {float(cfg['request_rate']):g} | {every} | {best} | {medians[auto]:.2f} ({auto}) | "
-                     f"{others[best] / medians[auto]:.2f}x ({interval}) | {verdict} | "
-                     f"[#{run_id}]({fig.results}#{anchor(run.name)}) |")  # fmt: skip
+        cited = " ".join(f"[#{r}]({fig.results}#{anchor(run.name)})" for r, run in passes)
+        lines.append(f"| {rate:g} | {every} | {best} | {medians[auto]:.2f} ({auto}) | "
+                     f"{others[best] / medians[auto]:.2f}x ({interval}) | {verdict} | {cited} |")  # fmt: skip
     if len(lines) == 2:
         raise PhoenixError(f"runs {runs} hold no request rate with the tuner beside another setting")
     return "\n" + "\n".join(lines) + "\n"
+
+
+def _by_rate(fig, runs: str) -> dict[float, list]:
+    """The runs that hold the tuner at a request rate, by rate, in the order given: (run id, run) each."""
+    out: dict[float, list] = {}
+    for run_id in run_ids(runs):
+        run = fig.store.get_run(run_id)
+        cfg = (run.config or {}) if run is not None else {}
+        if run is not None and _auto(cfg) is not None and cfg.get("request_rate") not in (None, "inf"):
+            out.setdefault(float(cfg["request_rate"]), []).append((run_id, run))
+    return out
