@@ -131,6 +131,8 @@ def test_calls_run_as_one_forward_give_what_each_gives_alone(tiny_dirs, tiny_tok
     with torch.inference_mode():
         together = runner.forward_parts(calls(), True)
         alone = [runner.forward_parts([c], True)[0] for c in calls()]
+    with pytest.raises(ValueError, match="growing caches only"):
+        runner.forward_parts([dict(input_ids=torch.tensor([[1]]), cache=None)])
     for a, b in zip(together, alone):
         assert a.logits.shape == b.logits.shape and close(a.logits, b.logits)
         assert a.hidden_states is not None and b.hidden_states is not None

@@ -111,6 +111,8 @@ class Runner(nn.Module):
         linear layers read the weights once for all of them (a prompt's chunk beside a batch's decode step, where
         two forwards read them twice), attention runs per call over its own cache. Each call's ``Output`` is what
         it would have been alone."""
+        if not all(_growing(call.get("cache")) for call in calls):  # a static cache runs transformers' forward alone
+            raise ValueError("forward_parts runs calls on growing caches only (DynamicCache layers)")
         model = self.hf.model
         parts, ids, positions, real = [], [], [], 0
         for call in calls:
