@@ -9,8 +9,9 @@ import torch
 from test_serve_batch import PROMPTS, decode_all, references
 from transformers import DynamicCache
 
-from engine.decode.batch import BatchCache, accept_batch, prefill_together, verify_batch
+from engine.decode.batch import BatchCache, accept_batch, verify_batch
 from engine.decode.decoder import Decoder
+from engine.decode.intake import prefill_together
 from engine.decode.loading import load_pair, prepare
 from engine.decode.runner import Runner, unsupported, use_runner
 
@@ -148,8 +149,8 @@ def test_prompts_joining_a_running_batch_ride_in_its_verify_and_every_row_stays_
     dec = Decoder(pair)
     refs = references(dec)
     sizes: list[int] = []
-    runs = Runner.forward_parts
-    monkeypatch.setattr(Runner, "forward_parts", lambda self, c, h=False: sizes.append(len(c)) or runs(self, c, h))
+    runs = Runner._run  # every forward of the runner, one call or several
+    monkeypatch.setattr(Runner, "_run", lambda self, c, h: sizes.append(len(c)) or runs(self, c, h))
     reqs, done, _ = decode_all(dec, "model", 3, seed=7, budget=9, long_prefill=5, mix=mix)
     for j, r in enumerate(reqs):
         assert done[r.id].stats.output_ids == refs[j % len(PROMPTS)][: r.max_new_tokens], f"request {j}"

@@ -283,50 +283,6 @@ def _pad_columns(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros(x.shape[0], x.shape[1], width - x.shape[2], x.shape[3])], dim=2)
 
 
-def prefill_together(
-    target, chunks: list[list[int]], taps: tuple[int, ...] = (), picks: list[Pick | None] | None = None
-) -> list[tuple[int, torch.Tensor | None, DynamicCache]] | None:
-    """Several prompts' first chunks in one forward (wider GEMMs, one read of the weights): each row right-aligned,
-    its padding first and masked, so every row's last token sits in the last column and one position of logits a
-    row is computed. Each row's columns then become a cache of its own, as if it had been prefilled alone; per row:
-    the target's pick after its chunk (``picks``: a row's own, else the argmax), its taps, its cache. None where
-    the model's cache layers are not all plain full-attention ones (the caller prefills one by one)."""
-    cache = roomy_cache(target.config)
-    layers = roomy_layers(cache)
-    if layers is None:
-        return None
-    device = target.device
-    n = max(len(c) for c in chunks)
-    ids = torch.full((len(chunks), n), PAD_ID, dtype=torch.long, device=device)
-    valid = torch.zeros(len(chunks), n, dtype=torch.bool, device=device)
-    for b, c in enumerate(chunks):
-        ids[b, n - len(c) :] = torch.tensor(c, device=device)
-        valid[b, n - len(c) :] = True
-    pad = torch.tensor([n - len(c) for c in chunks], device=device)
-    positions = (torch.arange(n, device=device)[None, :] - pad[:, None]).clamp(min=0)
-    out = target(
-        input_ids=ids,
-        cache=cache,
-        use_cache=True,
-        attention_mask=valid.long(),
-        position_ids=positions,
-        logits_to_keep=1,
-        output_hidden_states=bool(taps),
-    )
-    firsts = picked(out.logits[:, -1:], [1] * len(chunks), picks)
-    feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1) if taps else None
-    rows = []
-    for b, c in enumerate(chunks):
-        row = roomy_cache(target.config)
-        for mine, theirs in zip(roomy_layers(row) or [], layers):
-            keys, values = theirs.keys, theirs.values
-            assert keys is not None and values is not None  # the forward filled every layer
-            mine.lazy_initialization(keys, values)
-            mine.keys, mine.values = keys[b : b + 1, :, n - len(c) :], values[b : b + 1, :, n - len(c) :]
-        rows.append((firsts[b][0], feats[b, n - len(c) :] if feats is not None else None, row))
-    return rows
-
-
 def picked(logits: torch.Tensor, lengths: list[int], picks: list[Pick | None] | None) -> list[list[int]]:
     """Each row's picks at its first ``lengths[b]`` positions: the batch's argmax, or the row's own pick."""
     greedy = argmax(logits)
@@ -356,10 +312,9 @@ def verify_call(batch: BatchCache, rows: list[list[int]]) -> dict:
     n = max(len(r) for r in rows)
     device = batch.valid.device
     ids = torch.full((len(rows), n), PAD_ID, dtype=torch.long, device=device)
-    new_valid = torch.zeros(len(rows), n, dtype=torch.bool, device=device)
     for b, r in enumerate(rows):
         ids[b, : len(r)] = torch.tensor(r, device=device)
-        new_valid[b, : len(r)] = True
+    new_valid = _new_columns(rows, device)
     lengths = torch.tensor(batch.lengths, device=device)
     positions = lengths[:, None] + torch.arange(n, device=device)[None, :]
     # no hole and no padding (a lone row, or rows in step): no mask, the single-stream path itself
@@ -373,15 +328,20 @@ def verified(
 ) -> tuple[list[list[int]], list[torch.Tensor | None]]:
     """The verify's picks and taps per row from the forward's output; the rows' new columns counted valid."""
     chosen = picked(out.logits, [len(r) for r in rows], picks)
-    new_valid = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.bool, device=batch.valid.device)
-    for b, r in enumerate(rows):
-        new_valid[b, : len(r)] = True
-    batch.valid = torch.cat([batch.valid, new_valid], dim=1)
+    batch.valid = torch.cat([batch.valid, _new_columns(rows, batch.valid.device)], dim=1)
     batch.lengths = [length + len(r) for length, r in zip(batch.lengths, rows)]
     if not taps:
         return chosen, [None] * len(rows)
     feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1)
     return chosen, [feats[b, : len(r)] for b, r in enumerate(rows)]
+
+
+def _new_columns(rows: list[list[int]], device) -> torch.Tensor:
+    """[B, n] booleans: which of a verify's right-padded columns hold each row's tokens."""
+    valid = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.bool, device=device)
+    for b, r in enumerate(rows):
+        valid[b, : len(r)] = True
+    return valid
 
 
 def accept_batch(

@@ -67,7 +67,7 @@ class Part:
 
 def fresh_rows(keep: torch.Tensor | None, B: int, n: int) -> list[int] | None:
     """Each row's token count where a forward on an empty cache holds each row's tokens as its last columns (one
-    prompt, or prompts right-aligned as engine.decode.batch.prefill_together puts them); None where the valid
+    prompt, or prompts right-aligned as engine.decode.intake.prefill_together puts them); None where the valid
     tokens lie otherwise (the mask then says which attend)."""
     if keep is None:
         return [n] * B

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from engine.decode.batch import BatchCache, prefill_together, roomy_cache
+from engine.decode.batch import PAD_ID, BatchCache, picked, roomy_cache, roomy_layers
 from engine.decode.drafters import Drafter
 from engine.decode.handoff import Row
 from engine.decode.prefix import PrefixCache, kv_of, restore
 from engine.decode.sequence import Request, Sequence
-from engine.decode.spec import forward
+from engine.decode.spec import Pick, forward
 
 
 class Intake:
@@ -183,3 +183,47 @@ class Intake:
         self.batch.add_row(row.cache, len(seq.prompt_ids))
         row.cache = None
         self.rows.append(row)
+
+
+def prefill_together(
+    target, chunks: list[list[int]], taps: tuple[int, ...] = (), picks: list[Pick | None] | None = None
+) -> list[tuple[int, torch.Tensor | None, DynamicCache]] | None:
+    """Several prompts' first chunks in one forward (wider GEMMs, one read of the weights): each row right-aligned,
+    its padding first and masked, so every row's last token sits in the last column and one position of logits a
+    row is computed. Each row's columns then become a cache of its own, as if it had been prefilled alone; per row:
+    the target's pick after its chunk (``picks``: a row's own, else the argmax), its taps, its cache. None where
+    the model's cache layers are not all plain full-attention ones (the caller prefills one by one)."""
+    cache = roomy_cache(target.config)
+    layers = roomy_layers(cache)
+    if layers is None:
+        return None
+    device = target.device
+    n = max(len(c) for c in chunks)
+    ids = torch.full((len(chunks), n), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(len(chunks), n, dtype=torch.bool, device=device)
+    for b, c in enumerate(chunks):
+        ids[b, n - len(c) :] = torch.tensor(c, device=device)
+        valid[b, n - len(c) :] = True
+    pad = torch.tensor([n - len(c) for c in chunks], device=device)
+    positions = (torch.arange(n, device=device)[None, :] - pad[:, None]).clamp(min=0)
+    out = target(
+        input_ids=ids,
+        cache=cache,
+        use_cache=True,
+        attention_mask=valid.long(),
+        position_ids=positions,
+        logits_to_keep=1,
+        output_hidden_states=bool(taps),
+    )
+    firsts = picked(out.logits[:, -1:], [1] * len(chunks), picks)
+    feats = torch.cat([out.hidden_states[i] for i in taps], dim=-1) if taps else None
+    rows = []
+    for b, c in enumerate(chunks):
+        row = roomy_cache(target.config)
+        for mine, theirs in zip(roomy_layers(row) or [], layers):
+            keys, values = theirs.keys, theirs.values
+            assert keys is not None and values is not None  # the forward filled every layer
+            mine.lazy_initialization(keys, values)
+            mine.keys, mine.values = keys[b : b + 1, :, n - len(c) :], values[b : b + 1, :, n - len(c) :]
+        rows.append((firsts[b][0], feats[b, n - len(c) :] if feats is not None else None, row))
+    return rows

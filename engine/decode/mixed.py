@@ -17,8 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.decode.batch import BatchCache, verified, verify_call
-from engine.decode.sampling import argmax
-from engine.decode.spec import Pick
+from engine.decode.spec import Pick, read
 
 
 @dataclass
@@ -54,15 +53,8 @@ def verify_and_prefill(
     ]
     outs = target.forward_parts(calls, bool(taps) or any(c.taps for c in chunks))
     chosen, feats = verified(batch, rows, outs[0], taps, picks)
-    firsts = [(_first(out.logits[0], c), _taps(out, c.taps)) for out, c in zip(outs[1:], chunks)]
+    firsts = []
+    for out, c in zip(outs[1:], chunks):
+        got, taps_of = read(out, 1, c.taps, c.pick)
+        firsts.append((got[-1] if c.last else None, taps_of))
     return chosen, feats, firsts
-
-
-def _first(logits: torch.Tensor, chunk: Chunk) -> int | None:
-    if not chunk.last:
-        return None
-    return (chunk.pick(logits) if chunk.pick is not None else argmax(logits).tolist())[-1]
-
-
-def _taps(out, taps: tuple[int, ...]) -> torch.Tensor | None:
-    return torch.cat([out.hidden_states[i][0] for i in taps], dim=-1) if taps else None

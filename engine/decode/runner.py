@@ -104,7 +104,7 @@ class Runner(nn.Module):
                 **kwargs,
             )
         call = dict(input_ids=input_ids, cache=cache, attention_mask=attention_mask, position_ids=position_ids)
-        return self.forward_parts([dict(call, logits_to_keep=logits_to_keep)], output_hidden_states)[0]
+        return self._run([dict(call, logits_to_keep=logits_to_keep)], output_hidden_states)[0]
 
     def forward_parts(self, calls: list[dict], output_hidden_states: bool = False) -> list[Output]:
         """Several calls' tokens in one forward, each ``forward``'s arguments on a growing cache of its own: the
@@ -113,6 +113,10 @@ class Runner(nn.Module):
         it would have been alone."""
         if not all(_growing(call.get("cache")) for call in calls):  # a static cache runs transformers' forward alone
             raise ValueError("forward_parts runs calls on growing caches only (DynamicCache layers)")
+        return self._run(calls, output_hidden_states)
+
+    def _run(self, calls: list[dict], output_hidden_states: bool) -> list[Output]:
+        """``forward_parts`` on caches already known to grow (``forward`` checked its one)."""
         model = self.hf.model
         parts, ids, positions, real = [], [], [], 0
         for call in calls:
@@ -136,6 +140,8 @@ class Runner(nn.Module):
         x = self.norm(x, model.norm.weight, self.eps)[:real]
         if output_hidden_states:
             hidden.append(x)
+        if len(parts) == 1:  # the common forward: its states are the forward's own, unsliced
+            return [self._output(x, hidden, parts[0], output_hidden_states, whole=True)]
         return [self._output(x, hidden, p, output_hidden_states) for p in parts]
 
     def _part(self, start: int, input_ids, cache, attention_mask=None, position_ids=None, logits_to_keep=0):
@@ -152,10 +158,11 @@ class Runner(nn.Module):
         part = Part(B, n, cache, mask, flat, fresh, B * n if flat is None else len(flat), logits_to_keep, start)
         return part, take(input_ids.reshape(-1), flat), take(position_ids.reshape(-1), flat)
 
-    def _output(self, x: torch.Tensor, hidden: list[torch.Tensor], p: Part, states: bool) -> Output:
+    def _output(self, x: torch.Tensor, hidden: list[torch.Tensor], p: Part, states: bool, whole: bool = False):
         span = slice(p.start, p.start + p.real)
-        logits = self._logits(x[span], p.B, p.n, p.flat, p.keep)
-        return Output(logits, States([h[span] for h in hidden], p.B, p.n, p.flat) if states else None, p.cache)
+        logits = self._logits(x if whole else x[span], p.B, p.n, p.flat, p.keep)
+        mine = hidden if whole else [h[span] for h in hidden]
+        return Output(logits, States(mine, p.B, p.n, p.flat) if states else None, p.cache)
 
     def _layer(self, layer, i: int, x: torch.Tensor, attending: tuple, block: Block | None) -> torch.Tensor:
         """One decoder layer: attention then MLP, each a residual block with its norm where the family puts it."""

@@ -60,6 +60,12 @@ def forward(
     states of the ``taps`` layers at every position, concatenated ([len(ids), len(taps)·H]), from the same pass."""
     x = torch.tensor([ids], device=model.device)
     out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=keep, output_hidden_states=bool(taps))
+    return read(out, keep, taps, pick)
+
+
+def read(out, keep: int, taps: tuple[int, ...] = (), pick: Pick | None = None) -> tuple[list[int], torch.Tensor | None]:
+    """A one-row forward's answer (``forward``'s, or one call's of a mixed forward): the picks after its last
+    ``keep`` positions and its taps' hidden states."""
     feats = torch.cat([out.hidden_states[i][0] for i in taps], dim=-1) if taps else None
     logits = out.logits[0][-keep:]
     return (pick(logits) if pick is not None else argmax(logits).tolist()), feats
