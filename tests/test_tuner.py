@@ -33,3 +33,19 @@ def test_a_disturbed_profile_cell_is_timed_again_and_warned_about():
 def test_an_honest_profile_is_silent():
     model, warnings = profile_cost(grid_cost, [1, 2, 4, 8], [1, 2, 3, 4], repeats=2)
     assert not warnings and model.cells[(8, 4)] > model.cells[(1, 1)]
+
+
+def test_a_batch_measured_only_wider_never_lends_its_wider_cost_to_a_narrower_forward():
+    """Run #1042: served at 6 rows with k = 1 for a while, the server had a (6, 2) cell and no (6, 1); the one-token
+    forward at 6 rows was priced at the 2-token cell's cost, speculation off looked dearer than it was, and the
+    tuner drafted where off was faster. A missing cell comes from the batches measured at that width."""
+    from engine.serve.tuner import LoadTuner
+
+    profiled, _ = profile_cost(grid_cost, [1, 2, 4, 8], [1, 2, 3], repeats=1)
+    tuner = LoadTuner(2, profiled, epsilon=0.0)
+    for _ in range(5):
+        tuner.observe_forward(6, 2, 0.06)  # dearer than the grid says: 6 rows x 2 tokens ran slowly
+        tuner.observe_pass("head", 1, 1, 1, 0.0)  # every draft accepted, and still off makes more at 6 rows
+    between = (grid_cost(4, 1), grid_cost(8, 1))
+    assert between[0] < tuner.cost.seconds(6, 1) < between[1]
+    assert tuner.choose("head", 6).k == 0

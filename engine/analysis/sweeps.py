@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import re
 import statistics
 
@@ -21,7 +20,7 @@ import pandas as pd
 
 from engine import runspec
 from engine.analysis.regressions import disturbed
-from engine.analysis.stats import median_interval
+from engine.analysis.stats import median_interval, unpaired_ratio
 from engine.catalog import model_name
 
 LEVEL = re.compile(r"\s*(c=\d+|rate=\S+(?:\s+cap=\d+)?)$")
@@ -181,23 +180,6 @@ def block_ratio(runs_by_id: dict, run_id: int, best: str, other: str) -> tuple[f
     if interval is None:
         return None
     return statistics.median(ratios), interval[0], interval[1]
-
-
-def unpaired_ratio(a: list[float], b: list[float], lower_is_better: bool = False) -> tuple[float, float, float] | None:
-    """The ratio of two settings' medians (a over b; b over a where lower is better, so above 1 favours a) with a
-    95% bootstrap interval (seeded: the same data gives the same verdict), or None with fewer than 2 samples each."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    rng = random.Random(0)
-
-    def ratio(x: list[float], y: list[float]) -> float:
-        mx, my = statistics.median(x), statistics.median(y)
-        if lower_is_better:
-            return my / mx if mx > 0 else math.inf
-        return mx / my if my > 0 else math.inf
-
-    draws = sorted(ratio(rng.choices(a, k=len(a)), rng.choices(b, k=len(b))) for _ in range(2000))
-    return ratio(a, b), draws[49], draws[1949]
 
 
 def paired_across(runs_by_id: dict, a: tuple[int, str], b: tuple[int, str]) -> tuple[float, float, float] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from engine.analysis import sweeps as S
+from engine.analysis.stats import clustered_ratio
 from engine.errors import PhoenixError
 from engine.export.published_cells import anchor
 from engine.export.run_ids import run_ids
@@ -85,22 +86,24 @@ def tuner_rates(fig, runs: str) -> str:
     the best of every other setting its runs sent at the same rate (speculation off, each fixed drafter and k), by
     median end-to-end latency over every pass's requests (runs at one rate pool: passes in other orders cancel a
     drift within a pass): the best's E2EL p50 over the tuner's (above 1: the tuner answers sooner), its 95% interval
-    a bootstrap over requests, and the goal (the tuner at least TUNER_GOAL of the best: its interval at or above)."""
+    a bootstrap over passes and the requests within each (one pass's requests share its queue), and the goal (the
+    tuner at least TUNER_GOAL of the best: its interval at or above)."""
     lines = ["| rate (req/s) | every other setting, E2EL p50 s | best of them | tuner E2EL p50 s | best / tuner "
-             "(95% CI over requests) | goal: tuner ≥ 0.97 of the best | runs |",
+             "(95% CI over passes and requests) | goal: tuner ≥ 0.97 of the best | runs |",
              "|---|---|---|---:|---|---|---|"]  # fmt: skip
     for rate, passes in _by_rate(fig, runs).items():
         auto = _auto(passes[0][1].config or {})
-        latencies: dict[str, list[float]] = {}
-        for run_id, run in passes:
+        by_pass: dict[str, list[list[float]]] = {}  # each setting's latencies, one list per pass
+        for i, (run_id, run) in enumerate(passes):
             for v in (run.config or {}).get("variants") or []:
-                latencies.setdefault(str(v), []).extend(S.variant_latencies(fig.store, run_id, str(v)))
+                by_pass.setdefault(str(v), [[] for _ in passes])[i] = S.variant_latencies(fig.store, run_id, str(v))
+        latencies = {v: [x for p in ps for x in p] for v, ps in by_pass.items()}
         medians = {v: statistics.median(x) for v, x in latencies.items() if x}
         others = {v: m for v, m in medians.items() if v != auto}
         if auto not in medians or not others:
             continue
         best = min(others, key=lambda v: others[v])
-        interval, verdict = _judge(S.unpaired_ratio(latencies[best], latencies[auto]))
+        interval, verdict = _judge(clustered_ratio(by_pass[best], by_pass[auto]))
         every = ", ".join(f"{v} {m:.2f}" for v, m in others.items())
         cited = " ".join(f"[#{r}]({fig.results}#{anchor(run.name)})" for r, run in passes)
         lines.append(f"| {rate:g} | {every} | {best} | {medians[auto]:.2f} ({auto}) | "

@@ -81,7 +81,12 @@ class CostModel:
             return self.now(b, n)
         if not self.cells:
             return 1.0
-        bs = sorted({cb for cb, _ in self.cells})
+        # along the batch, only batches measured at a width of n or narrower: a batch whose narrowest measured width
+        # is wider would lend its wider cell's cost as n's. Served at 6-7 rows with k = 1 for a while, SmolLM2's
+        # server priced its 6- and 7-row one-token forward at their 2-token cells (52 and 61 ms against 36-39 ms
+        # measured), judged speculation off 0.7x of what it made, and drafted where off was faster (run #1042)
+        covering = {cb for cb, cn in self.cells if cn <= n}
+        bs = sorted(covering or {cb for cb, _ in self.cells})
         return _interp(bs, b, lambda cb: self._at_n(cb, n))
 
     def _at_n(self, b: int, n: int) -> float:
