@@ -18,7 +18,7 @@ def regression_verdicts(url: str) -> pd.DataFrame:
     worst first: one row per series and figure."""
     store = _store(url)
     specs: dict = {}
-    series = series_of(store.list_runs(limit=100_000), lambda run_id: report.summaries(store, run_id), specs)
+    series = series_of(store.list_runs(), lambda run_id: report.summaries(store, run_id), specs)
     rows = []
     for v in series_verdicts(series, specs):
         spec = v.spec
@@ -45,14 +45,14 @@ def regression_verdicts(url: str) -> pd.DataFrame:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def sweep_points(url: str) -> pd.DataFrame:
     """Every load sweep's points (engine.analysis.sweeps): one row per sweep, level and setting."""
-    return sweep_analysis.points(sweep_analysis.sweeps(_store(url).list_runs(limit=100_000)))
+    return sweep_analysis.points(sweep_analysis.sweeps(_store(url).list_runs()))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def sweep_labels(url: str) -> dict[int, tuple[str, str]]:
     """Each sweep by its first run's id (what a link names it by): (its key in the points, its label), newest
     first."""
-    found = sweep_analysis.sweeps(_store(url).list_runs(limit=100_000))
+    found = sweep_analysis.sweeps(_store(url).list_runs())
     ordered = sorted(found.items(), key=lambda kv: -kv[1][0].id)
     return {runs[0].id: (key, sweep_analysis.label(runs)) for key, runs in ordered}
 
@@ -60,7 +60,7 @@ def sweep_labels(url: str) -> dict[int, tuple[str, str]]:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def sweep_sitting(url: str) -> list[str]:
     """The sweeps the Sweeps page opens on (engine.analysis.sweeps.sitting)."""
-    return sweep_analysis.sitting(sweep_analysis.sweeps(_store(url).list_runs(limit=100_000)))
+    return sweep_analysis.sitting(sweep_analysis.sweeps(_store(url).list_runs()))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

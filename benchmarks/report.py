@@ -278,7 +278,7 @@ def run_md(store: Store, info: RunInfo) -> str:
 
 
 def render(store: Store) -> str:
-    runs = [r for r in reversed(store.list_runs(limit=100_000)) if r.status == "done" and not r.archived]
+    runs = [r for r in reversed(store.list_runs()) if r.status == "done" and not r.archived]
     head = [
         "# Measured results",
         "",

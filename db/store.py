@@ -90,9 +90,12 @@ class Store(Queries, Tracker, Distills, StoreBase):
             row = s.execute(select(Run, status_expr()).where(Run.id == run_id)).first()
             return self._info(row[0], row[1], tags=_tags(s, [run_id]).get(run_id, [])) if row else None
 
-    def list_runs(self, limit: int = 1000) -> list[E.RunInfo]:
+    def list_runs(self, limit: int | None = None) -> list[E.RunInfo]:
+        """The newest runs first: ``limit`` of them (a page's bounded read), or every one (None: what must judge
+        them all, such as regressions, sweeps and reports; a default of 1,000 once left the oldest out silently)."""
         with self.session_scope() as s:
-            rows = s.execute(select(Run, status_expr()).order_by(Run.id.desc()).limit(limit)).all()
+            query = select(Run, status_expr()).order_by(Run.id.desc())
+            rows = s.execute(query if limit is None else query.limit(limit)).all()
             tags = _tags(s, [r[0].id for r in rows])
             return [self._info(r[0], r[1], tags=tags.get(r[0].id, [])) for r in rows]
 

@@ -389,3 +389,9 @@ def test_old_runs_rows_are_renamed_after_their_drafter_and_watch_rows_become_int
     (iv,) = store.intervals(3)
     assert (iv.seq, iv.drafts, iv.draft_tokens, iv.accepted, iv.per_position) == (4, 10, 40, 30, [9, 7])
     assert iv.seconds == 2.0
+
+
+def test_list_runs_reads_every_run_unless_a_page_bounds_it(store):
+    ids = [store.create_run(f"r{i}", {}, "t", "d", total=1).id for i in range(5)]
+    assert [r.id for r in store.list_runs()] == ids[::-1]  # every run, newest first: no silent cut (was 1,000)
+    assert [r.id for r in store.list_runs(limit=2)] == ids[::-1][:2]

@@ -49,3 +49,18 @@ def test_a_batch_measured_only_wider_never_lends_its_wider_cost_to_a_narrower_fo
     between = (grid_cost(4, 1), grid_cost(8, 1))
     assert between[0] < tuner.cost.seconds(6, 1) < between[1]
     assert tuner.choose("head", 6).k == 0
+
+
+def test_the_replay_scores_both_missing_cell_rules_on_a_servers_steps():
+    """benchmarks.replay_cost (the findings' evidence for the fix): a batch first run 2 tokens wide, then 1."""
+    from benchmarks.replay_cost import replay
+    from engine.measure import StepRecord
+
+    profile = [{"batch": b, "tokens": n, "seconds": grid_cost(b, n)} for b in (4, 8) for n in (1, 2)]
+
+    def step(i: int, width: int) -> StepRecord:
+        return StepRecord(i, 0.0, 6, width, "head", None, None, None, None, 0.0, grid_cost(6, width), 0, 0, 6)
+
+    errors = replay(profile, [step(0, 2), step(1, 1)])
+    assert len(errors["now"]) == len(errors["before the fix"]) == 2  # (6, 2) and (6, 1), each before its forward
+    assert abs(errors["now"][1]) < 0.01 < errors["before the fix"][1]  # (6, 1): now exact, before priced at (6, 2)
