@@ -80,6 +80,7 @@ def test_every_series_the_protocol_names_has_its_type_labels_and_meaning_while_r
     assert 0 < usage <= 1 and math.isclose(
         usage, sum(-(-n // BLOCK_SIZE) for n in rows) / service.kv_blocks, rel_tol=0.5
     )
+    del service.scheduler.step  # the slowed step was for watching them wait: the rest run at speed (21 s to 2 s)
     for t in threads:
         t.join(120)
     assert scrape(client)["vllm:num_requests_running"][1][0][1] == 0
