@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from collections import deque
 
 from engine.measure import StepRecord
-from engine.serve.tuner import WINDOW, CostModel, _interp
+from engine.serve.tuner import CostModel, _interp
 
 
 def before_fix(model: CostModel, b: int, n: int) -> float:
@@ -30,12 +29,7 @@ def before_fix(model: CostModel, b: int, n: int) -> float:
 
 
 def replay(profile: list[dict], steps: list[StepRecord]) -> dict[str, list[float]]:
-    model = CostModel()
-    for cell in profile:
-        key = (cell["batch"], cell["tokens"])
-        model.recent[key] = deque([cell["seconds"]], WINDOW)
-        model.cells[key] = cell["seconds"]
-        model.anchor(*key)
+    model = CostModel.from_rows(profile)
     errors: dict[str, list[float]] = {"before the fix": [], "now": []}
     for step in steps:
         if step.prefill_tokens or step.verify_s <= 0:

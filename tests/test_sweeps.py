@@ -229,3 +229,18 @@ def test_a_sitting_pools_each_engines_two_passes_so_a_one_block_level_gets_an_in
     assert "vllm 1.2" in pooled and "by totals" not in pooled and ("vllm best" in pooled or S.TIE in pooled)
     alone = sitting(figs, "1-2").strip().splitlines()[-1]  # one pass each: no interval
     assert "by totals (one block each)" in alone and S.NO_INTERVAL in alone
+
+
+def test_a_ratio_over_passes_widens_where_passes_disagree_and_pairs_them():
+    """At a fixed rate one pass's requests share its queue: two passes that disagree widen the interval past what
+    the requests alone give (runs #1044, #1048); one pass is the bootstrap over requests itself."""
+    from engine.analysis.stats import clustered_ratio, unpaired_ratio
+
+    fast, slow, steady = [1.0, 1.1, 0.9] * 6, [2.0, 2.2, 1.8] * 6, [1.5, 1.6, 1.4] * 6
+    assert clustered_ratio([fast + slow], [steady + steady]) == unpaired_ratio(fast + slow, steady + steady)
+    over_passes = clustered_ratio([fast, slow], [steady, steady])
+    over_requests = unpaired_ratio(fast + slow, steady + steady)
+    assert over_passes is not None and over_requests is not None
+    assert over_passes[2] - over_passes[1] > over_requests[2] - over_requests[1]
+    with pytest.raises(ValueError, match="pairs passes"):
+        clustered_ratio([fast, slow], [steady])

@@ -155,6 +155,8 @@ def clustered_ratio(
     the passes (together: a pass's drift falls on both), then the samples within each. Requests of one pass at a
     fixed rate share its queue and are not independent: two passes of SmolLM2 at 2 req/s put one setting's median
     at 3.19 and 2.20 s, each outside the other's interval over requests (runs #1044, #1048)."""
+    if len(a) != len(b):
+        raise ValueError(f"clustered_ratio pairs passes: {len(a)} against {len(b)}")
     pooled_a, pooled_b = [x for p in a for x in p], [x for p in b for x in p]
     if len(pooled_a) < 2 or len(pooled_b) < 2:
         return None
@@ -174,5 +176,7 @@ def clustered_ratio(
         picked = [rng.randrange(len(a)) for _ in a] if len(a) > 1 else [0]
         x, y = draw(a, picked), draw(b, picked)
         draws.append(ratio(x, y) if x and y else math.nan)
-    draws = sorted(d for d in draws if not math.isnan(d))
+    draws = sorted(d for d in draws if not math.isnan(d))  # a draw of passes where one setting had no sample
+    if not draws:
+        return None
     return ratio(pooled_a, pooled_b), draws[len(draws) * 49 // 2000], draws[len(draws) * 1949 // 2000]

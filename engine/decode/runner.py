@@ -158,7 +158,9 @@ class Runner(nn.Module):
         part = Part(B, n, cache, mask, flat, fresh, B * n if flat is None else len(flat), logits_to_keep, start)
         return part, take(input_ids.reshape(-1), flat), take(position_ids.reshape(-1), flat)
 
-    def _output(self, x: torch.Tensor, hidden: list[torch.Tensor], p: Part, states: bool, whole: bool = False):
+    def _output(
+        self, x: torch.Tensor, hidden: list[torch.Tensor], p: Part, states: bool, whole: bool = False
+    ) -> Output:
         span = slice(p.start, p.start + p.real)
         logits = self._logits(x if whole else x[span], p.B, p.n, p.flat, p.keep)
         mine = hidden if whole else [h[span] for h in hidden]

@@ -83,8 +83,9 @@ class CostModel:
             return 1.0
         # along the batch, only batches measured at a width of n or narrower: a batch whose narrowest measured width
         # is wider would lend its wider cell's cost as n's. Served at 6-7 rows with k = 1 for a while, SmolLM2's
-        # server priced its 6- and 7-row one-token forward at their 2-token cells (52 and 61 ms against 36-39 ms
-        # measured), judged speculation off 0.7x of what it made, and drafted where off was faster (run #1042)
+        # server priced its 6- and 7-row one-token forward at their 2-token cells (59 and 63 ms in its steps'
+        # estimate_off, against 37 and 39 ms its "off" setting's steps took there) and drafted where off was faster
+        # (run #1042)
         covering = {cb for cb, cn in self.cells if cn <= n}
         bs = sorted(covering or {cb for cb, _ in self.cells})
         return _interp(bs, b, lambda cb: self._at_n(cb, n))
@@ -95,6 +96,17 @@ class CostModel:
 
     def as_rows(self) -> list[dict]:
         return [{"batch": b, "tokens": n, "seconds": s} for (b, n), s in sorted(self.cells.items())]
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> CostModel:
+        """A model from ``as_rows`` (a run's stored ``cost_profile``), each cell as the start-up profile leaves it."""
+        model = cls()
+        for row in rows:
+            key = (row["batch"], row["tokens"])
+            model.recent[key] = deque([row["seconds"]], WINDOW)
+            model.cells[key] = row["seconds"]
+            model.anchor(*key)
+        return model
 
 
 def _interp(xs: list[int], x: int, f: Callable[[int], float]) -> float:
