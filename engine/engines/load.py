@@ -277,7 +277,17 @@ def sweep(store: Store, cfg: LoadConfig, say: Callable[[str], None] = print) -> 
             raise PhoenixError("; ".join(gone) + ": no level was run; leave that variant out of --spec-types")
         return [
             _level_run(
-                store, cfg, model, prompts, lv, names, names if i % 2 == 0 else names[::-1], urls, extra, say, cpu_of
+                store,
+                cfg,
+                model,
+                prompts,
+                lv,
+                names,
+                names if i % 2 == 0 else names[::-1],
+                urls,
+                extra | {"level_index": i},
+                say,
+                cpu_of,
             )
             for i, lv in enumerate(levels(cfg, len(prompts)))
         ]

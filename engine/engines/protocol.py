@@ -48,6 +48,9 @@ def server_of(url: str, timeout_s: float) -> dict:
     health = server_health(url, timeout_s)
     keep = ("run_id", "dtype", "threads", "drafter", "draft", "k_max", "version", "preload")
     out = {k: health[k] for k in keep if isinstance(health.get(k), (str, int)) and not isinstance(health[k], bool)}
+    if health:  # how much the server had served before this sweep: its tuner's cells and estimates carry over
+        finished = health.get("finished", 0)  # a Counter's key: absent on a server that has finished nothing
+        out["served_before"] = finished if isinstance(finished, int) and not isinstance(finished, bool) else 0
     settings = health.get("settings")
     if isinstance(settings, dict):
         out["settings"] = {str(k): v for k, v in settings.items() if isinstance(v, (str, int, float))}
