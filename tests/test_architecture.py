@@ -19,6 +19,7 @@ BASE = {
     "engine.catalog",
     "engine.provenance",
     "engine.runspec",  # what ran: read by every layer that compares runs
+    "engine.speculation",  # the one grammar of speculation's spellings, part of what ran
     "engine.preload",  # what a process runs with preloaded: recorded by provenance, set by serve
 }
 SHAPE = {"engine.measure"}  # one request as measured: imports nothing, so every layer may build on it, db included

@@ -40,6 +40,32 @@ def test_the_kernel_gives_sdpas_attention_within_bf16s_rounding(B, KV, R, n, S, 
     assert (FA.attend(q, k, v, None, 0.125).float() - unmasked).abs().max().item() < 0.05
 
 
+@needs_kernel
+@pytest.mark.parametrize("d", [64, 128, 96])
+def test_the_kernel_reads_only_the_columns_a_row_attends_to(d):
+    """A row that joined the batch short keeps a masked stretch as wide as the widest row was (engine.decode.batch):
+    the kernel skips every block of sixteen columns no query row of that row attends to. Garbage there (NaN, as an
+    unread buffer may hold) changes no bit of the answer: the same as zeros there."""
+    gen = torch.Generator().manual_seed(d)
+    B, KV, R, n, S = 3, 2, 4, 2, 200
+    q = torch.randn(B, KV, R, d, generator=gen).bfloat16()
+    k, v = cache_view(B, KV, S, d, gen), cache_view(B, KV, S, d, gen)
+    mask = torch.ones(B, 1, n, S, dtype=torch.bool)
+    mask[0, ..., 40:150] = False  # row 0 joined at 40 columns when the widest had 150
+    mask[1, ..., 5:9] = False  # a few rejected drafts' columns: its blocks stay live
+    mask[..., -n:] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    clean = FA.attend(q, k, v, mask, 0.125)
+    dead = slice(48, 144)  # the whole blocks inside row 0's stretch
+    k[0, :, dead], v[0, :, dead] = float("nan"), float("nan")
+    dirty = FA.attend(q, k, v, mask, 0.125)
+    assert clean is not None and dirty is not None and torch.isfinite(dirty.float()).all()
+    assert torch.equal(dirty, clean)
+    rows = mask.repeat(1, 1, R // n, 1)
+    k[0, :, dead], v[0, :, dead] = 0.0, 0.0
+    sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=rows, scale=0.125)
+    assert (dirty.float() - sdpa).abs().max().item() < 0.05
+
+
 def test_the_kernel_leaves_long_queries_fp32_and_odd_heads_to_sdpa():
     q, k = torch.zeros(1, 2, FA.ROWS + 1, 64).bfloat16(), torch.zeros(1, 2, 10, 64).bfloat16()
     assert FA.attend(q, k, k, None, 1.0) is None  # a prompt's many rows: SDPA's tiles win

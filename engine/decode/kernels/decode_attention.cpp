@@ -75,26 +75,48 @@ inline __m512 widen16(const uint16_t* p) {
 
 // The values for query rows r0 .. r0 + G - 1 (those below R) of one (row of the batch, KV head): each value row read
 // once and its products summed in registers, G rows of LANES vectors (the memory round trip of each sum per column
-// was most of the loop's work). A group past R repeats row R - 1 and keeps nothing of it.
+// was most of the loop's work). A group past R repeats row R - 1 and keeps nothing of it. Only the live blocks of
+// sixteen columns are read: a block no query row attends to has every weight exactly 0, so leaving it out changes no
+// bit of a sum.
 template <int LANES, int G>
-inline void values(const uint16_t* vb, int64_t v2, int64_t S, const float* scores, int64_t Sp, float* acc, int64_t r0,
-                   int64_t R) {
+inline void values(const uint16_t* vb, int64_t v2, int64_t S, const std::vector<int64_t>& live, const float* scores,
+                   int64_t Sp, float* acc, int64_t r0, int64_t R) {
   __m512 sums[G][LANES];
   const float* rows[G];
   for (int g = 0; g < G; ++g) {
     rows[g] = scores + (r0 + g < R ? r0 + g : R - 1) * Sp;
     for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_setzero_ps();
   }
-  for (int64_t s = 0; s < S; ++s) {
-    __m512 row[LANES];
-    for (int c = 0; c < LANES; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
-    for (int g = 0; g < G; ++g) {
-      const __m512 p = _mm512_set1_ps(rows[g][s]);
-      for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_fmadd_ps(p, row[c], sums[g][c]);
+  for (const int64_t s0 : live) {
+    for (int64_t s = s0, e = std::min<int64_t>(s0 + 16, S); s < e; ++s) {
+      __m512 row[LANES];
+      for (int c = 0; c < LANES; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
+      for (int g = 0; g < G; ++g) {
+        const __m512 p = _mm512_set1_ps(rows[g][s]);
+        for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_fmadd_ps(p, row[c], sums[g][c]);
+      }
     }
   }
   for (int g = 0; g < G && r0 + g < R; ++g)
     for (int c = 0; c < LANES; ++c) _mm512_storeu_ps(acc + (r0 + g) * LANES * 16 + 16 * c, sums[g][c]);
+}
+
+// The blocks of sixteen columns (by their first column) that some query row of one batch row attends to (mask m:
+// that row's [rows, S]; null: every block). A row's columns sit anywhere in the batch's cache, and a row that joined
+// short keeps a masked stretch up to the width the widest row had then (engine.decode.batch): reading only these,
+// a step reads each row's own cache, not the widest row's.
+inline void live_blocks(const uint8_t* m, int64_t rows, int64_t S, std::vector<int64_t>& live) {
+  live.clear();
+  for (int64_t s0 = 0; s0 < S; s0 += 16) {
+    const int64_t n = S - s0 < 16 ? S - s0 : 16;
+    const __mmask16 keep = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
+    bool any = m == nullptr;
+    for (int64_t r = 0; r < rows && !any; ++r) {
+      const __m128i bytes = _mm_maskz_loadu_epi8(keep, m + r * S + s0);
+      any = _mm_test_epi8_mask(bytes, bytes) != 0;
+    }
+    if (any) live.push_back(s0);
+  }
 }
 
 }  // namespace
@@ -130,15 +152,18 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   const int64_t pairs = D / 32, lanes = D / 16, Sp = (S + 15) / 16 * 16;
   at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(R * Sp), acc(R * D), total(R);
+    std::vector<int64_t> live;
     __m512 part[16];
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / KV, h = task % KV;
       const uint16_t* qb = qp + task * R * D;
       const uint16_t* kb = kp + b * k0 + h * k1;
+      if (task == begin || h == 0) live_blocks(masked ? mp + b * mb : nullptr, rows, S, live);
       for (int64_t r = 0; r < R; ++r) {  // scores: the query row in registers, the keys from cache after the first
         __m512i query[8];
         for (int64_t c = 0; c < pairs; ++c) query[c] = _mm512_loadu_si512(qb + r * D + 32 * c);
-        for (int64_t s0 = 0; s0 < S; s0 += 16) {
+        std::fill(scores.begin() + r * Sp, scores.begin() + (r + 1) * Sp, neg);  // a dead block's: masked
+        for (const int64_t s0 : live) {
           const int64_t n = S - s0 < 16 ? S - s0 : 16;
           for (int64_t j = 0; j < 16; ++j) {
             __m512 a = _mm512_setzero_ps();
@@ -174,19 +199,21 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
       }
       const uint16_t* vb = vp + b * v0 + h * v1;
       if (lanes == 4) {  // head dimension 64 (SmolLM2) or 128 (Qwen2.5): the sums stay in registers
-        for (int64_t r0 = 0; r0 < R; r0 += 6) values<4, 6>(vb, v2, S, scores.data(), Sp, acc.data(), r0, R);
+        for (int64_t r0 = 0; r0 < R; r0 += 6) values<4, 6>(vb, v2, S, live, scores.data(), Sp, acc.data(), r0, R);
       } else if (lanes == 8) {
-        for (int64_t r0 = 0; r0 < R; r0 += 3) values<8, 3>(vb, v2, S, scores.data(), Sp, acc.data(), r0, R);
+        for (int64_t r0 = 0; r0 < R; r0 += 3) values<8, 3>(vb, v2, S, live, scores.data(), Sp, acc.data(), r0, R);
       } else {
         std::fill(acc.begin(), acc.end(), 0.f);
-        for (int64_t s = 0; s < S; ++s) {  // values: each row read once for every query row
-          __m512 row[16];
-          for (int64_t c = 0; c < lanes; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
-          for (int64_t r = 0; r < R; ++r) {
-            const __m512 p = _mm512_set1_ps(scores[r * Sp + s]);
-            float* ar = acc.data() + r * D;
-            for (int64_t c = 0; c < lanes; ++c)
-              _mm512_storeu_ps(ar + 16 * c, _mm512_fmadd_ps(p, row[c], _mm512_loadu_ps(ar + 16 * c)));
+        for (const int64_t s0 : live) {  // values: each row read once for every query row
+          for (int64_t s = s0, e = std::min<int64_t>(s0 + 16, S); s < e; ++s) {
+            __m512 row[16];
+            for (int64_t c = 0; c < lanes; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
+            for (int64_t r = 0; r < R; ++r) {
+              const __m512 p = _mm512_set1_ps(scores[r * Sp + s]);
+              float* ar = acc.data() + r * D;
+              for (int64_t c = 0; c < lanes; ++c)
+                _mm512_storeu_ps(ar + 16 * c, _mm512_fmadd_ps(p, row[c], _mm512_loadu_ps(ar + 16 * c)));
+            }
           }
         }
       }

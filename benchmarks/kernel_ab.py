@@ -1,0 +1,71 @@
+"""The decode extension as it is against the same source at another commit, step by step (issue 66): one verify
+pass of B rows, one token each, over cached contexts of ragged lengths (built as benchmarks.profile_step builds
+them: each row joins the batch as the server's do, so a short row keeps a masked stretch as wide as the widest),
+the two builds alternating round by round in one process; each one's median step and their ratio. Run it on a
+quiet machine.
+
+    python -m benchmarks.kernel_ab [--against HEAD] [--target smollm2] [--rows 1,4,8,16] [--contexts 150-450]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from torch.utils.cpp_extension import load
+
+import engine  # noqa: F401
+from benchmarks.profile_step import rows_cache, step_s
+from engine.decode import fast_attention
+from engine.decode.loading import load_pair, prepare
+
+
+def build_at(rev: str):
+    """The extension built from the kernel's source at ``rev`` (a module apart from the working tree's)."""
+    path = fast_attention.SOURCE.resolve().relative_to(Path(engine.__file__).resolve().parents[1])
+    text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
+    out = Path(tempfile.mkdtemp()) / "decode_attention.cpp"
+    out.write_bytes(text)
+    tag = hashlib.sha256(text).hexdigest()[:12]
+    return load(name=f"phoenix_decode_attention_ab_{tag}", sources=[str(out)], extra_cflags=list(fast_attention.FLAGS))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", default="HEAD")
+    ap.add_argument("--target", default="smollm2")
+    ap.add_argument("--rows", default="1,4,8,16")
+    ap.add_argument("--contexts", default="150-450")
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+    target = prepare(load_pair(args.target, None, "cpu", "bfloat16"), runner="auto").target
+    builds = {"tree": fast_attention.extension(), args.against: build_at(args.against)}
+    if builds["tree"] is None:
+        raise SystemExit(fast_attention.describe())
+    print(f"{args.target} bf16, ragged rows; the working tree's extension against {args.against}'s")
+    for span in args.contexts.split(","):
+        lo, hi = map(int, span.split("-"))
+        for b in map(int, args.rows.split(",")):
+            rng = random.Random(b)
+            batch = rows_cache(target, [rng.randint(lo, hi) for _ in range(b)])  # in arrival order, as served
+            steps: dict[str, list[float]] = {name: [] for name in builds}
+            for turn in range(args.rounds):
+                order = list(builds) if turn % 2 == 0 else list(builds)[::-1]
+                for name in order:
+                    fast_attention._state["module"] = builds[name]
+                    step_s(target, batch, 2)
+                    steps[name].append(statistics.median(step_s(target, batch, 10)))
+            tree, old = (statistics.median(steps[n]) for n in builds)
+            spread = " ".join(f"{n} {min(v) * 1e3:.2f}-{max(v) * 1e3:.2f}" for n, v in steps.items())
+            print(f"contexts {span} rows {b:2d}: tree {tree * 1e3:.2f} ms, {args.against} {old * 1e3:.2f} ms, "
+                  f"{tree / old:.3f}x ({spread})")  # fmt: skip
+    fast_attention._state["module"] = builds["tree"]
+
+
+if __name__ == "__main__":
+    main()
