@@ -22,6 +22,7 @@ from torch.utils.cpp_extension import load
 import engine  # noqa: F401
 from benchmarks.profile_step import rows_cache, step_s
 from engine.decode import fast_attention
+from engine.decode.cuts import measure_cut
 from engine.decode.loading import load_pair, prepare
 
 
@@ -47,6 +48,11 @@ def main() -> None:
     builds = {"tree": fast_attention.extension(), args.against: build_at(args.against)}
     if builds["tree"] is None:
         raise SystemExit(fast_attention.describe())
+    cuts = {}  # each build's own GEMM cut, measured as the server measures it (engine.decode.cuts)
+    for name, module in builds.items():
+        fast_attention._state["module"] = module
+        cuts[name] = (measure_cut(target), dict(fast_attention._cuts))
+    print("cuts: " + ", ".join(f"{n} up to {c[0]} tokens" for n, c in cuts.items()))
     print(f"{args.target} bf16, ragged rows; the working tree's extension against {args.against}'s")
     for span in args.contexts.split(","):
         lo, hi = map(int, span.split("-"))
@@ -57,14 +63,14 @@ def main() -> None:
             for turn in range(args.rounds):
                 order = list(builds) if turn % 2 == 0 else list(builds)[::-1]
                 for name in order:
-                    fast_attention._state["module"] = builds[name]
+                    fast_attention._state["module"], fast_attention._cuts = builds[name], cuts[name][1]
                     step_s(target, batch, 2)
                     steps[name].append(statistics.median(step_s(target, batch, 10)))
             tree, old = (statistics.median(steps[n]) for n in builds)
             spread = " ".join(f"{n} {min(v) * 1e3:.2f}-{max(v) * 1e3:.2f}" for n, v in steps.items())
             print(f"contexts {span} rows {b:2d}: tree {tree * 1e3:.2f} ms, {args.against} {old * 1e3:.2f} ms, "
                   f"{tree / old:.3f}x ({spread})")  # fmt: skip
-    fast_attention._state["module"] = builds["tree"]
+    fast_attention._state["module"], fast_attention._cuts = builds["tree"], cuts["tree"][1]
 
 
 if __name__ == "__main__":

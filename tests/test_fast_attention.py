@@ -162,6 +162,26 @@ def test_the_few_row_gemm_gives_oneDNNs_product_within_bf16_rounding_each_row_as
         assert FA.linear(torch.randn(1, 40).bfloat16(), torch.randn(8, 40).bfloat16(), None) is None
 
 
+@needs_kernel
+def test_the_amx_gemm_takes_two_to_sixteen_tokens_each_row_the_same_bits_at_any_count():
+    """Where the CPU has AMX, 2 to 16 tokens go through its tiles, the weight read as stored: the product within
+    one bf16 step of oneDNN's, and a row's bits the same at every count the tiles take (one K order for any M)."""
+    if not getattr(FA.extension(), "amx", False):
+        pytest.skip("no AMX on this CPU (the AVX-512 GEMM above takes every count)")
+    gen = torch.Generator().manual_seed(6)
+    w = (torch.randn(960, 576, generator=gen) * 0.05).bfloat16()  # SmolLM2's fused q, k, v
+    b = (torch.randn(960, generator=gen) * 0.1).bfloat16()
+    with torch.inference_mode():
+        for rows in (2, 5, 16):
+            x = torch.randn(rows, 576, generator=gen).bfloat16()
+            got = FA.linear(x, w, b)
+            want = torch.nn.functional.linear(x, w, b)
+            assert got is not None and ((got.float() - want.float()).abs() <= want.float().abs() * 2**-7 + 1e-3).all()
+            for i in (0, rows - 1):
+                pair = FA.linear(x[[i, 0]], w, b)
+                assert pair is not None and torch.equal(pair[0], got[i])
+
+
 def test_a_fused_groups_layers_keep_their_own_weights_as_rows_of_the_groups():
     """Fusing makes each layer's weight a view of the group's plain weight (no second copy for the few-row GEMM):
     the state dict's values are what they were."""

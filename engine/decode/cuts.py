@@ -50,7 +50,9 @@ def measure_cut(model, reps: int = 3) -> int:
     and again sits in the cache, where a step streams every layer's. On a 2-core Xeon with AMX (480 MB L3,
     2026-12-07) SmolLM2 bf16 fits in the cache and the extension won to 8 rows (4 rows 23.2 against 29.5 ms), lost
     at 16 (53.8 against 49.0); the 1.5B streams from DRAM and it won at one row, lost from 2 or 4 (2 rows 147.8 against
-    134.1 ms, 16 rows 320 against 172); on a Zen 4 it won to 16 rows on both."""
+    134.1 ms, 16 rows 320 against 172); on a Zen 4 it won to 16 rows on both. Those were its AVX-512 GEMM's figures;
+    since it takes 2 to 16 tokens on AMX's tiles where the CPU has them, it won to 16 rows on both models on that Xeon
+    (engine.decode.fast_attention.linear)."""
     shapes = _gemms(model)
     vocab, seed = int(model.config.vocab_size), torch.Generator().manual_seed(0)
     cut, cache = 0, roomy_cache(model.config)

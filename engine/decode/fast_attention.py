@@ -48,7 +48,8 @@ def _build():
     if not {"avx512f", "avx512_bf16", "avx512bw", "avx512vl"} <= flags:
         return None, "this CPU has no AVX-512 BF16"
     # one build per source, CPU and torch: a build for another CPU (-march=native) must never load here
-    tag = hashlib.sha256(SOURCE.read_bytes() + " ".join(sorted(flags)).encode() + torch.__version__.encode())
+    code = b"".join(p.read_bytes() for p in sorted(SOURCE.parent.iterdir()) if p.suffix in (".cpp", ".h"))
+    tag = hashlib.sha256(code + " ".join(sorted(flags)).encode() + torch.__version__.encode())
     try:
         from torch.utils.cpp_extension import load
 
@@ -86,6 +87,7 @@ def describe(dtype: str = "bfloat16") -> str:
     if kernel() is not None:
         cuts = sorted(set(_cuts.values()))
         gemm = f"up to {LINEAR_ROWS} tokens" if not cuts else f"up to {'/'.join(map(str, cuts))} tokens by weight"
+        gemm += " (AMX tiles from 2 tokens)" if getattr(extension(), "amx", False) else ""
         measured = ", as measured against oneDNN's on this CPU" if cuts else ""
         return (
             f"Phoenix's AVX-512 BF16 decode kernel up to {ROWS} query rows a KV head, SDPA beyond; its one-call "
@@ -122,8 +124,8 @@ def exact_rows(weight: torch.Tensor) -> int:
 def rows_for(weight: torch.Tensor) -> int:
     """Tokens up to which this weight's GEMM is the extension's: the cut ``engine.decode.cuts.measure_cut``
     measured for its model's forwards on this CPU, else LINEAR_ROWS (where the extension's beat oneDNN's on an AMD
-    Zen 4 without AMX). With AMX, oneDNN's cost hardly grows from 1 to 16 rows while the extension's does, so where
-    weights stream from DRAM oneDNN's wins from 2 rows (``measure_cut`` has the figures)."""
+    Zen 4 without AMX). With AMX, oneDNN's cost hardly grows from 1 to 16 rows, and the extension's no longer does
+    either: it takes 2 to 16 tokens on AMX's tiles (``linear``); ``measure_cut`` draws the line on every CPU."""
     return min(LINEAR_ROWS, _cuts.get((weight.shape[0], weight.shape[-1]), LINEAR_ROWS))
 
 
@@ -144,7 +146,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     -> 26.6 ms, twelve 32.3 -> 29.4, sixteen 35.9 -> 34.2; at 24 rows oneDNN's was faster (46.3 against 48.2 ms).
     Each output is one fp32 dot product rounded once, as oneDNN's is, summed in another order: in bf16 a token
     computed in a forward of more tokens than its cut can differ in its last bit from the same token computed
-    alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it."""
+    alone (the attention kernel's ROWS draw the same kind of line). fp32 never takes it.
+
+    Where the CPU has AMX, 2 to 16 tokens go through its tiles instead (kernels/amx_gemm.h), the weight read as
+    stored: their cost hardly grows with the count, and oneDNN's fixed cost a call is gone (2-core Xeon with AMX,
+    2026-12-07, medians: SmolLM2's 3072 x 576 at 16 rows 85 against oneDNN's 184 us; the 1.5B's 17920 x 1536 1370
+    against 1503). A row's bits are the same at every count from 2 to 16; a lone token stays on AVX-512 (11
+    against 22 us for 960 x 576), so it can differ in its last bit from the same token among others."""
     if not cpu_bf16(x) or x.dim() != 2 or not 1 <= x.shape[0] <= rows_for(weight) or x.shape[1] % 32:
         return None
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # training: the op has no backward
