@@ -298,3 +298,27 @@ def test_a_heads_stage_table_and_vocabulary_come_from_its_card(tmp_path):
     )
     with pytest.raises(PhoenixError, match="no card"):
         head_stages(None, str(tmp_path / "missing"))
+
+
+def test_a_servers_step_cost_by_batch_comes_from_its_own_pure_steps(tmp_path):
+    """Only steps of one token a row with no prompt chunk beside them are a batch's step cost; a run that is not a
+    Phoenix server run has no steps to read and is refused in one line."""
+    from helpers import migrated
+
+    from db.store import Store
+    from engine.measure import StepRecord
+
+    store = Store(migrated(f"sqlite:///{tmp_path / 's.db'}"))
+    server = store.create_run("phoenix serve", {"phoenix_serve": {}}, "smollm2", None, 0).id
+    other = store.create_run("a lab run", {}, "smollm2", None, 0).id
+
+    def step(i, batch, seconds, width=1, prefill=0):
+        return StepRecord(i, float(i), batch, width, "none", None, None, None, None, 0.0, seconds, 0, 0, batch, prefill)
+
+    rows = [step(1, 1, 0.010), step(2, 1, 0.012), step(3, 1, 0.500, prefill=300), step(4, 16, 0.030)]
+    store.add_serve_steps(server, rows + [step(5, 16, 0.090, width=4), step(6, 16, 0.032)])
+    fig = published.Figures(store)
+    table = published.BLOCKS["step-cost"](fig, str(server))
+    assert f"| #{server} | 11.0 (2) | not served | not served | not served | 31.0 (2) | 2.82x |" in table
+    with pytest.raises(Exception, match="not a Phoenix server run"):
+        published.BLOCKS["step-cost"](fig, str(other))

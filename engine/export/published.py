@@ -18,6 +18,8 @@ Blocks (ARGS in the marker):
   (engine.export.published_levels).
 - ``head-stages FOLDER``, ``head-vocab FOLDER``: a head's build stages and its draft vocabulary's coverage, from
   its card (engine.export.published_head).
+- ``step-cost RUNS``: each Phoenix server run's pure decode step by batch, from its own step records
+  (engine.export.published_steps).
 - ``terms RUNS``: the terms of an engine comparison: per engine its cache scenario, the share of prompt tokens
   its prefix cache served, its cores and weights, and what makes the comparison unequal.
 """
@@ -48,6 +50,7 @@ from engine.export.published_modes import lab_runs, leaderboard, modes, pass_cos
 from engine.export.published_oracle import columns, oracle, value
 from engine.export.published_quality import quality
 from engine.export.published_sitting import rates_sitting, sitting
+from engine.export.published_steps import step_cost
 from engine.export.published_tuner import tuner, tuner_best, tuner_rates
 from engine.export.run_ids import run_ids
 from engine.paths import ROOT
@@ -294,6 +297,7 @@ BLOCKS: dict[str, Callable[[Figures, str], str]] = {
     "value": value,
     "limits": limits,
     "limits-goals": limits_goals,
+    "step-cost": step_cost,
 }
 
 
