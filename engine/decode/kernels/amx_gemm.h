@@ -41,9 +41,9 @@ inline void configure() {
   _tile_loadconfig(&c);
 }
 
-// x [M, K] -> for each block of 32 columns, 16 rows of 16 token pairs: out[kb][r][2 m + p] = x[m][32 kb + 2 r + p].
+// x [M, K] -> for each block of 32 columns, 16 rows of 16 token pairs: out[kb][r][2 m + p] = x[m][32 kb + 2 r + p];
+// ``out`` arrives zeroed (the columns past M stay 0).
 inline void interleave(const uint16_t* x, int64_t M, int64_t K, uint16_t* out) {
-  std::memset(out, 0, sizeof(uint16_t) * K * 16);
   for (int64_t kb = 0; kb < K / 32; ++kb)
     for (int64_t r = 0; r < 16; ++r)
       for (int64_t m = 0; m < M; ++m) {
@@ -55,11 +55,7 @@ inline void interleave(const uint16_t* x, int64_t M, int64_t K, uint16_t* out) {
 // Rows n0 .. n0 + 15 of the output's columns from one block of sums (16 weight rows x 16 tokens, fp32).
 inline void put(const float* sums, const uint16_t* b, uint16_t* y, int64_t M, int64_t N, int64_t n0) {
   for (int64_t i = 0; i < 16; ++i) {
-    float bias = 0.f;
-    if (b != nullptr) {
-      const uint32_t bits = static_cast<uint32_t>(b[n0 + i]) << 16;
-      std::memcpy(&bias, &bits, sizeof bias);
-    }
+    const float bias = b != nullptr ? widen(b[n0 + i]) : 0.f;
     for (int64_t m = 0; m < M; ++m) y[m * N + n0 + i] = narrow(sums[i * 16 + m] + bias);
   }
 }
@@ -67,7 +63,7 @@ inline void put(const float* sums, const uint16_t* b, uint16_t* y, int64_t M, in
 // N a multiple of 16, K of 32, 1 <= M <= 16; x, w, y contiguous.
 inline void linear(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t M, int64_t K,
                    int64_t N) {
-  std::vector<uint16_t> tokens(K * 16);
+  std::vector<uint16_t> tokens(K * 16);  // zeroed
   interleave(x, M, K, tokens.data());
   const uint16_t* xt = tokens.data();
   const int64_t blocks = N / 16, stride = K * 2;

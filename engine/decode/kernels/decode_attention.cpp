@@ -27,6 +27,13 @@ inline uint16_t narrow(float f) {  // round to nearest even, as torch's bf16 con
   return static_cast<uint16_t>(u >> 16);
 }
 
+inline float widen(uint16_t h) {  // a bf16 as the fp32 it is exactly
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // Sixteen vectors to one vector of their sixteen horizontal sums, in order.
 inline __m512 sums16(const __m512* v) {
   __m512 t[8], u[4], w[2];
@@ -338,12 +345,7 @@ void linear_block(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint1
   for (int m = 0; m < M; ++m)
     for (int j = 0; j < NB; ++j) {
       float sum = _mm512_reduce_add_ps(acc[m][j]);
-      if (b != nullptr) {
-        const uint32_t bits = static_cast<uint32_t>(b[n0 + j]) << 16;
-        float bias;
-        std::memcpy(&bias, &bits, sizeof bias);
-        sum += bias;
-      }
+      if (b != nullptr) sum += widen(b[n0 + j]);
       y[m * N + n0 + j] = narrow(sum);
     }
 }
