@@ -5,6 +5,7 @@ the two builds alternating round by round in one process; each one's median step
 quiet machine.
 
     python -m benchmarks.kernel_ab [--against HEAD] [--target smollm2] [--rows 1,4,8,16] [--contexts 150-450]
+        [--cut N]  (each build's GEMM cut set to N tokens instead of measured)
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from engine.decode.loading import load_pair, prepare
 
 
 def build_at(rev: str):
-    """The extension built from the kernel's source at ``rev`` (a module apart from the working tree's)."""
-    path = fast_attention.SOURCE.resolve().relative_to(Path(engine.__file__).resolve().parents[1])
-    text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
-    out = Path(tempfile.mkdtemp()) / "decode_attention.cpp"
-    out.write_bytes(text)
-    tag = hashlib.sha256(text).hexdigest()[:12]
-    return load(name=f"phoenix_decode_attention_ab_{tag}", sources=[str(out)], extra_cflags=list(fast_attention.FLAGS))
+    """The extension built from the kernels' sources at ``rev`` (every file of the folder: the .cpp includes its
+    headers), a module apart from the working tree's."""
+    folder = fast_attention.SOURCE.parent.resolve().relative_to(Path(engine.__file__).resolve().parents[1])
+    names = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:{folder}"], capture_output=True, check=True)
+    out, code = Path(tempfile.mkdtemp()), b""
+    for name in sorted(names.stdout.decode().split()):
+        text = subprocess.run(["git", "show", f"{rev}:{folder}/{name}"], capture_output=True, check=True).stdout
+        (out / name).write_bytes(text)
+        code += text
+    tag = hashlib.sha256(code).hexdigest()[:12]
+    source = str(out / fast_attention.SOURCE.name)
+    return load(name=f"phoenix_decode_attention_ab_{tag}", sources=[source], extra_cflags=list(fast_attention.FLAGS))
 
 
 def main() -> None:
@@ -43,6 +49,9 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4,8,16")
     ap.add_argument("--contexts", default="150-450")
     ap.add_argument("--rounds", type=int, default=4)
+    # one cut for both builds: a change to attention alone, timed without the cut's own noise (a disturbed host's
+    # measured cut flapped between 0 and 16 tokens from one run to the next for the 1.5B)
+    ap.add_argument("--cut", type=int, default=None)
     args = ap.parse_args()
     target = prepare(load_pair(args.target, None, "cpu", "bfloat16"), runner="auto").target
     builds = {"tree": fast_attention.extension(), args.against: build_at(args.against)}
@@ -51,7 +60,11 @@ def main() -> None:
     cuts = {}  # each build's own GEMM cut, measured as the server measures it (engine.decode.cuts)
     for name, module in builds.items():
         fast_attention._state["module"] = module
-        cuts[name] = (measure_cut(target), dict(fast_attention._cuts))
+        cut = measure_cut(target)
+        if args.cut is not None:
+            fast_attention._cuts = {shape: args.cut for shape in fast_attention._cuts}
+            cut = args.cut
+        cuts[name] = (cut, dict(fast_attention._cuts))
     print("cuts: " + ", ".join(f"{n} up to {c[0]} tokens" for n, c in cuts.items()))
     print(f"{args.target} bf16, ragged rows; the working tree's extension against {args.against}'s")
     for span in args.contexts.split(","):

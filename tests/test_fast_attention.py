@@ -66,6 +66,27 @@ def test_the_kernel_reads_only_the_columns_a_row_attends_to(d):
     assert (dirty.float() - sdpa).abs().max().item() < 0.05
 
 
+@needs_kernel
+@pytest.mark.parametrize("d", [64, 128])
+def test_a_query_rows_attention_is_the_same_bits_alone_or_among_others(d):
+    """A step's token among more query rows (more heads a KV head, a verify's k + 1 tokens) must get the bits it gets
+    alone, or greedy bf16 speculation could pick another token than a plain step: the scores are one sum over d in
+    one order per row (AMX's tiles where the CPU has them, else AVX-512), whatever R."""
+    gen = torch.Generator().manual_seed(d)
+    B, KV, R, S = 2, 2, 8, 181
+    q = torch.randn(B, KV, R, d, generator=gen).bfloat16()
+    k, v = cache_view(B, KV, S, d, gen), cache_view(B, KV, S, d, gen)
+    mask = torch.rand(B, 1, 1, S, generator=gen) > 0.2
+    mask[..., -1] = True
+    together = FA.attend(q, k, v, mask, 0.125)
+    assert together is not None
+    for r in range(R):
+        alone = FA.attend(q[:, :, r : r + 1].contiguous(), k, v, mask, 0.125)
+        assert alone is not None and torch.equal(alone, together[:, :, r : r + 1]), r
+    three = FA.attend(q[:, :, 2:5].contiguous(), k, v, mask, 0.125)
+    assert three is not None and torch.equal(three, together[:, :, 2:5])
+
+
 def test_the_kernel_leaves_long_queries_fp32_and_odd_heads_to_sdpa():
     q, k = torch.zeros(1, 2, FA.ROWS + 1, 64).bfloat16(), torch.zeros(1, 2, 10, 64).bfloat16()
     assert FA.attend(q, k, k, None, 1.0) is None  # a prompt's many rows: SDPA's tiles win

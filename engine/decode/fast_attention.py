@@ -2,8 +2,9 @@
 a KV head, times the step's tokens) over a long cache. SDPA's flash kernel tiles for long queries: in a decode step
 it read the cache at about 7 GB/s (AMD EPYC Zen 4, 2 cores, 31 GB/s to DRAM), a third of a SmolLM2 step at 8 rows.
 ``kernels/decode_attention.cpp`` reads each row's keys and values once, as bf16, with AVX-512 BF16 dot products and
-fp32 sums (the rounding SDPA's bf16 path has), and is built for this CPU on first use (about 25 s, cached by torch
-under ``~/.cache/torch_extensions``, one build per CPU and source). Where it cannot run (no AVX-512 BF16, no
+fp32 sums (the rounding SDPA's bf16 path has; where the CPU has AMX, the scores come from its tiles, the keys read
+as cached), and is built for this CPU on first use (about 25 s, cached by torch under ``~/.cache/torch_extensions``,
+one build per CPU and source). Where it cannot run (no AVX-512 BF16, no
 compiler, ``PHOENIX_DECODE_ATTENTION=sdpa``) SDPA runs, and ``describe()`` says which and why; fp32 never uses it
 (SDPA is the path its exactness is tested on). The same extension holds the step's RMSNorm and RoPE as one call
 each (``rms_norm``, ``rotate``) and a GEMM for a forward of up to sixteen tokens (``linear``), which the opt-out turns
@@ -89,9 +90,10 @@ def describe(dtype: str = "bfloat16") -> str:
         gemm = f"up to {LINEAR_ROWS} tokens" if not cuts else f"up to {'/'.join(map(str, cuts))} tokens by weight"
         gemm += " (AMX tiles from 2 tokens)" if getattr(extension(), "amx", False) else ""
         measured = ", as measured against oneDNN's on this CPU" if cuts else ""
+        scores = " (scores on AMX tiles)" if getattr(extension(), "amx", False) else ""
         return (
-            f"Phoenix's AVX-512 BF16 decode kernel up to {ROWS} query rows a KV head, SDPA beyond; its one-call "
-            f"RMSNorm and RoPE; its GEMM for steps of {gemm}{measured}, oneDNN beyond"
+            f"Phoenix's AVX-512 BF16 decode kernel{scores} up to {ROWS} query rows a KV head, SDPA beyond; its "
+            f"one-call RMSNorm and RoPE; its GEMM for steps of {gemm}{measured}, oneDNN beyond"
         )
     return f"SDPA ({_state['why']})"
 

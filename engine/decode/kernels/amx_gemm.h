@@ -93,5 +93,37 @@ inline void linear(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint
   });
 }
 
+// Attention's scores by the same tiles (decode_attention.cpp): the keys are the weight, read as cached ([S, D] rows at
+// ``k2`` apart), the query rows the tokens (``qt``: ``q`` [R, D] interleaved, zeroed past R). For each live block of
+// sixteen columns, scores[r][s] = scale * (q_r . k_s), one fp32 sum over D in the same order whatever R, so a query
+// row's scores are the same alone or among others. A last block short of sixteen columns is copied to ``tail`` first
+// (rows past S are zeros, never read from the cache). The AVX-512 dot products this replaces were about half of the
+// kernel's arithmetic: each key row read once for every query row, with a horizontal sum every sixteen columns.
+inline void scores(const uint16_t* q, int64_t R, int64_t D, const uint16_t* k, int64_t k2, int64_t S,
+                   const std::vector<int64_t>& live, float scale, float* out, int64_t Sp, uint16_t* qt,
+                   uint16_t* tail) {
+  interleave(q, R, D, qt);
+  alignas(64) float sums[256];
+  for (const int64_t s0 : live) {
+    const uint16_t* base = k + s0 * k2;
+    int64_t stride = k2 * 2;
+    if (S - s0 < 16) {
+      std::fill(tail, tail + 16 * D, uint16_t{0});
+      for (int64_t i = 0; s0 + i < S; ++i) std::copy(base + i * k2, base + i * k2 + D, tail + i * D);
+      base = tail;
+      stride = D * 2;
+    }
+    _tile_zero(0);
+    for (int64_t kb = 0; kb < D / 32; ++kb) {
+      _tile_loadd(2, base + kb * 32, stride);
+      _tile_loadd(4, qt + kb * 512, 64);
+      _tile_dpbf16ps(0, 2, 4);
+    }
+    _tile_stored(0, sums, 64);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < 16; ++i) out[r * Sp + s0 + i] = sums[i * 16 + r] * scale;
+  }
+}
+
 }  // namespace amx
 #endif

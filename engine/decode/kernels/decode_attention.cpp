@@ -34,99 +34,11 @@ inline float widen(uint16_t h) {  // a bf16 as the fp32 it is exactly
   return f;
 }
 
-// Sixteen vectors to one vector of their sixteen horizontal sums, in order.
-inline __m512 sums16(const __m512* v) {
-  __m512 t[8], u[4], w[2];
-  for (int i = 0; i < 8; ++i) {
-    const __m512 a = v[2 * i], b = v[2 * i + 1];
-    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512 a = t[2 * i], b = t[2 * i + 1];
-    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
-  }
-  for (int i = 0; i < 2; ++i) {
-    const __m512 a = u[2 * i], b = u[2 * i + 1];
-    w[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
-  }
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
-  // input j's sum lands in lane (j % 4) * 4 + j / 4: put it back in lane j
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_ps(order, s);
-}
-
-// e^x for x <= 0, sixteen at a time (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r,
-// then times 2^n), within 2 ulp; below -87 (a masked column's -1e30 included) exactly 0. The scalar std::exp it
-// replaced was most of the kernel's time: three query rows of 700 columns each, per KV head and row of the batch.
-inline __m512 exp16(__m512 x) {
-  const __mmask16 gone = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~gone), _mm512_scalef_ps(y, n));
-}
-
-inline __m512 widen16(const uint16_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-// The values for query rows r0 .. r0 + G - 1 (those below R) of one (row of the batch, KV head): each value row read
-// once and its products summed in registers, G rows of LANES vectors (the memory round trip of each sum per column
-// was most of the loop's work). A group past R repeats row R - 1 and keeps nothing of it. Only the live blocks of
-// sixteen columns are read: a block no query row attends to has every weight exactly 0, so leaving it out changes no
-// bit of a sum.
-template <int LANES, int G>
-inline void values(const uint16_t* vb, int64_t v2, int64_t S, const std::vector<int64_t>& live, const float* scores,
-                   int64_t Sp, float* acc, int64_t r0, int64_t R) {
-  __m512 sums[G][LANES];
-  const float* rows[G];
-  for (int g = 0; g < G; ++g) {
-    rows[g] = scores + (r0 + g < R ? r0 + g : R - 1) * Sp;
-    for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_setzero_ps();
-  }
-  for (const int64_t s0 : live) {
-    for (int64_t s = s0, e = std::min<int64_t>(s0 + 16, S); s < e; ++s) {
-      __m512 row[LANES];
-      for (int c = 0; c < LANES; ++c) row[c] = widen16(vb + s * v2 + 16 * c);
-      for (int g = 0; g < G; ++g) {
-        const __m512 p = _mm512_set1_ps(rows[g][s]);
-        for (int c = 0; c < LANES; ++c) sums[g][c] = _mm512_fmadd_ps(p, row[c], sums[g][c]);
-      }
-    }
-  }
-  for (int g = 0; g < G && r0 + g < R; ++g)
-    for (int c = 0; c < LANES; ++c) _mm512_storeu_ps(acc + (r0 + g) * LANES * 16 + 16 * c, sums[g][c]);
-}
-
-// The blocks of sixteen columns (by their first column) that some query row of one batch row attends to (mask m:
-// that row's [rows, S]; null: every block). A row's columns sit anywhere in the batch's cache, and a row that joined
-// short keeps a masked stretch up to the width the widest row had then (engine.decode.batch): reading only these,
-// a step reads each row's own cache, not the widest row's.
-inline void live_blocks(const uint8_t* m, int64_t rows, int64_t S, std::vector<int64_t>& live) {
-  live.clear();
-  for (int64_t s0 = 0; s0 < S; s0 += 16) {
-    const int64_t n = S - s0 < 16 ? S - s0 : 16;
-    const __mmask16 keep = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
-    bool any = m == nullptr;
-    for (int64_t r = 0; r < rows && !any; ++r) {
-      const __m128i bytes = _mm_maskz_loadu_epi8(keep, m + r * S + s0);
-      any = _mm_test_epi8_mask(bytes, bytes) != 0;
-    }
-    if (any) live.push_back(s0);
-  }
-}
+#include "attention_parts.h"
 
 }  // namespace
+
+#include "amx_gemm.h"  // after narrow and widen, which it uses
 
 // q [B, KV, R, D] bf16 contiguous (row r of head h is query head h * R / n + ..., token r % n); k, v [B, KV, S, D]
 // bf16 with unit stride in D; mask [B or 1, n, S] bool (true: attend; query row r reads mask row r % n) or empty
@@ -157,16 +69,31 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   const int64_t v0 = v.stride(0), v1 = v.stride(1), v2 = v.stride(2);
   const float neg = -1e30f;  // a masked score: finite (built with -ffast-math, which assumes no inf)
   const int64_t pairs = D / 32, lanes = D / 16, Sp = (S + 15) / 16 * 16;
+#ifdef PHOENIX_AMX
+  const bool tiles = R <= 16 && amx::ready();  // every R alike: a row's scores must not depend on the step's tokens
+#else
+  const bool tiles = false;
+#endif
   at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(R * Sp), acc(R * D), total(R);
     std::vector<int64_t> live;
+    std::vector<uint16_t> qt(tiles ? D * 16 : 0), tail(tiles ? D * 16 : 0);  // qt zeroed: its columns past R stay 0
     __m512 part[16];
+#ifdef PHOENIX_AMX
+    if (tiles) amx::configure();
+#endif
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / KV, h = task % KV;
       const uint16_t* qb = qp + task * R * D;
       const uint16_t* kb = kp + b * k0 + h * k1;
       if (task == begin || h == 0) live_blocks(masked ? mp + b * mb : nullptr, rows, S, live);
-      for (int64_t r = 0; r < R; ++r) {  // scores: the query row in registers, the keys from cache after the first
+#ifdef PHOENIX_AMX
+      if (tiles) {
+        std::fill(scores.begin(), scores.end(), neg);  // a dead block's: masked
+        amx::scores(qb, R, D, kb, k2, S, live, static_cast<float>(scale), scores.data(), Sp, qt.data(), tail.data());
+      }
+#endif
+      for (int64_t r = 0; r < R && !tiles; ++r) {  // scores: the query row in registers, the keys cached after one
         __m512i query[8];
         for (int64_t c = 0; c < pairs; ++c) query[c] = _mm512_loadu_si512(qb + r * D + 32 * c);
         std::fill(scores.begin() + r * Sp, scores.begin() + (r + 1) * Sp, neg);  // a dead block's: masked
@@ -205,10 +132,27 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
         total[r] = _mm512_reduce_add_ps(sum);
       }
       const uint16_t* vb = vp + b * v0 + h * v1;
+      const float* sc = scores.data();
       if (lanes == 4) {  // head dimension 64 (SmolLM2) or 128 (Qwen2.5): the sums stay in registers
-        for (int64_t r0 = 0; r0 < R; r0 += 6) values<4, 6>(vb, v2, S, live, scores.data(), Sp, acc.data(), r0, R);
+        if (R == 1) {
+          values_all<4, 1>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        } else if (R == 2) {
+          values_all<4, 2>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        } else if (R == 3) {  // SmolLM2's three query heads a KV head: six at a time had computed three twice
+          values_all<4, 3>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        } else if (R == 4) {
+          values_all<4, 4>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        } else {
+          values_all<4, 6>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        }
       } else if (lanes == 8) {
-        for (int64_t r0 = 0; r0 < R; r0 += 3) values<8, 3>(vb, v2, S, live, scores.data(), Sp, acc.data(), r0, R);
+        if (R == 1) {
+          values_all<8, 1>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        } else if (R == 2) {
+          values_all<8, 2>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        } else {
+          values_all<8, 3>(vb, v2, S, live, sc, Sp, acc.data(), R);
+        }
       } else {
         std::fill(acc.begin(), acc.end(), 0.f);
         for (const int64_t s0 : live) {  // values: each row read once for every query row
@@ -230,6 +174,9 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
         for (int64_t i = 0; i < D; ++i) ob[r * D + i] = narrow(acc[r * D + i] * inv);
       }
     }
+#ifdef PHOENIX_AMX
+    if (tiles) _tile_release();
+#endif
   });
   return out;
 }
@@ -320,78 +267,10 @@ torch::Tensor rotate(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
 // the rows beside it (a verify computes each token as a single step does).
 namespace {
 
-template <int M, int NB>
-void linear_block(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t K, int64_t N,
-                  int64_t n0) {
-  __m512 acc[M][NB];
-  for (int m = 0; m < M; ++m)
-    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_setzero_ps();
-  // the block after next and at least 16 KB ahead, NB lines a step: the weight is one stream, and the hardware's
-  // prefetch alone left the cores waiting on memory (19 GB/s at one row)
-  const char* ahead = reinterpret_cast<const char*>(w + n0 * K) + std::max<int64_t>(4 * NB * K, 16 << 10);
-  const char* end = reinterpret_cast<const char*>(w + N * K);
-  for (int64_t k = 0; k < K; k += 32) {
-    for (int j = 0; j < NB; ++j) {
-      const char* line = ahead + (k / 32 * NB + j) * 64;
-      if (line < end) _mm_prefetch(line, _MM_HINT_T0);
-    }
-    __m512bh wv[NB];
-    for (int j = 0; j < NB; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(w + (n0 + j) * K + k);
-    for (int m = 0; m < M; ++m) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
-      for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xv, wv[j]);
-    }
-  }
-  for (int m = 0; m < M; ++m)
-    for (int j = 0; j < NB; ++j) {
-      float sum = _mm512_reduce_add_ps(acc[m][j]);
-      if (b != nullptr) sum += widen(b[n0 + j]);
-      y[m * N + n0 + j] = narrow(sum);
-    }
-}
-
-template <int M, int NB>
-void linear_group(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t K, int64_t N,
-                  int64_t n0) {
-  if (n0 + NB <= N) {
-    linear_block<M, NB>(x, w, b, y, K, N, n0);
-  } else {
-    for (int64_t n = n0; n < N; ++n) linear_block<M, 1>(x, w, b, y, K, N, n);
-  }
-}
-
-// the next `rows` rows of x, at most 8: one instantiation per count
-template <int NB>
-void linear_some(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t K, int64_t N,
-                 int64_t n0, int64_t rows) {
-  switch (rows) {
-    case 1: linear_group<1, NB>(x, w, b, y, K, N, n0); break;
-    case 2: linear_group<2, NB>(x, w, b, y, K, N, n0); break;
-    case 3: linear_group<3, NB>(x, w, b, y, K, N, n0); break;
-    case 4: linear_group<4, NB>(x, w, b, y, K, N, n0); break;
-    case 5: linear_group<5, NB>(x, w, b, y, K, N, n0); break;
-    case 6: linear_group<6, NB>(x, w, b, y, K, N, n0); break;
-    case 7: linear_group<7, NB>(x, w, b, y, K, N, n0); break;
-    default: linear_group<8, NB>(x, w, b, y, K, N, n0); break;
-  }
-}
-
-// More than 8 rows: each weight block is read from memory once and then from L1 for every further 8 rows (a block is
-// NB * K * 2 bytes: 2.3 KB at K = 576), so 16 rows stream the weight once and compute twice.
-template <int NB>
-void linear_rows(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t M, int64_t K,
-                 int64_t N) {
-  at::parallel_for(0, (N + NB - 1) / NB, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t blk = begin; blk < end; ++blk) {
-      for (int64_t m0 = 0; m0 < M; m0 += 8)
-        linear_some<NB>(x + m0 * K, w, b, y + m0 * N, K, N, blk * NB, std::min<int64_t>(8, M - m0));
-    }
-  });
-}
+#include "avx_gemm.h"
 
 }  // namespace
 
-#include "amx_gemm.h"
 
 torch::Tensor linear(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bf16 only");
