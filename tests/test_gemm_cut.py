@@ -31,6 +31,19 @@ def test_the_cut_ends_where_onednn_first_wins_a_whole_forward(monkeypatch):
     assert P.measure_cut(runner) == 4 and max(timed) == 8  # the first loss ends the measuring
     assert FA.rows_for(runner.hf.model.layers[0].mlp.down_proj.weight) == 4
 
+    def tie_first(model, ids, cache, shapes, rows):  # one row: both stream the same weights, 2% apart (a tie)
+        n = ids.shape[1]
+        return (2.04 if n == 1 else 1.0 if n <= 12 else 2.5) if rows else 2.0
+
+    monkeypatch.setattr(P, "_forward_ms", tie_first)
+    assert P.measure_cut(runner) == 12  # a tie at one row kept the extension; the loss at 16 (25%) ended it
+
+    def lost_first(model, ids, cache, shapes, rows):
+        return (2.2 if ids.shape[1] == 1 else 1.0) if rows else 2.0
+
+    monkeypatch.setattr(P, "_forward_ms", lost_first)
+    assert P.measure_cut(runner) == 0  # 10% slower at one row: a loss, whatever follows
+
 
 @needs_kernel
 def test_every_caller_reads_the_measured_cut():
