@@ -6,7 +6,8 @@
 # vllm2): each engine's two passes alternate (Phoenix, vLLM, Phoenix, vLLM), and the findings' `sitting` block
 # pools them; phase A2 sweeps server A a second time (its first sweep against its second). Every sweep is cold
 # (engines load's default: a cache_salt per request, so no prompt is one its server has seen), and every row
-# records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores.
+# records the prompt tokens its server's cache served. Run it on a quiet machine: nothing else on the cores (it
+# checks the host's memory read first and after every phase: benchmarks.host_check).
 #
 #   MODEL=smollm2 HEAD=smollm2-eagle3 bash benchmarks/cold_sitting.sh
 #   MODEL=qwen2.5-coder-1.5b HEAD= DRAFT=qwen2.5-coder-0.5b DRAFTER=model SPEC_TYPES=none,ngram-k3 N=8 TOKENS=32 \
@@ -63,20 +64,32 @@ vllm_sweep() {  # VLLM_PASS names a later pass
     --name "vllm compiled, every core, ${VLLM_PASS:+$VLLM_PASS, }$TAG"
 }
 
+# A busy or shared host measures itself (benchmarks.host_check): the sitting starts only where the memory reads near
+# the best this CPU recorded (ANYWAY=1 sits regardless), and after each phase a slower read tags that phase's runs
+# `disturbed`, the figure in each one's note.
+"$PY" -m benchmarks.host_check || [[ -n "${ANYWAY:-}" ]] || { echo "a disturbed host: ANYWAY=1 sits anyway"; exit 3; }
+SINCE=$("$PY" -m benchmarks.host_check --db "$DB" --last-run)
+checked() {
+  "$PY" -m benchmarks.host_check --db "$DB" --tag-since "$SINCE" || true
+  SINCE=$("$PY" -m benchmarks.host_check --db "$DB" --last-run)
+}
+
 if has A; then
   serve_phoenix
   phoenix_sweep "pass A" --concurrency "$LEVELS"
   # phase A2: a second sweep on the same server, its prompts cold too (the findings' first-sweep block: issue 66)
   if has A2; then phoenix_sweep "pass A, second sweep" --concurrency "$LEVELS"; fi
   kill -TERM "$SERVER"; wait "$SERVER" || true
+  checked
 fi
-if has vllm; then vllm_sweep --concurrency "$LEVELS"; fi
+if has vllm; then vllm_sweep --concurrency "$LEVELS"; checked; fi
 if has llamacpp; then
   "$PY" -m engine engines load --engine llamacpp --spec-types "$LLAMACPP_TYPES" --gguf "$GGUF" \
     --concurrency "$LEVELS" --limit "$N" --max-new-tokens "$TOKENS" --goodput "$GOODPUT" --db "$DB" \
     --name "llama.cpp $GGUF, $TAG"
+  checked
 fi
-if has rates; then vllm_sweep --request-rate "$RATES" --max-concurrency 16; fi
+if has rates; then vllm_sweep --request-rate "$RATES" --max-concurrency 16; checked; fi
 if has B || has rates || has prates || has cross; then
   serve_phoenix
   if has B; then phoenix_sweep "${PASS_B:-pass B}" --concurrency "$LEVELS"; fi  # PASS_B names a later pass (a change measured after)
@@ -87,6 +100,7 @@ if has B || has rates || has prates || has cross; then
       --rounds 2 --limit "$N" --max-new-tokens "$TOKENS" --db "$DB"
   fi
   kill -TERM "$SERVER"; wait "$SERVER" || true
+  checked
 fi
-if has vllm2; then VLLM_PASS="pass 2" vllm_sweep --concurrency "$LEVELS"; fi
+if has vllm2; then VLLM_PASS="pass 2" vllm_sweep --concurrency "$LEVELS"; checked; fi
 echo "sitting done: $TAG"
