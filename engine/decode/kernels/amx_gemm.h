@@ -103,25 +103,40 @@ inline void scores(const uint16_t* q, int64_t R, int64_t D, const uint16_t* k, i
                    const std::vector<int64_t>& live, float scale, float* out, int64_t Sp, uint16_t* qt,
                    uint16_t* tail) {
   interleave(q, R, D, qt);
-  alignas(64) float sums[256];
-  for (const int64_t s0 : live) {
-    const uint16_t* base = k + s0 * k2;
-    int64_t stride = k2 * 2;
-    if (S - s0 < 16) {
-      std::fill(tail, tail + 16 * D, uint16_t{0});
-      for (int64_t i = 0; s0 + i < S; ++i) std::copy(base + i * k2, base + i * k2 + D, tail + i * D);
-      base = tail;
-      stride = D * 2;
-    }
-    _tile_zero(0);
-    for (int64_t kb = 0; kb < D / 32; ++kb) {
-      _tile_loadd(2, base + kb * 32, stride);
-      _tile_loadd(4, qt + kb * 512, 64);
-      _tile_dpbf16ps(0, 2, 4);
-    }
-    _tile_stored(0, sums, 64);
+  alignas(64) float sums[2][256];
+  const auto block = [&](int64_t s0, int64_t& stride) -> const uint16_t* {  // its 16 key rows, or the short tail's
+    stride = k2 * 2;
+    if (S - s0 >= 16) return k + s0 * k2;
+    std::fill(tail, tail + 16 * D, uint16_t{0});
+    for (int64_t i = 0; s0 + i < S; ++i) std::copy(k + (s0 + i) * k2, k + (s0 + i) * k2 + D, tail + i * D);
+    stride = D * 2;
+    return tail;
+  };
+  const auto put_block = [&](const float* from, int64_t s0) {
     for (int64_t r = 0; r < R; ++r)
-      for (int64_t i = 0; i < 16; ++i) out[r * Sp + s0 + i] = sums[i * 16 + r] * scale;
+      for (int64_t i = 0; i < 16; ++i) out[r * Sp + s0 + i] = from[i * 16 + r] * scale;
+  };
+  // two blocks a pass, in tiles 0 and 1: one block's chain of products waited on its own latency (SmolLM2's d of 64
+  // is two products a block), two interleave as the GEMM's do
+  for (size_t i = 0; i < live.size(); i += 2) {
+    const bool two = i + 1 < live.size();
+    int64_t stride0 = 0, stride1 = 0;
+    const uint16_t* b0 = block(live[i], stride0);
+    const uint16_t* b1 = two ? block(live[i + 1], stride1) : b0;  // the tail is only ever the last block
+    if (!two) stride1 = stride0;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int64_t kb = 0; kb < D / 32; ++kb) {
+      _tile_loadd(4, qt + kb * 512, 64);
+      _tile_loadd(2, b0 + kb * 32, stride0);
+      _tile_loadd(3, b1 + kb * 32, stride1);
+      _tile_dpbf16ps(0, 2, 4);
+      _tile_dpbf16ps(1, 3, 4);
+    }
+    _tile_stored(0, sums[0], 64);
+    _tile_stored(1, sums[1], 64);
+    put_block(sums[0], live[i]);
+    if (two) put_block(sums[1], live[i + 1]);
   }
 }
 
