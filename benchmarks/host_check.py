@@ -21,6 +21,8 @@ from pathlib import Path
 import engine  # noqa: F401  (threads and offline settings before torch loads)
 from benchmarks.common import RESULTS
 from benchmarks.limits import read_rate, stream_rate
+from db.store import Store
+from engine.provenance import cpu
 
 FLOOR = 0.8  # a quiet host read within 0.9-1.0x of its best here; the disturbed evenings 0.5-0.6x
 DISTURBED = 3  # the exit code a script reads
@@ -56,8 +58,6 @@ def verdict(now: float, best: tuple[float, str] | None, cpu: str, floor: float) 
 
 def tag_since(db: str, since: int, line: str) -> list[int]:
     """Tag every run after ``since`` `disturbed`, the probe's line in its note; the runs tagged."""
-    from db.store import Store
-
     store = Store(db)
     tagged = []
     for run in store.list_runs():
@@ -70,8 +70,6 @@ def tag_since(db: str, since: int, line: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.provenance import cpu
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--floor", type=float, default=FLOOR)
     ap.add_argument("--reps", type=int, default=5)
@@ -84,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     if (args.tag_since is not None or args.last_run) and not args.db:
         ap.error("--tag-since and --last-run need --db")
     if args.last_run:
-        from db.store import Store
-
         runs = Store(args.db).list_runs(limit=1)
         print(runs[0].id if runs else 0)
         return 0

@@ -47,7 +47,7 @@ def test_a_disturbed_check_tags_the_runs_after_the_one_named_and_exits_3(tmp_pat
     limits_file(tmp_path, "limits-1.json", CPU, 28.8, 27.9)
     monkeypatch.setattr(H, "RESULTS", tmp_path)
     monkeypatch.setattr(H, "read_rate", lambda reps: 15.0)
-    monkeypatch.setattr("engine.provenance.cpu", lambda: {"cpu": CPU})
+    monkeypatch.setattr(H, "cpu", lambda: {"cpu": CPU})
     assert H.main(["--db", url, "--last-run"]) == 0
     assert H.main(["--db", url, "--tag-since", str(first)]) == H.DISTURBED
     assert H.main(["--db", url, "--tag-since", str(first)]) == H.DISTURBED  # again: the note is not doubled

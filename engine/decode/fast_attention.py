@@ -88,9 +88,10 @@ def describe(dtype: str = "bfloat16") -> str:
     if kernel() is not None:
         cuts = sorted(set(_cuts.values()))
         gemm = f"up to {LINEAR_ROWS} tokens" if not cuts else f"up to {'/'.join(map(str, cuts))} tokens by weight"
-        gemm += " (AMX tiles from 2 tokens)" if getattr(extension(), "amx", False) else ""
+        amx = getattr(extension(), "amx", False)
+        gemm += " (AMX tiles from 2 tokens)" if amx else ""
         measured = ", as measured against oneDNN's on this CPU" if cuts else ""
-        scores = " (scores on AMX tiles)" if getattr(extension(), "amx", False) else ""
+        scores = " (scores on AMX tiles)" if amx else ""
         return (
             f"Phoenix's AVX-512 BF16 decode kernel{scores} up to {ROWS} query rows a KV head, SDPA beyond; its "
             f"one-call RMSNorm and RoPE; its GEMM for steps of {gemm}{measured}, oneDNN beyond"

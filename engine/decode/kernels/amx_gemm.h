@@ -60,6 +60,24 @@ inline void put(const float* sums, const uint16_t* b, uint16_t* y, int64_t M, in
   }
 }
 
+// Two blocks of 16 left-operand rows (at ``a0`` and ``a1``, rows ``s0`` and ``s1`` bytes apart) against the right
+// operand ``right`` (interleaved, K / 32 tiles of 16 pairs), in tiles 0 and 1 at once: one block's chain of products
+// alone waits on its own latency. Each output one fp32 sum over K in one order. The sums land in ``sums``.
+inline void two_blocks(const uint16_t* a0, int64_t s0, const uint16_t* a1, int64_t s1, const uint16_t* right,
+                       int64_t K, float (*sums)[256]) {
+  _tile_zero(0);
+  _tile_zero(1);
+  for (int64_t kb = 0; kb < K / 32; ++kb) {
+    _tile_loadd(4, right + kb * 512, 64);
+    _tile_loadd(2, a0 + kb * 32, s0);
+    _tile_loadd(3, a1 + kb * 32, s1);
+    _tile_dpbf16ps(0, 2, 4);
+    _tile_dpbf16ps(1, 3, 4);
+  }
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+}
+
 // N a multiple of 16, K of 32, 1 <= M <= 16; x, w, y contiguous.
 inline void linear(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y, int64_t M, int64_t K,
                    int64_t N) {
@@ -75,17 +93,7 @@ inline void linear(const uint16_t* x, const uint16_t* w, const uint16_t* b, uint
       const bool two = n0 + 16 < N;
       const uint16_t* w0 = w + n0 * K;
       const uint16_t* w1 = two ? w0 + 16 * K : w0;  // an odd last block computes its rows twice, keeps them once
-      _tile_zero(0);
-      _tile_zero(1);
-      for (int64_t kb = 0; kb < K / 32; ++kb) {
-        _tile_loadd(4, xt + kb * 512, 64);
-        _tile_loadd(2, w0 + kb * 32, stride);
-        _tile_loadd(3, w1 + kb * 32, stride);
-        _tile_dpbf16ps(0, 2, 4);
-        _tile_dpbf16ps(1, 3, 4);
-      }
-      _tile_stored(0, sums[0], 64);
-      _tile_stored(1, sums[1], 64);
+      two_blocks(w0, stride, w1, stride, xt, K, sums);
       put(sums[0], b, y, M, N, n0);
       if (two) put(sums[1], b, y, M, N, n0 + 16);
     }
@@ -116,25 +124,14 @@ inline void scores(const uint16_t* q, int64_t R, int64_t D, const uint16_t* k, i
     for (int64_t r = 0; r < R; ++r)
       for (int64_t i = 0; i < 16; ++i) out[r * Sp + s0 + i] = from[i * 16 + r] * scale;
   };
-  // two blocks a pass, in tiles 0 and 1: one block's chain of products waited on its own latency (SmolLM2's d of 64
-  // is two products a block), two interleave as the GEMM's do
+  // two blocks a pass (one alone had waited on its chain's latency: SmolLM2's d of 64 is two products a block)
   for (size_t i = 0; i < live.size(); i += 2) {
     const bool two = i + 1 < live.size();
     int64_t stride0 = 0, stride1 = 0;
     const uint16_t* b0 = block(live[i], stride0);
     const uint16_t* b1 = two ? block(live[i + 1], stride1) : b0;  // the tail is only ever the last block
     if (!two) stride1 = stride0;
-    _tile_zero(0);
-    _tile_zero(1);
-    for (int64_t kb = 0; kb < D / 32; ++kb) {
-      _tile_loadd(4, qt + kb * 512, 64);
-      _tile_loadd(2, b0 + kb * 32, stride0);
-      _tile_loadd(3, b1 + kb * 32, stride1);
-      _tile_dpbf16ps(0, 2, 4);
-      _tile_dpbf16ps(1, 3, 4);
-    }
-    _tile_stored(0, sums[0], 64);
-    _tile_stored(1, sums[1], 64);
+    two_blocks(b0, stride0, b1, stride1, qt, D, sums);
     put_block(sums[0], live[i]);
     if (two) put_block(sums[1], live[i + 1]);
   }
